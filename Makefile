@@ -1,0 +1,41 @@
+# Everything starts from a fresh machine: `make lab` or `make test` builds .venv first.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+# CPU machines get a CPU build of torch (small and quick to install).  Elsewhere than this
+# project's machines, point pip at a CPU index, e.g.
+#   make lab TORCH_PIP_ARGS="--index-url https://download.pytorch.org/whl/cpu"
+# A machine whose $(PYTHON) already has a CUDA torch keeps it: the venv sees system packages.
+TORCH_CPU_SPEC ?= torch==2.13.0
+TORCH_PIP_ARGS ?=
+PYTEST_ARGS ?=
+LAB_ARGS ?=
+
+.PHONY: setup lab test test-gpu student images bench clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@if $(PYTHON) -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then \
+	  echo ">> CUDA torch found in $(PYTHON): the venv reuses it"; \
+	  $(PYTHON) -m venv --system-site-packages $(VENV); \
+	else \
+	  echo ">> no CUDA torch: installing the CPU build ($(TORCH_CPU_SPEC))"; \
+	  $(PYTHON) -m venv $(VENV) && \
+	  $(BIN)/python -m pip install -q $(TORCH_PIP_ARGS) "$(TORCH_CPU_SPEC)"; \
+	fi
+	$(BIN)/python -m pip install -q -e ".[test]"
+	@touch $(STAMP)
+
+lab: $(STAMP)  ## open JupyterLab on notebooks/
+	$(BIN)/jupyter lab --notebook-dir=notebooks $(LAB_ARGS)
+
+test: $(STAMP)  ## unit tests + every notebook (nbmake), on the CPU interpreter unless a GPU is present
+	$(BIN)/python -m pytest -n 2 --nbmake --nbmake-timeout=600 -p no:cacheprovider $(PYTEST_ARGS)
+
+test-gpu: $(STAMP)  ## only the tests that need a CUDA GPU
+	$(BIN)/python -m pytest -m gpu tests $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,43 @@
+"""Input checks shared by every launcher: errors that say what was expected and what was given."""
+
+from __future__ import annotations
+
+import torch
+
+from . import runtime
+
+#: dtypes the kernels accept.  fp32 runs tl.dot in TF32 on the GPU (Triton's default).
+SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+
+def check_tensor(x, name: str, ndim: int, dtypes=SUPPORTED_DTYPES) -> None:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if x.dim() != ndim:
+        raise ValueError(f"{name} must be {ndim}-D, got shape {tuple(x.shape)} ({x.dim()}-D)")
+    if x.dtype not in dtypes:
+        names = ", ".join(str(d).replace("torch.", "") for d in dtypes)
+        raise TypeError(f"{name} has dtype {str(x.dtype).replace('torch.', '')}; supported: {names}")
+    if x.device.type != runtime.DEVICE.type:
+        where = "compiled on the GPU" if runtime.on_gpu() else "in the CPU interpreter"
+        raise ValueError(
+            f"{name} is on {x.device} but kernels run {where}: move it to {runtime.DEVICE} "
+            f"(gemm_kernels.DEVICE)"
+        )
+
+
+def check_same(tensors: dict, what: str) -> None:
+    """All tensors share dtype ('dtype') or device ('device')."""
+    values = {name: getattr(t, what) for name, t in tensors.items()}
+    if len(set(values.values())) > 1:
+        desc = ", ".join(f"{n}: {v}" for n, v in values.items())
+        err = TypeError if what == "dtype" else ValueError
+        raise err(f"inputs must share one {what}, got {desc}")
+
+
+def check_int(value, name: str, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return value

@@ -1,0 +1,39 @@
+"""Tuning, kept apart from the math: block shapes, warps and pipeline depth per kernel.
+
+On a GPU each kernel is autotuned over a small, pruned list of configs (Hopper-friendly
+shapes first).  In the interpreter every kernel gets one small fixed config: autotuning
+needs a GPU driver to time anything, and small blocks keep the CPU emulation quick.
+"""
+
+from __future__ import annotations
+
+import triton
+
+from . import runtime
+
+#: the single config used by every kernel in the interpreter (tl.dot needs blocks >= 16)
+INTERPRETER_BLOCKS = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32}
+
+
+def _cfg(bm, bn, bk, stages, warps, **extra):
+    return triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, **extra}, num_stages=stages, num_warps=warps)
+
+
+def _interpreter(**extra):
+    return [triton.Config({**INTERPRETER_BLOCKS, **extra}, num_stages=1, num_warps=4)]
+
+
+def matmul_configs():
+    """Configs for the one-program-per-tile kernel (naive and grouped order)."""
+    if runtime.interpreted():
+        return _interpreter()
+    return [
+        _cfg(128, 256, 64, 3, 8),
+        _cfg(256, 128, 64, 3, 8),
+        _cfg(128, 128, 64, 4, 8),
+        _cfg(128, 128, 64, 4, 4),
+        _cfg(128, 64, 64, 4, 4),
+        _cfg(64, 128, 64, 4, 4),
+        _cfg(64, 64, 64, 4, 4),
+        _cfg(64, 32, 32, 5, 2),
+    ]

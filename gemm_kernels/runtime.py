@@ -1,0 +1,134 @@
+"""Where kernels run: compiled on a CUDA GPU, or in Triton's interpreter on the CPU.
+
+The decision is made once, when ``gemm_kernels`` is imported and before any
+``@triton.jit`` function is defined, because Triton looks at ``TRITON_INTERPRET``
+when a kernel is decorated.  Everything else in the package asks this module.
+
+* No usable CUDA GPU  -> the interpreter (``TRITON_INTERPRET=1``), tensors on the CPU.
+* ``GEMM_KERNELS_INTERPRET=1`` (or ``TRITON_INTERPRET=1``) -> the interpreter even on
+  a GPU machine, so a learner can ``print`` / ``pdb`` inside a kernel.
+* Otherwise -> compiled kernels on ``cuda``.
+
+On a CPU-only machine nothing here touches the CUDA driver: a CPU build of
+torch is recognised without a CUDA call, and the interpreter never loads one.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+
+#: Environment variable that forces the interpreter on a GPU machine.
+FORCE_INTERPRET_ENV = "GEMM_KERNELS_INTERPRET"
+
+#: SM count reported when interpreting.  Small on purpose: the persistent kernels
+#: launch ``num_sms()`` programs, and with 4 each program walks several tiles even
+#: on the small problems the interpreter can afford, so the loop is really exercised.
+INTERPRETER_NUM_SMS = 4
+
+
+def _truthy(value: str | None) -> bool:
+    return (value or "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+def _cuda_usable() -> bool:
+    # torch.backends.cuda.is_built() is a compile-time flag: no driver call on a CPU build.
+    if not torch.backends.cuda.is_built():
+        return False
+    try:
+        return torch.cuda.is_available()
+    except Exception:  # a broken driver install counts as "no GPU"
+        return False
+
+
+@dataclass(frozen=True)
+class Runtime:
+    interpreted: bool
+    device: torch.device
+    gpu_name: str
+    capability: tuple[int, int] | None
+    num_sms: int
+    reason: str
+
+
+def _decide() -> Runtime:
+    forced = _truthy(os.environ.get(FORCE_INTERPRET_ENV)) or _truthy(os.environ.get("TRITON_INTERPRET"))
+    if forced:
+        reason = f"interpreter forced by {FORCE_INTERPRET_ENV}/TRITON_INTERPRET"
+    elif not _cuda_usable():
+        forced = True
+        reason = "no usable CUDA GPU found: kernels run in Triton's interpreter on the CPU"
+    if forced:
+        os.environ["TRITON_INTERPRET"] = "1"  # must happen before any @triton.jit below
+        return Runtime(True, torch.device("cpu"), "CPU (Triton interpreter)", None, INTERPRETER_NUM_SMS, reason)
+    props = torch.cuda.get_device_properties(0)
+    return Runtime(
+        interpreted=False,
+        device=torch.device("cuda", 0),
+        gpu_name=props.name,
+        capability=(props.major, props.minor),
+        num_sms=props.multi_processor_count,
+        reason="CUDA GPU found: kernels are compiled",
+    )
+
+
+RUNTIME = _decide()
+#: The device every tensor of the package lives on.
+DEVICE = RUNTIME.device
+
+
+def interpreted() -> bool:
+    """True when kernels run in Triton's interpreter (on the CPU)."""
+    return RUNTIME.interpreted
+
+
+def on_gpu() -> bool:
+    """True when kernels are compiled and run on a CUDA GPU."""
+    return not RUNTIME.interpreted
+
+
+def supports_tma() -> bool:
+    """Tensor descriptors (TMA) need Hopper (sm_90) or newer.
+
+    The interpreter emulates tensor descriptors, so the TMA kernels also run there."""
+    if RUNTIME.interpreted:
+        return True
+    return RUNTIME.capability is not None and RUNTIME.capability[0] >= 9
+
+
+def num_sms() -> int:
+    """Streaming multiprocessors (the persistent kernels' program count); see INTERPRETER_NUM_SMS."""
+    return RUNTIME.num_sms
+
+
+def gpu_name() -> str:
+    return RUNTIME.gpu_name
+
+
+def fp32_dot_operands(dtype: torch.dtype) -> bool:
+    """Whether tiles of ``dtype`` must be widened to fp32 before ``tl.dot``.
+
+    Triton's interpreter multiplies the raw bit patterns of bf16 operands in
+    ``tl.dot`` (triton-lang/triton#11584: relative errors ~1e9), fp16 is fine.
+    Widening bf16 tiles to fp32 gives the right answer.  Compiled kernels keep
+    bf16 so they use the tensor cores.  Every kernel asks this one function."""
+    return RUNTIME.interpreted and dtype == torch.bfloat16
+
+
+def describe() -> dict:
+    """A summary for notebooks and bug reports."""
+    import triton
+
+    return {
+        "mode": "interpreter (CPU)" if RUNTIME.interpreted else "compiled (GPU)",
+        "reason": RUNTIME.reason,
+        "device": str(DEVICE),
+        "gpu": RUNTIME.gpu_name,
+        "compute_capability": RUNTIME.capability,
+        "num_sms": RUNTIME.num_sms,
+        "supports_tma": supports_tma(),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+    }

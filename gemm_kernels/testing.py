@@ -1,0 +1,56 @@
+"""Correctness helpers shared by tests, notebooks and exercise checks.
+
+Errors are measured as ``||out - ref|| / ||ref||`` against a float64 reference, with a
+tolerance per input dtype (accumulation is fp32 everywhere; the output rounding and,
+on a GPU, TF32 for fp32 inputs set the floor).
+"""
+
+from __future__ import annotations
+
+import torch
+
+TOLERANCES = {
+    torch.float16: 2e-3,   # fp16 output rounding ~5e-4
+    torch.bfloat16: 1.6e-2,  # bf16 output rounding ~4e-3
+    torch.float32: 2e-3,   # TF32 tensor cores on a GPU (~5e-4); exact in the interpreter
+}
+
+
+def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    """Relative Frobenius-norm error; NaN anywhere in ``out`` gives inf."""
+    out64, ref64 = out.detach().double().cpu(), ref.detach().double().cpu()
+    if out64.shape != ref64.shape:
+        raise ValueError(f"shape mismatch: out {tuple(out64.shape)} vs ref {tuple(ref64.shape)}")
+    if not torch.isfinite(out64).all():
+        return float("inf")
+    denom = ref64.norm().item()
+    diff = (out64 - ref64).norm().item()
+    return diff if denom == 0 else diff / denom
+
+
+def assert_close(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype | None = None, what: str = "result") -> float:
+    """Raise AssertionError with the error, the tolerance and the worst element when out != ref."""
+    dtype = dtype or out.dtype
+    tol = TOLERANCES[dtype]
+    err = rel_err(out, ref)
+    if not err <= tol:
+        diff = (out.detach().double().cpu() - ref.detach().double().cpu()).abs()
+        diff = torch.nan_to_num(diff, nan=float("inf"))
+        worst = divmod(int(diff.argmax()), diff.shape[-1]) if diff.dim() == 2 and diff.numel() else None
+        n_bad = int((~torch.isfinite(out.detach().cpu().double())).sum())
+        raise AssertionError(
+            f"{what}: relative error {err:.3g} > tolerance {tol:g} for {dtype}"
+            + (f"; {n_bad} non-finite elements (never written?)" if n_bad else "")
+            + (f"; worst element at {worst}" if worst else "")
+        )
+    return err
+
+
+def random_matrix(rows: int, cols: int, dtype=torch.float16, device=None, *, transposed=False, generator=None):
+    """Fresh N(0, 1) values; ``transposed=True`` returns a column-major view of the same shape."""
+    from . import runtime
+
+    device = device or runtime.DEVICE
+    if transposed:
+        return torch.randn(cols, rows, generator=generator).to(device=device, dtype=dtype).t()
+    return torch.randn(rows, cols, generator=generator).to(device=device, dtype=dtype)

@@ -1,0 +1,112 @@
+"""Which output tile each program computes: written once for the kernels, mirrored once in numpy.
+
+A GEMM ``C[M, N] = A[M, K] @ B[K, N]`` is cut into ``BLOCK_M x BLOCK_N`` tiles of C,
+``num_pid_m = cdiv(M, BLOCK_M)`` rows by ``num_pid_n = cdiv(N, BLOCK_N)`` columns.
+Program (or, in a persistent kernel, *tile index*) ``pid`` is mapped to a tile
+``(pid_m, pid_n)`` by one of two orders:
+
+``row_major``  pid walks the tile grid row by row: consecutive programs share a row
+               of A but each needs a different column of B.
+``grouped``    pid walks *groups* of ``GROUP_SIZE_M`` tile rows column by column, so
+               programs that run together reuse a few rows of A *and* a few columns
+               of B from L2 (Triton's tutorial 03 "super-grouping").
+
+The ``@triton.jit`` helpers are what every kernel calls; the numpy functions below
+them are the same arithmetic for drawings, widgets, the L2 model and tests.
+``tests/test_tiles.py`` runs the Triton helpers and proves the two agree.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import triton
+import triton.language as tl
+
+from . import runtime as _runtime  # noqa: F401  (decides interpreter vs GPU first)
+
+ORDERS = ("row_major", "grouped")
+
+
+# ----------------------------------------------------------------------------- device side
+@triton.jit
+def tile_row_major(pid, num_pid_n):
+    """Row-major order: pid -> (pid // num_pid_n, pid % num_pid_n)."""
+    return pid // num_pid_n, pid % num_pid_n
+
+
+@triton.jit
+def tile_grouped(pid, num_pid_m, num_pid_n, GROUP_SIZE_M: tl.constexpr):
+    """Grouped order: GROUP_SIZE_M tile rows form a group, walked column by column."""
+    num_pid_in_group = GROUP_SIZE_M * num_pid_n
+    group_id = pid // num_pid_in_group
+    first_pid_m = group_id * GROUP_SIZE_M
+    # the last group may have fewer rows when num_pid_m is not a multiple of GROUP_SIZE_M
+    rows_in_group = min(num_pid_m - first_pid_m, GROUP_SIZE_M)
+    pid_in_group = pid % num_pid_in_group
+    pid_m = first_pid_m + pid_in_group % rows_in_group
+    pid_n = pid_in_group // rows_in_group
+    return pid_m, pid_n
+
+
+@triton.jit
+def tile_coords(pid, num_pid_m, num_pid_n, GROUPED: tl.constexpr, GROUP_SIZE_M: tl.constexpr):
+    """The one pid -> (pid_m, pid_n) mapping all single-GEMM kernels use."""
+    if GROUPED:
+        pid_m, pid_n = tile_grouped(pid, num_pid_m, num_pid_n, GROUP_SIZE_M)
+    else:
+        pid_m, pid_n = tile_row_major(pid, num_pid_n)
+    return pid_m, pid_n
+
+
+# ----------------------------------------------------------------------------- numpy mirror
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _check_order(order: str, group_size_m: int) -> None:
+    if order not in ORDERS:
+        raise ValueError(f"order must be one of {ORDERS}, got {order!r}")
+    if int(group_size_m) < 1:
+        raise ValueError(f"group_size_m must be >= 1, got {group_size_m}")
+
+
+def tile_coords_np(pid, num_pid_m: int, num_pid_n: int, order: str = "grouped", group_size_m: int = 8):
+    """numpy mirror of :func:`tile_coords`; ``pid`` may be an int or an array."""
+    _check_order(order, group_size_m)
+    pid = np.asarray(pid, dtype=np.int64)
+    if order == "row_major":
+        return pid // num_pid_n, pid % num_pid_n
+    num_pid_in_group = group_size_m * num_pid_n
+    first_pid_m = (pid // num_pid_in_group) * group_size_m
+    rows_in_group = np.minimum(num_pid_m - first_pid_m, group_size_m)
+    pid_in_group = pid % num_pid_in_group
+    return first_pid_m + pid_in_group % rows_in_group, pid_in_group // rows_in_group
+
+
+def tile_grid(M: int, N: int, block_m: int, block_n: int) -> tuple[int, int]:
+    """(num_pid_m, num_pid_n): how many tiles of C along M and along N."""
+    if min(M, N, block_m, block_n) < 1:
+        raise ValueError(f"M, N, BLOCK_M, BLOCK_N must all be >= 1, got {M}, {N}, {block_m}, {block_n}")
+    return cdiv(M, block_m), cdiv(N, block_n)
+
+
+def program_tiles(M: int, N: int, block_m: int, block_n: int, order: str = "grouped", group_size_m: int = 8) -> np.ndarray:
+    """``[num_programs, 2]`` array: row ``pid`` is the ``(pid_m, pid_n)`` program ``pid`` computes."""
+    num_pid_m, num_pid_n = tile_grid(M, N, block_m, block_n)
+    pid_m, pid_n = tile_coords_np(np.arange(num_pid_m * num_pid_n), num_pid_m, num_pid_n, order, group_size_m)
+    return np.stack([pid_m, pid_n], axis=1)
+
+
+def launch_order_grid(M: int, N: int, block_m: int, block_n: int, order: str = "grouped", group_size_m: int = 8) -> np.ndarray:
+    """``[num_pid_m, num_pid_n]`` grid holding, for each C tile, the pid that computes it."""
+    tiles = program_tiles(M, N, block_m, block_n, order, group_size_m)
+    grid = np.full(tile_grid(M, N, block_m, block_n), -1, dtype=np.int64)
+    grid[tiles[:, 0], tiles[:, 1]] = np.arange(len(tiles))
+    return grid
+
+
+def persistent_tile_ids(num_tiles: int, num_programs: int) -> list[np.ndarray]:
+    """Tile indices each program of a persistent kernel walks: ``range(pid, num_tiles, num_programs)``."""
+    if num_programs < 1:
+        raise ValueError(f"num_programs must be >= 1, got {num_programs}")
+    return [np.arange(p, num_tiles, num_programs) for p in range(num_programs)]
