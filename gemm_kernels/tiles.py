@@ -110,3 +110,71 @@ def persistent_tile_ids(num_tiles: int, num_programs: int) -> list[np.ndarray]:
     if num_programs < 1:
         raise ValueError(f"num_programs must be >= 1, got {num_programs}")
     return [np.arange(p, num_tiles, num_programs) for p in range(num_programs)]
+
+
+# ----------------------------------------------------------------------------- whole schedules
+SCHEDULE_FIELDS = ("tile", "program", "step", "problem", "pid_m", "pid_n")
+
+
+def persistent_schedule(M: int, N: int, block_m: int, block_n: int, num_programs: int,
+                        order: str = "grouped", group_size_m: int = 8) -> np.ndarray:
+    """Schedule of a persistent single-GEMM kernel (``matmul_persistent``, ``matmul_tma``).
+
+    ``num_programs`` programs are launched; program ``p`` computes tile indices
+    ``p, p + num_programs, ...`` (step 0, 1, ...), each mapped to ``(pid_m, pid_n)`` by
+    :func:`tile_coords`.  Returns an int64 array ``[num_tiles, 6]`` with columns
+    :data:`SCHEDULE_FIELDS`, sorted by tile index.  ``step`` is the wave a tile runs in
+    when all programs are resident at once.
+    """
+    tile_grid(M, N, block_m, block_n)  # validates the sizes
+    return multi_problem_schedule([(M, N)], block_m, block_n, num_programs, order, group_size_m)
+
+
+def problem_tile_starts(problem_shapes, block_m: int, block_n: int) -> np.ndarray:
+    """Prefix sums of tiles per problem: problem ``g`` owns tiles ``[starts[g], starts[g+1])``.
+
+    ``problem_shapes`` is a list of ``(M, N)`` or ``(M, N, K)``; ``M`` may be 0 (no tiles)."""
+    counts = []
+    for shape in problem_shapes:
+        M, N = int(shape[0]), int(shape[1])
+        if M < 0 or N < 0:
+            raise ValueError(f"problem sizes must be >= 0, got M={M}, N={N}")
+        counts.append(cdiv(M, block_m) * cdiv(N, block_n))
+    return np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]).astype(np.int64)
+
+
+def locate_problem_np(tile, starts: np.ndarray):
+    """Which problem a global tile index falls in, and its index inside that problem."""
+    tile = np.asarray(tile, dtype=np.int64)
+    problem = np.searchsorted(starts, tile, side="right") - 1
+    return problem, tile - starts[problem]
+
+
+def multi_problem_schedule(problem_shapes, block_m: int, block_n: int, num_programs: int,
+                           order: str = "grouped", group_size_m: int = 8) -> np.ndarray:
+    """Schedule of the grouped (multi-problem) kernels (``grouped_matmul``, ``grouped_mm``).
+
+    The tiles of all problems are laid end to end (problem 0's tiles, then problem 1's, ...,
+    each problem's own tiles in ``order``); ``num_programs`` programs stride over that list
+    exactly like :func:`persistent_schedule`.  Returns ``[total_tiles, 6]`` int64 rows with
+    columns :data:`SCHEDULE_FIELDS`.
+    """
+    if num_programs < 1:
+        raise ValueError(f"num_programs must be >= 1, got {num_programs}")
+    _check_order(order, group_size_m)
+    starts = problem_tile_starts(problem_shapes, block_m, block_n)
+    tiles = np.arange(starts[-1], dtype=np.int64)
+    problem, local = locate_problem_np(tiles, starts)
+    out = np.empty((len(tiles), len(SCHEDULE_FIELDS)), dtype=np.int64)
+    out[:, 0] = tiles
+    out[:, 1] = tiles % num_programs
+    out[:, 2] = tiles // num_programs
+    out[:, 3] = problem
+    for g, shape in enumerate(problem_shapes):
+        sel = problem == g
+        if not sel.any():
+            continue
+        num_pid_m, num_pid_n = cdiv(int(shape[0]), block_m), cdiv(int(shape[1]), block_n)
+        pm, pn = tile_coords_np(local[sel], num_pid_m, num_pid_n, order, group_size_m)
+        out[sel, 4], out[sel, 5] = pm, pn
+    return out
