@@ -1,0 +1,144 @@
+"""L2 reuse model: the seed notes' 90/54/9 example, agreement with a brute-force LRU
+simulation of the same lockstep trace, and monotonicity in the cache size."""
+
+import numpy as np
+import pytest
+
+from gemm_kernels.l2model import H100_L2_BYTES, H100_NUM_SMS, l2_traffic, reuse_profile
+from gemm_kernels.schedule import grouped_gemm_schedule, tile_schedule
+
+BLOCK = 64
+
+
+def seed_example(order):
+    # 9x9 blocks of C, K loop over 9 blocks, 9 programs at once, groups of 3 rows
+    s = tile_schedule(9 * BLOCK, 9 * BLOCK, BLOCK, BLOCK, order, 3, programs_in_flight=9)
+    return l2_traffic(s, block_k=BLOCK, K=9 * BLOCK)
+
+
+@pytest.mark.parametrize("order,reads", [("row_major", 90), ("grouped", 54)])
+def test_seed_notes_first_wave(order, reads):
+    first = seed_example(order).upto(0)
+    assert first["misses"] == reads
+    assert first["c_writes"] == 9
+    assert first["loads"] == 9 * 2 * 9  # every program issues 9 A and 9 B block loads
+    assert first["hits"] == first["loads"] - reads
+
+
+def test_seed_example_holds_for_any_cache_size():
+    # the first wave starts from a cold cache, so its reads do not depend on the L2 size
+    for order, reads in [("row_major", 90), ("grouped", 54)]:
+        s = tile_schedule(9 * BLOCK, 9 * BLOCK, BLOCK, BLOCK, order, 3, programs_in_flight=9)
+        profile = reuse_profile(s, BLOCK, K=9 * BLOCK)
+        for blocks in (0, 1, 10, 100, None):
+            l2 = None if blocks is None else blocks * BLOCK * BLOCK * 2
+            assert profile.traffic(l2).upto(0)["misses"] == reads
+
+
+def brute_force_lru(schedule, block_k, K, l2_bytes, element_bytes=2):
+    """The model's trace, simulated load by load: in each wave, for k in 0..k_blocks-1, every
+    program loads block k of its A row-block and of its B column-block.  Blocks loaded in
+    the same step share one LRU age; a block hits iff the bytes of every block at least as
+    recent as it fit in l2_bytes."""
+    k_blocks = -(-K // block_k)
+    stamp, size = {}, {}
+    misses = np.zeros(schedule.num_waves, dtype=np.int64)
+    t = 0
+    for w in range(schedule.num_waves):
+        rows = schedule.table[schedule.wave_rows(w)]
+        for k in range(k_blocks):
+            step = set()
+            for _, _, _, g, m, n in rows:
+                M, N, _ = schedule.problem_shapes[g]
+                rm = min(schedule.block_m, M - m * schedule.block_m)
+                cn = min(schedule.block_n, N - n * schedule.block_n)
+                for key, nbytes in (((g, "A", m, k), rm), ((g, "B", n, k), cn)):
+                    step.add(key)
+                    size[key] = nbytes * block_k * element_bytes
+            for key in step:
+                if key in stamp:
+                    recent = sum(size[y] for y, s in stamp.items() if s >= stamp[key])
+                    if l2_bytes is not None and recent > l2_bytes:
+                        misses[w] += 1
+                else:
+                    misses[w] += 1
+            for key in step:
+                stamp[key] = t
+            t += 1
+    return misses
+
+
+@pytest.mark.parametrize("case", range(12))
+def test_model_equals_brute_force_simulation(case):
+    rng = np.random.default_rng(case)
+    order = ["row_major", "grouped", "persistent"][case % 3]
+    bm, bn, bk = 16, int(rng.choice([16, 32])), 16
+    M, N = int(rng.integers(1, 130)), int(rng.integers(1, 130))
+    K = bk * int(rng.integers(1, 5))
+    s = tile_schedule(M, N, bm, bn, order, int(rng.integers(1, 4)), programs_in_flight=int(rng.integers(1, 9)))
+    profile = reuse_profile(s, bk, K=K)
+    for l2 in [None, *rng.integers(0, 40 * bm * bk * 2, size=4)]:
+        l2 = None if l2 is None else int(l2)
+        np.testing.assert_array_equal(profile.traffic(l2).misses, brute_force_lru(s, bk, K, l2), err_msg=f"l2={l2}")
+
+
+def test_multi_problem_model_equals_brute_force():
+    s = grouped_gemm_schedule([(40, 70), (0, 30), (33, 17), (64, 64)], 16, 16, num_programs=5, group_size_m=2)
+    profile = reuse_profile(s, 16, K=48)
+    for l2 in (None, 0, 3000, 9000, 20000):
+        np.testing.assert_array_equal(profile.traffic(l2).misses, brute_force_lru(s, 16, 48, l2))
+
+
+def test_more_cache_never_means_more_misses():
+    rng = np.random.default_rng(7)
+    for _ in range(60):
+        order = str(rng.choice(["row_major", "grouped", "persistent"]))
+        M, N = (int(x) for x in rng.integers(1, 3000, size=2))
+        bm, bn = (int(x) for x in rng.choice([32, 64, 128], size=2))
+        s = tile_schedule(M, N, bm, bn, order, int(rng.integers(1, 10)), programs_in_flight=int(rng.integers(1, 200)))
+        profile = reuse_profile(s, 32, K=int(rng.integers(1, 2000)))
+        sizes = np.sort(rng.integers(0, 2**26, size=8))
+        misses = [profile.traffic(int(c)).misses for c in sizes]
+        for smaller, larger in zip(misses, misses[1:]):
+            assert (larger <= smaller).all()  # per wave, not only in total
+        t = profile.traffic(int(sizes[-1])).totals()
+        assert t["compulsory_misses"] <= t["misses"] <= t["loads"]
+        assert profile.traffic(None).totals()["misses"] == t["compulsory_misses"]
+
+
+def test_mixed_k_problems_stay_monotone_and_bounded():
+    s = grouped_gemm_schedule([(256, 256, 64), (128, 512, 1024), (300, 100, 200)], 64, 64, num_programs=6)
+    profile = reuse_profile(s, 32)
+    prev = None
+    for c in range(0, 2_000_000, 50_000):
+        t = profile.traffic(c).totals()
+        assert t["compulsory_misses"] <= t["misses"] <= t["loads"]
+        assert prev is None or t["misses"] <= prev
+        prev = t["misses"]
+
+
+def test_h100_sized_problem_gives_sensible_numbers():
+    # 8192^2 fp16, 128x128 tiles, BLOCK_K 64, 132 programs in flight, 50 MiB L2
+    results = {}
+    for order in ("row_major", "grouped"):
+        s = tile_schedule(8192, 8192, 128, 128, order, 8, programs_in_flight=H100_NUM_SMS)
+        results[order] = l2_traffic(s, block_k=64, K=8192, l2_bytes=H100_L2_BYTES).totals()
+    rm, gr = results["row_major"], results["grouped"]
+    assert rm["loads"] == gr["loads"] == 4096 * 2 * 128
+    assert rm["c_writes"] == gr["c_writes"] == 4096
+    compulsory = 2 * 8192 * 8192 * 2  # A and B once each: 256 MiB
+    assert rm["compulsory_misses"] == 128 * 128
+    assert compulsory <= gr["dram_read_bytes"] < rm["dram_read_bytes"]
+    # row-major streams all of B (128 MiB) past a 50 MiB L2 in every one of its 32 waves
+    assert rm["dram_read_bytes"] > 3 * 2**30
+    assert gr["dram_read_bytes"] < rm["dram_read_bytes"] / 2
+
+
+def test_bad_arguments():
+    s = tile_schedule(64, 64, 16, 16, programs_in_flight=4)
+    with pytest.raises(ValueError, match="pass K="):
+        l2_traffic(s, block_k=16)
+    with pytest.raises(ValueError, match="block_k"):
+        l2_traffic(s, block_k=0, K=64)
+    with pytest.raises(ValueError, match="l2_bytes"):
+        l2_traffic(s, block_k=16, K=64, l2_bytes=-1)
