@@ -22,6 +22,9 @@ import torch
 
 #: Environment variable that forces the interpreter on a GPU machine.
 FORCE_INTERPRET_ENV = "GEMM_KERNELS_INTERPRET"
+#: Set to 0 to skip autotuning on a GPU: each kernel then uses the first (default) config of its
+#: list.  Meant for quick correctness runs (each new shape otherwise compiles and times every config).
+AUTOTUNE_ENV = "GEMM_KERNELS_AUTOTUNE"
 
 #: SM count reported when interpreting.  Small on purpose: the persistent kernels
 #: launch ``num_sms()`` programs, and with 4 each program walks several tiles even
@@ -101,6 +104,11 @@ def supports_tma() -> bool:
 def num_sms() -> int:
     """Streaming multiprocessors (the persistent kernels' program count); see INTERPRETER_NUM_SMS."""
     return RUNTIME.num_sms
+
+
+def autotune_enabled() -> bool:
+    """Autotuning happens only on a GPU, and only unless GEMM_KERNELS_AUTOTUNE=0."""
+    return on_gpu() and os.environ.get(AUTOTUNE_ENV, "1").strip() != "0"
 
 
 def gpu_name() -> str:
