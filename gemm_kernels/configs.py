@@ -37,3 +37,39 @@ def matmul_configs():
         _cfg(64, 64, 64, 4, 4),
         _cfg(64, 32, 32, 5, 2),
     ]
+
+
+#: GROUP_SIZE_M of the grouped kernels in the interpreter: small, so the interpreter's few tile
+#: rows per problem still form several groups (and a short last one).
+INTERPRETER_GROUP_SIZE_M = 4
+
+
+def grouped_configs(gpu: bool | None = None):
+    """Configs for ``grouped_matmul`` (pointer-array grouped GEMM, both the pointer and TMA paths).
+
+    A short Hopper list to start from; GROUP_SIZE_M is part of the config so it can be tuned too.
+    ``gpu=True`` gives the GPU list even in the interpreter (for the compile view)."""
+    if not (runtime.on_gpu() if gpu is None else gpu):
+        return _interpreter(GROUP_SIZE_M=INTERPRETER_GROUP_SIZE_M)
+    return [
+        _cfg(128, 128, 64, 4, 8, GROUP_SIZE_M=8),
+        _cfg(128, 128, 64, 3, 4, GROUP_SIZE_M=8),
+        _cfg(128, 256, 64, 3, 8, GROUP_SIZE_M=8),
+        _cfg(64, 128, 64, 4, 4, GROUP_SIZE_M=8),
+        _cfg(128, 64, 64, 4, 4, GROUP_SIZE_M=8),
+        _cfg(64, 64, 64, 4, 4, GROUP_SIZE_M=8),
+    ]
+
+
+def moe_configs(gpu: bool | None = None):
+    """Configs for ``grouped_mm`` (MoE: many experts, often few rows each, so BLOCK_M=64 is in).
+    ``gpu=True`` gives the GPU list even in the interpreter (for the compile view)."""
+    if not (runtime.on_gpu() if gpu is None else gpu):
+        return _interpreter(GROUP_SIZE_M=INTERPRETER_GROUP_SIZE_M)
+    return [
+        _cfg(128, 128, 64, 4, 8, GROUP_SIZE_M=8),
+        _cfg(128, 256, 64, 3, 8, GROUP_SIZE_M=8),
+        _cfg(64, 128, 64, 4, 4, GROUP_SIZE_M=8),
+        _cfg(64, 256, 64, 3, 8, GROUP_SIZE_M=8),
+        _cfg(64, 64, 64, 4, 4, GROUP_SIZE_M=8),
+    ]

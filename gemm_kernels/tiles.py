@@ -178,3 +178,46 @@ def multi_problem_schedule(problem_shapes, block_m: int, block_n: int, num_progr
         pm, pn = tile_coords_np(local[sel], num_pid_m, num_pid_n, order, group_size_m)
         out[sel, 4], out[sel, 5] = pm, pn
     return out
+
+
+# ----------------------------------------------------------------------------- several problems, on the device
+# The grouped kernels walk the tiles of all problems laid end to end (``multi_problem_schedule``).
+# A tile index is turned back into (problem, tile inside the problem) by one of two helpers,
+# both the device twin of ``locate_problem_np`` (``searchsorted(starts, tile, "right") - 1``):
+# problems with no tiles own an empty range, so they are skipped without special cases.
+
+
+@triton.jit
+def locate_problem(tile, tile_starts_ptr, num_problems):
+    """Global tile index -> (problem, tile inside it); ``grouped_matmul``'s lookup.
+
+    ``tile_starts_ptr`` points at ``problem_tile_starts`` (``num_problems + 1`` entries, int32 or
+    int64, computed on the host; tile indices themselves are int32).  Binary search for the last
+    problem whose first tile is <= ``tile``: log2(num_problems) scalar loads from a small array
+    that stays in L1/L2.
+    """
+    lo = tile * 0  # a tensor (not a Python int), so the loop below carries it whatever num_problems is
+    hi = lo + num_problems - 1
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if tl.load(tile_starts_ptr + mid).to(tl.int32) <= tile:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo, tile - tl.load(tile_starts_ptr + lo).to(tl.int32)
+
+
+@triton.jit
+def locate_problem_in_ends(tile, tile_ends):
+    """Global tile index -> (problem, tile inside it), from tile counts held in registers.
+
+    ``tile_ends`` is a vector of cumulative tile counts (problem p owns tiles
+    ``[tile_ends[p-1], tile_ends[p])``; padding lanes hold the total).  ``grouped_mm`` builds it
+    in the kernel from the device-side ``offs``, so the host never needs per-expert counts.
+    The problem is the number of problems that end at or before ``tile``; its first tile is
+    the largest such end.
+    """
+    ended = tile_ends <= tile
+    problem = tl.sum(ended.to(tl.int32), axis=0)
+    first_tile = tl.max(tl.where(ended, tile_ends, 0), axis=0)
+    return problem, tile - first_tile

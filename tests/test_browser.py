@@ -131,6 +131,7 @@ window.__gemmState = (path) => {
   return {
     found: true,
     kernel: kernel ? kernel.status : 'none',
+    connected: !!kernel && kernel.connectionStatus === 'connected',
     codeCells: toRun.length,
     executed: toRun.filter(c => c.model.executionCount !== null).length,
     pending: code.filter(c => {
@@ -205,10 +206,11 @@ class LabServer:
             "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
         ]
         self._log = open(self.log_path, "wb")
-        # Own process group: kernels die with the server even if it has to be killed.
+        # Its own session and no stdin: a Ctrl-C meant for pytest must not reach the server's
+        # "Shut down this Jupyter server (y/[n])?" prompt; stop() ends it either way.
         self.process = subprocess.Popen(
-            command, cwd=self.root, env=env, stdout=self._log, stderr=subprocess.STDOUT,
-            start_new_session=True,
+            command, cwd=self.root, env=env, stdin=subprocess.DEVNULL, stdout=self._log,
+            stderr=subprocess.STDOUT, start_new_session=True,
         )
 
     def api(self, path: str, method: str = "GET"):
@@ -249,9 +251,13 @@ class LabServer:
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
 
     def stop(self) -> None:
-        """SIGTERM lets the server shut its kernels down; whatever is left is killed."""
+        """Shut the kernels down, then the server (SIGTERM, SIGKILL if it hangs)."""
         try:
             if self.process.poll() is None:
+                try:
+                    self.shutdown_kernels()
+                except OSError:
+                    pass  # the server's own SIGTERM handling shuts kernels down too
                 self.process.terminate()
                 try:
                     self.process.wait(timeout=20)
@@ -259,7 +265,7 @@ class LabServer:
                     self.process.kill()
                     self.process.wait(timeout=10)
         finally:
-            try:
+            try:  # anything the server left in its process group (kernels have their own)
                 os.killpg(self.process.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
@@ -268,9 +274,20 @@ class LabServer:
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
-    server = LabServer(tmp_path_factory.mktemp("jupyterlab"))
+    for attempt in range(3):
+        server = LabServer(tmp_path_factory.mktemp("jupyterlab"))
+        try:
+            server.wait_ready()
+            break
+        except RuntimeError:
+            server.stop()
+            # Another process took the free port between our probe and the server's bind.
+            if "already in use" not in server.log_path.read_text(errors="replace") or attempt == 2:
+                raise
+        except BaseException:
+            server.stop()
+            raise
     try:
-        server.wait_ready()
         yield server
     finally:
         server.stop()
@@ -333,7 +350,10 @@ class NotebookPage:
 
     def run_all(self) -> dict:
         """Run every cell with the Lab command and wait until the kernel has finished them."""
-        self.wait_for("s.found && s.kernel === 'idle'", LAB_LOAD_MS, "the notebook and an idle kernel")
+        self.wait_for(
+            "s.found && s.connected && s.kernel === 'idle'", LAB_LOAD_MS,
+            "the notebook and an idle, connected kernel",
+        )
         self.page.evaluate(
             """path => {
               const panel = window.__gemmPanel(path);
@@ -358,8 +378,8 @@ class NotebookPage:
 
     def wait_widgets_rendered(self) -> dict:
         state = self.wait_for(
-            "s.widgetViews === s.widgetOutputs && s.widgetViewsRendered === s.widgetViews "
-            "&& s.loadingWidgets === 0 || s.widgetErrors.length > 0",
+            "(s.widgetViews === s.widgetOutputs && s.widgetViewsRendered === s.widgetViews "
+            "&& s.loadingWidgets === 0) || s.widgetErrors.length > 0",
             WIDGETS_MS,
             "every widget view to render",
         )
@@ -369,9 +389,10 @@ class NotebookPage:
         assert state["loadingWidgets"] == 0
         return state
 
-    def screenshot(self, label: str) -> None:
+    def screenshot(self, label: str, target=None) -> None:
+        """Save test-artifacts/browser/<notebook>-<label>.png of the page or of one locator."""
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
-        self.page.screenshot(path=ARTIFACTS / f"{Path(self.name).stem}-{label}.png")
+        (target or self.page).screenshot(path=ARTIFACTS / f"{Path(self.name).stem}-{label}.png")
 
     def close(self) -> None:
         self.page.close()
@@ -382,6 +403,8 @@ class NotebookPage:
 def open_notebook(lab, context, name):
     if not (NOTEBOOKS / name).exists():
         pytest.fail(f"notebooks/{name} is missing")
+    for stale in ARTIFACTS.glob(f"{Path(name).stem}-*.png"):
+        stale.unlink()  # screenshots of an earlier run would mislead
     notebook = NotebookPage(lab, context, name)
     try:
         yield notebook
@@ -413,37 +436,47 @@ def test_schedule_explorer_renders_and_reacts(lab, browser_context):
         state = notebook.wait_widgets_rendered()
         assert state["widgetViews"] > 0, "the schedule explorer shows no widget"
 
-        # The explorer: the widget output holding the picture, its sliders and the counters.
+        # The schedule explorer (gemm_kernels.widgets): a widget output with a GROUP_SIZE_M
+        # slider and a picture (an Image widget) with the counters (an HTML widget) beside it.
+        page = notebook.page
+        group_slider = page.locator(".widget-slider", has_text="GROUP_SIZE_M")
         explorer = (
-            notebook.page.locator(".jp-OutputArea-output", has=notebook.page.locator("img"))
-            .filter(has=notebook.page.locator(".widget-slider"))
+            page.locator(".jp-OutputArea-output", has=page.locator("img.widget-image"))
+            .filter(has=group_slider)
             .first
         )
         explorer.scroll_into_view_if_needed()
-        picture = explorer.locator("img").first
-        counters = explorer.locator(".widget-html-content").first
+        picture = explorer.locator("img.widget-image").first
+        counters = explorer.locator("img.widget-image ~ .widget-html .widget-html-content").first
         notebook.screenshot("page")
-        explorer.screenshot(path=ARTIFACTS / "03_grouped_l2_ordering-explorer-before.png")
+        notebook.screenshot("explorer-before", explorer)
 
         src_before, pixels_before = _picture_fingerprint(picture)
         counters_before = counters.inner_text()
 
-        slider = explorer.locator(".widget-slider").filter(has_text="GROUP_SIZE_M").first
-        handle = slider.locator(".noUi-handle").first
+        handle = explorer.locator(".widget-slider", has_text="GROUP_SIZE_M").locator(".noUi-handle").first
         value = int(float(handle.get_attribute("aria-valuenow")))
         at_max = value >= int(float(handle.get_attribute("aria-valuemax")))
         handle.focus()
         handle.press("ArrowLeft" if at_max else "ArrowRight")
-
-        notebook.page.wait_for_function(
-            "([img, html, src, text]) => img.src !== src && html.innerText !== text",
-            arg=[picture.element_handle(), counters.element_handle(), src_before, counters_before],
-            timeout=WIDGET_UPDATE_MS,
-            polling=250,
-        )
+        try:
+            page.wait_for_function(
+                "([img, html, src, text]) => img.src !== src && html.innerText !== text",
+                arg=[picture.element_handle(), counters.element_handle(), src_before, counters_before],
+                timeout=WIDGET_UPDATE_MS,
+                polling=250,
+            )
+        except sync_api.TimeoutError:
+            pytest.fail(
+                f"moving GROUP_SIZE_M off {value} did not change both the picture and the counters "
+                f"within {WIDGET_UPDATE_MS / 1000:.0f}s (slider now at {handle.get_attribute('aria-valuenow')}; "
+                f"picture src changed: {picture.get_attribute('src') != src_before}; "
+                f"counters changed: {counters.inner_text() != counters_before}).\n"
+                f"notebook state: {notebook.state()}\nconsole errors: {notebook.console_errors[-10:]}"
+            )
         src_after, pixels_after = _picture_fingerprint(picture)
         counters_after = counters.inner_text()
-        explorer.screenshot(path=ARTIFACTS / "03_grouped_l2_ordering-explorer-after.png")
+        notebook.screenshot("explorer-after", explorer)
 
         assert int(float(handle.get_attribute("aria-valuenow"))) != value, "the slider did not move"
         assert src_after != src_before

@@ -1,0 +1,542 @@
+"""Grouped GEMM: many independent ``C_i = A_i @ B_i`` in one persistent launch.
+
+The design of Triton's tutorial 08, with its gaps closed:
+
+* The host packs, per problem, the data pointers, the sizes and *both* strides of A, B and C
+  into one small int64 device array (one host-to-device copy per call).
+* A fixed number of programs, ``min(num_sms(), total tiles)``, walks the tiles of all problems
+  laid end to end: program ``p`` takes tiles ``p, p + num_programs, ...``
+  (``tiles.multi_problem_schedule`` is the numpy mirror of exactly this walk).
+* A global tile index becomes (problem, tile inside it) with ``tiles.locate_problem`` (a binary
+  search over the host-computed ``tiles.problem_tile_starts``), then ``(pid_m, pid_n)`` with the
+  same ``tiles.tile_coords`` (grouped order) as every other kernel.
+* Every load and store is masked (or bounded by the tensor descriptor), so any sizes work:
+  ragged tiles, ``M_i = 0`` / ``N_i = 0`` (no tiles), ``K_i = 0`` (zeros).
+* The autotune key holds no pointers: it is the dtype, the variant and three small buckets
+  (number of problems, largest K, total work), so it cannot grow with every call.
+
+``tma=True`` reads A and B (and writes C when its rows are 16-byte aligned) through tensor
+descriptors built in the kernel for the tile's problem (``tl.make_tensor_descriptor``).
+
+Three layers as in ``matmul.py``: ``_grouped_matmul_kernel`` (the math), ``grouped_matmul`` (the
+contract) and ``configs.grouped_configs`` (the tuning); ``grouped_matmul_ref`` is the reference.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+import triton
+import triton.language as tl
+
+from . import _validate, configs, runtime
+from .epilogue import mma_operand, widen_for_dot
+from .tiles import locate_problem, problem_tile_starts, tile_coords
+
+#: torch dtype -> the element type the kernels cast raw pointers to
+TL_DTYPES = {torch.float16: tl.float16, torch.bfloat16: tl.bfloat16, torch.float32: tl.float32}
+
+#: TMA: the base address and every stride but the last must be multiples of 16 bytes.
+TMA_ALIGN_BYTES = 16
+
+# Columns of the per-problem metadata rows (int64): what the kernel loads for a tile's problem.
+PROBLEM_FIELDS = ("a_ptr", "b_ptr", "c_ptr", "M", "N", "K",
+                  "stride_am", "stride_ak", "stride_bk", "stride_bn", "stride_cm", "stride_cn")
+_NUM_FIELDS = tl.constexpr(len(PROBLEM_FIELDS))
+_A_PTR, _B_PTR, _C_PTR = tl.constexpr(0), tl.constexpr(1), tl.constexpr(2)
+_M, _N, _K = tl.constexpr(3), tl.constexpr(4), tl.constexpr(5)
+_SAM, _SAK, _SBK, _SBN, _SCM, _SCN = (tl.constexpr(i) for i in range(6, 12))
+
+#: trace rows written in TRACE mode: one per tile
+TRACE_FIELDS = ("program", "problem", "pid_m", "pid_n")
+
+
+# ----------------------------------------------------------------------------- device side
+@triton.jit
+def k_loop_pointers(a_ptr, b_ptr, offs_m, offs_n, K, stride_am, stride_ak, stride_bk, stride_bn,
+                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                    WIDEN: tl.constexpr):
+    """fp32 ``A[offs_m, :K] @ B[:K, offs_n]`` with plain pointer loads (shared with ``moe.py``).
+
+    ``offs_m`` / ``offs_n`` must already be valid rows/columns (callers wrap them); only the
+    K edge is masked, to zero, because it is summed over."""
+    offs_k = tl.arange(0, BLOCK_K)
+    a_ptrs = a_ptr + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak
+    b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        k_left = K - k * BLOCK_K
+        a = tl.load(a_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
+        b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
+        acc = tl.dot(mma_operand(a, WIDEN), mma_operand(b, WIDEN), acc)
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
+    return acc
+
+
+@triton.jit
+def _k_loop_tma(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, off_m, off_n,
+                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                A_LAYOUT: tl.constexpr, B_LAYOUT: tl.constexpr, WIDEN: tl.constexpr):
+    """fp32 tile of ``A @ B`` read through tensor descriptors built here, for this problem.
+
+    The descriptor's shape is the problem's real shape, so the TMA unit zero-fills whatever a
+    ragged tile reads past the edge.  A column-major operand (a transposed view) gets a
+    descriptor over its storage order (A^T is [K, M], row-major) and the tile is transposed back."""
+    if A_LAYOUT == "col":
+        a_desc = tl.make_tensor_descriptor(a_ptr, shape=[K, M], strides=[stride_ak, 1],
+                                           block_shape=[BLOCK_K, BLOCK_M])
+    else:
+        a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[stride_am, 1],
+                                           block_shape=[BLOCK_M, BLOCK_K])
+    if B_LAYOUT == "col":
+        b_desc = tl.make_tensor_descriptor(b_ptr, shape=[N, K], strides=[stride_bn, 1],
+                                           block_shape=[BLOCK_N, BLOCK_K])
+    else:
+        b_desc = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[stride_bk, 1],
+                                           block_shape=[BLOCK_K, BLOCK_N])
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        off_k = k * BLOCK_K
+        if A_LAYOUT == "col":
+            a = a_desc.load([off_k, off_m]).T
+        else:
+            a = a_desc.load([off_m, off_k])
+        if B_LAYOUT == "col":
+            b = b_desc.load([off_n, off_k]).T
+        else:
+            b = b_desc.load([off_k, off_n])
+        acc = tl.dot(mma_operand(a, WIDEN), mma_operand(b, WIDEN), acc)
+    return acc
+
+
+@triton.jit
+def _load_matrix(row, PTR: tl.constexpr, STRIDE_0: tl.constexpr, STRIDE_1: tl.constexpr,
+                 DTYPE: tl.constexpr, LAYOUT: tl.constexpr, ALIGN_ELEMS: tl.constexpr):
+    """A problem's matrix from its metadata row: (typed base pointer, stride 0, stride 1).
+
+    Kernel arguments come with facts Triton derives at launch (a stride equal to 1, a value
+    divisible by 16); values loaded from memory come with none, and every access would be
+    scalar.  So the facts the host proved for the whole group are stated here, on the loaded
+    values: ``"row"``: unit stride along dim 1, 16-byte-aligned base and row stride; ``"col"``:
+    the transpose; ``"any"``: nothing known.  (The hints must sit on values made in this body:
+    on a helper's parameters they would be lost.)"""
+    ptr = tl.load(row + PTR).to(tl.pointer_type(DTYPE))
+    stride_0 = tl.load(row + STRIDE_0)
+    stride_1 = tl.load(row + STRIDE_1)
+    if LAYOUT == "row":
+        ptr = tl.multiple_of(ptr, 16)
+        stride_0 = tl.multiple_of(stride_0, ALIGN_ELEMS)
+        stride_1 = 1
+    elif LAYOUT == "col":
+        ptr = tl.multiple_of(ptr, 16)
+        stride_0 = 1
+        stride_1 = tl.multiple_of(stride_1, ALIGN_ELEMS)
+    return ptr, stride_0, stride_1
+
+
+@triton.jit
+def _load_size(row, FIELD: tl.constexpr, ALIGN: tl.constexpr):
+    """A problem's M, N or K, with the power of two that divides it for every problem of the call."""
+    size = tl.load(row + FIELD).to(tl.int32)
+    if ALIGN > 1:
+        size = tl.multiple_of(size, ALIGN)
+    return size
+
+
+@triton.jit
+def _grouped_matmul_kernel(
+    problems_ptr, tile_starts_ptr, trace_ptr,
+    num_problems,
+    # autotune key only (see _autotune_key); the math never reads them
+    num_problems_bucket, max_k_bucket, work_bucket,
+    DTYPE: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_SIZE_M: tl.constexpr,
+    STARTS_ROW: tl.constexpr, USE_TMA: tl.constexpr,
+    # facts the host proved for every problem of this call (see _plan)
+    A_LAYOUT: tl.constexpr, B_LAYOUT: tl.constexpr, C_LAYOUT: tl.constexpr, ALIGN_ELEMS: tl.constexpr,
+    M_ALIGN: tl.constexpr, N_ALIGN: tl.constexpr, K_ALIGN: tl.constexpr,
+    WIDEN: tl.constexpr, TRACE: tl.constexpr,
+):
+    # tile starts for this config's (BLOCK_M, BLOCK_N): one row of the host-computed table
+    tile_starts_ptr += STARTS_ROW * (num_problems + 1)
+    total_tiles = tl.load(tile_starts_ptr + num_problems).to(tl.int32)
+    pid = tl.program_id(0)
+    num_programs = tl.num_programs(0)
+    for tile in range(pid, total_tiles, num_programs):
+        problem, local_tile = locate_problem(tile, tile_starts_ptr, num_problems)
+        row = problems_ptr + problem * _NUM_FIELDS
+        M = _load_size(row, _M, M_ALIGN)
+        N = _load_size(row, _N, N_ALIGN)
+        K = _load_size(row, _K, K_ALIGN)
+        a_ptr, stride_am, stride_ak = _load_matrix(row, _A_PTR, _SAM, _SAK, DTYPE, A_LAYOUT, ALIGN_ELEMS)
+        b_ptr, stride_bk, stride_bn = _load_matrix(row, _B_PTR, _SBK, _SBN, DTYPE, B_LAYOUT, ALIGN_ELEMS)
+        c_ptr, stride_cm, stride_cn = _load_matrix(row, _C_PTR, _SCM, _SCN, DTYPE, C_LAYOUT, ALIGN_ELEMS)
+
+        pid_m, pid_n = tile_coords(local_tile, tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), True, GROUP_SIZE_M)
+        if TRACE:  # which program computed which tile of which problem (tests and notebooks read it)
+            tl.store(trace_ptr + 4 * tile, pid)
+            tl.store(trace_ptr + 4 * tile + 1, problem)
+            tl.store(trace_ptr + 4 * tile + 2, pid_m)
+            tl.store(trace_ptr + 4 * tile + 3, pid_n)
+
+        if USE_TMA:
+            acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            if K > 0:  # K = 0: A and B are empty (no address to describe), C is zeros
+                acc = _k_loop_tma(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                                  pid_m * BLOCK_M, pid_n * BLOCK_N, BLOCK_M, BLOCK_N, BLOCK_K,
+                                  A_LAYOUT, B_LAYOUT, WIDEN)
+        else:
+            # Rows/columns past the edge wrap (% M, % N): loads stay in bounds without an M/N mask
+            # and the wrapped results are never stored.  With M_ALIGN/N_ALIGN the compiler knows the
+            # wrap happens on an aligned boundary, so contiguous runs stay vectorized.
+            offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
+            offs_n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
+            acc = k_loop_pointers(a_ptr, b_ptr, offs_m, offs_n, K, stride_am, stride_ak, stride_bk, stride_bn,
+                                  BLOCK_M, BLOCK_N, BLOCK_K, WIDEN)
+
+        if USE_TMA and C_LAYOUT == "row":  # the descriptor's shape clips the ragged edge
+            c_desc = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[stride_cm, 1],
+                                               block_shape=[BLOCK_M, BLOCK_N])
+            c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], acc.to(DTYPE))
+        else:
+            offs_cm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+            offs_cn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+            c_ptrs = c_ptr + offs_cm[:, None] * stride_cm + offs_cn[None, :] * stride_cn
+            tl.store(c_ptrs, acc.to(DTYPE), mask=(offs_cm[:, None] < M) & (offs_cn[None, :] < N))
+
+
+def _with_starts_rows(config_list):
+    """Give every config the row of the tile-starts table that matches its (BLOCK_M, BLOCK_N).
+
+    Tile starts depend on the block shape, and autotuning tries several; the launcher uploads
+    the starts for every candidate shape at once (one copy), each config reads its own row."""
+    shapes = list(dict.fromkeys((c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"]) for c in config_list))
+    tagged = []
+    for c in config_list:
+        row = shapes.index((c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"]))
+        tagged.append(triton.Config({**c.kwargs, "STARTS_ROW": row}, num_warps=c.num_warps,
+                                    num_stages=c.num_stages))
+    return tagged, shapes
+
+
+_CONFIGS, BLOCK_SHAPES = _with_starts_rows(configs.grouped_configs())
+_grouped_matmul_tuned = triton.autotune(
+    configs=_CONFIGS,
+    key=["num_problems_bucket", "max_k_bucket", "work_bucket", "DTYPE", "USE_TMA",
+         "A_LAYOUT", "B_LAYOUT", "C_LAYOUT", "M_ALIGN", "N_ALIGN", "K_ALIGN"],
+)(_grouped_matmul_kernel)
+
+
+# ----------------------------------------------------------------------------- host side
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def _check_group_inputs(group_a, group_b):
+    """Validate the two lists; returns [(M, N, K), ...]."""
+    for name, group in (("group_a", group_a), ("group_b", group_b)):
+        if isinstance(group, torch.Tensor) or not isinstance(group, Sequence):
+            raise TypeError(f"{name} must be a list (or tuple) of 2-D tensors, got {type(group).__name__}")
+    if len(group_a) != len(group_b):
+        raise ValueError(
+            f"group_a has {len(group_a)} matrices but group_b has {len(group_b)}: "
+            "each A_i needs its B_i"
+        )
+    if len(group_a) == 0:
+        raise ValueError("grouped_matmul needs at least one problem, got two empty lists")
+    shapes = []
+    for i, (a, b) in enumerate(zip(group_a, group_b)):
+        _validate.check_tensor(a, f"group_a[{i}]", 2)
+        _validate.check_tensor(b, f"group_b[{i}]", 2)
+        if a.shape[1] != b.shape[0]:
+            raise ValueError(
+                f"problem {i}: A is {a.shape[0]}x{a.shape[1]} but B is {b.shape[0]}x{b.shape[1]}: "
+                f"the inner dimensions must match ({a.shape[1]} != {b.shape[0]})"
+            )
+        shapes.append((a.shape[0], b.shape[1], a.shape[1]))
+    first = group_a[0]
+    for i, (a, b) in enumerate(zip(group_a, group_b)):
+        for name, t in ((f"group_a[{i}]", a), (f"group_b[{i}]", b)):
+            if t.dtype != first.dtype:
+                raise TypeError(
+                    f"{name} has dtype {_dtype_name(t.dtype)} but group_a[0] has {_dtype_name(first.dtype)}: "
+                    "all matrices of a group must share one dtype"
+                )
+            if t.device != first.device:
+                raise ValueError(
+                    f"{name} is on {t.device} but group_a[0] is on {first.device}: "
+                    "all matrices of a group must be on one device"
+                )
+    return shapes
+
+
+def _check_tma_available(what: str) -> None:
+    if not runtime.supports_tma():
+        cap = runtime.RUNTIME.capability
+        this = f"sm_{cap[0]}{cap[1]}" if cap else "unknown"
+        raise RuntimeError(
+            f"{what} needs TMA (tensor descriptors), which needs an sm_90 (Hopper) or newer GPU; "
+            f"this {runtime.gpu_name()} is {this}. Use the pointer path instead (tma=False)."
+        )
+
+
+def _aligned_stride(n_elements: int, elem_bytes: int) -> int:
+    """A stride, in elements, at least n_elements and a multiple of 16 bytes."""
+    step = TMA_ALIGN_BYTES // math.gcd(TMA_ALIGN_BYTES, elem_bytes)
+    return max(step, -(-n_elements // step) * step)
+
+
+def tma_strides(t: torch.Tensor, order) -> list | None:
+    """Strides of ``t``'s dimensions taken in ``order`` (the last one must be the unit-stride
+    dimension), as a tensor descriptor over that view needs them; None if TMA cannot read it.
+
+    TMA needs a 16-byte-aligned base, a unit last stride and every other stride a multiple of
+    16 bytes.  A dimension of size 1 never moves, so its stride is replaced by an aligned one."""
+    if t.data_ptr() % TMA_ALIGN_BYTES:
+        return None
+    shape, strides, elem = [t.shape[d] for d in order], [t.stride(d) for d in order], t.element_size()
+    if shape[-1] != 1 and strides[-1] != 1:
+        return None
+    out = []
+    for i, (size, stride) in enumerate(zip(shape[:-1], strides[:-1])):
+        if size == 1:
+            stride = _aligned_stride(math.prod(shape[i + 1:]), elem)
+        elif (stride * elem) % TMA_ALIGN_BYTES:
+            return None
+        out.append(stride)
+    return out + [1]
+
+
+def descriptor_layouts(t: torch.Tensor) -> dict:
+    """How a 2-D tensor can be read through a TMA tensor descriptor (or vectorized pointer loads).
+
+    Returns ``{"row": (s0, s1), "col": (s0, s1)}`` restricted to the feasible layouts: ``"row"``
+    reads it as stored row-major (unit stride along dim 1), ``"col"`` reads its transpose
+    row-major (unit stride along dim 0).  The strides are the ones to hand the kernel
+    (see :func:`tma_strides`).  An empty dict: neither works."""
+    layouts = {}
+    row = tma_strides(t, (0, 1))
+    if row is not None:
+        layouts["row"] = (row[0], 1)
+    col = tma_strides(t, (1, 0))
+    if col is not None:
+        layouts["col"] = (1, col[0])
+    return layouts
+
+
+def common_layout(tensors: dict, role: str, required: bool = False) -> tuple[str, dict]:
+    """One layout for every matrix of a role: it is a compile-time choice of the kernel.
+
+    ``tensors`` maps problem index -> tensor (only the problems whose matrix is touched).
+    Returns ``("row" | "col" | "any", {problem: strides to hand the kernel})``; ``"row"`` is
+    preferred.  ``required`` (TMA): ``"any"`` is not an option, so the first matrix that breaks
+    the common layout raises a ValueError saying why."""
+    feasible = {i: descriptor_layouts(t) for i, t in tensors.items()}
+    common = {"row", "col"}
+    for i, t in tensors.items():
+        if required and not feasible[i]:
+            elem = t.element_size()
+            raise ValueError(
+                f"tma=True: {role}[{i}] (shape {tuple(t.shape)}, strides {tuple(t.stride())}, "
+                f"data_ptr % 16 = {t.data_ptr() % 16}) cannot be read through a tensor descriptor: TMA "
+                f"needs a unit stride along one dimension, the other stride a multiple of 16 bytes "
+                f"({16 // math.gcd(16, elem)} {_dtype_name(t.dtype)} elements) and a 16-byte-aligned base. "
+                f"Use tma=False, or store it with padded rows (e.g. slice a [{t.shape[0]}, "
+                f"{_aligned_stride(t.shape[1], elem)}] buffer)."
+            )
+        if required and not common & feasible[i].keys():
+            raise ValueError(
+                f"tma=True: {role}[{i}] can only be read {'/'.join(feasible[i])}-major but the {role} "
+                f"matrices before it only {'/'.join(sorted(common))}-major: with TMA all {role} matrices "
+                "must share one layout. Pass .contiguous() copies or use tma=False."
+            )
+        common &= feasible[i].keys()
+    if not common:
+        return "any", {i: tuple(t.stride()) for i, t in tensors.items()}
+    layout = "row" if "row" in common else "col"
+    return layout, {i: feasible[i][layout] for i in tensors}
+
+
+def _pow2_divisor(values, cap: int = 16) -> int:
+    """Largest power of two <= cap dividing every value (0 is divisible by anything)."""
+    align = cap
+    for v in values:
+        while v % align:
+            align //= 2
+    return align
+
+
+def _plan(group_a, group_b, group_c, shapes, tma: bool):
+    """Facts that hold for every problem of this call, as the kernel's constexprs, plus the
+    strides to pack per problem.  Only matrices the kernel touches count: A_i and B_i are read
+    when M_i, N_i, K_i > 0, C_i is written when M_i, N_i > 0."""
+    read = [i for i, (M, N, K) in enumerate(shapes) if M and N and K]
+    written = [i for i, (M, N, _) in enumerate(shapes) if M and N]
+    a_layout, strides_a = common_layout({i: group_a[i] for i in read}, "group_a", required=tma)
+    b_layout, strides_b = common_layout({i: group_b[i] for i in read}, "group_b", required=tma)
+    # C is ours (contiguous): its rows are aligned unless N_i * element size is not a multiple of
+    # 16 bytes.  Then (also with tma=True) C is stored with masked pointer stores: correct, slower.
+    c_layout, strides_c = common_layout({i: group_c[i] for i in written}, "group_c")
+    facts = {
+        "A_LAYOUT": a_layout, "B_LAYOUT": b_layout, "C_LAYOUT": c_layout,
+        "ALIGN_ELEMS": TMA_ALIGN_BYTES // group_c[0].element_size(),
+        "M_ALIGN": _pow2_divisor(shapes[i][0] for i in written),
+        "N_ALIGN": _pow2_divisor(shapes[i][1] for i in written),
+        "K_ALIGN": _pow2_divisor(shapes[i][2] for i in written),
+    }
+    return facts, (strides_a, strides_b, strides_c)
+
+
+def _autotune_key(shapes) -> dict:
+    """Small buckets: a new bucket (and a new tuning run) only when the work changes scale."""
+    work = sum(2 * M * N * K for M, N, K in shapes)
+    return {
+        "num_problems_bucket": triton.next_power_of_2(len(shapes)),
+        "max_k_bucket": triton.next_power_of_2(max(max(K for _, _, K in shapes), 1)),
+        "work_bucket": int(math.log2(work)) // 2 if work else 0,  # factors of 4
+    }
+
+
+_allocator_set = False
+
+
+def ensure_tma_allocator() -> None:
+    """Tensor descriptors built inside a kernel need a little global scratch memory per program;
+    Triton asks the allocator registered with ``triton.set_allocator`` for it (once is enough)."""
+    global _allocator_set
+    if _allocator_set or runtime.interpreted():  # the interpreter needs no scratch
+        return
+
+    def alloc(size: int, alignment: int, stream):
+        return torch.empty(size, device=runtime.DEVICE, dtype=torch.int8)
+
+    triton.set_allocator(alloc)
+    _allocator_set = True
+
+
+def _prepare(group_a, group_b, tma, block_shapes):
+    """Validate, allocate the outputs, plan, and upload the metadata (one host-to-device copy).
+
+    Returns (shapes, outputs, problems, tile_starts, constexpr facts, total tiles per block shape).
+    Whether this GPU has TMA is the callers' check (the compile view builds TMA code anywhere)."""
+    shapes = _check_group_inputs(group_a, group_b)
+    if not isinstance(tma, bool):
+        raise TypeError(f"tma must be True or False, got {tma!r}")
+    dtype, device = group_a[0].dtype, group_a[0].device
+    group_c = [torch.empty((M, N), device=device, dtype=dtype) for M, N, _ in shapes]
+    facts, (strides_a, strides_b, strides_c) = _plan(group_a, group_b, group_c, shapes, tma)
+    meta = []
+    for i, ((M, N, K), a, b, c) in enumerate(zip(shapes, group_a, group_b, group_c)):
+        meta += [a.data_ptr(), b.data_ptr(), c.data_ptr(), M, N, K,
+                 *strides_a.get(i, a.stride()), *strides_b.get(i, b.stride()), *strides_c.get(i, c.stride())]
+    starts = [problem_tile_starts(shapes, bm, bn) for bm, bn in block_shapes]
+    if starts[0][-1] > 2**31 - 1:
+        raise ValueError(f"{starts[0][-1]} tiles: more than the kernel's 32-bit tile index counts")
+    num_meta = len(meta)
+    meta = torch.tensor(meta + np.concatenate(starts).tolist(), dtype=torch.int64).to(device)
+    total_tiles = {shape: int(s[-1]) for shape, s in zip(block_shapes, starts)}
+    return shapes, group_c, meta[:num_meta], meta[num_meta:], facts, total_tiles
+
+
+def grouped_matmul(group_a, group_b, *, tma=False):
+    """``[A_i @ B_i for each i]`` in one persistent launch; each C_i in the inputs' dtype.
+
+    group_a: list of A_i [M_i, K_i]; group_b: list of B_i [K_i, N_i]; any sizes (0 included)
+    and any strides per problem; fp16, bf16 or fp32 (TF32 on a GPU), one dtype and device for all.
+
+    ``tma=True`` loads A_i and B_i through tensor descriptors (TMA on sm_90+; RuntimeError on an
+    older GPU).  Every A_i must then be readable with one layout (all row-major, or all column-
+    major, i.e. transposed views), likewise every B_i, with 16-byte-aligned strides and bases;
+    otherwise a ValueError names the first matrix that is not.  C_i is stored through a
+    descriptor when its rows are 16-byte aligned (N_i * element size), with masked pointer
+    stores otherwise.
+
+    Speed without TMA: loads are vectorized only as far as the launcher can prove alignment for
+    the whole group (shared layout, sizes that are multiples of 8 or 16); ragged sizes are still
+    correct but read element by element.  TMA has no such cliff.
+    """
+    if tma is True:
+        _check_tma_available("grouped_matmul(tma=True)")
+    shapes, group_c, problems, tile_starts, facts, total_tiles = _prepare(group_a, group_b, tma, BLOCK_SHAPES)
+    if next(iter(total_tiles.values())) == 0:  # every problem has M_i = 0 or N_i = 0
+        return group_c
+    if tma:
+        ensure_tma_allocator()
+    dtype = group_a[0].dtype
+    grid = lambda meta: (min(runtime.num_sms(), total_tiles[(meta["BLOCK_M"], meta["BLOCK_N"])]),)  # noqa: E731
+    _grouped_matmul_tuned[grid](
+        problems, tile_starts, problems,
+        len(shapes), **_autotune_key(shapes),
+        DTYPE=TL_DTYPES[dtype], USE_TMA=tma, **facts, WIDEN=widen_for_dot(dtype), TRACE=False,
+    )
+    return group_c
+
+
+def trace_grouped_schedule(group_a, group_b, *, tma=False, block_m=None, block_n=None, block_k=None,
+                           group_size_m=None, num_programs=None):
+    """Run the real ``_grouped_matmul_kernel`` with tracing on; returns ``(outputs, trace)``.
+
+    ``trace`` is an int32 ``[total_tiles, 4]`` CPU tensor with columns :data:`TRACE_FIELDS`
+    (-1 where no program wrote), row ``t`` describing global tile ``t``: the same rows, in the
+    same order, as the ``program, problem, pid_m, pid_n`` columns of ``tiles.multi_problem_schedule``.
+    Blocks default to the config the kernel uses on this machine (the interpreter's fixed one or the
+    first GPU config); ``num_programs`` defaults to ``min(num_sms(), total_tiles)``.
+    """
+    if tma is True:
+        _check_tma_available("trace_grouped_schedule(tma=True)")
+    cfg = configs.grouped_configs()[0].kwargs
+    bm, bn = block_m or cfg["BLOCK_M"], block_n or cfg["BLOCK_N"]
+    bk, group = block_k or cfg["BLOCK_K"], group_size_m or cfg["GROUP_SIZE_M"]
+    shapes, group_c, problems, tile_starts, facts, total_tiles = _prepare(group_a, group_b, tma, [(bm, bn)])
+    total = total_tiles[(bm, bn)]
+    trace = torch.full((total, len(TRACE_FIELDS)), -1, dtype=torch.int32, device=problems.device)
+    if total:
+        if tma:
+            ensure_tma_allocator()
+        dtype = group_a[0].dtype
+        programs = num_programs or min(runtime.num_sms(), total)
+        _grouped_matmul_kernel[(programs,)](
+            problems, tile_starts, trace,
+            len(shapes), **_autotune_key(shapes),
+            DTYPE=TL_DTYPES[dtype], BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_SIZE_M=group, STARTS_ROW=0,
+            USE_TMA=tma, **facts, WIDEN=widen_for_dot(dtype), TRACE=True,
+        )
+    return group_c, trace.cpu()
+
+
+def grouped_matmul_ref(group_a, group_b, *, out_dtype=None):
+    """Plain-torch reference: each product in float64, returned in the inputs' dtype
+    (``out_dtype=torch.float64`` keeps full precision for error measurements)."""
+    _check_group_inputs(group_a, group_b)
+    return [(a.double() @ b.double()).to(out_dtype or a.dtype) for a, b in zip(group_a, group_b)]
+
+
+# ----------------------------------------------------------------------------- compile view
+def compile_examples():
+    """Representative launches for ``gemm_kernels.compile_view`` (see its registry protocol):
+    the pointer path (Hopper and Ampere) and the TMA path with transposed B (Hopper)."""
+    from .compile_view import KernelExample
+
+    examples = []
+    for name, dtype, tma, targets, expect in [
+        ("grouped_matmul[fp16, pointers]", torch.float16, False, (90, 80),
+         {90: ("wgmma", "cp.async"), 80: ("mma.sync", "cp.async")}),
+        ("grouped_matmul[bf16, tma, B transposed]", torch.bfloat16, True, (90,),
+         {90: ("wgmma", "cp.async.bulk.tensor", "tensormap", "mbarrier")}),
+    ]:
+        sizes = [(256, 128, 64), (64, 256, 128), (128, 128, 256), (192, 64, 128)]  # multiples of 16
+        group_a = [torch.zeros(M, K, dtype=dtype, device=runtime.DEVICE) for M, _, K in sizes]
+        group_b = [torch.zeros(N, K, dtype=dtype, device=runtime.DEVICE).t() if tma else
+                   torch.zeros(K, N, dtype=dtype, device=runtime.DEVICE) for _, N, K in sizes]
+        config = configs.grouped_configs(gpu=True)[0]
+        block_shape = (config.kwargs["BLOCK_M"], config.kwargs["BLOCK_N"])
+        shapes, _, problems, tile_starts, facts, _ = _prepare(group_a, group_b, tma, [block_shape])
+        args = dict(problems_ptr=problems, tile_starts_ptr=tile_starts, trace_ptr=problems,
+                    num_problems=len(shapes), **_autotune_key(shapes), DTYPE=TL_DTYPES[dtype], STARTS_ROW=0,
+                    USE_TMA=tma, **facts, WIDEN=False, TRACE=False)
+        examples.append(KernelExample(name, _grouped_matmul_kernel, args, config, targets=targets, expect=expect))
+    return examples
