@@ -12,7 +12,7 @@ TORCH_PIP_ARGS ?=
 PYTEST_ARGS ?=
 LAB_ARGS ?=
 
-.PHONY: setup lab test test-gpu student images bench clean
+.PHONY: setup lab test test-gpu student images bench bench-quick clean
 
 setup: $(STAMP)
 
@@ -36,6 +36,12 @@ test: $(STAMP)  ## unit tests + every notebook (nbmake), on the CPU interpreter 
 
 test-gpu: $(STAMP)  ## only the tests that need a CUDA GPU
 	$(BIN)/python -m pytest -m gpu tests $(PYTEST_ARGS)
+
+bench: $(STAMP)  ## time every suite on a CUDA GPU; writes bench-results/ and the committed copy in images/bench/
+	$(BIN)/python -m gemm_kernels.bench --suite all --commit
+
+bench-quick: $(STAMP)  ## short benchmark run (on a CPU: every suite's kernels at tiny sizes, correctness only)
+	$(BIN)/python -m gemm_kernels.bench --quick
 
 clean:
 	rm -rf $(VENV) build *.egg-info

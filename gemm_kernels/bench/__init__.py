@@ -1,0 +1,262 @@
+"""``python -m gemm_kernels.bench``: time our kernels against cuBLAS, torch._grouped_mm and the seed's.
+
+Suites (``--suite``, comma-separated or ``all``):
+
+* ``square``: single square GEMMs, fp16 and bf16, 256..8192 plus points of the seed notes' sweep;
+* ``order``: row-major vs grouped program order (GROUP_SIZE_M 4/8/16);
+* ``fusion``: matmul + activation (+ bias) fused vs torch.matmul then the activation;
+* ``seed-grouped``: the seed tutorial 08's two tables, with the seed's own kernels (``--seed-tutorial``);
+* ``moe``: ragged MoE expert GEMMs of Mixtral-8x7B, DeepSeek-V3 and DeepSeek-V2-Lite.
+
+Every cell is checked against a float64 reference once and, on a CUDA GPU, timed
+(``do_bench`` median).  Outputs in ``--out`` (default ``bench-results/``): ``<suite>.csv``,
+``<suite>.png``, ``results.md``, ``meta.json``.  ``--commit`` also copies them into
+``images/bench/`` (the committed copy notebooks and README show); ``--publish DIR`` copies an
+earlier run's directory there (e.g. results fetched from a GPU machine).
+
+On a machine without a CUDA GPU nothing can be timed; ``--quick`` still runs every suite's
+kernels at tiny sizes in Triton's interpreter and checks them (CI runs this).
+
+Exit status: 0 all correct; 1 one of our kernels was wrong or raised; 2 usage; 3 a CUDA
+error that poisons the context stopped the run (partial results are written).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import platform
+import shlex
+import sys
+from pathlib import Path
+
+import torch
+
+from .. import runtime
+from ..results import BENCH_DIR, extract_section, section_heading
+from . import report
+from .core import (DTYPES, FatalBenchError, Row, Skip, Stopwatch, TimingSettings, dense_peak_tflops, dtype_name,
+                   gemm_flops, gemm_min_bytes, measure_ceilings, peak_entry, run_case, tflops)
+from .suites import SUITES, SuiteSettings
+
+__all__ = ["main", "SUITES", "dense_peak_tflops", "gemm_flops", "gemm_min_bytes", "tflops", "run_suite"]
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_OUT = "bench-results"
+NO_GPU_MESSAGE = (
+    "No CUDA GPU here ({reason}).\n"
+    "Timings need a CUDA GPU: nothing is timed on this machine."
+)
+
+
+def _parse_suites(text: str) -> list[str]:
+    names = [s.strip() for s in text.split(",") if s.strip()]
+    if "all" in names:
+        return list(SUITES)
+    unknown = [n for n in names if n not in SUITES]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown suite {', '.join(unknown)}; choose from {', '.join(SUITES)}, all")
+    return names
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m gemm_kernels.bench", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--suite", type=_parse_suites, default=list(SUITES),
+                   help=f"comma-separated: {', '.join(SUITES)}, or all (default: all)")
+    p.add_argument("--quick", action="store_true",
+                   help="a short smoke run (a few sizes on a GPU; tiny sizes, correctness only, on a CPU)")
+    p.add_argument("--out", default=DEFAULT_OUT, help=f"output directory (default: {DEFAULT_OUT}/)")
+    p.add_argument("--commit", action="store_true",
+                   help=f"also copy the results into {BENCH_DIR.relative_to(REPO_ROOT)}/ (full GPU runs only)")
+    p.add_argument("--publish", metavar="DIR",
+                   help=f"copy an earlier run's results from DIR into {BENCH_DIR.relative_to(REPO_ROOT)}/ and exit")
+    p.add_argument("--dtype", choices=sorted(DTYPES), help="run every suite in this dtype (default: per suite)")
+    p.add_argument("--seed-tutorial", metavar="PATH",
+                   help="the saved page of Triton's tutorial 08 (the seed); default: .carry/seeds/, "
+                        "../shared/seeds/ or $GEMM_BENCH_SEED_TUTORIAL")
+    p.add_argument("--seed", type=int, default=0, help="base of the random seeds (default 0)")
+    p.add_argument("--warmup", type=int, default=25, help="do_bench warm-up, ms (default 25)")
+    p.add_argument("--rep", type=int, default=100, help="do_bench repetition time, ms (default 100)")
+    p.add_argument("--list", action="store_true",
+                   help="list the cases a GPU run would time (with --quick: the quick ones), and exit")
+    return p
+
+
+def _versions() -> dict:
+    import triton
+
+    return {"torch": torch.__version__, "triton": triton.__version__, "python": platform.python_version()}
+
+
+def _progress(iterable, total: int, desc: str):
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:  # progress is a nicety: print a line per case instead
+        def plain():
+            for i, item in enumerate(iterable, 1):
+                print(f"[{desc}] {i}/{total}", file=sys.stderr, flush=True)
+                yield item
+        return plain()
+    return tqdm(iterable, total=total, desc=desc, unit="case", file=sys.stderr, dynamic_ncols=True)
+
+
+def _setup_row(case, exc: Exception) -> Row:
+    """A row standing for a case that could not be set up: skipped (Skip) or failed (anything else)."""
+    if isinstance(exc, Skip):
+        ok, note = None, f"case skipped: {exc}"
+    else:
+        ok, note = False, "case set-up failed: " + f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+    return Row(case.suite, case.panel, case.label, case.x, dtype_name(case.dtype), "(setup)", case.baseline,
+               ours=True, ok=ok, flops=case.flops, min_bytes=case.min_bytes, note=note)
+
+
+def run_suite(suite: str, settings: SuiteSettings, timing: TimingSettings | None) -> tuple[list[Row], str | None]:
+    """Run one suite; returns its rows and, if a CUDA error stopped it, the error."""
+    cases = SUITES[suite](settings)
+    rows: list[Row] = []
+    gpu = runtime.gpu_name()
+    progress = _progress(cases, len(cases), suite)
+    for case in progress:
+        if hasattr(progress, "set_postfix_str"):
+            progress.set_postfix_str(f"{case.panel} {case.label}"[:60])
+        try:
+            rows += run_case(case, timing, dense_peak_tflops(gpu, case.dtype) if timing else None)
+        except FatalBenchError as exc:
+            return rows, str(exc)
+        except Exception as exc:  # set-up failures (API mismatch, out of memory) land in the table
+            rows.append(_setup_row(case, exc))
+            if runtime.on_gpu():
+                torch.cuda.empty_cache()
+    return rows, None
+
+
+def _list_cases(suites: list[str], settings: SuiteSettings) -> None:
+    for suite in suites:
+        cases = SUITES[suite](settings)
+        print(f"{suite}: {len(cases)} cases")
+        for c in cases:
+            print(f"  [{c.panel}] {c.label}: {c.flops / 1e9:.3g} GFLOP, >= {c.min_bytes / 1e6:.3g} MB, "
+                  f"{dtype_name(c.dtype)}, baseline {c.baseline}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    command = "python -m gemm_kernels.bench " + " ".join(shlex.quote(a) for a in (argv if argv is not None
+                                                                                  else sys.argv[1:]))
+    if args.publish:
+        copied = report.publish(Path(args.publish), BENCH_DIR)
+        print(f"published {', '.join(copied) or 'nothing'} from {args.publish} into {BENCH_DIR}")
+        return 0
+
+    info = runtime.describe()
+    print(f"gemm_kernels.bench: {info['mode']} on {info['gpu']} (torch {info['torch']}, triton {info['triton']})")
+    on_gpu = runtime.on_gpu()
+    if not on_gpu:
+        print(NO_GPU_MESSAGE.format(reason=runtime.RUNTIME.reason))
+        if args.commit:
+            print("--commit needs a full run on a CUDA GPU: refusing to commit correctness-only results.")
+            return 2
+        if not args.quick and not args.list:
+            print("`--quick` runs every suite's kernels at tiny sizes in Triton's interpreter and checks them "
+                  "(correctness only).")
+            return 2
+        print("--quick: every suite's kernels run at tiny sizes in Triton's interpreter and are checked "
+              "against float64 references; the CSV/markdown hold correctness only.")
+    elif args.commit and args.quick:
+        print("--commit needs the full run: refusing to commit --quick results.")
+        return 2
+    autotune = getattr(runtime, "autotune_enabled", runtime.on_gpu)()
+    if on_gpu and not autotune:
+        print("WARNING: autotuning is off (GEMM_KERNELS_AUTOTUNE=0): our kernels run one fixed config each, "
+              "so their timings are not tuned.")
+        if args.commit:
+            print("--commit needs tuned kernels: unset GEMM_KERNELS_AUTOTUNE.")
+            return 2
+
+    from .seed import SeedError, find_seed_tutorial
+
+    try:
+        seed_path = find_seed_tutorial(args.seed_tutorial, REPO_ROOT)
+    except SeedError as exc:
+        print(f"error: {exc}")
+        return 2
+    settings = SuiteSettings(quick=args.quick, dtype=DTYPES[args.dtype] if args.dtype else None, seed=args.seed,
+                             seed_tutorial=seed_path)
+    if args.list:  # the GPU sizes, also on a CPU (to plan a GPU run)
+        settings.size_override = "quick" if args.quick else "full"
+        _list_cases(args.suite, settings)
+        return 0
+    if "seed-grouped" in args.suite:
+        print(f"seed tutorial: {seed_path}" if seed_path else
+              "seed tutorial not found: the seed's kernels are skipped (pass --seed-tutorial PATH)")
+
+    gpu = runtime.gpu_name()
+    timing = TimingSettings(args.warmup, args.rep) if on_gpu else None
+    run_info = {
+        "device": gpu, "mode": info["mode"], "compute_capability": info["compute_capability"],
+        "num_sms": info["num_sms"], **_versions(), "command": command,
+        "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "quick": args.quick, "seed": args.seed, "autotune": autotune,
+        "timing": {"do_bench_warmup_ms": args.warmup, "do_bench_rep_ms": args.rep, "return_mode": "median"}
+        if on_gpu else None,
+        "peak_entry": peak_entry(gpu) if on_gpu else None,
+    }
+    if on_gpu:
+        entry = peak_entry(gpu)
+        print(f"dense fp16/bf16 peak: {dense_peak_tflops(gpu, torch.float16)} TFLOP/s ({entry})" if entry else
+              f"dense peak of '{gpu}' unknown: % of peak is left empty")
+        run_info["ceilings"] = measure_ceilings(timing)
+        print(f"measured ceilings: {run_info['ceilings']}")
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    failures, fatal = [], None
+    for suite in args.suite:
+        watch = Stopwatch()
+        rows, fatal = run_suite(suite, settings, timing)
+        elapsed = watch.seconds()
+        report.write_csv(rows, out / f"{suite}.csv")
+        suite_info = {**run_info, "suite": suite, "elapsed_s": round(elapsed, 1),
+                      "dtypes": sorted({r.dtype for r in rows})}
+        if suite == "seed-grouped" and not isinstance(settings.seed_kernels, (str, type(None))):
+            suite_info["seed_notes"] = settings.seed_kernels.notes
+        report.update_meta(out, suite, suite_info)
+        dict_rows = report.read_csv(out / f"{suite}.csv")
+        peak = dense_peak_tflops(gpu, dict_rows[0]["dtype"] and DTYPES[dict_rows[0]["dtype"]]) \
+            if on_gpu and dict_rows else None
+        png = None
+        try:
+            png = report.plot_suite(suite, dict_rows, out / f"{suite}.png",
+                                    f"{suite} on {gpu} ({run_info['date']})", peak)
+        except ImportError as exc:
+            print(f"[{suite}] no plot: {exc}")
+        failures += [r for r in rows if r.ours and r.failed]
+        print(f"[{suite}] {len(rows)} rows in {elapsed:.0f} s -> {out / (suite + '.csv')}"
+              + (f", {png}" if png else ""))
+        if fatal:
+            print(f"[{suite}] stopped by a CUDA error: {fatal}")
+            break
+
+    text = report.render_markdown(out)
+    print()
+    for suite in args.suite:  # this run's tables, then the targets last (they end the output)
+        section = extract_section(text, suite)
+        if section is not None:
+            print(section_heading(suite) + "\n\n" + section + "\n")
+    targets = extract_section(text, "targets")
+    if targets is not None:
+        print(section_heading("targets") + "\n\n" + targets + "\n")
+    print(f"full markdown: {out / 'results.md'}")
+    if args.commit and not fatal:
+        copied = report.publish(out, BENCH_DIR, args.suite)
+        print(f"committed copy updated: {', '.join(copied)} -> {BENCH_DIR}")
+    if failures:
+        print(f"{len(failures)} of our kernel runs were WRONG or raised:")
+        for r in failures:
+            err = f"rel err {r.rel_err:.3g} > {r.tol:g}" if r.rel_err is not None else r.note
+            print(f"  {r.suite} [{r.panel}] {r.case} {r.provider}: {err}")
+    print(f"results in {out.resolve()}")
+    if fatal:
+        return 3
+    return 1 if failures else 0

@@ -1,0 +1,382 @@
+"""The benchmark machinery: cases, providers, timing, correctness, peaks.
+
+A *case* is one problem (a GEMM shape, a group of GEMMs, an MoE layer) with several
+*providers* (cuBLAS, our kernels, torch._grouped_mm, the seed's kernels) that compute the
+same thing.  For every case the runner
+
+1. builds the inputs (fresh random numbers, never zeros) and a float64 reference;
+2. runs each provider once with ``torch.empty`` poisoned with NaN (an element a kernel
+   never writes then shows as a non-finite error) and records ``rel_err`` =
+   ||out - ref|| / ||ref|| against :data:`gemm_kernels.testing.TOLERANCES`;
+3. on a GPU, times each provider with ``triton.testing.do_bench`` (median, L2 flushed
+   between repetitions), the vendor baseline twice (first and last) so every case
+   carries its own noise estimate;
+4. turns times into TFLOP/s (2*M*N*K summed over the problems), % of the GPU's dense
+   peak and the speed-up over the baseline measured in the same run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from .. import runtime
+from ..testing import TOLERANCES
+
+# --- peaks -----------------------------------------------------------------------------
+
+#: Dense (no sparsity) fp16/bf16 tensor-core peak in TFLOP/s, from the vendors' datasheets.
+#: Matched against ``torch.cuda.get_device_properties(0).name`` by :func:`dense_peak_tflops`.
+DENSE_PEAK_TFLOPS = {
+    "H100 SXM": 989.4,
+    "H100 PCIe": 756.0,
+    "H200": 989.4,
+    "A100": 312.0,
+}
+PEAK_DTYPES = (torch.float16, torch.bfloat16)
+
+
+def peak_entry(gpu_name: str) -> str | None:
+    """Which :data:`DENSE_PEAK_TFLOPS` row a device name belongs to (None: unknown GPU).
+
+    'NVIDIA H100 80GB HBM3' is the SXM part; 'NVIDIA H100 PCIe' the PCIe card; an H100 NVL
+    (or any other name) is unknown rather than guessed."""
+    name = gpu_name.upper()
+    if "H200" in name:
+        return "H200"
+    if "H100" in name:
+        if "PCIE" in name:
+            return "H100 PCIe"
+        if "NVL" in name:
+            return None
+        return "H100 SXM"
+    if "A100" in name:
+        return "A100"
+    return None
+
+
+def dense_peak_tflops(gpu_name: str, dtype: torch.dtype) -> float | None:
+    """Datasheet dense fp16/bf16 peak of ``gpu_name``; None when the GPU or dtype is not in the table."""
+    entry = peak_entry(gpu_name)
+    if entry is None or dtype not in PEAK_DTYPES:
+        return None
+    return DENSE_PEAK_TFLOPS[entry]
+
+
+# --- arithmetic ------------------------------------------------------------------------
+
+
+def gemm_flops(shapes) -> int:
+    """2*M*N*K summed over ``shapes`` (an iterable of (M, N, K))."""
+    return sum(2 * M * N * K for M, N, K in shapes)
+
+
+def gemm_min_bytes(shapes, element_bytes: int) -> int:
+    """Fewest bytes a grouped GEMM must move: each A and B read once, each C written once."""
+    return sum((M * K + K * N + M * N) * element_bytes for M, N, K in shapes)
+
+
+def tflops(flops: int, ms: float) -> float:
+    """Achieved TFLOP/s of ``flops`` in ``ms`` milliseconds."""
+    if not ms > 0:
+        raise ValueError(f"time must be positive, got {ms} ms")
+    return flops / (ms * 1e-3) / 1e12
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}[dtype]
+
+
+DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
+
+
+# --- cases and providers ----------------------------------------------------------------
+
+
+class Skip(Exception):
+    """A provider cannot run here (no TMA, dtype unsupported, seed file absent...): a note, not a failure."""
+
+
+@dataclass
+class Provider:
+    """One way of computing a case.  ``fn`` is what gets timed and returns the output;
+    ``check_fn`` (default ``fn``) is what gets checked, e.g. the same call with input
+    validation switched on.  ``ours`` marks this project's kernels: their failures fail the run."""
+
+    name: str
+    fn: Callable[[], object] | None
+    check_fn: Callable[[], object] | None = None
+    ours: bool = True
+    skip: str | None = None   # cannot run here: a note
+    error: str | None = None  # could not even be set up: a failure
+    note: str = ""
+
+
+@dataclass
+class CaseData:
+    providers: list[Provider]
+    reference: Callable[[], list[torch.Tensor]]  # float32 tensors computed in float64
+    extra_params: dict = field(default_factory=dict)  # facts known only once inputs exist
+    min_bytes: int | None = None  # when the case's shapes overcount (MoE: only used experts' weights)
+
+
+@dataclass
+class Case:
+    """A problem and how to set it up.  ``setup`` allocates inputs only when the case runs."""
+
+    suite: str
+    panel: str           # a plot panel / table group, e.g. "fp16" or "Mixtral-8x7B up, skewed"
+    label: str           # the row label, e.g. "4096x4096x4096"
+    x: float             # the plot's x value (size, tokens...)
+    dtype: torch.dtype
+    shapes: list[tuple[int, int, int]]  # (M, N, K) of every GEMM in the case
+    baseline: str        # name of the vendor provider the others are compared with
+    setup: Callable[[], CaseData]
+    params: dict = field(default_factory=dict)
+
+    @property
+    def flops(self) -> int:
+        return gemm_flops(self.shapes)
+
+    @property
+    def min_bytes(self) -> int:
+        return gemm_min_bytes(self.shapes, torch.finfo(self.dtype).bits // 8)
+
+
+#: CSV columns, in order
+COLUMNS = (
+    "suite", "panel", "case", "x", "dtype", "provider", "ours", "baseline", "time_ms", "tflops", "pct_peak",
+    "speedup", "baseline_spread", "gb_s", "rel_err", "tol", "ok", "flops", "min_bytes", "params", "note",
+)
+
+
+@dataclass
+class Row:
+    suite: str
+    panel: str
+    case: str
+    x: float
+    dtype: str
+    provider: str
+    baseline: str
+    ours: bool = True
+    time_ms: float | None = None
+    tflops: float | None = None
+    pct_peak: float | None = None
+    speedup: float | None = None          # baseline time / this time: > 1 is faster than the vendor
+    baseline_spread: float | None = None  # |t1 - t2| / mean of the baseline's two timings
+    gb_s: float | None = None             # min_bytes / time
+    rel_err: float | None = None
+    tol: float | None = None
+    ok: bool | None = None                # None: not run (skipped)
+    flops: int = 0
+    min_bytes: int = 0
+    params: str = ""
+    note: str = ""
+
+    @property
+    def failed(self) -> bool:
+        """Ran (or tried to) and was wrong or raised."""
+        return self.ok is False
+
+    def as_dict(self) -> dict:
+        return {c: getattr(self, c) for c in COLUMNS}
+
+
+# --- correctness ------------------------------------------------------------------------
+
+
+def as_tensor_list(out) -> list[torch.Tensor]:
+    """A provider's output as a list of 2-D tensors (3-D stacks are split along dim 0)."""
+    if isinstance(out, torch.Tensor):
+        return list(out.unbind(0)) if out.dim() == 3 else [out]
+    if isinstance(out, (list, tuple)):
+        return [t for item in out for t in as_tensor_list(item)]
+    raise TypeError(f"provider returned {type(out).__name__}, expected a tensor or a list of tensors")
+
+
+def rel_err_lists(outs: list[torch.Tensor], refs: list[torch.Tensor]) -> float:
+    """||out - ref|| / ||ref|| over all pieces together, computed in float64 where the
+    tensors live (same definition as :func:`gemm_kernels.testing.rel_err`: NaN/inf -> inf)."""
+    if len(outs) != len(refs):
+        raise ValueError(f"provider returned {len(outs)} matrices, the reference has {len(refs)}")
+    diff_sq = ref_sq = 0.0
+    for out, ref in zip(outs, refs):
+        if tuple(out.shape) != tuple(ref.shape):
+            raise ValueError(f"shape mismatch: out {tuple(out.shape)} vs ref {tuple(ref.shape)}")
+        out64, ref64 = out.double(), ref.to(out.device).double()
+        if not bool(torch.isfinite(out64).all()):
+            return float("inf")
+        diff_sq += float(torch.linalg.vector_norm(out64 - ref64) ** 2)
+        ref_sq += float(torch.linalg.vector_norm(ref64) ** 2)
+    return math.sqrt(diff_sq) if ref_sq == 0 else math.sqrt(diff_sq / ref_sq)
+
+
+@contextlib.contextmanager
+def poisoned_empty():
+    """``torch.empty`` returns NaN-filled floating tensors inside the block."""
+    real_empty = torch.empty
+
+    def nan_empty(*args, **kwargs):
+        out = real_empty(*args, **kwargs)
+        if out.dtype.is_floating_point:
+            out.fill_(math.nan)
+        return out
+
+    torch.empty = nan_empty
+    try:
+        yield
+    finally:
+        torch.empty = real_empty
+
+
+def synchronize() -> None:
+    if runtime.on_gpu():
+        torch.cuda.synchronize()
+
+
+# --- timing -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TimingSettings:
+    warmup_ms: int = 25
+    rep_ms: int = 100
+
+
+def median_ms(fn: Callable[[], object], settings: TimingSettings) -> float:
+    """Median time of ``fn`` in ms with ``triton.testing.do_bench`` (events, L2 flushed).
+
+    Triton 3.x's ``do_bench`` takes ``return_mode="median"``; a version without that
+    argument gets ``quantiles=[0.5]`` instead (the same number)."""
+    from triton.testing import do_bench
+
+    params = inspect.signature(do_bench).parameters
+    kwargs = {"warmup": settings.warmup_ms, "rep": settings.rep_ms}
+    if "return_mode" in params:
+        kwargs["return_mode"] = "median"
+    else:
+        kwargs["quantiles"] = [0.5]
+    ms = do_bench(fn, **kwargs)
+    if isinstance(ms, (list, tuple)):
+        ms = ms[0]
+    return float(ms)
+
+
+def is_fatal(exc: BaseException) -> bool:
+    """CUDA errors that poison the context: nothing after them can be trusted."""
+    text = str(exc).lower()
+    return any(s in text for s in ("illegal memory access", "misaligned address", "unspecified launch failure",
+                                   "device-side assert", "an illegal instruction"))
+
+
+class FatalBenchError(RuntimeError):
+    pass
+
+
+def _first_line(exc: BaseException, limit: int = 300) -> str:
+    text = f"{type(exc).__name__}: {exc}".strip().splitlines()
+    return (text[0] if text else type(exc).__name__)[:limit]
+
+
+def run_case(case: Case, timing: TimingSettings | None, peak: float | None) -> list[Row]:
+    """Check every provider of ``case`` and (when ``timing`` is given) time it."""
+    data = case.setup()
+    params = ";".join(f"{k}={v}" for k, v in {**case.params, **data.extra_params}.items())
+    min_bytes = data.min_bytes if data.min_bytes is not None else case.min_bytes
+    tol = TOLERANCES[case.dtype]
+    refs = data.reference()
+    synchronize()
+    rows: list[Row] = []
+    for p in data.providers:
+        row = Row(case.suite, case.panel, case.label, case.x, dtype_name(case.dtype), p.name, case.baseline,
+                  ours=p.ours, tol=tol, flops=case.flops, min_bytes=min_bytes, params=params, note=p.note)
+        rows.append(row)
+        if p.error is not None:
+            row.ok = False
+            row.note = "; ".join(s for s in (p.error, row.note) if s)
+            continue
+        if p.skip is not None or p.fn is None:
+            row.note = "; ".join(s for s in (p.skip or "not available", row.note) if s)
+            continue
+        try:
+            with poisoned_empty():
+                out = (p.check_fn or p.fn)()
+                outs = as_tensor_list(out)
+                synchronize()
+            row.rel_err = rel_err_lists(outs, refs)
+            row.ok = row.rel_err <= tol
+            del out, outs
+        except Skip as exc:
+            row.note = "; ".join(s for s in (str(exc), row.note) if s)
+            continue
+        except Exception as exc:  # recorded in the row; the summary and exit status report it
+            if is_fatal(exc):
+                raise FatalBenchError(f"{case.suite} {case.label} {p.name}: {_first_line(exc)}") from exc
+            row.ok = False
+            row.note = "; ".join(s for s in (_first_line(exc), row.note) if s)
+            continue
+        if timing is not None:
+            row.time_ms = median_ms(p.fn, timing)
+    if timing is not None:
+        _time_baseline_again(data, case, rows, timing)
+    _derive(rows, case, peak)
+    del data, refs
+    return rows
+
+
+def _time_baseline_again(data: CaseData, case: Case, rows: list[Row], timing: TimingSettings) -> None:
+    """Time the baseline a second time, after the others: the two numbers give the noise."""
+    base = next((r for r in rows if r.provider == case.baseline and r.time_ms is not None), None)
+    if base is None:
+        return
+    fn = next(p.fn for p in data.providers if p.name == case.baseline)
+    first, second = base.time_ms, median_ms(fn, timing)
+    base.time_ms = (first + second) / 2
+    spread = abs(first - second) / base.time_ms
+    for r in rows:
+        r.baseline_spread = spread
+
+
+def _derive(rows: list[Row], case: Case, peak: float | None) -> None:
+    base = next((r for r in rows if r.provider == case.baseline and r.time_ms is not None), None)
+    for r in rows:
+        if r.time_ms is None:
+            continue
+        r.tflops = tflops(r.flops, r.time_ms)
+        r.gb_s = r.min_bytes / (r.time_ms * 1e-3) / 1e9
+        r.pct_peak = 100 * r.tflops / peak if peak else None
+        r.speedup = base.time_ms / r.time_ms if base is not None else None
+
+
+# --- device facts -----------------------------------------------------------------------
+
+
+def measure_ceilings(timing: TimingSettings) -> dict:
+    """The two ceilings METHOD.md asks for, measured once per run on this GPU: a large
+    bf16 cuBLAS matmul (TFLOP/s) and a large device-to-device copy (bytes read + written)."""
+    n = 8192
+    a = torch.randn(n, n, device=runtime.DEVICE, dtype=torch.bfloat16)
+    b = torch.randn(n, n, device=runtime.DEVICE, dtype=torch.bfloat16)
+    mm_ms = median_ms(lambda: torch.matmul(a, b), timing)
+    src = torch.randn(256 * 2**20, device=runtime.DEVICE)  # 1 GiB of fp32
+    dst = torch.empty_like(src)
+    copy_ms = median_ms(lambda: dst.copy_(src), timing)
+    return {
+        "matmul_bf16_8192_tflops": round(tflops(2 * n**3, mm_ms), 1),
+        "copy_1GiB_tb_s": round(2 * src.numel() * 4 / (copy_ms * 1e-3) / 1e12, 3),
+    }
+
+
+class Stopwatch:
+    def __init__(self):
+        self.start = time.perf_counter()
+
+    def seconds(self) -> float:
+        return time.perf_counter() - self.start

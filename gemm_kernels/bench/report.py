@@ -1,0 +1,354 @@
+"""Results as data (CSV), a plot per suite, one markdown file and the provenance (meta.json).
+
+Suites can be run in separate commands into one directory: each run writes its own
+``<suite>.csv``/``.png`` and its ``meta.json`` entry, then ``results.md`` is rebuilt from
+every CSV present.  The markdown layout (``## <suite>`` sections) is what
+:func:`gemm_kernels.results.show_committed` reads back.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import shutil
+from collections import OrderedDict
+from pathlib import Path
+
+from ..results import META_JSON, RESULTS_MD, provenance_line, section_heading, suite_meta
+from .core import COLUMNS, Row
+
+SUITE_ORDER = ("square", "order", "fusion", "seed-grouped", "moe", "l2")
+_NUMERIC = {"x", "time_ms", "tflops", "pct_peak", "speedup", "baseline_spread", "gb_s", "rel_err", "tol"}
+_INTEGER = {"flops", "min_bytes"}
+
+
+# ------------------------------------------------------------------------------ CSV
+
+
+def _fmt_csv(value) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return "inf" if math.isinf(value) else f"{value:.6g}"
+    return str(value)
+
+
+def write_csv(rows: list[Row], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(COLUMNS)
+        for r in rows:
+            writer.writerow([_fmt_csv(v) for v in r.as_dict().values()])
+
+
+def read_csv(path: Path) -> list[dict]:
+    """Rows of a suite CSV with numbers parsed (empty cells -> None, ok -> bool or None)."""
+    out = []
+    with Path(path).open(newline="") as f:
+        for raw in csv.DictReader(f):
+            row = dict(raw)
+            for k in _NUMERIC & row.keys():
+                row[k] = float(row[k]) if row[k] not in ("", None) else None
+            for k in _INTEGER & row.keys():
+                row[k] = int(float(row[k])) if row[k] not in ("", None) else 0
+            row["ok"] = {"True": True, "False": False}.get(row.get("ok"))
+            row["ours"] = row.get("ours") != "False"
+            out.append(row)
+    return out
+
+
+# ------------------------------------------------------------------------------ markdown
+
+
+def _cell(r: dict) -> str:
+    """One provider on one case: time, TFLOP/s, speed-up over the baseline, correctness."""
+    if r["ok"] is None:
+        return "n/a"
+    if r["ok"] is False and r["rel_err"] is None:
+        return "error"
+    parts = []
+    if r["time_ms"] is not None:
+        parts.append(f"{r['time_ms']:.3g} ms · {r['tflops']:.0f} TF/s")
+        if r["speedup"] is not None:
+            parts.append(f"**{r['speedup']:.2f}x**")
+    if r["ok"] is False:
+        parts.append(f"WRONG (err {r['rel_err']:.2g})")
+    elif r["time_ms"] is None:
+        parts.append(f"ok ({r['rel_err']:.1g})")
+    return " ".join(parts)
+
+
+def _best_of_ours(rows: list[dict], ours: set[str]) -> str:
+    timed = [r for r in rows if r["provider"] in ours and r["tflops"] is not None and r["ok"]]
+    if not timed:
+        return "n/a"
+    best = max(timed, key=lambda r: r["tflops"])
+    pct = f", {best['pct_peak']:.0f}% of peak" if best["pct_peak"] is not None else ""
+    ratio = f", {best['speedup']:.2f}x" if best["speedup"] is not None else ""
+    return f"{best['provider']}{ratio}{pct}"
+
+
+def suite_markdown(suite: str, rows: list[dict], meta: dict | None = None, ours: set[str] | None = None) -> str:
+    """The ``## <suite>`` section: one table per panel, one row per case, one column per provider."""
+    ours = ours if ours is not None else {r["provider"] for r in rows if r["ours"]}
+    lines = [section_heading(suite), ""]
+    if meta:
+        lines += [f"Measured on {provenance_line(meta)}."
+                  + (f" Command: `{meta['command']}`." if meta.get("command") else ""), ""]
+    if not rows:
+        return "\n".join(lines + ["(no rows)", ""])
+    timed = any(r["time_ms"] is not None for r in rows)
+    baseline = rows[0]["baseline"]
+    if timed:
+        lines += [f"Cells: median time · TFLOP/s · **speed-up over {baseline}** measured in the same run "
+                  "(> 1 is faster). Correctness is checked once per cell against a float64 reference; "
+                  "WRONG marks a result over tolerance.", ""]
+    else:
+        lines += ["Not timed (no CUDA GPU): cells give the relative error of each kernel against a float64 "
+                  "reference on tiny sizes in Triton's interpreter.", ""]
+    providers = list(OrderedDict.fromkeys(r["provider"] for r in rows))
+    panels = list(OrderedDict.fromkeys(r["panel"] for r in rows))
+    for panel in panels:
+        in_panel = [r for r in rows if r["panel"] == panel]
+        lines += [f"**{panel}**", ""]
+        header = ["case", *providers] + (["best of ours", "baseline noise"] if timed else [])
+        lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        for case in OrderedDict.fromkeys(r["case"] for r in in_panel):
+            by_provider = {r["provider"]: r for r in in_panel if r["case"] == case}
+            cells = [case] + [_cell(by_provider[p]) if p in by_provider else "" for p in providers]
+            if timed:
+                spread = next((r["baseline_spread"] for r in by_provider.values()
+                               if r["baseline_spread"] is not None), None)
+                cells += [_best_of_ours(list(by_provider.values()), ours),
+                          f"{100 * spread:.1f}%" if spread is not None else "n/a"]
+            lines.append("| " + " | ".join(cells) + " |")
+        lines.append("")
+    notes = OrderedDict()
+    for r in rows:
+        if r.get("note"):
+            notes.setdefault(f"{r['provider']}: {r['note']}", None)
+    if notes:
+        lines += ["Notes:", ""] + [f"- {n}" for n in notes] + [""]
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------ targets
+
+
+def _geomean(values: list[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def _speedups(rows, providers, cases=None, baseline_of=None):
+    """Best speed-up among ``providers`` per case; baseline_of(case_rows) overrides the baseline."""
+    out = {}
+    by_case = OrderedDict()
+    for r in rows:
+        by_case.setdefault((r["panel"], r["case"]), []).append(r)
+    for key, case_rows in by_case.items():
+        if cases is not None and not cases(case_rows[0]):
+            continue
+        base_ms = baseline_of(case_rows) if baseline_of else next(
+            (r["time_ms"] for r in case_rows if r["provider"] == r["baseline"] and r["time_ms"]), None)
+        mine = [r for r in case_rows if r["provider"] in providers and r["time_ms"] and r["ok"]]
+        if base_ms and mine:
+            best = min(mine, key=lambda r: r["time_ms"])
+            out[key] = (base_ms / best["time_ms"], best["provider"])
+    return out
+
+
+def _param(row, name):
+    for part in (row.get("params") or "").split(";"):
+        if part.startswith(name + "="):
+            return part.split("=", 1)[1]
+    return None
+
+
+def targets(all_rows: dict[str, list[dict]]) -> list[dict]:
+    """Issue 6's performance targets, each with its measured numbers and met / missed / not measured."""
+    found = []
+
+    def add(name, goal, measured, met):
+        found.append({"target": name, "goal": goal, "measured": measured,
+                      "status": "not measured" if met is None else ("met" if met else "MISSED")})
+
+    square = all_rows.get("square", [])
+    ours_single = {"row_major", "grouped", "persistent", "tma"}
+    for dtype in ("fp16", "bf16"):
+        for n in (4096, 8192):
+            res = _speedups([r for r in square if r["dtype"] == dtype], ours_single,
+                            cases=lambda r, n=n: r["case"] == f"{n}x{n}x{n}")
+            val = next(iter(res.values()), None)
+            add(f"square {dtype} {n}^3", ">= 1.00x cuBLAS (best of ours)",
+                f"{val[0]:.3f}x ({val[1]})" if val else "n/a", None if val is None else val[0] >= 1.0)
+
+    fusion = [r for r in all_rows.get("fusion", []) if r["case"].startswith("4096^3")]
+    res = _speedups(fusion, {"row_major fused", "grouped fused", "persistent fused", "tma fused"})
+    if res:
+        worst = min(res.items(), key=lambda kv: kv[1][0])
+        text = ", ".join(f"{k[1]}: {v[0]:.3f}x ({v[1]})" for k, v in res.items())
+        add("fusion 4096^3", ">= 1.05x torch matmul + activation, every epilogue", text, worst[1][0] >= 1.05)
+    else:
+        add("fusion 4096^3", ">= 1.05x torch matmul + activation, every epilogue", "n/a", None)
+
+    seed_rows = all_rows.get("seed-grouped", [])
+    ours_grouped = {"grouped_matmul", "grouped_matmul tma"}
+    vs_cublas = _speedups(seed_rows, ours_grouped)
+
+    def seed_tma_ms(case_rows):
+        return next((r["time_ms"] for r in case_rows if r["provider"] == "seed triton+tma" and r["time_ms"]), None)
+
+    vs_seed = _speedups(seed_rows, ours_grouped, baseline_of=seed_tma_ms)
+    for name, res, bar in (("seed-grouped vs cuBLAS loop", vs_cublas, 1.0 + 1e-9),
+                           ("seed-grouped vs seed Triton+TMA", vs_seed, 1.0)):
+        goal = "> 1.00x on every row" if "cuBLAS" in name else ">= 1.00x on every row"
+        if res:
+            text = ", ".join(f"{k[1]}: {v[0]:.2f}x" for k, v in res.items())
+            add(name, goal, text, all(v[0] >= bar for v in res.values()))
+        else:
+            add(name, goal, "n/a", None)
+
+    moe = _speedups(all_rows.get("moe", []), {"grouped_mm"})
+    if moe:
+        values = [v[0] for v in moe.values()]
+        geo, low = _geomean(values), min(values)
+        worst = min(moe.items(), key=lambda kv: kv[1][0])[0][1]
+        add("moe grouped_mm vs torch._grouped_mm", "geomean >= 1.00x and every row >= 0.80x",
+            f"geomean {geo:.3f}x over {len(values)} rows, min {low:.3f}x ({worst})", geo >= 1.0 and low >= 0.8)
+    else:
+        add("moe grouped_mm vs torch._grouped_mm", "geomean >= 1.00x and every row >= 0.80x", "n/a", None)
+    return found
+
+
+def targets_markdown(all_rows: dict[str, list[dict]]) -> str:
+    lines = [section_heading("targets"), "",
+             "Issue 6's targets on the measured GPU, as same-run ratios (computed from the CSVs below).", "",
+             "| target | goal | measured | status |", "|---|---|---|---|"]
+    for t in targets(all_rows):
+        lines.append(f"| {t['target']} | {t['goal']} | {t['measured']} | {t['status']} |")
+    return "\n".join(lines + [""])
+
+
+# ------------------------------------------------------------------------------ meta, files
+
+
+def read_meta(directory: Path) -> dict:
+    path = Path(directory) / META_JSON
+    return json.loads(path.read_text()) if path.is_file() else {"suites": {}}
+
+
+def update_meta(directory: Path, suite: str, info: dict) -> dict:
+    meta = read_meta(directory)
+    meta.setdefault("suites", {})[suite] = info
+    (Path(directory) / META_JSON).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    return meta
+
+
+def suites_present(directory: Path) -> list[str]:
+    present = {p.stem for p in Path(directory).glob("*.csv")}
+    return [s for s in SUITE_ORDER if s in present and s != "l2"]
+
+
+def render_markdown(directory: Path) -> str:
+    """Rebuild ``results.md`` in ``directory`` from every suite CSV and meta.json there."""
+    directory = Path(directory)
+    meta = read_meta(directory)
+    all_rows = {s: read_csv(directory / f"{s}.csv") for s in suites_present(directory)}
+    parts = ["# Benchmark results", "",
+             "Generated by `python -m gemm_kernels.bench` from the CSV files beside this one; "
+             "`gemm_kernels.results.show_committed(suite)` shows a suite in a notebook.", ""]
+    if any(r["time_ms"] is not None for rows in all_rows.values() for r in rows):
+        parts.append(targets_markdown(all_rows))
+    for suite, rows in all_rows.items():
+        parts.append(suite_markdown(suite, rows, suite_meta(meta, suite)))
+    l2_md = directory / "l2.md"
+    if l2_md.is_file():
+        parts.append(l2_md.read_text())
+    text = "\n".join(parts).rstrip() + "\n"
+    (directory / RESULTS_MD).write_text(text)
+    return text
+
+
+def publish(src: Path, dest: Path, suites: list[str] | None = None) -> list[str]:
+    """Copy suites' CSV/PNG files and meta.json entries from ``src`` into ``dest`` (the committed
+    copy) and rebuild ``dest/results.md``.  Returns the suites copied."""
+    src, dest = Path(src), Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    src_meta = read_meta(src)
+    copied = []
+    for suite in suites or [p.stem for p in src.glob("*.csv")]:
+        csv_path = src / f"{suite}.csv"
+        if not csv_path.is_file():
+            continue
+        rows = read_csv(csv_path)
+        if suite != "l2" and not any(r.get("time_ms") is not None for r in rows):
+            raise ValueError(f"{csv_path} holds no timings (a CPU or correctness-only run): not publishing it")
+        for ext in ("csv", "png", "md"):
+            f = src / f"{suite}.{ext}"
+            if f.is_file():
+                shutil.copy2(f, dest / f.name)
+        if suite in src_meta.get("suites", {}):
+            update_meta(dest, suite, src_meta["suites"][suite])
+        copied.append(suite)
+    render_markdown(dest)
+    return copied
+
+
+# ------------------------------------------------------------------------------ plots
+
+PLOT_KIND = {"square": "line", "order": "bar", "fusion": "bar", "seed-grouped": "line", "moe": "line"}
+X_LABEL = {"square": "M = N = K", "seed-grouped": "N (square problems) or M", "moe": "tokens"}
+
+
+def plot_suite(suite: str, rows: list[dict], path: Path, title: str, peak: float | None) -> Path | None:
+    """TFLOP/s per provider, one panel per group of cases; None when nothing was timed."""
+    timed = [r for r in rows if r["tflops"] is not None]
+    if not timed:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = list(OrderedDict.fromkeys(r["panel"] for r in timed))
+    providers = list(OrderedDict.fromkeys(r["provider"] for r in timed))
+    cols = min(3, len(panels))
+    nrows = math.ceil(len(panels) / cols)
+    fig, axes = plt.subplots(nrows, cols, figsize=(5.5 * cols, 3.8 * nrows), squeeze=False)
+    colors = {p: plt.cm.tab10(i % 10) for i, p in enumerate(providers)}
+    for ax, panel in zip(axes.flat, panels):
+        in_panel = [r for r in timed if r["panel"] == panel]
+        if PLOT_KIND.get(suite) == "line":
+            for p in providers:
+                pts = sorted((r["x"], r["tflops"]) for r in in_panel if r["provider"] == p)
+                if pts:
+                    style = "-" if any(r["ours"] for r in in_panel if r["provider"] == p) else "--"
+                    ax.plot(*zip(*pts), style, marker="o", ms=3, label=p, color=colors[p])
+            ax.set_xscale("log", base=2)
+            ax.set_xlabel(X_LABEL.get(suite, "x"))
+        else:
+            cases = list(OrderedDict.fromkeys(r["case"] for r in in_panel))
+            width = 0.8 / max(1, len(providers))
+            for i, p in enumerate(providers):
+                vals = {r["case"]: r["tflops"] for r in in_panel if r["provider"] == p}
+                xs = [j + i * width for j, c in enumerate(cases) if c in vals]
+                ax.bar(xs, [vals[c] for c in cases if c in vals], width, label=p, color=colors[p])
+            ax.set_xticks([j + 0.4 - width / 2 for j in range(len(cases))])
+            ax.set_xticklabels(cases, rotation=20, ha="right", fontsize=7)
+        if peak:
+            ax.axhline(peak, color="gray", lw=0.8, ls=":")
+        ax.set_title(panel, fontsize=9)
+        ax.set_ylabel("TFLOP/s")
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.axis("off")
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=min(6, len(labels)), fontsize=8, frameon=False)
+    fig.suptitle(title + (f"  (dotted: dense peak {peak:g} TFLOP/s)" if peak else ""), fontsize=10)
+    fig.tight_layout(rect=(0, 0.06, 1, 0.95))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -1,0 +1,524 @@
+"""The benchmark suites: which problems, which providers, which baseline.
+
+Every suite is a function ``(settings) -> list[Case]``.  Kernel modules are imported
+inside the providers' set-up, so a suite still runs (with that provider marked "not
+available") while a kernel module is missing or being rewritten.
+
+Sizes: ``full`` on a GPU, ``quick`` on a GPU (a smoke run of a minute or two), and tiny
+sizes in the interpreter on a CPU (correctness only: the interpreter is ~10^5x slower).
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from .. import runtime
+from ..epilogue import activation_ref
+from .core import Case, CaseData, Provider, Skip, dtype_name
+
+# ------------------------------------------------------------------------------ settings
+
+
+@dataclass
+class SuiteSettings:
+    quick: bool = False
+    dtype: torch.dtype | None = None   # None: each suite's own default dtypes
+    seed: int = 0                      # base of the per-case random seeds
+    seed_tutorial: object = None       # path of the seed page, or None when not found
+    seed_kernels: object = None        # loaded lazily (bench.seed.SeedKernels) or an error string
+    size_override: str | None = None   # "full"/"quick": list a GPU run's cases on any machine
+
+    @property
+    def size_class(self) -> str:
+        if self.size_override:
+            return self.size_override
+        if runtime.interpreted():
+            return "cpu"
+        return "quick" if self.quick else "full"
+
+
+def _dtypes(settings: SuiteSettings, default: tuple) -> tuple:
+    return (settings.dtype,) if settings.dtype is not None else default
+
+
+def _generator(seed: int) -> torch.Generator:
+    return torch.Generator(device=runtime.DEVICE).manual_seed(seed)
+
+
+def _randn(shape, dtype, gen) -> torch.Tensor:
+    """Fresh N(0, 1) numbers made on the device (never zeros: they can time faster than data)."""
+    return torch.randn(*shape, device=runtime.DEVICE, dtype=dtype, generator=gen)
+
+
+class _Seeds:
+    """A different, reproducible random seed for every case of a run."""
+
+    def __init__(self, base: int):
+        self.next = base * 1_000_003
+
+    def __call__(self) -> int:
+        self.next += 1
+        return self.next
+
+
+# ------------------------------------------------------------------------------ kernels, lazily
+
+
+def kernel(module: str, name: str) -> Callable:
+    """``gemm_kernels.<module>.<name>``, or Skip saying it is not there yet."""
+    try:
+        mod = importlib.import_module(f"gemm_kernels.{module}")
+    except ImportError as exc:
+        raise Skip(f"gemm_kernels.{module} not available ({exc})") from exc
+    try:
+        return getattr(mod, name)
+    except AttributeError as exc:
+        raise Skip(f"gemm_kernels.{module}.{name} not available") from exc
+
+
+def lazy_provider(name: str, make: Callable[[], tuple], **kwargs) -> Provider:
+    """A provider whose functions come from ``make() -> (fn, check_fn or None)``; a Skip raised
+    by ``make`` (missing module, no TMA here) becomes the provider's skip reason."""
+    try:
+        fn, check_fn = make()
+    except Skip as exc:
+        return Provider(name, None, skip=str(exc), **kwargs)
+    except Exception as exc:  # a broken set-up is this provider's failure, not the case's
+        return Provider(name, None, error=f"set-up failed: {type(exc).__name__}: {exc}".splitlines()[0][:300],
+                        **kwargs)
+    return Provider(name, fn, check_fn, **kwargs)
+
+
+def _require_tma(what: str) -> None:
+    if not runtime.supports_tma():
+        raise Skip(f"{what} needs TMA (sm_90+); this GPU is {runtime.gpu_name()}")
+
+
+def _mm_ref(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """float64 product, kept as float32 (6e-8 relative: far below every tolerance)."""
+    return (a.double() @ b.double()).float()
+
+
+# ------------------------------------------------------------------------------ square
+
+#: The seed notes sweep square sizes 256..18944 in steps of 256 (74 sizes).  Beside the powers
+#: of two we keep four of its points: 1280 and 2304 (non-powers of two where the notes' Triton
+#: kernel led cuBLAS), 4864 (where the notes' cuBLAS dipped) and 18944 (the sweep's end).
+SQUARE_SIZES = {
+    "full": (256, 512, 1024, 1280, 2048, 2304, 3072, 4096, 4864, 6144, 8192, 18944),
+    "quick": (1024, 4096),
+    "cpu": (40, 64),  # 40: ragged against the interpreter's 32-blocks, rows still 16-byte aligned for TMA
+}
+SQUARE_DTYPES = (torch.float16, torch.bfloat16)
+
+
+def _single_gemm_providers(a, b, *, activation=None, bias=None, suffix="", row_major=True):
+    """Our single-GEMM kernels on (a, b) with an optional fused epilogue."""
+    epi = {"activation": activation, "bias": bias}
+
+    def matmul_order(order):
+        def make():
+            matmul = kernel("matmul", "matmul")
+            return (lambda: matmul(a, b, order=order, **epi)), None
+        return make
+
+    def persistent():
+        f = kernel("persistent", "matmul_persistent")
+        return (lambda: f(a, b, **epi)), None
+
+    def tma():
+        _require_tma("matmul_tma")
+        f = kernel("persistent", "matmul_tma")
+        return (lambda: f(a, b, **epi)), None
+
+    return [
+        *([lazy_provider("row_major" + suffix, matmul_order("row_major"))] if row_major else []),
+        lazy_provider("grouped" + suffix, matmul_order("grouped")),
+        lazy_provider("persistent" + suffix, persistent),
+        lazy_provider("tma" + suffix, tma),
+    ]
+
+
+def square_suite(settings: SuiteSettings) -> list[Case]:
+    """Single square GEMMs: cuBLAS (torch.matmul) vs our row-major, grouped, persistent, TMA kernels."""
+    seeds = _Seeds(settings.seed)
+    cases = []
+    for dtype in _dtypes(settings, SQUARE_DTYPES):
+        for n in SQUARE_SIZES[settings.size_class]:
+            def setup(n=n, dtype=dtype, seed=seeds()):
+                gen = _generator(seed)
+                a, b = _randn((n, n), dtype, gen), _randn((n, n), dtype, gen)
+                providers = [Provider("cuBLAS", lambda: torch.matmul(a, b), ours=False)]
+                providers += _single_gemm_providers(a, b)
+                return CaseData(providers, lambda: [_mm_ref(a, b)])
+            cases.append(Case("square", dtype_name(dtype), f"{n}x{n}x{n}", n, dtype, [(n, n, n)], "cuBLAS",
+                              setup, {"M": n, "N": n, "K": n}))
+    return cases
+
+
+# ------------------------------------------------------------------------------ order
+
+#: (M, N, K): squares, and a short-and-wide C where row-major order walks a whole row of
+#: 128 column tiles (re-reading all of B) before it moves down.
+ORDER_SHAPES = {
+    "full": ((2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192), (2048, 16384, 4096)),
+    "quick": ((4096, 4096, 4096),),
+    "cpu": ((64, 96, 64),),
+}
+ORDER_GROUP_SIZES = (4, 8, 16)
+
+
+def order_suite(settings: SuiteSettings) -> list[Case]:
+    """Program order over C tiles (notebook 03): row-major vs grouped with GROUP_SIZE_M 4/8/16."""
+    seeds = _Seeds(settings.seed)
+    cases = []
+    for dtype in _dtypes(settings, (torch.float16,)):
+        for M, N, K in ORDER_SHAPES[settings.size_class]:
+            def setup(M=M, N=N, K=K, dtype=dtype, seed=seeds()):
+                gen = _generator(seed)
+                a, b = _randn((M, K), dtype, gen), _randn((K, N), dtype, gen)
+
+                def order(order, group):
+                    def make():
+                        matmul = kernel("matmul", "matmul")
+                        return (lambda: matmul(a, b, order=order, group_size_m=group)), None
+                    return make
+
+                providers = [Provider("cuBLAS", lambda: torch.matmul(a, b), ours=False),
+                             lazy_provider("row_major", order("row_major", 1))]
+                providers += [lazy_provider(f"grouped g={g}", order("grouped", g)) for g in ORDER_GROUP_SIZES]
+                return CaseData(providers, lambda: [_mm_ref(a, b)])
+            cases.append(Case("order", dtype_name(dtype), f"{M}x{N}x{K}", M * N * K, dtype, [(M, N, K)], "cuBLAS",
+                              setup, {"M": M, "N": N, "K": K}))
+    return cases
+
+
+# ------------------------------------------------------------------------------ fusion
+
+FUSION_SIZES = {"full": (2048, 4096, 8192), "quick": (4096,), "cpu": (48,)}
+#: (activation, with bias): the seed notes' leaky_relu, and exact GELU with a bias.  Two only: every
+#: epilogue is a new compile of every autotune config of every kernel (minutes on a cold cache).
+FUSION_EPILOGUES = (("leaky_relu", False), ("gelu", True))
+_TORCH_ACTIVATIONS = {
+    "relu": torch.relu,
+    "leaky_relu": lambda x: torch.nn.functional.leaky_relu(x, 0.01),
+    "gelu": torch.nn.functional.gelu,
+}
+
+
+def fusion_suite(settings: SuiteSettings) -> list[Case]:
+    """act(A @ B (+ bias)) fused in one kernel vs torch: matmul (addmm with a bias) then the activation."""
+    seeds = _Seeds(settings.seed)
+    cases = []
+    epilogues = FUSION_EPILOGUES if settings.size_class != "quick" else FUSION_EPILOGUES[:1]
+    for dtype in _dtypes(settings, (torch.float16,)):
+        for n in FUSION_SIZES[settings.size_class]:
+            for activation, with_bias in epilogues:
+                def setup(n=n, dtype=dtype, activation=activation, with_bias=with_bias, seed=seeds()):
+                    gen = _generator(seed)
+                    a, b = _randn((n, n), dtype, gen), _randn((n, n), dtype, gen)
+                    bias = _randn((n,), dtype, gen) if with_bias else None
+                    act = _TORCH_ACTIVATIONS[activation]
+                    if bias is None:
+                        baseline = lambda: act(torch.matmul(a, b))  # noqa: E731
+                    else:
+                        baseline = lambda: act(torch.addmm(bias, a, b))  # noqa: E731
+
+                    def reference():
+                        acc = a.double() @ b.double()
+                        if bias is not None:
+                            acc = acc + bias.double()
+                        return [activation_ref(acc, activation).float()]
+
+                    providers = [Provider("torch matmul+act", baseline, ours=False,
+                                          note="torch.addmm (bias in cuBLAS) then the activation" if bias is not None
+                                          else "torch.matmul then the activation")]
+                    providers += _single_gemm_providers(a, b, activation=activation, bias=bias, suffix=" fused",
+                                                        row_major=False)  # order is not what this suite is about
+                    return CaseData(providers, reference)
+                label = f"{n}^3 {activation}" + (" +bias" if with_bias else "")
+                cases.append(Case("fusion", f"{dtype_name(dtype)} {n}^3", label, n, dtype, [(n, n, n)],
+                                  "torch matmul+act", setup,
+                                  {"M": n, "N": n, "K": n, "activation": activation, "bias": with_bias}))
+    return cases
+
+
+# ------------------------------------------------------------------------------ seed-grouped
+
+#: The seed tutorial's two tables: 4 square problems N x N x N, and 4 problems M x 8192 x 8192.
+SEED_GROUP_SIZE = 4
+SEED_TABLES = {
+    "full": {"square": (128, 256, 512, 1024), "tall": (128, 256, 512, 1024), "NK": 8192},
+    "quick": {"square": (128, 1024), "tall": (128, 1024), "NK": 8192},
+    "cpu": {"square": (32, 64), "tall": (32, 64), "NK": 64},  # multiples of 32: the seed assumes full tiles
+}
+#: the seed kernels' config in the interpreter (their autotuning needs a GPU to time configs)
+SEED_INTERPRETER_CONFIG = {"BLOCK_SIZE_M": 32, "BLOCK_SIZE_N": 32, "BLOCK_SIZE_K": 32}
+
+
+def _seed_kernels(settings: SuiteSettings):
+    """The seed's kernels (loaded once per run), or Skip with the reason they are not here."""
+    from .seed import SeedError, load_seed_kernels
+
+    if settings.seed_kernels is None:
+        if settings.seed_tutorial is None:
+            settings.seed_kernels = ("seed tutorial not found: pass --seed-tutorial PATH "
+                                     "(the saved page of Triton's tutorial 08)")
+        else:
+            try:
+                settings.seed_kernels = load_seed_kernels(settings.seed_tutorial)
+                for note in settings.seed_kernels.notes:
+                    print(f"[seed-grouped] {note}")
+            except (SeedError, OSError, SyntaxError, ValueError, NameError) as exc:
+                settings.seed_kernels = f"could not load the seed kernels: {type(exc).__name__}: {exc}"
+    if isinstance(settings.seed_kernels, str):
+        raise Skip(settings.seed_kernels)
+    return settings.seed_kernels
+
+
+def _seed_launcher(seed, tma: bool, group_a, group_b_or_bt, group_c):
+    """Launch-only call of the seed kernel on pre-built pointer arrays, as the seed times it.
+
+    Writes into ``group_c`` (pre-allocated) and returns it.  On a GPU the seed's own
+    autotuning runs; in the interpreter its fixed small config does (sizes are multiples of it)."""
+    dev = runtime.DEVICE
+    ptrs = [torch.tensor([t.data_ptr() for t in group], device=dev, dtype=torch.int64)
+            for group in (group_a, group_b_or_bt, group_c)]
+    sizes, lds = [], []
+    for a, b, c in zip(group_a, group_b_or_bt, group_c):
+        M, K = a.shape
+        N = c.shape[1]
+        sizes += [M, N, K]
+        lds += [a.stride(0), b.stride(0), c.stride(0)]
+    sizes = torch.tensor(sizes, device=dev, dtype=torch.int32)
+    lds = torch.tensor(lds, device=dev, dtype=torch.int32)
+    args = (*ptrs, sizes, lds, len(group_a))
+    kern = seed.grouped_matmul_tma_kernel if tma else seed.grouped_matmul_kernel
+    extra = {"FP8": False, "NUM_SM": runtime.num_sms()} if tma else {}
+    if tma and runtime.on_gpu():
+        import triton
+
+        triton.set_allocator(lambda size, alignment, stream: torch.empty(size, device=dev, dtype=torch.int8))
+    if runtime.interpreted():
+        cfg = {**SEED_INTERPRETER_CONFIG, "NUM_SM": runtime.num_sms(), **extra}
+        launch = lambda: kern.fn[(cfg["NUM_SM"],)](*args, **cfg)  # noqa: E731
+    else:
+        grid = lambda meta: (meta["NUM_SM"],)  # noqa: E731
+        launch = lambda: kern[grid](*args, **extra)  # noqa: E731
+
+    alive = (group_a, group_b_or_bt)  # the kernel holds only raw addresses: keep the tensors alive
+
+    def run(alive=alive):
+        launch()
+        return group_c
+
+    def check():  # same buffers (the seed's autotune key includes the pointer arrays), poisoned first
+        for c in group_c:
+            c.fill_(float("nan"))
+        return run()
+
+    return run, check
+
+
+def seed_grouped_suite(settings: SuiteSettings) -> list[Case]:
+    """The seed tutorial 08's two tables: cuBLAS loop vs grouped_matmul (plain, TMA) vs
+    torch._grouped_mm (the equal shapes stacked 3-D) vs the seed's own Triton kernels."""
+    seeds = _Seeds(settings.seed)
+    table = SEED_TABLES[settings.size_class]
+    nk = table["NK"]
+    cases = []
+    for dtype in _dtypes(settings, (torch.float16,)):
+        problems = [(f"{SEED_GROUP_SIZE} problems N x N x N", n, (n, n, n)) for n in table["square"]]
+        problems += [(f"{SEED_GROUP_SIZE} problems M x {nk} x {nk}", m, (m, nk, nk)) for m in table["tall"]]
+        for panel, x, (M, N, K) in problems:
+            def setup(M=M, N=N, K=K, dtype=dtype, seed=seeds()):
+                gen = _generator(seed)
+                a3 = _randn((SEED_GROUP_SIZE, M, K), dtype, gen)
+                b3 = _randn((SEED_GROUP_SIZE, K, N), dtype, gen)
+                group_a, group_b = list(a3.unbind(0)), list(b3.unbind(0))
+                providers = [Provider("cuBLAS loop", lambda: [torch.matmul(a, b) for a, b in zip(group_a, group_b)],
+                                      ours=False)]
+
+                def ours(tma):
+                    def make():
+                        if tma:
+                            _require_tma("grouped_matmul(tma=True)")
+                        f = kernel("grouped", "grouped_matmul")
+                        return (lambda: f(group_a, group_b, tma=tma)), None
+                    return make
+
+                note = "times the whole call: checks, metadata packing, one host-to-device copy, launch"
+                providers.append(lazy_provider("grouped_matmul", ours(False), note=note))
+                providers.append(lazy_provider("grouped_matmul tma", ours(True), note=note))
+                providers.append(Provider(
+                    "torch._grouped_mm", lambda: torch._grouped_mm(a3, b3), ours=False,
+                    note="3-D x 3-D (equal shapes stacked)"
+                    + ("" if dtype == torch.bfloat16 else "; its fast path is bf16-only on sm_90, "
+                       "other dtypes may take torch's per-group fallback")))
+
+                def seed_provider(tma):
+                    def make():
+                        if dtype != torch.float16:
+                            raise Skip("the seed's kernels are fp16-only")
+                        if tma:
+                            _require_tma("the seed's TMA kernel")
+                        seed_k = _seed_kernels(settings)
+                        group_c = [torch.empty((M, N), device=runtime.DEVICE, dtype=dtype) for _ in group_a]
+                        # the seed's TMA kernel reads B transposed (N x K, K contiguous), made once outside timing
+                        b_in = [b.t().contiguous() for b in group_b] if tma else group_b
+                        return _seed_launcher(seed_k, tma, group_a, b_in, group_c)
+                    return make
+
+                seed_note = "launch only, pointer arrays built beforehand (as the seed times it)"
+                providers.append(lazy_provider("seed triton", seed_provider(False), ours=False, note=seed_note))
+                providers.append(lazy_provider("seed triton+tma", seed_provider(True), ours=False, note=seed_note))
+                return CaseData(providers, lambda: [_mm_ref(a, b) for a, b in zip(group_a, group_b)])
+            cases.append(Case("seed-grouped", panel, f"{SEED_GROUP_SIZE}x {M}x{N}x{K}", x, dtype,
+                              [(M, N, K)] * SEED_GROUP_SIZE, "cuBLAS loop", setup,
+                              {"M": M, "N": N, "K": K, "problems": SEED_GROUP_SIZE}))
+    return cases
+
+
+# ------------------------------------------------------------------------------ moe
+
+
+@dataclass(frozen=True)
+class MoeModel:
+    name: str
+    experts: int
+    top_k: int
+    hidden: int
+    ffn: int  # one expert's intermediate size
+
+
+#: Expert shapes of real models (from their published configs):
+#: Mixtral-8x7B: 8 experts, top-2, hidden 4096, ffn 14336;
+#: DeepSeek-V3: 256 routed experts, top-8, hidden 7168, expert ffn 2048;
+#: DeepSeek-V2-Lite: 64 routed experts, top-6, hidden 2048, expert ffn 1408.
+MOE_MODELS = {
+    "full": (MoeModel("Mixtral-8x7B", 8, 2, 4096, 14336), MoeModel("DeepSeek-V3", 256, 8, 7168, 2048),
+             MoeModel("DeepSeek-V2-Lite", 64, 6, 2048, 1408)),
+    "quick": (MoeModel("Mixtral-8x7B", 8, 2, 4096, 14336), MoeModel("DeepSeek-V3", 256, 8, 7168, 2048)),
+    "cpu": (MoeModel("tiny 8 experts top-2", 8, 2, 64, 96), MoeModel("tiny 64 experts top-6", 64, 6, 32, 48)),
+}
+MOE_TOKENS = {"full": (512, 4096, 16384), "quick": (4096,), "cpu": (37,)}
+#: "up": hidden -> ffn (one of the gate/up projections); "down": ffn -> hidden
+MOE_PROJECTIONS = {"full": ("up", "down"), "quick": ("up",), "cpu": ("up", "down")}
+MOE_ROUTINGS = ("uniform", "skewed")
+MOE_DTYPES = (torch.bfloat16,)  # torch._grouped_mm's fast path on sm_90 is bf16-only
+
+
+def _moe_weights(model: MoeModel, projection: str, dtype, gen) -> torch.Tensor:
+    """Expert weights stored as nn.Linear stores them ([E, out, in]) and passed as the
+    [E, in, out] view, the way MoE layers call torch._grouped_mm (B is K-contiguous)."""
+    k, n = (model.hidden, model.ffn) if projection == "up" else (model.ffn, model.hidden)
+    w = torch.empty((model.experts, n, k), device=runtime.DEVICE, dtype=dtype)
+    for e in range(model.experts):  # one expert at a time: DeepSeek-V3's 7.5 GB never exists twice
+        w[e] = torch.randn(n, k, device=runtime.DEVICE, dtype=dtype, generator=gen)
+    return w.transpose(1, 2)
+
+
+#: route_tokens' skew for "skewed" routing: Zipf-like, expert e weighted 1 / (e + 1)
+MOE_SKEW = 1.0
+
+
+def _route(model: MoeModel, tokens: int, routing: str, seed: int) -> torch.Tensor:
+    """Rows per expert for ``tokens`` tokens (each sent to top_k distinct experts) via moe.route_tokens."""
+    route_tokens = kernel("moe", "route_tokens")
+    skew = 0.0 if routing == "uniform" else MOE_SKEW
+    gen = torch.Generator().manual_seed(seed)  # route_tokens draws on the CPU
+    routed = route_tokens(tokens, model.experts, model.top_k, skew=skew, generator=gen)
+    return _counts_from_routing(routed, model.experts, tokens * model.top_k)
+
+
+def _counts_from_routing(routed, experts: int, rows: int) -> torch.Tensor:
+    """Rows per expert from route_tokens' result (its ``counts``), checked against the expected total."""
+    counts = getattr(routed, "counts", routed)
+    t = torch.as_tensor(counts).to("cpu", torch.int64).flatten()
+    if t.numel() != experts:
+        raise ValueError(f"route_tokens returned {t.numel()} numbers for {experts} experts")
+    if int(t.sum()) == rows:
+        return t
+    raise ValueError(f"route_tokens' result sums to {int(t.sum())}, expected {rows} routed rows")
+
+
+def moe_suite(settings: SuiteSettings) -> list[Case]:
+    """Ragged MoE expert GEMMs: our grouped_mm vs a per-expert torch loop vs torch._grouped_mm."""
+    seeds = _Seeds(settings.seed)
+    size = settings.size_class
+    cases = []
+    weights_cache: dict = {}
+    for dtype in _dtypes(settings, MOE_DTYPES):
+        for model in MOE_MODELS[size]:
+            for projection in MOE_PROJECTIONS[size]:
+                k, n = (model.hidden, model.ffn) if projection == "up" else (model.ffn, model.hidden)
+                for routing in MOE_ROUTINGS:
+                    for tokens in MOE_TOKENS[size]:
+                        rows = tokens * model.top_k
+
+                        def setup(model=model, projection=projection, routing=routing, tokens=tokens,
+                                  dtype=dtype, k=k, n=n, rows=rows, seed=seeds()):
+                            gen = _generator(seed)
+                            key = (model, projection, dtype)
+                            if key not in weights_cache:  # one model's weights at a time
+                                weights_cache.clear()
+                                weights_cache[key] = _moe_weights(model, projection, dtype, _generator(seed + 7))
+                            w = weights_cache[key]
+                            counts = _route(model, tokens, routing, seed)
+                            ends = torch.cumsum(counts, 0)
+                            bounds = list(zip([0] + ends[:-1].tolist(), ends.tolist()))
+                            offs = ends.to(device=runtime.DEVICE, dtype=torch.int32)
+                            x = _randn((rows, k), dtype, gen)
+
+                            def loop():
+                                out = torch.empty((rows, n), device=x.device, dtype=dtype)
+                                for e, (s, t) in enumerate(bounds):
+                                    if t > s:
+                                        torch.mm(x[s:t], w[e], out=out[s:t])
+                                return out
+
+                            def reference():
+                                ref = torch.empty((rows, n), device=x.device, dtype=torch.float32)
+                                for e, (s, t) in enumerate(bounds):
+                                    ref[s:t] = (x[s:t].double() @ w[e].double()).float()
+                                return [ref]
+
+                            def ours():
+                                f = kernel("moe", "grouped_mm")
+                                return (lambda: f(x, w, offs, check_offs=False)), (lambda: f(x, w, offs, check_offs=True))
+
+                            providers = [
+                                Provider("torch._grouped_mm", lambda: torch._grouped_mm(x, w, offs=offs), ours=False,
+                                         note="" if dtype == torch.bfloat16 else
+                                         "its fast path is bf16-only on sm_90: other dtypes may take the fallback"),
+                                lazy_provider("grouped_mm", ours,
+                                              note="timed with check_offs=False; checked with check_offs=True"),
+                                Provider("per-expert loop", loop, ours=False,
+                                         note="torch.mm per expert; expert bounds on the host beforehand (no sync timed)"),
+                            ]
+                            used = int((counts > 0).sum())
+                            # fewest bytes: x read, out written, and only the weights of experts that got rows
+                            min_bytes = (rows * k + used * k * n + rows * n) * (torch.finfo(dtype).bits // 8)
+                            return CaseData(providers, reference, {"experts_used": used, "max_rows": int(counts.max())},
+                                            min_bytes=min_bytes)
+
+                        label = f"{model.name} {projection} T={tokens} {routing}"
+                        # FLOPs count the routed rows only: experts' shapes are (count_e, n, k), summing to rows
+                        cases.append(Case("moe", f"{model.name} {projection} ({routing})", label, tokens, dtype,
+                                          [(rows, n, k)], "torch._grouped_mm", setup,
+                                          {"model": model.name, "experts": model.experts, "top_k": model.top_k,
+                                           "tokens": tokens, "rows": rows, "K": k, "N": n, "routing": routing}))
+    return cases
+
+
+SUITES = {
+    "square": square_suite,
+    "order": order_suite,
+    "fusion": fusion_suite,
+    "seed-grouped": seed_grouped_suite,
+    "moe": moe_suite,
+}

@@ -1,0 +1,377 @@
+"""The benchmark harness: CPU --quick run, peaks, arithmetic, seed loading, reports, L2 parsing.
+
+The GPU-only paths (timing, ratios, plots, targets) are exercised here with a fake timer, so a
+CPU machine proves the code the lead runs on the GPU at least adds up."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from gemm_kernels import results, runtime
+from gemm_kernels.bench import core, l2, report, seed, suites
+from gemm_kernels.testing import rel_err
+
+ROOT = Path(__file__).resolve().parents[1]
+SEED_PAGE = ROOT.parent / "shared" / "seeds" / seed.SEED_TUTORIAL_NAME
+SUITE_NAMES = tuple(suites.SUITES)
+
+
+def _bench(*args, timeout=240):
+    env = {k: v for k, v in os.environ.items() if k not in ("GEMM_KERNELS_INTERPRET",)}
+    return subprocess.run([sys.executable, "-m", "gemm_kernels.bench", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+# ------------------------------------------------------------------------------ the CPU run
+
+
+@pytest.mark.skipif(runtime.on_gpu(), reason="checks the CPU (interpreter) path; a GPU runs the timed suites")
+def test_quick_cpu_run_checks_every_suite_and_writes_correctness_only(tmp_path):
+    proc = _bench("--quick", "--out", str(tmp_path))
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    assert "Timings need a CUDA GPU" in out
+    for suite in SUITE_NAMES:
+        rows = report.read_csv(tmp_path / f"{suite}.csv")
+        assert rows, f"{suite}: no rows"
+        ran = [r for r in rows if r["ok"] is not None]
+        assert ran, f"{suite}: nothing was checked"
+        assert all(r["ok"] for r in ran), [(r["provider"], r["rel_err"], r["note"]) for r in ran if not r["ok"]]
+        assert all(r["time_ms"] is None and r["tflops"] is None for r in rows), "a CPU run must not time"
+        assert all(r["rel_err"] is not None and r["rel_err"] <= r["tol"] for r in ran)
+        assert not (tmp_path / f"{suite}.png").exists()  # no timings, no plot
+    ours = {r["provider"] for s in SUITE_NAMES for r in report.read_csv(tmp_path / f"{s}.csv")
+            if r["ours"] and r["ok"]}
+    assert {"row_major", "grouped", "persistent", "tma", "grouped_matmul", "grouped_mm"} <= ours
+    seed_rows = report.read_csv(tmp_path / "seed-grouped.csv")
+    seed_checked = {r["provider"] for r in seed_rows if r["ok"]}
+    if SEED_PAGE.is_file():  # found through ../shared/seeds without --seed-tutorial
+        assert {"seed triton", "seed triton+tma"} <= seed_checked
+        assert "gropup_c_ptrs" in out  # the patch is announced
+    md = (tmp_path / "results.md").read_text()
+    for suite in SUITE_NAMES:
+        assert results.extract_section(md, suite) is not None
+    assert "Not timed (no CUDA GPU)" in md
+    meta = json.loads((tmp_path / "meta.json").read_text())
+    assert set(meta["suites"]) == set(SUITE_NAMES)
+    assert meta["suites"]["square"]["mode"].startswith("interpreter")
+
+
+@pytest.mark.skipif(runtime.on_gpu(), reason="the CPU refusals only")
+def test_cpu_without_quick_or_with_commit_refuses_clearly(tmp_path, capsys):
+    from gemm_kernels.bench import main
+
+    assert main(["--suite", "square", "--out", str(tmp_path)]) == 2
+    out = capsys.readouterr().out
+    assert "Timings need a CUDA GPU" in out and "--quick" in out
+    assert main(["--quick", "--commit", "--out", str(tmp_path)]) == 2
+    assert "refusing" in capsys.readouterr().out
+    assert not list(tmp_path.glob("*.csv"))
+
+
+def test_list_shows_the_gpu_cases(capsys):
+    from gemm_kernels.bench import main
+
+    assert main(["--list", "--suite", "square,moe"]) == 0
+    out = capsys.readouterr().out
+    assert "[fp16] 8192x8192x8192" in out and "[bf16] 4096x4096x4096" in out and "18944" in out
+    assert "DeepSeek-V3 up T=16384 skewed" in out
+
+
+def test_unknown_suite_is_a_usage_error():
+    from gemm_kernels.bench import main
+
+    with pytest.raises(SystemExit):
+        main(["--suite", "squares"])
+
+
+# ------------------------------------------------------------------------------ peaks and arithmetic
+
+
+@pytest.mark.parametrize("name, dtype, peak", [
+    ("NVIDIA H100 80GB HBM3", torch.float16, 989.4),
+    ("NVIDIA H100 80GB HBM3", torch.bfloat16, 989.4),
+    ("NVIDIA H100 PCIe", torch.bfloat16, 756.0),
+    ("NVIDIA H200", torch.float16, 989.4),
+    ("NVIDIA A100-SXM4-80GB", torch.float16, 312.0),
+    ("NVIDIA A100 80GB PCIe", torch.bfloat16, 312.0),
+    ("NVIDIA H100 NVL", torch.float16, None),       # not in the table: unknown, never guessed
+    ("Tesla T4", torch.float16, None),
+    ("NVIDIA H100 80GB HBM3", torch.float32, None),  # only fp16/bf16 peaks are tabled
+    ("CPU (Triton interpreter)", torch.float16, None),
+], ids=lambda v: str(v).replace(" ", "_"))
+def test_dense_peak_table(name, dtype, peak):
+    assert core.dense_peak_tflops(name, dtype) == peak
+
+
+def test_tflops_and_bytes_arithmetic():
+    assert core.gemm_flops([(4096, 4096, 4096)]) == 2 * 4096**3
+    assert core.gemm_flops([(2, 3, 4), (5, 6, 7)]) == 2 * 2 * 3 * 4 + 2 * 5 * 6 * 7
+    assert core.tflops(2 * 4096**3, 0.2) == pytest.approx(687.19476736)
+    assert core.tflops(10**12, 1000.0) == pytest.approx(1.0)
+    assert core.gemm_min_bytes([(2, 3, 4)], 2) == (2 * 4 + 4 * 3 + 2 * 3) * 2
+    with pytest.raises(ValueError):
+        core.tflops(1, 0.0)
+
+
+def test_rel_err_lists_matches_testing_rel_err_and_catches_nan():
+    gen = torch.Generator().manual_seed(1)
+    refs = [torch.randn(5, 7, generator=gen), torch.randn(3, 4, generator=gen)]
+    outs = [(r + 1e-3 * torch.randn(r.shape, generator=gen)).half() for r in refs]
+    flat_out = torch.cat([o.flatten() for o in outs])[None]
+    flat_ref = torch.cat([r.flatten() for r in refs])[None]
+    assert core.rel_err_lists(outs, refs) == pytest.approx(rel_err(flat_out, flat_ref))
+    outs[1][0, 0] = float("nan")
+    assert core.rel_err_lists(outs, refs) == math.inf
+    with pytest.raises(ValueError, match="shape"):
+        core.rel_err_lists([torch.zeros(2, 2)], [torch.zeros(2, 3)])
+    assert len(core.as_tensor_list(torch.zeros(3, 2, 2))) == 3
+
+
+def test_poisoned_empty_fills_nan_and_restores():
+    before = torch.empty
+    with core.poisoned_empty():
+        assert torch.isnan(torch.empty(4, dtype=torch.float16)).all()
+        assert torch.empty(3, dtype=torch.int64).shape == (3,)
+    assert torch.empty is before
+
+
+# ------------------------------------------------------------------------------ the timed path, faked
+
+
+@pytest.fixture
+def fake_timer(monkeypatch):
+    """do_bench stand-in: runs fn once, returns a time per provider (the baseline ~1 ms)."""
+    calls = []
+
+    def median_ms(fn, settings):
+        calls.append(fn)
+        fn()
+        return 1.0 if len(calls) == 1 else 0.5 + 0.1 * len(calls)
+
+    monkeypatch.setattr(core, "median_ms", median_ms)
+    return calls
+
+
+def test_run_case_times_checks_and_derives_ratios(fake_timer):
+    case = suites.square_suite(suites.SuiteSettings(dtype=torch.float16))[0]
+    rows = core.run_case(case, core.TimingSettings(1, 1), peak=989.4)
+    by = {r.provider: r for r in rows}
+    assert set(by) >= {"cuBLAS", "row_major", "grouped", "persistent", "tma"}
+    timed = [r for r in rows if r.time_ms is not None]
+    assert len(fake_timer) == len(timed) + 1  # the baseline is timed a second time
+    base = by["cuBLAS"]
+    first, second = 1.0, 0.5 + 0.1 * len(fake_timer)
+    assert base.time_ms == pytest.approx((first + second) / 2)
+    assert base.baseline_spread == pytest.approx(abs(first - second) / base.time_ms)
+    for r in timed:
+        assert r.ok and r.rel_err <= r.tol
+        assert r.tflops == pytest.approx(core.tflops(case.flops, r.time_ms))
+        assert r.pct_peak == pytest.approx(100 * r.tflops / 989.4)
+        assert r.speedup == pytest.approx(base.time_ms / r.time_ms)
+        assert r.gb_s == pytest.approx(case.min_bytes / (r.time_ms * 1e-3) / 1e9)
+
+
+def test_a_wrong_kernel_is_reported_not_hidden(fake_timer):
+    def setup():
+        a = torch.randn(8, 8).half()
+        b = torch.randn(8, 8).half()
+        return core.CaseData([core.Provider("ref", lambda: a @ b, ours=False),
+                              core.Provider("broken", lambda: (a @ b) * 1.1),
+                              core.Provider("unwritten", lambda: torch.empty(8, 8, dtype=torch.float16)),
+                              core.Provider("raises", lambda: 1 / 0),
+                              core.Provider("absent", None, skip="not here")],
+                             lambda: [(a.double() @ b.double()).float()])
+
+    case = core.Case("t", "p", "8^3", 8, torch.float16, [(8, 8, 8)], "ref", setup)
+    by = {r.provider: r for r in core.run_case(case, core.TimingSettings(1, 1), None)}
+    assert by["ref"].ok
+    assert by["broken"].ok is False and by["broken"].rel_err > 0.05
+    assert by["unwritten"].ok is False and by["unwritten"].rel_err == math.inf  # NaN poison caught it
+    assert by["raises"].ok is False and "ZeroDivisionError" in by["raises"].note
+    assert by["absent"].ok is None and by["absent"].time_ms is None and "not here" in by["absent"].note
+    assert by["broken"].failed and not by["absent"].failed
+
+
+def _synthetic_rows(suite, cases, providers, baseline, times, dtype="fp16", panel="fp16"):
+    rows = []
+    for case, x in cases:
+        for p in providers:
+            t = times[(case, p)]
+            rows.append(core.Row(suite, panel, case, x, dtype, p, baseline, ours=p != baseline, time_ms=t,
+                                 tflops=core.tflops(10**12, t), speedup=times[(case, baseline)] / t,
+                                 rel_err=1e-4, tol=2e-3, ok=True, flops=10**12, min_bytes=10**9,
+                                 baseline_spread=0.01))
+    return rows
+
+
+def test_markdown_targets_plot_and_publish(tmp_path):
+    cases = [("4096x4096x4096", 4096), ("8192x8192x8192", 8192)]
+    times = {(c, p): t for c, _ in cases for p, t in (("cuBLAS", 1.0), ("grouped", 0.95), ("tma", 1.2))}
+    rows = _synthetic_rows("square", cases, ["cuBLAS", "grouped", "tma"], "cuBLAS", times)
+    rows[-1].ok, rows[-1].rel_err = False, 0.5  # a wrong cell must say so
+    src = tmp_path / "run"
+    report.write_csv(rows, src / "square.csv")
+    report.update_meta(src, "square", {"device": "NVIDIA H100 80GB HBM3", "date": "2026-11-22", "torch": "2.x",
+                                       "triton": "3.x", "command": "python -m gemm_kernels.bench"})
+    back = report.read_csv(src / "square.csv")
+    assert back[1]["time_ms"] == pytest.approx(0.95) and back[0]["ours"] is False and back[1]["ours"] is True
+    md = report.render_markdown(src)
+    section = results.extract_section(md, "square")
+    assert "**1.05x**" in section and "WRONG" in section
+    assert "grouped, 1.05x" in section  # best of ours
+    targets = {t["target"]: t for t in report.targets({"square": back})}
+    assert targets["square fp16 4096^3"]["status"] == "met"
+    assert targets["square bf16 4096^3"]["status"] == "not measured"
+    assert targets["moe grouped_mm vs torch._grouped_mm"]["status"] == "not measured"
+    png = report.plot_suite("square", back, src / "square.png", "test", 989.4)
+    assert png is not None and png.stat().st_size > 1000
+
+    dest = tmp_path / "images"
+    assert report.publish(src, dest) == ["square"]
+    found = results.load_committed("square", dest)
+    assert found["png"] is not None and "H100" in results.provenance_line(found["meta"])
+    assert "WRONG" in found["table"]
+
+    untimed = tmp_path / "cpu"
+    rows[0].time_ms = None
+    report.write_csv([core.Row("moe", "p", "c", 1, "bf16", "x", "x", ok=True, rel_err=0.0, tol=1.0)],
+                     untimed / "moe.csv")
+    with pytest.raises(ValueError, match="no timings"):
+        report.publish(untimed, dest)
+
+
+def test_moe_targets_geomean_and_floor():
+    times = {}
+    cases = [("a", 1), ("b", 2)]
+    for (c, _), ours in zip(cases, (0.8, 1.1)):
+        times[(c, "torch._grouped_mm")] = 1.0
+        times[(c, "grouped_mm")] = ours
+    dict_rows = [r.as_dict() | {"ours": r.ours} for r in
+                 _synthetic_rows("moe", cases, ["torch._grouped_mm", "grouped_mm"], "torch._grouped_mm", times)]
+    t = {x["target"]: x for x in report.targets({"moe": dict_rows})}["moe grouped_mm vs torch._grouped_mm"]
+    assert "geomean 1.066x" in t["measured"] and "min 0.909x" in t["measured"]
+    assert t["status"] == "met"
+
+
+# ------------------------------------------------------------------------------ results.show_committed
+
+
+def test_show_committed_without_results_says_how_to_make_them(tmp_path, capsys):
+    assert results.show_committed("square", tmp_path) is None
+    assert "no committed GPU results for square yet; run `make bench` on a GPU" in capsys.readouterr().out
+
+
+def test_show_committed_prints_provenance_and_table(tmp_path, capsys):
+    (tmp_path / "results.md").write_text("# R\n\n## square\n\n| a |\n|---|\n| 1 |\n\n## moe\n\nother\n")
+    (tmp_path / "meta.json").write_text(json.dumps({"suites": {"square": {
+        "device": "NVIDIA H100 80GB HBM3", "date": "2026-11-22", "torch": "2.11", "triton": "3.6"}}}))
+    found = results.show_committed("square", tmp_path)
+    out = capsys.readouterr().out
+    assert "NVIDIA H100 80GB HBM3, 2026-11-22, torch 2.11, triton 3.6" in out
+    assert "| 1 |" in out and "other" not in out
+    assert found["png"] is None and found["table"].startswith("| a |")
+
+
+# ------------------------------------------------------------------------------ the seed's kernels
+
+
+def test_extract_code_cuts_prose_and_footer():
+    page = "Group GEMM\nSome prose.\n  N cuBLAS\n# Copyright (c) someone\nimport math\nx = 1\n\n" \
+           "Total running time of the script: 1 s\nGallery generated by Sphinx-Gallery\n"
+    code = seed.extract_code(page)
+    assert code.startswith("# Copyright") and "x = 1" in code
+    assert "prose" not in code and "Total running time" not in code
+    with pytest.raises(seed.SeedError):
+        seed.extract_code("only prose here\n")
+
+
+def test_keep_definitions_drops_module_level_runs():
+    code = ("import torch\nN = 3\nCFG = [1, 2]\n\n@deco(CFG)\ndef f(x):\n    y = x\n    return y + N\n\n"
+            "def num_sms():\n    return 1\n\nz = f(2)\nprint(z)\nfor i in range(3):\n    pass\n")
+    kept, dropped = seed.keep_definitions(code)
+    assert len(kept.splitlines()) == len(code.splitlines())  # line numbers preserved
+    assert "def f" in kept and "N = 3" in kept and "CFG = [1, 2]" in kept and "@deco(CFG)" in kept
+    assert "z = f(2)" not in kept and "print" not in kept and "for i" not in kept
+    assert "def num_sms" not in kept  # shimmed with gemm_kernels.runtime
+    assert len(dropped) == 4
+
+
+@pytest.mark.skipif(not SEED_PAGE.is_file(), reason=f"seed page not present at {SEED_PAGE}")
+def test_seed_page_loads_patched_and_its_kernels_compute_the_product():
+    page = SEED_PAGE.read_text()
+    code = seed.extract_code(page)
+    assert "def grouped_matmul_tma_kernel" in code and "benchmark_batches.run" in code
+    patched, fixed = seed.patch_autotune_key(code)
+    assert fixed == 1 and seed.KEY_TYPO not in patched
+    kept, _ = seed.keep_definitions(patched)
+    assert "tma_configs = [" in kept and "benchmark_batches.run(" not in kept and "tri_out = " not in kept
+    kernels = seed.load_seed_kernels(SEED_PAGE)
+    assert any("gropup_c_ptrs" in n for n in kernels.notes)
+    gen = torch.Generator().manual_seed(3)
+    a = [torch.randn(32, 64, generator=gen).half().to(runtime.DEVICE) for _ in range(2)]
+    b = [torch.randn(64, 32, generator=gen).half().to(runtime.DEVICE) for _ in range(2)]
+    for tma in (False, True):
+        c = [torch.empty(32, 32, dtype=torch.float16, device=runtime.DEVICE) for _ in a]
+        b_in = [t.t().contiguous() for t in b] if tma else b
+        _, check = suites._seed_launcher(kernels, tma, a, b_in, c)
+        out = check()
+        assert core.rel_err_lists(out, [(x.double() @ y.double()).float() for x, y in zip(a, b)]) < 2e-3
+
+
+def test_missing_seed_page_is_a_clear_error(tmp_path):
+    with pytest.raises(seed.SeedError, match="no such file"):
+        seed.find_seed_tutorial(tmp_path / "nope.txt", ROOT)
+
+
+# ------------------------------------------------------------------------------ L2 counters
+
+
+NCU_CSV = '''==PROF== Connected to process 123
+L2WORKER_JSON {"ok": true}
+"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"
+"0","123","python","h","_matmul_kernel","1","7","(256, 1, 1)","(4096, 1, 1)","0","9.0","Command line profiler metrics","dram__bytes_read.sum","Mbyte","1,456.25"
+"0","123","python","h","_matmul_kernel","1","7","(256, 1, 1)","(4096, 1, 1)","0","9.0","Command line profiler metrics","lts__t_sector_hit_rate.pct","%","88.5"
+"0","123","python","h","_matmul_kernel","1","7","(256, 1, 1)","(4096, 1, 1)","0","9.0","Command line profiler metrics","lts__t_sectors_op_read_lookup_hit.sum","sector","900"
+"0","123","python","h","_matmul_kernel","1","7","(256, 1, 1)","(4096, 1, 1)","0","9.0","Command line profiler metrics","lts__t_sectors_op_read_lookup_miss.sum","sector","100"
+"1","123","python","h","_matmul_kernel","1","7","(256, 1, 1)","(4096, 1, 1)","0","9.0","Command line profiler metrics","dram__bytes_read.sum","byte","5"
+'''
+
+
+def test_parse_ncu_csv_units_separators_and_first_kernel():
+    m = l2.parse_ncu_csv(NCU_CSV)
+    assert m["dram__bytes_read.sum"] == pytest.approx(1456.25e6)  # Mbyte, thousands separator, first kernel
+    assert m["lts__t_sector_hit_rate.pct"] == 88.5
+    row = l2.make_row(8192, 8192, 8192, "grouped", {"programs_in_flight": 132, "model_hit_rate_pct": 91.5,
+                      "model_dram_read_bytes": 1.4e9, "compulsory_read_bytes": 2.7e8, "model_waves": 32}, m, {})
+    assert row["hw_read_hit_rate_pct"] == pytest.approx(90.0)  # hits / (hits + misses)
+    assert l2.disagreements([row]) == []
+    row["hw_read_hit_rate_pct"] = 60.0
+    assert "hit rate measured 60.0% vs model 91.5%" in l2.disagreements([row])[0]
+    with pytest.raises(ValueError):
+        l2.parse_ncu_csv("==PROF== nothing\n")
+
+
+def test_programs_per_sm_limits():
+    # 128x128x64 fp16, 3 stages: ~96 KiB shared, 8 warps; registers decide at 168/thread
+    assert l2.programs_per_sm(n_regs=168, shared_bytes=98304, num_warps=8) == 1
+    assert l2.programs_per_sm(n_regs=96, shared_bytes=98304, num_warps=8) == 2   # shared memory: 2 x 97 KiB
+    assert l2.programs_per_sm(n_regs=32, shared_bytes=0, num_warps=4) == 16     # warps: 64 / 4
+
+
+def test_l2_worker_and_model_agree_on_shape(capsys):
+    info = l2.worker(64, 96, 64, "grouped", dict(l2.CONFIG, BLOCK_M=32, BLOCK_N=32, BLOCK_K=32))
+    assert info["ok"] and info["rel_err"] < 2e-3
+    m = l2.model_prediction(8192, 8192, 8192, "row_major", 132, 50 * 2**20)
+    g = l2.model_prediction(8192, 8192, 8192, "grouped", 132, 50 * 2**20)
+    assert g["model_hit_rate_pct"] > m["model_hit_rate_pct"]  # the point of grouped order
+    assert g["model_dram_read_bytes"] >= g["compulsory_read_bytes"]
+    cmd = l2.ncu_command("ncu", "/tmp/x.csv", ["--M", "1"])
+    assert cmd[:3] == ["ncu", "--metrics", ",".join(l2.METRICS)] and "regex:_matmul_kernel" in cmd
+    assert cmd[-4:] == ["gemm_kernels.bench.l2", "--worker", "--M", "1"]
