@@ -51,7 +51,7 @@ def grouped_configs(gpu: bool | None = None):
     ``gpu=True`` gives the GPU list even in the interpreter (for the compile view)."""
     if not (runtime.on_gpu() if gpu is None else gpu):
         return _interpreter(GROUP_SIZE_M=INTERPRETER_GROUP_SIZE_M)
-    return [
+    cfgs = [
         _cfg(128, 128, 64, 4, 8, GROUP_SIZE_M=8),
         _cfg(128, 128, 64, 3, 4, GROUP_SIZE_M=8),
         _cfg(128, 256, 64, 3, 8, GROUP_SIZE_M=8),
@@ -59,6 +59,7 @@ def grouped_configs(gpu: bool | None = None):
         _cfg(128, 64, 64, 4, 4, GROUP_SIZE_M=8),
         _cfg(64, 64, 64, 4, 4, GROUP_SIZE_M=8),
     ]
+    return cfgs if gpu or runtime.autotune_enabled() else cfgs[:1]  # GEMM_KERNELS_AUTOTUNE=0: the default only
 
 
 def moe_configs(gpu: bool | None = None):
@@ -66,10 +67,11 @@ def moe_configs(gpu: bool | None = None):
     ``gpu=True`` gives the GPU list even in the interpreter (for the compile view)."""
     if not (runtime.on_gpu() if gpu is None else gpu):
         return _interpreter(GROUP_SIZE_M=INTERPRETER_GROUP_SIZE_M)
-    return [
+    cfgs = [
         _cfg(128, 128, 64, 4, 8, GROUP_SIZE_M=8),
         _cfg(128, 256, 64, 3, 8, GROUP_SIZE_M=8),
         _cfg(64, 128, 64, 4, 4, GROUP_SIZE_M=8),
         _cfg(64, 256, 64, 3, 8, GROUP_SIZE_M=8),
         _cfg(64, 64, 64, 4, 4, GROUP_SIZE_M=8),
     ]
+    return cfgs if gpu or runtime.autotune_enabled() else cfgs[:1]  # GEMM_KERNELS_AUTOTUNE=0: the default only

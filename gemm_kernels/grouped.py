@@ -401,21 +401,15 @@ def _autotune_key(shapes) -> dict:
     }
 
 
-_allocator_set = False
+def _tma_scratch(size: int, alignment: int, stream):
+    return torch.empty(size, device=runtime.DEVICE, dtype=torch.int8)
 
 
 def ensure_tma_allocator() -> None:
-    """Tensor descriptors built inside a kernel need a little global scratch memory per program;
-    Triton asks the allocator registered with ``triton.set_allocator`` for it (once is enough)."""
-    global _allocator_set
-    if _allocator_set or runtime.interpreted():  # the interpreter needs no scratch
-        return
-
-    def alloc(size: int, alignment: int, stream):
-        return torch.empty(size, device=runtime.DEVICE, dtype=torch.int8)
-
-    triton.set_allocator(alloc)
-    _allocator_set = True
+    """Tensor descriptors built inside a kernel need a little global scratch memory per program
+    (128 bytes each); Triton asks the allocator registered with ``triton.set_allocator`` for it.
+    That registration is a context variable (per thread / async context): set it on every call."""
+    triton.set_allocator(_tma_scratch)
 
 
 def _prepare(group_a, group_b, tma, block_shapes):

@@ -81,6 +81,19 @@ def test_unchecked_offs_give_the_same_answer():
     assert torch.equal(grouped_mm(x, w, offs, check_offs=False), grouped_mm(x, w, offs))
 
 
+@pytest.mark.parametrize("tma", [False, True])
+def test_stores_stop_at_the_experts_last_row(tma):
+    """A tile's rows past its expert's end belong to someone else: they must never be written.
+    Here nobody owns rows 21..39 (offs[-1] < T, allowed only unchecked), so they stay NaN (the
+    test suite poisons torch.empty); the last expert's tile spans them with either store."""
+    x, w, _ = make_inputs([15, 6, 19], 32, 16, torch.float16)
+    offs = torch.tensor([15, 21, 21], dtype=torch.int32, device=DEVICE)
+    out = grouped_mm(x, w, offs, tma=tma, check_offs=False).float().cpu()
+    assert torch.isnan(out[21:]).all(), "rows owned by no expert were written"
+    ref = grouped_mm_ref(x[:21], w, offs, out_dtype=torch.float64)
+    assert_close(out[:21], ref, torch.float16)
+
+
 def test_tma_auto_choice():
     """tma=None: TMA when x and w are 16-byte aligned for it, pointer loads otherwise; both correct."""
     aligned = make_inputs([10, 20], 32, 16, torch.float16)
