@@ -28,6 +28,7 @@ import datetime as _dt
 import platform
 import shlex
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -78,6 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="base of the random seeds (default 0)")
     p.add_argument("--warmup", type=int, default=25, help="do_bench warm-up, ms (default 25)")
     p.add_argument("--rep", type=int, default=100, help="do_bench repetition time, ms (default 100)")
+    p.add_argument("--time-budget", type=float, metavar="SECONDS",
+                   help="start no new case after this many seconds (what ran is kept and reported as incomplete)")
     p.add_argument("--list", action="store_true",
                    help="list the cases a GPU run would time (with --quick: the quick ones), and exit")
     return p
@@ -111,24 +114,31 @@ def _setup_row(case, exc: Exception) -> Row:
                ours=True, ok=ok, flops=case.flops, min_bytes=case.min_bytes, note=note)
 
 
-def run_suite(suite: str, settings: SuiteSettings, timing: TimingSettings | None) -> tuple[list[Row], str | None]:
-    """Run one suite; returns its rows and, if a CUDA error stopped it, the error."""
+def run_suite(suite: str, settings: SuiteSettings, timing: TimingSettings | None, csv_path: Path | None = None,
+              deadline: float | None = None) -> tuple[list[Row], str | None, str | None]:
+    """Run one suite.  Returns its rows, the CUDA error that stopped it (or None) and why it
+    stopped early (or None).  With ``csv_path`` the CSV is rewritten after every case, so a run
+    killed from outside keeps what it measured; past ``deadline`` (time.monotonic()) no new case starts."""
     cases = SUITES[suite](settings)
     rows: list[Row] = []
     gpu = runtime.gpu_name()
     progress = _progress(cases, len(cases), suite)
-    for case in progress:
+    for done, case in enumerate(progress):
+        if deadline is not None and time.monotonic() > deadline:
+            return rows, None, f"time budget reached: {done} of {len(cases)} cases run"
         if hasattr(progress, "set_postfix_str"):
             progress.set_postfix_str(f"{case.panel} {case.label}"[:60])
         try:
             rows += run_case(case, timing, dense_peak_tflops(gpu, case.dtype) if timing else None)
         except FatalBenchError as exc:
-            return rows, str(exc)
+            return rows, str(exc), None
         except Exception as exc:  # set-up failures (API mismatch, out of memory) land in the table
             rows.append(_setup_row(case, exc))
             if runtime.on_gpu():
                 torch.cuda.empty_cache()
-    return rows, None
+        if csv_path is not None:
+            report.write_csv(rows, csv_path)
+    return rows, None, None
 
 
 def _list_cases(suites: list[str], settings: SuiteSettings) -> None:
@@ -211,14 +221,23 @@ def main(argv: list[str] | None = None) -> int:
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    failures, fatal = [], None
+    failures, fatal, incomplete = [], None, []
+    deadline = time.monotonic() + args.time_budget if args.time_budget else None
     for suite in args.suite:
+        if deadline is not None and time.monotonic() > deadline:
+            print(f"[{suite}] not run: the time budget ({args.time_budget} s) is spent")
+            incomplete.append(suite)
+            continue
         watch = Stopwatch()
-        rows, fatal = run_suite(suite, settings, timing)
+        rows, fatal, stopped = run_suite(suite, settings, timing, out / f"{suite}.csv", deadline)
         elapsed = watch.seconds()
         report.write_csv(rows, out / f"{suite}.csv")
         suite_info = {**run_info, "suite": suite, "elapsed_s": round(elapsed, 1),
                       "dtypes": sorted({r.dtype for r in rows})}
+        if stopped:
+            suite_info["incomplete"] = stopped
+            incomplete.append(suite)
+            print(f"[{suite}] {stopped}")
         if suite == "seed-grouped" and not isinstance(settings.seed_kernels, (str, type(None))):
             suite_info["seed_notes"] = settings.seed_kernels.notes
         report.update_meta(out, suite, suite_info)
@@ -249,8 +268,12 @@ def main(argv: list[str] | None = None) -> int:
         print(section_heading("targets") + "\n\n" + targets + "\n")
     print(f"full markdown: {out / 'results.md'}")
     if args.commit and not fatal:
-        copied = report.publish(out, BENCH_DIR, args.suite)
-        print(f"committed copy updated: {', '.join(copied)} -> {BENCH_DIR}")
+        complete = [s for s in args.suite if s not in incomplete]
+        copied = report.publish(out, BENCH_DIR, complete) if complete else []
+        print(f"committed copy updated: {', '.join(copied) or 'nothing'} -> {BENCH_DIR}"
+              + (f" (incomplete, not committed: {', '.join(incomplete)})" if incomplete else ""))
+    if incomplete:
+        print(f"incomplete suites (time budget): {', '.join(incomplete)}; run them again with --suite")
     if failures:
         print(f"{len(failures)} of our kernel runs were WRONG or raised:")
         for r in failures:

@@ -189,7 +189,7 @@ def order_suite(settings: SuiteSettings) -> list[Case]:
                     return make
 
                 providers = [Provider("cuBLAS", lambda: torch.matmul(a, b), ours=False),
-                             lazy_provider("row_major", order("row_major", 1))]
+                             lazy_provider("row_major", order("row_major", 8))]
                 providers += [lazy_provider(f"grouped g={g}", order("grouped", g)) for g in ORDER_GROUP_SIZES]
                 return CaseData(providers, lambda: [_mm_ref(a, b)])
             cases.append(Case("order", dtype_name(dtype), f"{M}x{N}x{K}", M * N * K, dtype, [(M, N, K)], "cuBLAS",
