@@ -37,6 +37,12 @@ test: $(STAMP)  ## unit tests + every notebook (nbmake), on the CPU interpreter 
 test-gpu: $(STAMP)  ## only the tests that need a CUDA GPU
 	$(BIN)/python -m pytest -m gpu tests $(PYTEST_ARGS)
 
+student: $(STAMP)  ## student copies of the notebooks (solutions removed) in student/
+	$(BIN)/python -m gemm_kernels.student
+
+images: $(STAMP)  ## regenerate the schedule/pointer pictures images/*.png from gemm_kernels.drawings (deterministic)
+	$(BIN)/python -m gemm_kernels.images
+
 bench: $(STAMP)  ## time every suite on a CUDA GPU; writes bench-results/ and the committed copy in images/bench/
 	$(BIN)/python -m gemm_kernels.bench --suite all --commit
 

@@ -15,3 +15,19 @@ __all__ = [
     "matmul", "matmul_ref", "trace_program_tiles",
     "grouped_matmul", "grouped_matmul_ref", "grouped_mm", "grouped_mm_ref", "route_tokens",
 ]
+
+# Tile schedules you can see: the models are plain numpy (cheap to import); the explorers
+# pull in ipywidgets and matplotlib, so they load on first use.
+from .schedule import grouped_gemm_schedule, tile_schedule  # noqa: E402
+from .l2model import H100_L2_BYTES, H100_NUM_SMS, l2_traffic, reuse_profile  # noqa: E402
+
+_EXPLORERS = ("schedule_explorer", "pointer_explorer", "grouped_schedule_explorer")
+__all__ += ["tile_schedule", "grouped_gemm_schedule", "l2_traffic", "reuse_profile", "H100_L2_BYTES",
+            "H100_NUM_SMS", *_EXPLORERS]
+
+
+def __getattr__(name):
+    if name in _EXPLORERS:
+        from . import widgets
+        return getattr(widgets, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -39,6 +39,63 @@ def matmul_configs():
     ]
 
 
+def range_options_supported() -> set:
+    """Loop options of ``tl.range`` the installed Triton knows (``flatten``, ``warp_specialize``, ...).
+
+    The persistent kernels always pass FLATTEN / WARP_SPECIALIZE to ``tl.range``; a config may
+    switch one on only where Triton has it (both exist from Triton 3.4 on)."""
+    import inspect
+
+    import triton.language as tl
+
+    return set(inspect.signature(tl.range.__init__).parameters) - {"self", "arg1", "arg2", "step"}
+
+
+# Loop/epilogue switches of the persistent kernels (constexprs), off unless a config turns them on:
+# FLATTEN merges the tile loop and the K loop so the pipeline keeps loading across tiles,
+# WARP_SPECIALIZE splits producer (loads) and consumer (MMA) warps, EPILOGUE_SUBTILE (TMA only)
+# stores C in two halves so the epilogue needs half the registers/shared memory at a time.
+PERSISTENT_LOOP_DEFAULTS = {"FLATTEN": False, "WARP_SPECIALIZE": False}
+
+
+def _persistent_cfg(bm, bn, bk, stages, warps, **extra):
+    unknown = {k.lower() for k, v in extra.items() if v and k in PERSISTENT_LOOP_DEFAULTS} - range_options_supported()
+    if unknown:  # never hand the kernel a loop option this Triton would reject
+        return None
+    return _cfg(bm, bn, bk, stages, warps, **{**PERSISTENT_LOOP_DEFAULTS, **extra})
+
+
+def persistent_configs(gpu: bool | None = None):
+    """Configs for ``matmul_persistent``.  ``gpu=True`` gives the GPU list even in the interpreter
+    (the compile view builds Hopper code on a CPU machine)."""
+    if not (runtime.on_gpu() if gpu is None else gpu):
+        return _interpreter(**PERSISTENT_LOOP_DEFAULTS)
+    cfgs = [
+        _persistent_cfg(128, 128, 64, 3, 8),
+        _persistent_cfg(128, 256, 64, 3, 8),
+        _persistent_cfg(128, 128, 64, 4, 4),
+        _persistent_cfg(64, 128, 64, 4, 4),
+        _persistent_cfg(128, 64, 64, 4, 4),
+        _persistent_cfg(128, 128, 64, 3, 8, FLATTEN=True),
+    ]
+    return [c for c in cfgs if c is not None]
+
+
+def tma_configs(gpu: bool | None = None):
+    """Configs for ``matmul_tma`` (Hopper): as persistent_configs, plus EPILOGUE_SUBTILE."""
+    if not (runtime.on_gpu() if gpu is None else gpu):
+        return _interpreter(**PERSISTENT_LOOP_DEFAULTS, EPILOGUE_SUBTILE=False)
+    cfgs = [
+        _persistent_cfg(128, 128, 64, 4, 8, EPILOGUE_SUBTILE=False),
+        _persistent_cfg(128, 256, 64, 3, 8, EPILOGUE_SUBTILE=True),
+        _persistent_cfg(128, 128, 64, 4, 4, EPILOGUE_SUBTILE=False),
+        _persistent_cfg(64, 128, 64, 4, 4, EPILOGUE_SUBTILE=False),
+        _persistent_cfg(128, 64, 64, 4, 4, EPILOGUE_SUBTILE=False),
+        _persistent_cfg(128, 128, 64, 4, 8, FLATTEN=True, EPILOGUE_SUBTILE=True),
+    ]
+    return [c for c in cfgs if c is not None]
+
+
 #: GROUP_SIZE_M of the grouped kernels in the interpreter: small, so the interpreter's few tile
 #: rows per problem still form several groups (and a short last one).
 INTERPRETER_GROUP_SIZE_M = 4

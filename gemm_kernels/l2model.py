@@ -84,6 +84,8 @@ class ReuseProfile:
     element_bytes: int
     wave: np.ndarray         # wave of the access
     operand: np.ndarray      # 0 = A row-block, 1 = B column-block
+    problem: np.ndarray      # problem the block belongs to
+    index: np.ndarray        # pid_m of the A row-block / pid_n of the B column-block
     requests: np.ndarray     # block loads issued: programs of the wave using it x k_blocks
     k_blocks: np.ndarray     # K steps of the problem it belongs to
     panel_bytes: np.ndarray  # bytes of the whole row/column-block (all of K)
@@ -279,11 +281,15 @@ def reuse_profile(schedule: Schedule, block_k: int, K: int | None = None, elemen
     same = acc_id[by_block][1:] == acc_id[by_block][:-1]
     prev[by_block[1:][same]] = acc_wave[by_block][:-1][same]
 
+    operand = np.where(acc_id < rows.sum(), _A, _B)
+    acc_problem = np.where(operand == _A, np.searchsorted(a_base, acc_id, side="right"),
+                           np.searchsorted(b_base, acc_id, side="right")) - 1
+    acc_index = acc_id - np.where(operand == _A, a_base[acc_problem], b_base[acc_problem])
     a_span, b_span = _reuse_spans(acc_wave, acc_id, prev, panel_bytes, s.num_waves)
     k_blocks = panel_k[acc_id]
     return ReuseProfile(
         schedule=s, block_k=int(block_k), element_bytes=element_bytes,
-        wave=acc_wave, operand=np.where(acc_id < rows.sum(), _A, _B),
+        wave=acc_wave, operand=operand, problem=acc_problem, index=acc_index,
         requests=count * k_blocks, k_blocks=k_blocks, panel_bytes=panel_bytes[acc_id],
         first_use=prev < 0, bytes_from_prev_start=a_span, bytes_to_this_end=b_span,
         c_writes=np.bincount(s.wave, minlength=s.num_waves).astype(np.int64),
@@ -302,7 +308,7 @@ def _reuse_spans(acc_wave, acc_id, prev, panel_bytes, num_waves):
     b = np.zeros(len(acc_wave), dtype=np.int64)
     weights = panel_bytes.astype(np.float64)  # exact: sums stay far below 2**53
     wave_start = np.searchsorted(acc_wave, np.arange(num_waves + 1))
-    last = np.full(num_blocks, -1, dtype=np.int64)  # last[w0 - 1]
+    last = np.full(num_blocks, -1, dtype=np.int32)  # last[w0 - 1]
     per_chunk = max(1, _CHUNK_ELEMENTS // max(num_blocks, 1))
     w0 = 0
     while w0 < num_waves:
@@ -310,14 +316,14 @@ def _reuse_spans(acc_wave, acc_id, prev, panel_bytes, num_waves):
         w1 = int(np.searchsorted(wave_start, wave_start[w0] + per_chunk, side="right")) - 1
         w1 = min(max(w1, w0 + 1), num_waves)
         lo, hi = wave_start[w0], wave_start[w1]
-        stamp = np.full((w1 - w0 + 1, num_blocks), -1, dtype=np.int64)
+        stamp = np.full((w1 - w0 + 1, num_blocks), -1, dtype=np.int32)
         stamp[0] = last
         stamp[acc_wave[lo:hi] - w0 + 1, acc_id[lo:hi]] = acc_wave[lo:hi]
         stamp = np.maximum.accumulate(stamp, axis=0)  # row r = last[w0 - 1 + r]
         reused = np.nonzero(prev[lo:hi] >= 0)[0] + lo
         if len(reused):
             row = acc_wave[reused] - w0
-            p = prev[reused][:, None]
+            p = prev[reused][:, None].astype(np.int32)
             a[reused] = np.rint((stamp[row] >= p) @ weights).astype(np.int64)
             b[reused] = np.rint((stamp[row + 1] > p) @ weights).astype(np.int64)
         last = stamp[-1]

@@ -375,3 +375,29 @@ def test_l2_worker_and_model_agree_on_shape(capsys):
     cmd = l2.ncu_command("ncu", "/tmp/x.csv", ["--M", "1"])
     assert cmd[:3] == ["ncu", "--metrics", ",".join(l2.METRICS)] and "regex:_matmul_kernel" in cmd
     assert cmd[-4:] == ["gemm_kernels.bench.l2", "--worker", "--M", "1"]
+
+
+FAKE_NCU = '''#!{python}
+"""Stands in for ncu: runs the profiled command, writes a CSV like ncu --csv --log-file."""
+import subprocess, sys
+args = sys.argv[1:]
+log = args[args.index("--log-file") + 1]
+app = args[args.index("--log-file") + 2:]
+proc = subprocess.run(app, capture_output=True, text=True)
+sys.stdout.write(proc.stdout)
+head = '"ID","Kernel Name","Metric Name","Metric Unit","Metric Value"'
+rows = ['"0","_matmul_kernel","{{}}","{{}}","{{}}"'.format(*m) for m in (
+    ("dram__bytes_read.sum", "Kbyte", "120"), ("lts__t_sector_hit_rate.pct", "%", "75.5"))]
+open(log, "w").write("\\n".join([head] + rows) + "\\n")
+sys.exit(proc.returncode)
+'''
+
+
+def test_run_under_ncu_drives_the_worker_and_reads_the_log(tmp_path):
+    ncu = tmp_path / "ncu"
+    ncu.write_text(FAKE_NCU.format(python=sys.executable))
+    ncu.chmod(0o755)
+    run = l2.run_under_ncu(str(ncu), 64, 96, 64, "grouped", timeout_s=200)
+    assert run.metrics["dram__bytes_read.sum"] == pytest.approx(120e3)
+    assert run.worker["ok"] and run.worker["M"] == 64 and run.worker["order"] == "grouped"
+    assert run.worker["programs_per_sm"] >= 1

@@ -61,11 +61,12 @@ CHROMIUM_FLAGS = [
     "--disable-sync",
 ]
 
-# Page-state timeouts, in milliseconds.  Cells run kernels in Triton's interpreter on a small
-# CPU machine that may be running other notebooks at the same time (pytest -n 2): be generous.
-SERVER_START_S = 90
-LAB_LOAD_MS = 90_000
-RUN_ALL_MS = 200_000
+# Time limits (page states in ms, as Playwright takes them).  Cells run kernels in Triton's
+# interpreter on a small CPU machine that may run other notebooks at the same time (pytest -n 2):
+# generous, several times what a passing run takes on 2 busy cores.
+SERVER_START_S = 60
+LAB_LOAD_MS = 60_000
+RUN_ALL_MS = 180_000
 WIDGETS_MS = 60_000
 WIDGET_UPDATE_MS = 60_000
 

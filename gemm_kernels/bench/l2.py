@@ -135,11 +135,21 @@ def worker(M: int, N: int, K: int, order: str, config: dict = CONFIG) -> dict:
             "rel_err": err, "ok": err <= TOLERANCES[torch.float16], "num_sms": runtime.num_sms()}
     n_regs = getattr(compiled, "n_regs", None)
     shared = getattr(getattr(compiled, "metadata", None), "shared", None)
+    props = torch.cuda.get_device_properties(0) if runtime.on_gpu() else None
     if n_regs is not None and shared is not None:
-        props = torch.cuda.get_device_properties(0) if runtime.on_gpu() else None
-        info.update(n_regs=int(n_regs), shared_bytes=int(shared),
+        info.update(n_regs=int(n_regs), shared_bytes=int(shared), occupancy_from="compiled kernel",
                     programs_per_sm=programs_per_sm(int(n_regs), int(shared), config["num_warps"], props))
+    else:  # this Triton did not hand back the compiled kernel: estimate from the config
+        shared = estimated_shared_bytes(config)
+        info.update(shared_bytes=shared, occupancy_from="estimated from the config (no compiled-kernel info)",
+                    programs_per_sm=programs_per_sm(128, shared, config["num_warps"], props))
     return info
+
+
+def estimated_shared_bytes(config: dict, element_bytes: int = 2) -> int:
+    """Shared memory of the software pipeline: num_stages copies of an A and a B block."""
+    bm, bn, bk = config["BLOCK_M"], config["BLOCK_N"], config["BLOCK_K"]
+    return config["num_stages"] * (bm * bk + bk * bn) * element_bytes
 
 
 # ------------------------------------------------------------------------------ model
@@ -447,25 +457,40 @@ def main(argv=None) -> int:
         print("ncu not found: pass --ncu PATH (Nsight Compute's command-line profiler)")
         return 2
     print(f"ncu: {ncu}")
-    rows, notes = [], set()
+    rows, notes, failed = [], set(), None
     for M, N, K in shapes:
         for order in ORDERS:
-            run = run_under_ncu(ncu, M, N, K, order)
+            try:
+                run = run_under_ncu(ncu, M, N, K, order)
+            except (RuntimeError, subprocess.TimeoutExpired) as exc:
+                failed = str(exc)
+                print(failed, flush=True)
+                break
             per_sm = args.programs_per_sm or run.worker.get("programs_per_sm") or 1
             notes.add(f"{num_sms} SMs x {per_sm} program(s) per SM "
                       + ("(given)" if args.programs_per_sm else
-                         f"(from {run.worker.get('n_regs')} registers, {run.worker.get('shared_bytes')} B shared)"))
+                         f"({run.worker.get('occupancy_from')}: {run.worker.get('n_regs')} registers, "
+                         f"{run.worker.get('shared_bytes')} B shared)"))
             model = model_prediction(M, N, K, order, num_sms * per_sm, l2)
             row = make_row(M, N, K, order, model, run.metrics, run.worker)
             rows.append(row)
             print(f"{M}x{N}x{K} {order:9s}: hit rate model {row['model_hit_rate_pct']:5.1f}% measured "
                   f"{_fmt(row['hw_read_hit_rate_pct'])}%; DRAM read model {row['model_dram_read_mb']:.0f} MB "
                   f"measured {_fmt(row['hw_dram_read_mb'], '.0f')} MB; correct: {row['ok']}", flush=True)
+        if failed:
+            break
+    if not rows:
+        print("no shape could be profiled: nothing written")
+        return 3
     meta = _meta(l2, "; ".join(sorted(notes)) + "; ")
+    if failed:
+        meta["incomplete"] = failed.splitlines()[0]
     out = Path(args.out)
     write_outputs(rows, out, meta)
     print(l2_markdown(rows, meta))
     print(f"wrote {out / 'l2.csv'}, {out / 'l2.png'}, {out / 'l2.md'}")
+    if failed:
+        return 3
     return 0 if all(r["ok"] for r in rows) else 1
 
 

@@ -1,0 +1,20 @@
+"""Automatic checks for the notebooks' exercises, one module per notebook.
+
+Each ``check_<name>(answer)`` returns a :class:`~gemm_kernels.exercises._core.CheckResult`:
+"not attempted yet" for an untouched stub, a precise explanation for a wrong answer
+(which elements, tiles or programs, expected vs got), or "correct".  It never raises.
+
+=========================  ==========================================
+notebook                   module
+=========================  ==========================================
+00_start_here              :mod:`gemm_kernels.exercises.start_here`
+01_pointer_arithmetic      :mod:`gemm_kernels.exercises.pointer_arithmetic`
+02_naive_tiling            :mod:`gemm_kernels.exercises.naive_tiling`
+03_grouped_l2_ordering     :mod:`gemm_kernels.exercises.grouped_l2_ordering`
+04_kernel_fusion           :mod:`gemm_kernels.exercises.kernel_fusion`
+=========================  ==========================================
+"""
+
+from ._core import CORRECT, NOT_ATTEMPTED, WRONG, CheckResult
+
+__all__ = ["CORRECT", "NOT_ATTEMPTED", "WRONG", "CheckResult"]

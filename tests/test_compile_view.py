@@ -1,0 +1,139 @@
+"""Every kernel of the package compiles for real GPUs (sm_90, and sm_80 where it applies), on a
+machine without one: a kernel that cannot be built for a GPU fails here, not on the GPU."""
+
+import pytest
+import torch
+import triton
+
+from gemm_kernels import compile_view
+from gemm_kernels.compile_view import (
+    HIGHLIGHTS, as_jit_function, build_source, compile_for, parse_target, registered_examples,
+)
+
+#: largest shared memory one program may use (opt-in maximum per block): H100 227 KiB, A100 163 KiB
+MAX_SHARED = {90: 232448, 80: 166912}
+EXAMPLES = registered_examples()
+CASES = [pytest.param(ex, cap, id=f"{ex.name}-sm_{cap}") for ex in EXAMPLES for cap in ex.targets]
+
+
+@pytest.fixture(scope="module")
+def views():
+    """Compiled once per worker process (Triton's on-disk cache makes repeats cheap anyway)."""
+    cache = {}
+
+    def get(example, capability):
+        key = (example.name, capability)
+        if key not in cache:
+            cache[key] = example.compile(capability)
+        return cache[key]
+
+    return get
+
+
+def test_every_kernel_module_registers_examples():
+    names = [ex.name for ex in EXAMPLES]
+    assert len(names) == len(set(names)), "example names must be unique"
+    assert any(n.startswith("matmul[") for n in names)
+    assert any(n.startswith("matmul_persistent[") for n in names)
+    assert any(n.startswith("matmul_tma[") for n in names)
+    for ex in EXAMPLES:
+        assert set(ex.expect) <= set(ex.targets), f"{ex.name}: expectations for targets it is not built for"
+
+
+@pytest.mark.parametrize("example,capability", CASES)
+def test_compiles_for_target(example, capability, views):
+    view = views(example, capability)
+    found = view.highlights()
+    for name in example.expect.get(capability, ()):
+        assert found[name] > 0, f"{example.name} on sm_{capability}: expected {name} in the PTX, found {found}"
+    if capability < 90:  # Hopper-only instructions must not leak into Ampere code
+        assert found["wgmma"] == 0 and found["cp.async.bulk.tensor"] == 0, found
+    assert 0 < view.shared <= MAX_SHARED.get(capability, MAX_SHARED[80]), (
+        f"{example.name}: {view.shared} bytes of shared memory do not fit sm_{capability}")
+    if view.num_regs is not None:
+        assert 0 < view.num_regs <= 255
+    for stage in compile_view.STAGES:
+        assert getattr(view, stage).strip(), f"empty {stage}"
+
+
+def test_tma_kernel_uses_tma_and_wgmma_on_hopper(views):
+    tma = [ex for ex in EXAMPLES if ex.name.startswith("matmul_tma[")]
+    assert tma
+    for ex in tma:
+        found = views(ex, 90).highlights()
+        assert found["cp.async.bulk.tensor"] > 0 and found["mbarrier"] > 0 and found["wgmma"] > 0, found
+
+
+def test_pointer_kernels_use_wgmma_on_hopper_and_mma_sync_on_ampere(views):
+    for ex in EXAMPLES:
+        if ex.name.startswith(("matmul[", "matmul_persistent[")):
+            assert views(ex, 90).highlights()["wgmma"] > 0
+            sm80 = views(ex, 80).highlights()
+            assert sm80["mma.sync"] > 0 and sm80["wgmma"] == 0
+
+
+def test_summary_and_html_report_what_matters(views):
+    ex = next(ex for ex in EXAMPLES if ex.name.startswith("matmul_tma["))
+    view = views(ex, 90)
+    text = view.summary()
+    assert ex.name in text and "sm_90" in text and f"shared memory {view.shared} bytes" in text
+    assert "cp.async.bulk.tensor: " in text
+    page = view._repr_html_()
+    assert "<table>" in page and "cp.async.bulk.tensor" in page and HIGHLIGHTS["wgmma"][1][:20] in page
+    excerpt = view.excerpt("cp.async.bulk.tensor")
+    assert ">" in excerpt and "cp.async.bulk.tensor" in excerpt
+    assert "tt.descriptor_load" in view.ttir or "descriptor_load" in view.ttir
+
+
+def test_parse_target():
+    assert parse_target("sm_90") == parse_target("sm_90a") == parse_target(90) == parse_target("90") == 90
+    assert parse_target("SM_80") == 80
+    with pytest.raises(ValueError, match="target must look like 'sm_90'"):
+        parse_target("hopper")
+
+
+def test_specialisation_follows_the_launcher():
+    """Aligned pointers and multiples of 16 get divisibility hints; ints equal to 1 become constants."""
+    ex = next(ex for ex in EXAMPLES if ex.name.startswith("matmul_persistent["))
+    src = build_source(ex.kernel, ex.args, ex.config.kwargs)
+    jit_fn = as_jit_function(ex.kernel)
+    index = {p.name: i for i, p in enumerate(jit_fn.params)}
+    assert src.signature["a_ptr"] == "*fp16" and (index["a_ptr"],) in src.attrs
+    assert src.signature["stride_am"] == "i32" and (index["stride_am"],) in src.attrs  # 256
+    assert src.signature["stride_ak"] == "constexpr" and src.constants[(index["stride_ak"],)] == 1
+    misaligned = dict(ex.args, a_ptr=torch.zeros(300, dtype=torch.float16)[1:257].view(16, 16), M=255)
+    src = build_source(ex.kernel, misaligned, ex.config.kwargs)
+    assert (index["a_ptr"],) not in src.attrs and (index["M"],) not in src.attrs
+
+
+def test_as_jit_function_gives_compilable_functions():
+    ex = next(ex for ex in EXAMPLES if ex.name.startswith("matmul_persistent["))
+    jit_fn = as_jit_function(ex.kernel)
+    assert isinstance(jit_fn, triton.runtime.JITFunction)
+    assert as_jit_function(jit_fn) is jit_fn
+    with pytest.raises(TypeError, match="expected a @triton.jit kernel"):
+        as_jit_function(lambda x: x)
+
+
+def test_bad_arguments_are_named():
+    ex = EXAMPLES[0]
+    args = dict(ex.args)
+    args.pop("M")
+    with pytest.raises(ValueError, match=r"needs values for \['M'\]"):
+        compile_for(ex.kernel, args, config=ex.config)
+    with pytest.raises(ValueError, match=r"no parameters named \['not_a_param'\]"):
+        compile_for(ex.kernel, dict(ex.args, not_a_param=3), config=ex.config)
+
+
+def test_compile_all_kernels_skips_tma_for_ampere(monkeypatch):
+    compiled = []
+
+    def fake_compile(self, target):
+        compiled.append((self.name, target))
+        return self.name
+
+    monkeypatch.setattr(compile_view.KernelExample, "compile", fake_compile)
+    views = compile_view.compile_all_kernels("sm_80")
+    assert all(80 in ex.targets for ex in EXAMPLES if ex.name in views)
+    assert not any(name.startswith("matmul_tma[") for name in views)
+    assert {n for n, _ in compiled} == set(views) and {t for _, t in compiled} == {80}

@@ -1,0 +1,417 @@
+"""Every exercise check, down each of its three paths: not attempted, wrong (with a precise
+explanation), correct.  The correct answers are the notebooks' own solutions, run in-process
+(one source of truth: the code a learner sees in the solution notebook)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nbformat
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+import triton
+import triton.language as tl
+
+from gemm_kernels import DEVICE
+from gemm_kernels.exercises import CORRECT, NOT_ATTEMPTED, WRONG, CheckResult
+from gemm_kernels.exercises import grouped_l2_ordering as ordering
+from gemm_kernels.exercises import kernel_fusion as fusion
+from gemm_kernels.exercises import naive_tiling as tiling
+from gemm_kernels.exercises import pointer_arithmetic as pointers
+from gemm_kernels.exercises import start_here
+from gemm_kernels.exercises._core import compare_arrays
+from gemm_kernels.student import exercise_results
+from gemm_kernels.tiles import tile_coords_np
+
+NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+
+# notebook -> the checks its Exercises section calls, in order
+CHECKS = {
+    "00_start_here.ipynb": ["launch_stats", "axpy"],
+    "01_pointer_arithmetic.ipynb": ["block_offsets", "block_mask", "transpose"],
+    "02_naive_tiling.ipynb": ["one_program", "row_major_launch_order", "my_matmul"],
+    "03_grouped_l2_ordering.ipynb": ["column_grouped_tile", "wave_block_fetches", "column_grouped_triton"],
+    "04_kernel_fusion.ipynb": ["activation_pass_bytes", "variant_reference", "gelu_tanh"],
+}
+
+
+@pytest.fixture(scope="module")
+def solutions():
+    """name -> (namespace, results) of each notebook's Exercises section, solutions included."""
+    out = {}
+    for name in CHECKS:
+        namespace: dict = {}
+        results = exercise_results(nbformat.read(NOTEBOOKS / name, as_version=4), name, namespace)
+        out[name] = (namespace, results)
+    return out
+
+
+def solution(solutions, notebook, fn_name):
+    return solutions[notebook][0][fn_name]
+
+
+def assert_wrong(result: CheckResult, *fragments: str):
+    assert isinstance(result, CheckResult)
+    assert result.status == WRONG, str(result)
+    text = str(result)
+    for fragment in fragments:
+        assert fragment in text, f"{fragment!r} not in:\n{text}"
+
+
+def stub(*_args, **_kwargs):
+    raise NotImplementedError("your turn")
+
+
+@triton.jit
+def jit_stub(x):
+    raise NotImplementedError("your turn")
+
+
+@triton.jit
+def jit_tile_stub(pid, num_pid_m, num_pid_n, GROUP_SIZE: tl.constexpr):
+    raise NotImplementedError("your turn")
+
+
+ALL_CHECKS = {
+    "launch_stats": start_here.check_launch_stats,
+    "axpy": start_here.check_axpy,
+    "block_offsets": pointers.check_block_offsets,
+    "block_mask": pointers.check_block_mask,
+    "transpose": pointers.check_transpose,
+    "one_program": tiling.check_one_program,
+    "row_major_launch_order": tiling.check_row_major_launch_order,
+    "my_matmul": tiling.check_my_matmul,
+    "column_grouped_tile": ordering.check_column_grouped_tile,
+    "wave_block_fetches": ordering.check_wave_block_fetches,
+    "column_grouped_triton": ordering.check_column_grouped_triton,
+    "activation_pass_bytes": fusion.check_activation_pass_bytes,
+    "variant_reference": fusion.check_variant_reference,
+    "gelu_tanh": fusion.check_gelu_tanh,
+}
+JIT_ANSWERS = {"column_grouped_triton": jit_tile_stub, "gelu_tanh": jit_stub}
+
+
+# ----------------------------------------------------------------------------- correct
+@pytest.mark.parametrize("notebook", list(CHECKS))
+def test_notebook_solutions_pass_their_checks(solutions, notebook):
+    results = solutions[notebook][1]
+    assert [r.exercise for r in results] == CHECKS[notebook]
+    for r in results:
+        assert r.status == CORRECT and r.passed, str(r)
+        assert "correct" in str(r)
+
+
+def test_every_check_is_covered():
+    assert sorted(ALL_CHECKS) == sorted(n for names in CHECKS.values() for n in names)
+    for name, check in ALL_CHECKS.items():
+        assert check.title == name
+
+
+# ----------------------------------------------------------------------------- not attempted
+@pytest.mark.parametrize("name", list(ALL_CHECKS))
+@pytest.mark.parametrize("answer", ["raises", "None", "Ellipsis", "returns None"])
+def test_untouched_stub_is_not_attempted(name, answer):
+    if answer == "raises":
+        value = JIT_ANSWERS.get(name, stub)
+    elif answer == "returns None":
+        if name in JIT_ANSWERS:
+            pytest.skip("a @triton.jit answer returning None is a wrong answer, not a stub")
+        value = lambda *args: None  # noqa: E731
+    else:
+        value = {"None": None, "Ellipsis": ...}[answer]
+    result = ALL_CHECKS[name](value)
+    assert result.status == NOT_ATTEMPTED, str(result)
+    assert not result.attempted and not result.passed
+    assert "not attempted yet" in str(result)
+    assert "not attempted yet" in result._repr_html_()
+
+
+@pytest.mark.parametrize("name", ["launch_stats", "block_offsets", "activation_pass_bytes"])
+def test_an_answer_that_crashes_is_explained_not_raised(name):
+    def crashes(*args):
+        return 1 // 0
+
+    result = ALL_CHECKS[name](crashes)
+    assert_wrong(result, "raised ZeroDivisionError", "1 // 0")
+
+
+def test_a_value_instead_of_a_function_is_explained():
+    assert_wrong(start_here.check_launch_stats(42), "expected a function, got int")
+
+
+# ----------------------------------------------------------------------------- wrong: 00
+def test_launch_stats_wrong():
+    result = start_here.check_launch_stats(lambda n, block: (n // block, 0))
+    assert_wrong(result, "n=1000, BLOCK=256: expected 4 programs with 24 idle lanes, got 3 programs with 0 idle lanes",
+                 "hint:")
+    # n=1024 is a multiple of the block: that case is right and must not be listed
+    assert "n=1024," not in str(result)
+    assert_wrong(start_here.check_launch_stats(lambda n, block: n // block), "expected a pair")
+
+
+def test_axpy_ignoring_alpha(solutions):
+    result = start_here.check_axpy(lambda alpha, x, y: x + y)
+    assert_wrong(result, "n=1, alpha=2.5: 1 of 1 elements wrong; i=0: expected")
+
+
+def test_axpy_missing_the_last_block_is_reported_as_never_written(solutions):
+    kernel = solution(solutions, "00_start_here.ipynb", "axpy_kernel")
+
+    def floor_grid(alpha, x, y):  # cdiv forgotten: the ragged tail gets no program
+        out = torch.empty_like(x)
+        kernel[(x.numel() // 1024,)](x, y, out, alpha, x.numel(), BLOCK=1024)
+        return out
+
+    assert_wrong(start_here.check_axpy(floor_grid), "never written?", "n=1,")
+
+
+def test_axpy_writing_into_y():
+    def in_place(alpha, x, y):
+        return y.add_(alpha * x)
+
+    assert_wrong(start_here.check_axpy(in_place), "changed its inputs")
+
+
+# ----------------------------------------------------------------------------- wrong: 01
+def test_block_offsets_with_swapped_strides():
+    def swapped(pid_m, pid_n, bm, bn, sm, sn):
+        return pointers.block_offsets_ref(pid_m, pid_n, bm, bn, sn, sm)
+
+    result = pointers.check_block_offsets(swapped)
+    expected = pointers.block_offsets_ref(1, 2, 2, 3, 8, 1)
+    got = pointers.block_offsets_ref(1, 2, 2, 3, 1, 8)
+    assert_wrong(result, f"block (1, 2) of 2x3, strides (8, 1) [6x8 row-major matrix]: ",
+                 f"row=0, col=0: expected {expected[0, 0]}, got {got[0, 0]}")
+
+
+def test_block_offsets_wrong_shape():
+    assert_wrong(pointers.check_block_offsets(lambda *a: np.zeros(3, dtype=int)), "expected shape [2, 3], got [3]")
+
+
+def test_block_mask_checking_rows_only():
+    def rows_only(pid_m, pid_n, bm, bn, M, N):
+        rows = pid_m * bm + np.arange(bm)
+        return np.broadcast_to(rows[:, None] < M, (bm, bn)).copy()
+
+    result = pointers.check_block_mask(rows_only)
+    # block (1, 1) of 4x4 in a 5x7 matrix: row 4 is inside, column 7 is not
+    assert_wrong(result, "M=5, N=7, block (1, 1) of 4x4: 1 of 16 lanes wrong", "row=0, col=3: expected False, got True")
+    assert "M=5, N=7, block (0, 0)" not in str(result)  # the block fully inside is right
+
+
+def test_block_mask_not_bool():
+    assert_wrong(pointers.check_block_mask(lambda *a: np.ones((4, 4))), "expected a bool array")
+
+
+def test_transpose_returning_a_view():
+    assert_wrong(pointers.check_transpose(lambda x: x.t()), "x.t() is only a view")
+
+
+def test_transpose_with_one_wrong_element():
+    def off_by_one(x):
+        out = x.t().contiguous()
+        out[0, 0] += 1
+        return out
+
+    # a 1x1 x.t() is already contiguous: .contiguous() returns x itself, and "+= 1" writes into x
+    assert_wrong(pointers.check_transpose(off_by_one), "x 1x1: your transpose changed x",
+                 "x 5x7: 1 of 35 elements wrong (rows 0..0, cols 0..0); out row=0, out col=0: expected")
+
+
+# ----------------------------------------------------------------------------- wrong: 02
+def test_one_program_in_column_major_order():
+    def column_major(A, B, pid, bm, bn, bk):
+        num_pid_m = -(-A.shape[0] // bm)
+        pid_m, pid_n = pid % num_pid_m, pid // num_pid_m
+        num_pid_n = -(-B.shape[1] // bn)
+        return tiling.one_program_ref(A, B, pid_m * num_pid_n + pid_n, bm, bn, bk)
+
+    result = tiling.check_one_program(column_major)
+    assert_wrong(result, "M=7, N=9, K=5, blocks 4x4x2, program 1 (tile (0, 1)): you returned the accumulator "
+                 "of program 3 (tile (1, 0)): check pid -> (pid_m, pid_n)")
+    assert "M=8, N=8" not in str(result)  # 2x2 tiles: program 3 is tile (1, 1) in both orders
+
+
+def test_one_program_without_zero_padding():
+    def unpadded(A, B, pid, bm, bn, bk):
+        full = tiling.one_program_ref(A, B, pid, bm, bn, bk)
+        M, N = A.shape[0], B.shape[1]
+        num_pid_n = -(-N // bn)
+        rows = pid // num_pid_n * bm + np.arange(bm)
+        out = full.copy()
+        out[rows >= M] = 1.0  # garbage where masked loads should have given zeros
+        return out
+
+    result = tiling.check_one_program(unpadded)
+    assert_wrong(result, "program 5 (tile (1, 2))", "acc row=3, acc col=0: expected 0, got 1")
+
+
+def test_one_program_sliced_instead_of_padded():
+    def sliced(A, B, pid, bm, bn, bk):
+        M, N = A.shape[0], B.shape[1]
+        full = tiling.one_program_ref(A, B, pid, bm, bn, bk)
+        num_pid_n = -(-N // bn)
+        pm, pn = pid // num_pid_n, pid % num_pid_n
+        return full[: min(bm, M - pm * bm), : min(bn, N - pn * bn)]
+
+    assert_wrong(tiling.check_one_program(sliced), "expected the whole [4, 4] accumulator (zeros outside C), got shape [3, 1]")
+
+
+def test_row_major_launch_order_column_major():
+    def column_major(num_pid_m, num_pid_n):
+        return np.arange(num_pid_m * num_pid_n).reshape(num_pid_n, num_pid_m).T
+
+    result = tiling.check_row_major_launch_order(column_major)
+    # 3x5 tiles: tile (0, 1) is program 0*5 + 1 = 1 in row-major order, 1*3 + 0 = 3 in column-major
+    assert_wrong(result, "3x5 tiles: tile (0, 1): expected program 1, got 3")
+    assert "1x4 tiles" not in str(result) and "4x1 tiles" not in str(result)  # both orders agree there
+
+
+def test_my_matmul_that_misses_tiles(solutions):
+    kernel = solution(solutions, "02_naive_tiling.ipynb", "my_matmul_kernel")
+
+    def floor_grid(a, b):  # (M // 32) * (N // 32) programs: ragged tiles never computed
+        M, K = a.shape
+        N = b.shape[1]
+        c = torch.empty((M, N), dtype=torch.float16, device=a.device)
+        kernel[((M // 32) * (N // 32),)](a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+                                          c.stride(0), c.stride(1), BLOCK_M=32, BLOCK_N=32, BLOCK_K=32)
+        return c
+
+    result = tiling.check_my_matmul(floor_grid)
+    assert_wrong(result, "M=1, N=1, K=1: 1 of 1 elements wrong", "got nan (never written?)",
+                 "M=20, N=36, K=40: 720 of 720 elements wrong")
+
+
+def test_my_matmul_wrong_region():
+    def last_row_zero(a, b):
+        c = (a.float() @ b.float()).half()
+        c[-1] = 0
+        return c
+
+    result = tiling.check_my_matmul(last_row_zero)
+    assert_wrong(result, "M=33, N=17, K=70: 17 of 561 elements wrong (rows 32..32, cols 0..16)")
+
+
+def test_my_matmul_wrong_shape():
+    assert_wrong(tiling.check_my_matmul(lambda a, b: a), "M=20, N=36, K=40: expected a [20, 36] tensor, got [20, 40]")
+
+
+# ----------------------------------------------------------------------------- wrong: 03
+def row_grouped(pid, num_pid_m, num_pid_n, group):
+    pm, pn = tile_coords_np(pid, num_pid_m, num_pid_n, "grouped", group)
+    return int(pm), int(pn)
+
+
+def test_column_grouped_tile_given_the_row_grouped_order():
+    result = ordering.check_column_grouped_tile(row_grouped)
+    assert_wrong(result, "9x9 tiles, GROUP_SIZE_N=3: program 1: expected tile (0, 1), got (1, 0)")
+
+
+def test_column_grouped_tile_forgetting_the_short_last_group():
+    def fixed_width(pid, num_pid_m, num_pid_n, group):
+        num_pid_in_group = group * num_pid_m
+        first_pid_n = (pid // num_pid_in_group) * group
+        pid_in_group = pid % num_pid_in_group
+        return pid_in_group // group, first_pid_n + pid_in_group % group  # GROUP_SIZE_N, not the real width
+
+    result = ordering.check_column_grouped_tile(fixed_width)
+    # 4x5 tiles in groups of 2 columns: the last group is 1 column wide
+    assert_wrong(result, "4x5 tiles, GROUP_SIZE_N=2: program 17: expected tile (1, 4), got (0, 5)",
+                 "4x5 tiles, GROUP_SIZE_N=2: tiles never computed: (2, 4), (3, 4)")
+    assert "9x9 tiles" not in str(result)  # 9 = 3 groups of 3: no short group, no error
+
+
+def test_column_grouped_tile_not_a_pair():
+    assert_wrong(ordering.check_column_grouped_tile(lambda *a: 3), "expected a pair (pid_m, pid_n), got 3")
+
+
+def test_wave_block_fetches_counting_every_load():
+    result = ordering.check_wave_block_fetches(lambda tiles, k: 2 * len(tiles) * k)
+    assert_wrong(result, "first wave of 9x9 tiles, row_major, 9 programs, 9 K blocks: expected 90 = (1 A row-blocks + "
+                 "9 B column-blocks) x 9, got 162 (that is every program's loads",
+                 "GROUP_SIZE_M=3), 9 programs, 9 K blocks: expected 54")
+
+
+def test_wave_block_fetches_counting_tiles():
+    result = ordering.check_wave_block_fetches(lambda tiles, k: len(tiles) * k)
+    assert_wrong(result, "expected 3200 = (8 A row-blocks + 17 B column-blocks) x 128, got 16896")
+
+
+@triton.jit
+def row_grouped_triton(pid, num_pid_m, num_pid_n, GROUP_SIZE: tl.constexpr):
+    num_pid_in_group = GROUP_SIZE * num_pid_n
+    first_pid_m = (pid // num_pid_in_group) * GROUP_SIZE
+    rows = min(num_pid_m - first_pid_m, GROUP_SIZE)
+    return first_pid_m + (pid % num_pid_in_group) % rows, (pid % num_pid_in_group) // rows
+
+
+def test_column_grouped_triton_given_the_row_grouped_order():
+    result = ordering.check_column_grouped_triton(row_grouped_triton)
+    assert_wrong(result, "9x9 tiles, GROUP_SIZE_N=3: program 1: expected tile (0, 1), got (1, 0)")
+
+
+@triton.jit
+def does_not_compile(pid, num_pid_m, num_pid_n, GROUP_SIZE: tl.constexpr):
+    return pid, undefined_name  # noqa: F821
+
+
+def test_column_grouped_triton_that_fails_to_run():
+    assert_wrong(ordering.check_column_grouped_triton(does_not_compile),
+                 "a kernel calling column_grouped_triton (9x9 tiles, GROUP_SIZE_N=3) raised")
+
+
+# ----------------------------------------------------------------------------- wrong: 04
+def test_activation_pass_bytes_one_direction():
+    result = fusion.check_activation_pass_bytes(lambda M, N, b: M * N * b)
+    assert_wrong(result, "M=4096, N=4096, 2-byte elements: expected 67,108,864 bytes (read C 33,554,432 + "
+                 "write C 33,554,432), got 33,554,432 (that is one direction only")
+
+
+def test_activation_pass_bytes_in_elements():
+    assert_wrong(fusion.check_activation_pass_bytes(lambda M, N, b: 2 * M * N), "that counts elements")
+
+
+def test_variant_reference_given_the_real_leaky_relu():
+    result = fusion.check_variant_reference(lambda x: F.leaky_relu(x, 0.01))
+    assert_wrong(result, "x=-0.5: leaky_relu_variant gives 0.5, yours gives -0.005",
+                 "x=0: leaky_relu_variant gives 1, yours gives 0")
+
+
+def test_variant_reference_wrong_shape():
+    assert_wrong(fusion.check_variant_reference(lambda x: x.sum()), "expected a tensor of shape [10]")
+
+
+@triton.jit
+def gelu_erf(x):
+    return 0.5 * x * (1.0 + tl.math.erf(x * 0.7071067811865476))
+
+
+def test_gelu_tanh_given_exact_gelu():
+    result = fusion.check_gelu_tanh(gelu_erf)
+    assert_wrong(result, "points in [-8, 8] are off by more than 1e-5; worst at x=")
+
+
+def test_apply_elementwise_runs_a_jit_function_on_every_element():
+    x = torch.linspace(-3, 3, 2500, device=DEVICE).reshape(50, 50)
+    out = fusion.apply_elementwise(fusion.leaky_relu_variant, x)
+    torch.testing.assert_close(out, F.leaky_relu(x + 1, 0.01))
+    assert fusion.apply_elementwise(fusion.leaky_relu_variant, x[:0]).shape == (0, 50)
+
+
+# ----------------------------------------------------------------------------- helpers
+def test_compare_arrays_names_positions_and_never_written():
+    expected = np.arange(6.0).reshape(2, 3)
+    got = expected.copy()
+    got[1, 2] = np.nan
+    lines = compare_arrays(expected, got, "case", index_names=("r", "c"))
+    assert lines == ["case: 1 of 6 elements wrong (rows 1..1, cols 2..2); r=1, c=2: expected 5, got nan (never written?)"]
+    assert compare_arrays(expected, expected.copy(), "case") == []
+
+
+def test_checks_leave_torch_empty_unpatched():
+    before = torch.empty
+    start_here.check_axpy(lambda alpha, x, y: x)
+    assert torch.empty is before

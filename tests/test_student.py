@@ -1,0 +1,147 @@
+"""Student copies: solutions out, stubs in, and the copies still run (every check then says
+"not attempted yet")."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+from gemm_kernels import student
+from gemm_kernels.exercises import NOT_ATTEMPTED
+from gemm_kernels.student import BEGIN, END, STUB, MarkerError, strip_solutions
+
+NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+PATHS = student.notebook_paths(NOTEBOOKS)
+
+
+def read_nb(path):
+    return nbformat.read(path, as_version=4)
+
+
+def test_strip_keeps_the_scaffold_and_indents_the_stub():
+    source = (
+        "def f(x):\n"
+        '    """doc"""\n'
+        f"    {BEGIN}\n"
+        "    y = x + 1\n"
+        "    return y\n"
+        f"    {END}\n"
+        "\n"
+        "def g():\n"
+        f"        {BEGIN}\n"
+        "        return 2\n"
+        f"        {END}\n"
+        "print(f, g)"
+    )
+    assert strip_solutions(source) == (
+        "def f(x):\n"
+        '    """doc"""\n'
+        f"    {STUB}\n"
+        "\n"
+        "def g():\n"
+        f"        {STUB}\n"
+        "print(f, g)"
+    )
+
+
+def test_strip_leaves_cells_without_markers_alone():
+    for source in ("", "x = 1", "x = 1\n", "# ### BEGIN SOLUTION is only special on a line of its own\nx = 2"):
+        assert strip_solutions(source) == source
+
+
+@pytest.mark.parametrize("source,message", [
+    (f"{BEGIN}\nx = 1\n", "never closed"),
+    (f"x = 1\n{END}\n", "without"),
+    (f"{BEGIN}\n{BEGIN}\n{END}\n", "inside another solution"),
+])
+def test_unbalanced_markers_are_refused(source, message):
+    with pytest.raises(MarkerError, match=message):
+        strip_solutions(source, where="nb, cell 3")
+
+
+@pytest.mark.parametrize("path", PATHS, ids=lambda p: p.name)
+def test_student_notebook_has_no_solutions_and_no_outputs(path):
+    original_text = path.read_text()
+    nb = nbformat.read(path, as_version=4)
+    solution_lines = {
+        line.strip()
+        for i in student.solution_cells(nb)
+        for line in _solution_bodies(nb.cells[i].source)
+        if line.strip() and not line.strip().startswith("#")
+    }
+    regions = sum(nb.cells[i].source.count(BEGIN) for i in student.solution_cells(nb))
+    assert regions >= 2, f"{path.name}: fewer than two exercises with solutions"
+
+    copy = student.student_notebook(nb, path.name)
+    nbformat.validate(copy)
+    assert path.read_text() == original_text, "making a copy must not touch the source notebook"
+    assert "Student copy" in copy.cells[0].source
+    text = "\n".join(c.source for c in copy.cells if c.cell_type == "code")
+    assert BEGIN not in text and END not in text
+    assert text.count(STUB) == regions
+    stripped_lines = {line.strip() for line in text.splitlines()}
+    # lines that only ever appear inside solutions are gone (shared ones like "return out" may stay)
+    elsewhere = {line.strip() for c in nb.cells if c.cell_type == "code" for line in _outside_solutions(c.source)}
+    leaked = (solution_lines - elsewhere) & stripped_lines
+    assert not leaked, f"solution lines left in the student copy: {sorted(leaked)[:5]}"
+    for cell in copy.cells:
+        if cell.cell_type == "code":
+            assert cell.outputs == [] and cell.execution_count is None
+
+
+def _solution_bodies(source):
+    inside = False
+    for line in source.splitlines():
+        if line.strip() == BEGIN:
+            inside = True
+        elif line.strip() == END:
+            inside = False
+        elif inside:
+            yield line
+
+
+def _outside_solutions(source):
+    return strip_solutions(source).splitlines()
+
+
+@pytest.mark.parametrize("path", PATHS, ids=lambda p: p.name)
+def test_student_stubs_report_not_attempted(path):
+    copy = student.student_notebook(nbformat.read(path, as_version=4), path.name)
+    results = student.exercise_results(copy, path.name)
+    assert len(results) >= 2
+    for result in results:
+        assert result.status == NOT_ATTEMPTED, str(result)
+
+
+def test_make_student_writes_every_notebook(tmp_path, capsys):
+    assert student.main([str(NOTEBOOKS), str(tmp_path)]) == 0
+    written = sorted(p.name for p in tmp_path.glob("*.ipynb"))
+    assert written == [p.name for p in PATHS]
+    assert "wrote" in capsys.readouterr().out
+    for name in written:
+        code = [c.source for c in read_nb(tmp_path / name).cells if c.cell_type == "code"]
+        assert not any(BEGIN in source for source in code)
+
+
+def test_make_student_explains_a_missing_directory(tmp_path, capsys):
+    assert student.main([str(tmp_path / "nowhere"), str(tmp_path / "out")]) == 1
+    assert "no NN_slug.ipynb notebooks" in capsys.readouterr().err
+
+
+def test_a_student_notebook_runs_top_to_bottom(tmp_path):
+    """The whole student copy of 00 in a real kernel: no error, and every check cell shows
+    "not attempted yet" rather than a traceback."""
+    [path] = student.write_student_copies(NOTEBOOKS, tmp_path)[:1]
+    assert path.name.startswith("00_")
+    nb = nbformat.read(path, as_version=4)
+    NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    check_cells = [c for c in nb.cells if c.cell_type == "code" and c.source.startswith("check_")]
+    assert len(check_cells) >= 2
+    for cell in check_cells:
+        shown = "".join(o.get("data", {}).get("text/plain", "") for o in cell.outputs)
+        assert "not attempted yet" in shown, (cell.source, cell.outputs)
+    errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
+    assert not errors
