@@ -7,13 +7,14 @@ compiled on a CUDA GPU, or in Triton's interpreter on the CPU.
 from . import runtime  # noqa: I001  (must run before any kernel module defines a @triton.jit)
 from .runtime import DEVICE, describe, gpu_name, interpreted, num_sms, on_gpu, supports_tma
 from .matmul import matmul, matmul_ref, trace_program_tiles
-from .grouped import grouped_matmul, grouped_matmul_ref
+from .persistent import matmul_persistent, matmul_tma
+from .grouped import GroupedMatmulPlan, grouped_matmul, grouped_matmul_ref
 from .moe import grouped_mm, grouped_mm_ref, route_tokens
 
 __all__ = [
     "DEVICE", "describe", "gpu_name", "interpreted", "num_sms", "on_gpu", "supports_tma",
-    "matmul", "matmul_ref", "trace_program_tiles",
-    "grouped_matmul", "grouped_matmul_ref", "grouped_mm", "grouped_mm_ref", "route_tokens",
+    "matmul", "matmul_ref", "trace_program_tiles", "matmul_persistent", "matmul_tma",
+    "GroupedMatmulPlan", "grouped_matmul", "grouped_matmul_ref", "grouped_mm", "grouped_mm_ref", "route_tokens",
 ]
 
 # Tile schedules you can see: the models are plain numpy (cheap to import); the explorers

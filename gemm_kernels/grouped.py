@@ -431,9 +431,50 @@ def _prepare(group_a, group_b, tma, block_shapes):
     if starts[0][-1] > 2**31 - 1:
         raise ValueError(f"{starts[0][-1]} tiles: more than the kernel's 32-bit tile index counts")
     num_meta = len(meta)
-    meta = torch.tensor(meta + np.concatenate(starts).tolist(), dtype=torch.int64).to(device)
+    meta = torch.tensor(meta + np.concatenate(starts).tolist(), dtype=torch.int64)
+    if device.type == "cuda":  # pinned, so the copy is asynchronous: the host never waits for the GPU
+        meta = meta.pin_memory().to(device, non_blocking=True)
+    else:
+        meta = meta.to(device)
     total_tiles = {shape: int(s[-1]) for shape, s in zip(block_shapes, starts)}
     return shapes, group_c, meta[:num_meta], meta[num_meta:], facts, total_tiles
+
+
+class GroupedMatmulPlan:
+    """``grouped_matmul`` in two steps: the host work once, then as many launches as you like.
+
+    Building the plan validates the lists, allocates every C_i, packs the per-problem metadata
+    (pointers, sizes, strides) and copies it to the device; :meth:`run` only launches the kernel
+    and returns the same C_i tensors, overwritten.  This is how the pointer-array design is meant
+    to be used when the same matrices are multiplied again and again (a layer called every step,
+    a benchmark): the host work, tens to hundreds of microseconds of Python, is paid once, like
+    the pointer arrays the tutorial builds once before timing its kernel.
+
+    The plan holds the A_i and B_i tensors (the kernel only has their addresses): changing their
+    values in place between runs is fine, replacing them needs a new plan.
+    """
+
+    def __init__(self, group_a, group_b, *, tma=False):
+        if tma is True:
+            _check_tma_available("grouped_matmul(tma=True)")
+        (self.shapes, self.outputs, self._problems, self._tile_starts, facts,
+         self._total_tiles) = _prepare(group_a, group_b, tma, BLOCK_SHAPES)
+        self.tma = tma
+        self._inputs = (list(group_a), list(group_b))  # keep the storage the addresses point to alive
+        dtype = group_a[0].dtype
+        self._kwargs = dict(num_problems=len(self.shapes), **_autotune_key(self.shapes), DTYPE=TL_DTYPES[dtype],
+                            USE_TMA=tma, **facts, WIDEN=widen_for_dot(dtype), TRACE=False)
+        total_tiles = self._total_tiles
+        self._grid = lambda meta: (min(runtime.num_sms(), total_tiles[(meta["BLOCK_M"], meta["BLOCK_N"])]),)
+
+    def run(self) -> list:
+        """Launch the kernel; returns the list of C_i (the plan's own tensors, overwritten)."""
+        if next(iter(self._total_tiles.values())) == 0:  # every problem has M_i = 0 or N_i = 0
+            return self.outputs
+        if self.tma:
+            ensure_tma_allocator()
+        _grouped_matmul_tuned[self._grid](self._problems, self._tile_starts, self._problems, **self._kwargs)
+        return self.outputs
 
 
 def grouped_matmul(group_a, group_b, *, tma=False):
@@ -452,22 +493,11 @@ def grouped_matmul(group_a, group_b, *, tma=False):
     Speed without TMA: loads are vectorized only as far as the launcher can prove alignment for
     the whole group (shared layout, sizes that are multiples of 8 or 16); ragged sizes are still
     correct but read element by element.  TMA has no such cliff.
+
+    Each call redoes the host work (checks, metadata, one copy); :class:`GroupedMatmulPlan` does
+    it once for repeated products of the same matrices.
     """
-    if tma is True:
-        _check_tma_available("grouped_matmul(tma=True)")
-    shapes, group_c, problems, tile_starts, facts, total_tiles = _prepare(group_a, group_b, tma, BLOCK_SHAPES)
-    if next(iter(total_tiles.values())) == 0:  # every problem has M_i = 0 or N_i = 0
-        return group_c
-    if tma:
-        ensure_tma_allocator()
-    dtype = group_a[0].dtype
-    grid = lambda meta: (min(runtime.num_sms(), total_tiles[(meta["BLOCK_M"], meta["BLOCK_N"])]),)  # noqa: E731
-    _grouped_matmul_tuned[grid](
-        problems, tile_starts, problems,
-        len(shapes), **_autotune_key(shapes),
-        DTYPE=TL_DTYPES[dtype], USE_TMA=tma, **facts, WIDEN=widen_for_dot(dtype), TRACE=False,
-    )
-    return group_c
+    return GroupedMatmulPlan(group_a, group_b, tma=tma).run()
 
 
 def trace_grouped_schedule(group_a, group_b, *, tma=False, block_m=None, block_n=None, block_k=None,

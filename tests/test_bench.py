@@ -161,21 +161,44 @@ def fake_timer(monkeypatch):
 
 def test_run_case_times_checks_and_derives_ratios(fake_timer):
     case = suites.square_suite(suites.SuiteSettings(dtype=torch.float16))[0]
-    rows = core.run_case(case, core.TimingSettings(1, 1), peak=989.4)
+    rows = core.run_case(case, core.TimingSettings(1, 1, rounds=1), peak=989.4)
     by = {r.provider: r for r in rows}
     assert set(by) >= {"cuBLAS", "row_major", "grouped", "persistent", "tma"}
     timed = [r for r in rows if r.time_ms is not None]
-    assert len(fake_timer) == len(timed) + 1  # the baseline is timed a second time
+    assert len(fake_timer) == len(timed)  # one round: each checked provider timed once
     base = by["cuBLAS"]
-    first, second = 1.0, 0.5 + 0.1 * len(fake_timer)
-    assert base.time_ms == pytest.approx((first + second) / 2)
-    assert base.baseline_spread == pytest.approx(abs(first - second) / base.time_ms)
+    assert base.time_ms == pytest.approx(1.0) and base.baseline_spread is None  # one round: no spread
     for r in timed:
         assert r.ok and r.rel_err <= r.tol
         assert r.tflops == pytest.approx(core.tflops(case.flops, r.time_ms))
         assert r.pct_peak == pytest.approx(100 * r.tflops / 989.4)
         assert r.speedup == pytest.approx(base.time_ms / r.time_ms)
         assert r.gb_s == pytest.approx(case.min_bytes / (r.time_ms * 1e-3) / 1e9)
+
+
+def test_rounds_interleave_providers_and_take_medians(monkeypatch):
+    """Three rounds, the first provider rotating: each provider's time is the median of its three
+    samples and the baseline's spread is (max - min) / median of its samples."""
+    order, samples = [], {"base": [3.0, 1.0, 2.0], "mine": [0.5, 0.9, 0.7], "other": [5.0, 5.0, 5.0]}
+
+    def median_ms(fn, settings):
+        name = fn()
+        order.append(name)
+        return samples[name][sum(1 for n in order if n == name) - 1]
+
+    monkeypatch.setattr(core, "median_ms", median_ms)
+
+    def setup():
+        providers = [core.Provider(n, lambda n=n: n, lambda: torch.ones(2, 2), ours=n != "base")
+                     for n in ("base", "mine", "other")]
+        return core.CaseData(providers, lambda: [torch.ones(2, 2)])
+
+    case = core.Case("t", "p", "2^3", 2, torch.float32, [(2, 2, 2)], "base", setup)
+    by = {r.provider: r for r in core.run_case(case, core.TimingSettings(1, 1, rounds=3), None)}
+    assert order == ["base", "mine", "other", "mine", "other", "base", "other", "base", "mine"]
+    assert by["base"].time_ms == 2.0 and by["mine"].time_ms == 0.7 and by["other"].time_ms == 5.0
+    assert by["mine"].speedup == pytest.approx(2.0 / 0.7)
+    assert all(r.baseline_spread == pytest.approx((3.0 - 1.0) / 2.0) for r in by.values())
 
 
 def test_a_wrong_kernel_is_reported_not_hidden(fake_timer):

@@ -323,3 +323,44 @@ def test_gpu_trace_equals_mirror(tma):
     mirror = multi_problem_schedule([(M, N) for M, N, _ in shapes], blocks["BLOCK_M"], blocks["BLOCK_N"],
                                     min(runtime.num_sms(), total), "grouped", blocks["GROUP_SIZE_M"])
     np.testing.assert_array_equal(trace.numpy(), mirror[:, [1, 3, 4, 5]])
+
+
+@pytest.mark.parametrize("tma", [False, True])
+def test_plan_runs_again_on_updated_inputs_into_the_same_outputs(tma):
+    """GroupedMatmulPlan: host work once, then each run recomputes from the inputs' current values."""
+    if tma and not runtime.supports_tma():
+        pytest.skip("TMA needs sm_90+")
+    gen = torch.Generator().manual_seed(11)
+    shapes = [(37, 40, 24), (0, 16, 8), (5, 72, 48), (64, 8, 1)]
+    layouts = ("padded_row", "padded_row") if tma else ("row", "col")
+    group_a, group_b = make_group(shapes, torch.float16, layouts, gen)
+    plan = grouped.GroupedMatmulPlan(group_a, group_b, tma=tma)
+    assert plan.shapes == shapes
+    for c in plan.outputs:
+        c.fill_(float("nan"))  # poison: every element must be written by run()
+    first = plan.run()
+    assert first is plan.outputs
+    for c, r in zip(first, grouped_matmul_ref(group_a, group_b, out_dtype=torch.float64)):
+        if c.numel():
+            assert_close(c, r, torch.float16)
+    for a in group_a:  # new values, same storage: the next run must see them
+        a.copy_(torch.randn(a.shape, generator=gen).to(a.device, a.dtype))
+    for c in plan.outputs:
+        c.fill_(float("nan"))
+    second = plan.run()
+    for c, r in zip(second, grouped_matmul_ref(group_a, group_b, out_dtype=torch.float64)):
+        if c.numel():
+            assert_close(c, r, torch.float16)
+
+
+def test_plan_with_no_tiles_returns_empty_outputs():
+    group_a = [torch.randn(0, 5).to(DEVICE, torch.float16), torch.randn(3, 5).to(DEVICE, torch.float16)]
+    group_b = [torch.randn(5, 4).to(DEVICE, torch.float16), torch.randn(5, 0).to(DEVICE, torch.float16)]
+    out = grouped.GroupedMatmulPlan(group_a, group_b).run()
+    assert [tuple(c.shape) for c in out] == [(0, 4), (3, 0)]
+
+
+def test_plan_validates_like_grouped_matmul():
+    a = torch.randn(4, 5).to(DEVICE, torch.float16)
+    with pytest.raises(ValueError, match="inner dimensions"):
+        grouped.GroupedMatmulPlan([a], [torch.randn(6, 3).to(DEVICE, torch.float16)])

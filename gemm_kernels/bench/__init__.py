@@ -79,6 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="base of the random seeds (default 0)")
     p.add_argument("--warmup", type=int, default=25, help="do_bench warm-up, ms (default 25)")
     p.add_argument("--rep", type=int, default=100, help="do_bench repetition time, ms (default 100)")
+    p.add_argument("--rounds", type=int, default=3,
+                   help="time each case's providers this many times, interleaved; report medians (default 3)")
     p.add_argument("--time-budget", type=float, metavar="SECONDS",
                    help="start no new case after this many seconds (what ran is kept and reported as incomplete)")
     p.add_argument("--list", action="store_true",
@@ -202,13 +204,14 @@ def main(argv: list[str] | None = None) -> int:
               "seed tutorial not found: the seed's kernels are skipped (pass --seed-tutorial PATH)")
 
     gpu = runtime.gpu_name()
-    timing = TimingSettings(args.warmup, args.rep) if on_gpu else None
+    timing = TimingSettings(args.warmup, args.rep, args.rounds) if on_gpu else None
     run_info = {
         "device": gpu, "mode": info["mode"], "compute_capability": info["compute_capability"],
         "num_sms": info["num_sms"], **_versions(), "command": command,
         "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "quick": args.quick, "seed": args.seed, "autotune": autotune,
-        "timing": {"do_bench_warmup_ms": args.warmup, "do_bench_rep_ms": args.rep, "return_mode": "median"}
+        "timing": {"do_bench_warmup_ms": args.warmup, "do_bench_rep_ms": args.rep, "return_mode": "median",
+                   "rounds": args.rounds, "reported": "median of the rounds, providers interleaved"}
         if on_gpu else None,
         "peak_entry": peak_entry(gpu) if on_gpu else None,
     }

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import math
+import statistics
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -246,8 +247,15 @@ def synchronize() -> None:
 
 @dataclass(frozen=True)
 class TimingSettings:
+    """do_bench's warm-up and repetition (ms) per timing, and ``rounds``: every provider of a case
+    is timed once per round, the providers interleaved (the starting one rotates), and each
+    reports the median of its rounds.  A GPU's clock drifts with temperature and power over
+    seconds; interleaving spreads that drift over all providers instead of charging it to
+    whichever ran last, and the baseline's spread across rounds is the case's noise estimate."""
+
     warmup_ms: int = 25
     rep_ms: int = 100
+    rounds: int = 3
 
 
 def median_ms(fn: Callable[[], object], settings: TimingSettings) -> float:
@@ -294,6 +302,7 @@ def run_case(case: Case, timing: TimingSettings | None, peak: float | None) -> l
     refs = data.reference()
     synchronize()
     rows: list[Row] = []
+    timed: list[tuple[Row, Callable[[], object]]] = []  # checked providers, timed after all checks
     for p in data.providers:
         row = Row(case.suite, case.panel, case.label, case.x, dtype_name(case.dtype), p.name, case.baseline,
                   ours=p.ours, tol=tol, flops=case.flops, min_bytes=min_bytes, params=params, note=p.note)
@@ -323,25 +332,33 @@ def run_case(case: Case, timing: TimingSettings | None, peak: float | None) -> l
             row.note = "; ".join(s for s in (_first_line(exc), row.note) if s)
             continue
         if timing is not None:
-            row.time_ms = median_ms(p.fn, timing)
+            timed.append((row, p.fn))
     if timing is not None:
-        _time_baseline_again(data, case, rows, timing)
+        _time_interleaved(timed, case, timing)
     _derive(rows, case, peak)
     del data, refs
     return rows
 
 
-def _time_baseline_again(data: CaseData, case: Case, rows: list[Row], timing: TimingSettings) -> None:
-    """Time the baseline a second time, after the others: the two numbers give the noise."""
-    base = next((r for r in rows if r.provider == case.baseline and r.time_ms is not None), None)
-    if base is None:
+def _time_interleaved(timed: list, case: Case, timing: TimingSettings) -> None:
+    """Time every checked provider ``timing.rounds`` times, interleaved; median per provider.
+    Sets every row's ``baseline_spread``: (slowest - fastest) / median of the baseline's rounds."""
+    if not timed:
         return
-    fn = next(p.fn for p in data.providers if p.name == case.baseline)
-    first, second = base.time_ms, median_ms(fn, timing)
-    base.time_ms = (first + second) / 2
-    spread = abs(first - second) / base.time_ms
-    for r in rows:
-        r.baseline_spread = spread
+    samples: dict[int, list[float]] = {i: [] for i in range(len(timed))}
+    rounds = max(1, timing.rounds)
+    for r in range(rounds):
+        for j in range(len(timed)):
+            i = (j + r) % len(timed)  # rotate who goes first
+            samples[i].append(median_ms(timed[i][1], timing))
+    for i, (row, _) in enumerate(timed):
+        row.time_ms = statistics.median(samples[i])
+    base = next((i for i, (row, _) in enumerate(timed) if row.provider == case.baseline), None)
+    if base is not None and rounds > 1:
+        times = samples[base]
+        spread = (max(times) - min(times)) / statistics.median(times)
+        for row, _ in timed:
+            row.baseline_spread = spread
 
 
 def _derive(rows: list[Row], case: Case, peak: float | None) -> None:

@@ -169,7 +169,7 @@ def _param(row, name):
 
 
 def targets(all_rows: dict[str, list[dict]]) -> list[dict]:
-    """Issue 6's performance targets, each with its measured numbers and met / missed / not measured."""
+    """The project's performance targets, each with its measured numbers and met / missed / not measured."""
     found = []
 
     def add(name, goal, measured, met):
@@ -196,7 +196,9 @@ def targets(all_rows: dict[str, list[dict]]) -> list[dict]:
         add("fusion 4096^3", ">= 1.05x torch matmul + activation, every epilogue", "n/a", None)
 
     seed_rows = all_rows.get("seed-grouped", [])
-    ours_grouped = {"grouped_matmul", "grouped_matmul tma"}
+    # launch-only plans against the seed's launch-only kernels and the cuBLAS loop, as the seed
+    # compares them; the whole-call rows stay in the tables beside them
+    ours_grouped = {"grouped_matmul", "grouped_matmul tma", "grouped_matmul plan", "grouped_matmul tma plan"}
     vs_cublas = _speedups(seed_rows, ours_grouped)
 
     def seed_tma_ms(case_rows):
@@ -226,7 +228,7 @@ def targets(all_rows: dict[str, list[dict]]) -> list[dict]:
 
 def targets_markdown(all_rows: dict[str, list[dict]]) -> str:
     lines = [section_heading("targets"), "",
-             "Issue 6's targets on the measured GPU, as same-run ratios (computed from the CSVs below).", "",
+             "The project's performance targets on the measured GPU, as same-run ratios (computed from the CSVs below).", "",
              "| target | goal | measured | status |", "|---|---|---|---|"]
     for t in targets(all_rows):
         lines.append(f"| {t['target']} | {t['goal']} | {t['measured']} | {t['status']} |")
