@@ -24,10 +24,70 @@ def _interpreter(**extra):
 
 
 def _tuning_list(cfgs, gpu=None):
-    """All configs to autotune over, or only the first (the default) with GEMM_KERNELS_AUTOTUNE=0.
-    ``gpu=True`` (the compile view) always gets the whole list."""
-    cfgs = [c for c in cfgs if c is not None]
-    return cfgs if gpu or runtime.autotune_enabled() else cfgs[:1]
+    """The configs a kernel autotunes over (``None`` entries, loop options this Triton lacks, dropped).
+    ``gpu`` is unused here; GEMM_KERNELS_AUTOTUNE=0 is applied per launch by :func:`fit_to_device`,
+    after the configs that do not fit the inputs' dtype are gone."""
+    return [c for c in cfgs if c is not None]
+
+
+#: Hopper's shared memory per block (227 KiB), used where no GPU can be asked (compile view, tests)
+HOPPER_SHARED_MEMORY_BYTES = 232448
+MIN_STAGES = 2
+
+
+def shared_memory_limit() -> int:
+    """Shared memory one program may use on this GPU (opt-in maximum), or Hopper's on a CPU."""
+    if runtime.on_gpu():
+        import torch
+
+        return torch.cuda.get_device_properties(0).shared_memory_per_block_optin
+    return HOPPER_SHARED_MEMORY_BYTES
+
+
+def pipeline_bytes(config: triton.Config, element_bytes: int) -> int:
+    """Shared memory of the software pipeline: ``num_stages`` A and B blocks in flight."""
+    k = config.kwargs
+    return config.num_stages * (k["BLOCK_M"] * k["BLOCK_K"] + k["BLOCK_K"] * k["BLOCK_N"]) * element_bytes
+
+
+def _element_bytes(args: dict) -> int:
+    """Bytes per input element of a launch: the DTYPE constexpr or the a/x tensor (default 2)."""
+    dtype = args.get("DTYPE")
+    if getattr(dtype, "primitive_bitwidth", None):
+        return dtype.primitive_bitwidth // 8
+    for name in ("a_ptr", "x_ptr"):
+        if hasattr(args.get(name), "element_size"):
+            return args[name].element_size()
+    return 2
+
+
+def fit_to_device(config_list, named_args, **kwargs):
+    """``early_config_prune`` of every kernel: make each config fit this launch, then apply the
+    GEMM_KERNELS_AUTOTUNE switch.
+
+    The lists above are tuned for 2-byte inputs; fp32 doubles every block's bytes, so a config
+    whose pipeline plus the C tile staged for the epilogue would overflow shared memory gets
+    fewer stages (down to 2) or is dropped.  With
+    GEMM_KERNELS_AUTOTUNE=0 only the first surviving config remains (no tuning run)."""
+    element_bytes = _element_bytes({**named_args, **kwargs})
+    limit = shared_memory_limit()
+    fitted = []
+    for config in config_list:
+        k = config.kwargs
+        epilogue = k["BLOCK_M"] * k["BLOCK_N"] * element_bytes  # C tile staged for the store
+        per_stage = pipeline_bytes(config, element_bytes) // config.num_stages
+        stages = config.num_stages
+        while stages > MIN_STAGES and stages * per_stage + epilogue > limit:
+            stages -= 1
+        if stages * per_stage + epilogue <= limit:
+            fitted.append(config if stages == config.num_stages else
+                          triton.Config(dict(k), num_warps=config.num_warps, num_stages=stages))
+    fitted = fitted or [min(config_list, key=lambda c: pipeline_bytes(c, element_bytes))]
+    return fitted if runtime.autotune_enabled() else fitted[:1]
+
+
+#: pass as ``triton.autotune(..., prune_configs_by=PRUNE)``
+PRUNE = {"early_config_prune": fit_to_device}
 
 
 def matmul_configs():

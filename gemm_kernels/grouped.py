@@ -228,6 +228,7 @@ _grouped_matmul_tuned = triton.autotune(
     configs=_CONFIGS,
     key=["num_problems_bucket", "max_k_bucket", "work_bucket", "DTYPE", "USE_TMA",
          "A_LAYOUT", "B_LAYOUT", "C_LAYOUT", "M_ALIGN", "N_ALIGN", "K_ALIGN"],
+    prune_configs_by=configs.PRUNE,
 )(_grouped_matmul_kernel)
 
 

@@ -66,7 +66,7 @@ def _matmul_kernel(
     tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(offs_cm[:, None] < M) & (offs_cn[None, :] < N))
 
 
-_matmul_tuned = triton.autotune(configs=configs.matmul_configs(), key=["M", "N", "K"])(_matmul_kernel)
+_matmul_tuned = triton.autotune(configs=configs.matmul_configs(), key=["M", "N", "K"], prune_configs_by=configs.PRUNE)(_matmul_kernel)
 
 
 def _check_matmul_inputs(a, b, order, group_size_m, activation, bias):

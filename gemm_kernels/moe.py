@@ -141,6 +141,7 @@ def _grouped_mm_kernel(
 _grouped_mm_tuned = triton.autotune(
     configs=configs.moe_configs(),
     key=["N", "K", "E", "t_bucket", "USE_TMA", "W_NK", "OUT_TMA"],  # x/w dtypes are added by Triton
+    prune_configs_by=configs.PRUNE,
 )(_grouped_mm_kernel)
 
 

@@ -149,21 +149,22 @@ def _with(**changes):
     return changes.get("x", x), changes.get("w", w), changes.get("offs", offs)
 
 
+# every tensor on the kernels' device: each case breaks exactly one rule
 @pytest.mark.parametrize("make,exc,pattern", [
-    (lambda: _with(x=torch.zeros(8, 16, 1, dtype=torch.float16)), ValueError, "x must be 2-D"),
-    (lambda: _with(w=torch.zeros(16, 8, dtype=torch.float16)), ValueError, "w must be 3-D"),
-    (lambda: _with(w=torch.zeros(2, 15, 8, dtype=torch.float16)), ValueError, r"K must match \(16 != 15\)"),
-    (lambda: _with(w=torch.zeros(0, 16, 8, dtype=torch.float16)), ValueError, "at least one expert"),
-    (lambda: _with(w=torch.zeros(2, 16, 8, dtype=torch.bfloat16)), TypeError, "share one dtype"),
-    (lambda: _with(x=torch.zeros(8, 16, dtype=torch.float64)), TypeError, "dtype float64"),
+    (lambda: _with(x=torch.zeros(8, 16, 1, dtype=torch.float16, device=DEVICE)), ValueError, "x must be 2-D"),
+    (lambda: _with(w=torch.zeros(16, 8, dtype=torch.float16, device=DEVICE)), ValueError, "w must be 3-D"),
+    (lambda: _with(w=torch.zeros(2, 15, 8, dtype=torch.float16, device=DEVICE)), ValueError, r"K must match \(16 != 15\)"),
+    (lambda: _with(w=torch.zeros(0, 16, 8, dtype=torch.float16, device=DEVICE)), ValueError, "at least one expert"),
+    (lambda: _with(w=torch.zeros(2, 16, 8, dtype=torch.bfloat16, device=DEVICE)), TypeError, "share one dtype"),
+    (lambda: _with(x=torch.zeros(8, 16, dtype=torch.float64, device=DEVICE)), TypeError, "dtype float64"),
     (lambda: _with(offs=[3, 8]), TypeError, "offs must be a torch.Tensor"),
-    (lambda: _with(offs=torch.tensor([3, 8])), TypeError, "offs must be int32.*got int64"),
-    (lambda: _with(offs=torch.tensor([[3, 8]], dtype=torch.int32)), ValueError, r"shape \[E\] = \[2\]"),
-    (lambda: _with(offs=torch.tensor([8], dtype=torch.int32)), ValueError, r"shape \[E\] = \[2\].*got \[1\]"),
-    (lambda: _with(offs=torch.tensor([5, 3], dtype=torch.int32)), ValueError,
+    (lambda: _with(offs=torch.tensor([3, 8], device=DEVICE)), TypeError, "offs must be int32.*got int64"),
+    (lambda: _with(offs=torch.tensor([[3, 8]], dtype=torch.int32, device=DEVICE)), ValueError, r"shape \[E\] = \[2\]"),
+    (lambda: _with(offs=torch.tensor([8], dtype=torch.int32, device=DEVICE)), ValueError, r"shape \[E\] = \[2\].*got \[1\]"),
+    (lambda: _with(offs=torch.tensor([5, 3], dtype=torch.int32, device=DEVICE)), ValueError,
      r"non-decreasing.*offs\[0\] = 5 > offs\[1\] = 3"),
-    (lambda: _with(offs=torch.tensor([3, 7], dtype=torch.int32)), ValueError, r"offs\[-1\] = 7 but x has T = 8 rows"),
-    (lambda: _with(offs=torch.tensor([-1, 8], dtype=torch.int32)), ValueError, r"offs\[0\] = -1 is negative"),
+    (lambda: _with(offs=torch.tensor([3, 7], dtype=torch.int32, device=DEVICE)), ValueError, r"offs\[-1\] = 7 but x has T = 8 rows"),
+    (lambda: _with(offs=torch.tensor([-1, 8], dtype=torch.int32, device=DEVICE)), ValueError, r"offs\[0\] = -1 is negative"),
 ])
 def test_bad_inputs(make, exc, pattern):
     x, w, offs = make()
