@@ -39,10 +39,12 @@ def _matmul_kernel(
 
     # Rows/columns past the edge wrap around (% M, % N) so A and B loads need no M/N mask;
     # the wrapped results are never stored.  Only K, summed over, must be masked to zero.
+    # No tl.multiple_of / tl.max_contiguous hints here: after the wrap a block is *not*
+    # contiguous, and a false hint makes 16-byte loads start mid-vector ("misaligned address"
+    # when N % 8 != 0 and B's rows are 16-byte aligned).  Triton proves the contiguity itself
+    # when M and N are multiples of 16, which is where vectorized loads pay.
     offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
     offs_n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
-    offs_m = tl.max_contiguous(tl.multiple_of(offs_m, BLOCK_M), BLOCK_M)
-    offs_n = tl.max_contiguous(tl.multiple_of(offs_n, BLOCK_N), BLOCK_N)
     offs_k = tl.arange(0, BLOCK_K)
     a_ptrs = a_ptr + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak
     b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn

@@ -90,11 +90,10 @@ def _matmul_persistent_kernel(
         if TRACE:
             _record_tile(trace_ptr, tile, pid, step, pid_m, pid_n)
         # As in matmul: rows/columns past the edge wrap (% M, % N) so loads need no M/N mask
-        # (their results are never stored); only the K tail is masked to zero.
+        # (their results are never stored); only the K tail is masked to zero.  No contiguity
+        # hints: after the wrap they would be false (see matmul.py).
         offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
         offs_n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
-        offs_m = tl.max_contiguous(tl.multiple_of(offs_m, BLOCK_M), BLOCK_M)
-        offs_n = tl.max_contiguous(tl.multiple_of(offs_n, BLOCK_N), BLOCK_N)
         a_ptrs = a_ptr + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak
         b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)

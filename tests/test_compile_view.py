@@ -137,3 +137,32 @@ def test_compile_all_kernels_skips_tma_for_ampere(monkeypatch):
     assert all(80 in ex.targets for ex in EXAMPLES if ex.name in views)
     assert not any(name.startswith("matmul_tma[") for name in views)
     assert {n for n, _ in compiled} == set(views) and {t for _, t in compiled} == {80}
+
+
+def _b_load_widths(M, N, K, b_row_stride):
+    """Byte widths of the cp.async copies in matmul's sm_90 PTX for a row-major B with this row stride."""
+    import importlib
+    import re
+
+    matmul_module = importlib.import_module("gemm_kernels.matmul")  # the package's `matmul` is the function
+
+    a = torch.zeros(M, K, dtype=torch.float16)
+    b = torch.zeros(K, b_row_stride, dtype=torch.float16)[:, :N]
+    c = torch.zeros(M, N, dtype=torch.float16)
+    args = dict(a_ptr=a, b_ptr=b, c_ptr=c, bias_ptr=c, trace_ptr=c, M=M, N=N, K=K,
+                stride_am=a.stride(0), stride_ak=1, stride_bk=b.stride(0), stride_bn=1,
+                stride_cm=c.stride(0), stride_cn=1, GROUPED=True, GROUP_SIZE_M=8,
+                HAS_BIAS=False, ACTIVATION=None, WIDEN=False, TRACE=False)
+    cfg = triton.Config({"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64}, num_stages=3, num_warps=8)
+    ptx = compile_for(matmul_module._matmul_kernel, args, target="sm_90", config=cfg).asm["ptx"]
+    return set(re.findall(r"cp\.async\.c[ag]\.shared\.global \[[^\]]+\], \[[^\]]+\], (0x[0-9a-f]+)", ptx))
+
+
+def test_wrapped_offsets_vectorize_only_where_it_is_true():
+    """Sizes that are multiples of 16: 16-byte async copies (fast).  N = 1003 with 16-byte-aligned
+    rows: no 16-byte copies, because after the % N wrap a block is not contiguous; a false
+    tl.max_contiguous hint would emit them and fault on the GPU ('misaligned address')."""
+    assert "0x10" in _b_load_widths(4096, 4096, 4096, 4096)
+    # K = 520: A's row stride is not a multiple of 16 elements, so A's loads cannot be 16-byte
+    # copies either and any 16-byte copy left would be one of B's
+    assert "0x10" not in _b_load_widths(1000, 1003, 520, 1008)

@@ -157,3 +157,23 @@ def test_gpu_real_sizes(dtype, shape, order, activation):
     out = matmul(a, b, order=order, activation=activation, bias=bias)
     ref = matmul_ref(a, b, activation=activation, bias=bias, out_dtype=torch.float64)
     assert_close(out, ref, dtype)
+
+
+def _padded_rows(rows, cols, dtype, *, transposed=False):
+    """rows x cols with each storage row padded to a multiple of 16 bytes (ragged size, aligned stride)."""
+    if transposed:
+        return _padded_rows(cols, rows, dtype).t()
+    return torch.randn(rows, -(-cols // 8) * 8).to(DEVICE, dtype)[:, :cols]
+
+
+@pytest.mark.parametrize("order", ["row_major", "grouped"])
+@pytest.mark.parametrize("b_layout", ["row", "col"])
+def test_ragged_sizes_with_aligned_padded_strides(order, b_layout):
+    """N (or M) % 8 != 0 while every row stride is 16-byte aligned: the layout where a false
+    contiguity hint on the wrapped offsets makes 16-byte loads start mid-vector (on a GPU:
+    'misaligned address'; the sizes are large enough to wrap inside real blocks too)."""
+    M, N, K = (1000, 1003, 520) if runtime.on_gpu() else (37, 43, 24)
+    a = _padded_rows(M, K, torch.float16, transposed=True)  # column-major A: M is its unit-stride dim
+    b = _padded_rows(K, N, torch.float16, transposed=b_layout == "col")
+    out = matmul(a, b, order=order, activation="relu")
+    assert_close(out, matmul_ref(a, b, activation="relu", out_dtype=torch.float64), torch.float16)
