@@ -467,7 +467,7 @@ def main(argv=None) -> int:
                 print(failed, flush=True)
                 break
             per_sm = args.programs_per_sm or run.worker.get("programs_per_sm") or 1
-            notes.add(f"{num_sms} SMs x {per_sm} program(s) per SM "
+            notes.add(f"{order}: {num_sms} SMs x {per_sm} program(s) per SM "
                       + ("(given)" if args.programs_per_sm else
                          f"({run.worker.get('occupancy_from')}: {run.worker.get('n_regs')} registers, "
                          f"{run.worker.get('shared_bytes')} B shared)"))
