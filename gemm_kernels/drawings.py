@@ -729,3 +729,161 @@ def draw_grouped_gemm(schedule: Schedule, wave: int | None = None, dpi: float = 
     """The multi-problem layout of a grouped GEMM (:func:`schedule.grouped_gemm_schedule`):
     which program computes which tile of which problem, and at which step."""
     return GroupedView(figsize=(9, 6), dpi=dpi).update(schedule, wave)
+
+
+# =============================================================================== persistent programs over time
+def draw_program_timeline(schedule: Schedule, labels: bool | None = None, title: str | None = None,
+                          figsize=None, dpi: float = 100) -> Figure:
+    """Who computes what, when: one row per program (or, for one program per tile, per slot of
+    ``programs_in_flight`` resident programs), one column per wave/step; each cell is the tile it
+    computes (its global index), coloured by problem, white where the program has nothing left
+    to do.  The white cells of the last column are the *tail*: programs idle while the last
+    tiles finish."""
+    P, W = schedule.programs_in_flight, schedule.num_waves
+    if schedule.kind in ("row_major", "grouped"):
+        slot = np.arange(schedule.num_tiles) % P
+    else:
+        slot = schedule.program
+    cells = np.full((P, W), -1, dtype=np.int64)
+    cells[slot, schedule.wave] = schedule.table[:, 0]
+    problem = np.full((P, W), -1, dtype=np.int64)
+    problem[slot, schedule.wave] = schedule.problem
+    rgba = cycle_colors(problem)
+    rgba[cells < 0] = (1, 1, 1, 1)
+    if figsize is None:
+        figsize = (min(2.2 + 0.45 * W, 10), min(1.4 + 0.32 * P, 6))
+    fig = Figure(figsize=figsize, dpi=dpi)
+    ax = fig.add_subplot()
+    ax.imshow(rgba, interpolation="nearest", extent=(0, W, P, 0), aspect="auto")
+    if labels is None:
+        labels = P * W <= MAX_LABELLED_CELLS
+    if labels:
+        _cell_grid(ax, P, W, color="#999999")
+        for p in range(P):
+            for w in range(W):
+                text = str(cells[p, w]) if cells[p, w] >= 0 else "idle"
+                ax.text(w + 0.5, p + 0.5, text, ha="center", va="center", fontsize=8,
+                        color=_text_color(rgba[p, w]) if cells[p, w] >= 0 else "#999999")
+    ax.add_patch(Rectangle((0, 0), W, P, fill=False, ec="#555555", lw=0.8))
+    who = "program" if schedule.kind in ("persistent", "multi_problem") else "resident slot"
+    step = "step" if schedule.kind in ("persistent", "multi_problem") else "wave"
+    ticks_w = np.unique(np.linspace(0, W - 1, min(W, 12)).round().astype(int))
+    ticks_p = np.unique(np.linspace(0, P - 1, min(P, 16)).round().astype(int))
+    ax.set_xticks(ticks_w + 0.5, [str(t) for t in ticks_w], fontsize=8)
+    ax.set_yticks(ticks_p + 0.5, [str(t) for t in ticks_p], fontsize=8)
+    ax.set_xlabel(f"{step} (time →)", fontsize=9)
+    ax.set_ylabel(who, fontsize=9)
+    busy = int((schedule.wave == W - 1).sum()) if W else 0
+    ax.set_title(title or (f"{schedule.num_tiles} tiles on {P} {who}s: {W} {step}s, "
+                           f"last {step} {busy} of {P} busy"), fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+# =============================================================================== stray loads and stores
+_WRONG = np.array(to_rgba("#d62728"))
+_RIGHT = np.array(to_rgba("#9bd39b"))
+_CLOBBERED = np.array(to_rgba("#ff7f0e"))
+_SENTINEL = np.array(to_rgba("#eeeeee"))
+
+
+def damage_colors(damage) -> np.ndarray:
+    """RGBA of one C buffer (a :class:`gemm_kernels.teaching.ProblemDamage`): right / wrong inside
+    C, overwritten / untouched sentinels outside it."""
+    M, N, _ = damage.shape
+    rgba = np.tile(_SENTINEL, damage.clobbered.shape + (1,))
+    rgba[damage.clobbered] = _CLOBBERED
+    inside = np.where(damage.wrong[..., None], _WRONG, _RIGHT)
+    rgba[:M, :N] = inside
+    return rgba
+
+
+def draw_sentinel_damage(report, title: str | None = None, panel_size: float = 2.6, dpi: float = 100) -> Figure:
+    """One panel per problem of a :func:`gemm_kernels.teaching.damage_report`: C's whole buffer,
+    C itself framed; green = right, red = wrong, orange = a sentinel outside C that a stray store
+    overwrote, grey = sentinel untouched."""
+    n = len(report)
+    fig = Figure(figsize=(panel_size * n + 0.4, panel_size + 1.0), dpi=dpi)
+    axes = fig.subplots(1, n, squeeze=False)[0]
+    for ax, dmg in zip(axes, report):
+        M, N, K = dmg.shape
+        rows, cols = dmg.clobbered.shape
+        ax.imshow(damage_colors(dmg), interpolation="nearest", extent=(0, cols, rows, 0))
+        ax.add_patch(Rectangle((0, 0), N, M, fill=False, ec="black", lw=1.5))
+        _bare(ax)
+        ax.add_patch(Rectangle((0, 0), cols, rows, fill=False, ec="#999999", lw=0.6))
+        verdict = "ok" if dmg.ok else f"{int(dmg.wrong.sum())} wrong, {int(dmg.clobbered.sum())} clobbered"
+        ax.set_title(f"P{dmg.problem}: {M}x{N}x{K}\n{verdict}", fontsize=9)
+    handles = [Rectangle((0, 0), 1, 1, fc=c, ec="#777777") for c in (_RIGHT, _WRONG, _CLOBBERED, _SENTINEL)]
+    fig.legend(handles, ["C right", "C wrong", "outside C, overwritten", "outside C, sentinel intact"],
+               loc="lower center", ncol=4, fontsize=8, frameon=False)
+    fig.suptitle(title or "C's buffers (C framed in black, sentinel padding around it)", fontsize=10)
+    fig.subplots_adjust(left=0.02, right=0.98, top=0.78, bottom=0.12, wspace=0.15)
+    return fig
+
+
+# =============================================================================== MoE load
+def expert_load(counts, N: int, block_m: int, block_n: int, num_programs: int, trace=None) -> dict:
+    """Tiles per expert and per program of ``grouped_mm`` for rows-per-expert ``counts``.
+
+    ``trace``: the ``[tiles, 4]`` (program, expert, pid_m, pid_n) table of
+    :func:`gemm_kernels.moe.trace_moe_schedule`; without it, the numpy mirror
+    (``tiles.multi_problem_schedule``, which the tests prove equal).  Returns ``{"rows",
+    "tiles_per_expert", "tiles" ([programs, experts]: tiles of each expert each program computed)}``."""
+    from .tiles import multi_problem_schedule
+
+    counts = np.asarray(counts, dtype=np.int64)
+    E = len(counts)
+    if trace is None:
+        table = multi_problem_schedule([(int(c), N) for c in counts], block_m, block_n, num_programs)
+        program, expert = table[:, 1], table[:, 3]
+    else:
+        trace = np.asarray(trace)
+        program, expert = trace[:, 0], trace[:, 1]
+    per = np.zeros((num_programs, E), dtype=np.int64)
+    np.add.at(per, (program, expert), 1)
+    per_expert = (-(-counts // block_m)) * (-(-N // block_n))
+    return {"rows": counts, "tiles_per_expert": per_expert, "tiles": per}
+
+
+def draw_expert_load(counts, N: int, block_m: int, block_n: int, num_programs: int, trace=None,
+                     title: str | None = None, dpi: float = 100) -> Figure:
+    """Load imbalance of a MoE grouped GEMM.  Left: rows routed to each expert, labelled with its
+    tiles (``cdiv(rows, BLOCK_M) * cdiv(N, BLOCK_N)``).  Right: tiles each program computes,
+    stacked by expert (same colours).  See :func:`expert_load` for ``trace``."""
+    load = expert_load(counts, N, block_m, block_n, num_programs, trace)
+    E = len(load["rows"])
+    colors = cycle_colors(np.arange(E), _PALETTE20 if E > 10 else _PALETTE)
+    fig = Figure(figsize=(11, 3.6), dpi=dpi)
+    left, right = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1, 1.3]})
+    x = np.arange(E)
+    bars = left.bar(x, load["rows"], color=colors, edgecolor="#555555", lw=0.5)
+    if E <= 32:
+        for bar, t in zip(bars, load["tiles_per_expert"]):
+            left.annotate(f"{t}", (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center",
+                          va="bottom", fontsize=7, xytext=(0, 1), textcoords="offset points")
+    if E <= 32:
+        left.set_xticks(x)
+    left.set_xlabel("expert", fontsize=9)
+    left.set_ylabel("rows (routed tokens)", fontsize=9)
+    left.set_title(f"rows per expert (number on top: tiles of {block_m}x{block_n})", fontsize=9)
+    bottom = np.zeros(num_programs)
+    p = np.arange(num_programs)
+    for e in range(E):
+        right.bar(p, load["tiles"][:, e], bottom=bottom, color=colors[e], width=0.85, lw=0)
+        bottom += load["tiles"][:, e]
+    mean = bottom.mean() if num_programs else 0
+    right.axhline(mean, color="black", lw=0.8, ls="--")
+    if num_programs <= 32:
+        right.set_xticks(p)
+    right.set_xlabel("program", fontsize=9)
+    right.set_ylabel("tiles computed", fontsize=9)
+    right.set_title(f"tiles per program, by expert: {int(bottom.min())}..{int(bottom.max())} "
+                    f"(mean {mean:.1f}, dashed)", fontsize=9)
+    for ax in (left, right):
+        ax.tick_params(labelsize=8)
+        ax.spines[["top", "right"]].set_visible(False)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig

@@ -16,9 +16,12 @@ import triton.language as tl
 
 from gemm_kernels import DEVICE
 from gemm_kernels.exercises import CORRECT, NOT_ATTEMPTED, WRONG, CheckResult
+from gemm_kernels.exercises import grouped_gemm as grouped_ex
 from gemm_kernels.exercises import grouped_l2_ordering as ordering
 from gemm_kernels.exercises import kernel_fusion as fusion
+from gemm_kernels.exercises import moe_grouped_mm as moe_ex
 from gemm_kernels.exercises import naive_tiling as tiling
+from gemm_kernels.exercises import persistent_tma as persistent_ex
 from gemm_kernels.exercises import pointer_arithmetic as pointers
 from gemm_kernels.exercises import start_here
 from gemm_kernels.exercises._core import compare_arrays
@@ -34,6 +37,9 @@ CHECKS = {
     "02_naive_tiling.ipynb": ["one_program", "row_major_launch_order", "my_matmul"],
     "03_grouped_l2_ordering.ipynb": ["column_grouped_tile", "wave_block_fetches", "column_grouped_triton"],
     "04_kernel_fusion.ipynb": ["activation_pass_bytes", "variant_reference", "gelu_tanh"],
+    "05_persistent_tma.ipynb": ["waves_and_tail", "persistent_tiles", "tma_view"],
+    "06_grouped_gemm.ipynb": ["bounds_masks", "program_tiles"],
+    "07_moe_grouped_mm.ipynb": ["offs_from_counts", "tiles_per_expert", "padded_rows"],
 }
 
 
@@ -74,6 +80,11 @@ def jit_tile_stub(pid, num_pid_m, num_pid_n, GROUP_SIZE: tl.constexpr):
     raise NotImplementedError("your turn")
 
 
+@triton.jit
+def jit_masks_stub(rows, cols, ks, M, N, K):
+    raise NotImplementedError("your turn")
+
+
 ALL_CHECKS = {
     "launch_stats": start_here.check_launch_stats,
     "axpy": start_here.check_axpy,
@@ -89,8 +100,16 @@ ALL_CHECKS = {
     "activation_pass_bytes": fusion.check_activation_pass_bytes,
     "variant_reference": fusion.check_variant_reference,
     "gelu_tanh": fusion.check_gelu_tanh,
+    "waves_and_tail": persistent_ex.check_waves_and_tail,
+    "persistent_tiles": persistent_ex.check_persistent_tiles,
+    "tma_view": persistent_ex.check_tma_view,
+    "bounds_masks": grouped_ex.check_bounds_masks,
+    "program_tiles": grouped_ex.check_program_tiles,
+    "offs_from_counts": moe_ex.check_offs_from_counts,
+    "tiles_per_expert": moe_ex.check_tiles_per_expert,
+    "padded_rows": moe_ex.check_padded_rows,
 }
-JIT_ANSWERS = {"column_grouped_triton": jit_tile_stub, "gelu_tanh": jit_stub}
+JIT_ANSWERS = {"column_grouped_triton": jit_tile_stub, "gelu_tanh": jit_stub, "bounds_masks": jit_masks_stub}
 
 
 # ----------------------------------------------------------------------------- correct
@@ -415,3 +434,98 @@ def test_checks_leave_torch_empty_unpatched():
     before = torch.empty
     start_here.check_axpy(lambda alpha, x, y: x)
     assert torch.empty is before
+
+
+# ----------------------------------------------------------------------------- notebook 05
+def test_waves_and_tail_rounding_down_and_busy_for_idle():
+    result = persistent_ex.check_waves_and_tail(lambda M, N, bm, bn, sms: ((M // bm) * (N // bn) // sms, 0))
+    assert_wrong(result, "waves rounded down", "expected 8 waves with 32 idle")
+    busy = persistent_ex.check_waves_and_tail(
+        lambda M, N, bm, bn, sms: (-(-(-(-M // bm) * -(-N // bn)) // sms),
+                                   (-(-M // bm) * -(-N // bn)) % sms or sms))
+    assert_wrong(busy, "number of *busy* programs")
+
+
+def test_persistent_tiles_row_major_instead_of_grouped():
+    def row_major(pid, num_pid_m, num_pid_n, programs, group):
+        return [(t // num_pid_n, t % num_pid_n) for t in range(pid, num_pid_m * num_pid_n, programs)]
+
+    assert_wrong(persistent_ex.check_persistent_tiles(row_major), "GROUP_SIZE_M=2", "expected tile")
+
+
+def test_persistent_tiles_missing_the_last_tiles():
+    def short(pid, num_pid_m, num_pid_n, programs, group):
+        return [tuple(int(v) for v in tile_coords_np(t, num_pid_m, num_pid_n, "grouped", group))
+                for t in range(pid, num_pid_m * num_pid_n - 1, programs)]
+
+    assert_wrong(persistent_ex.check_persistent_tiles(short), "tiles, got")
+
+
+def test_tma_view_that_ignores_alignment():
+    def unit_stride_only(x):
+        if x.stride(1) == 1:
+            return False, x.stride(0)
+        if x.stride(0) == 1:
+            return True, x.stride(1)
+        return False
+
+    assert_wrong(persistent_ex.check_tma_view(unit_stride_only), "TMA cannot read it", "not a multiple of 16")
+
+
+def test_tma_view_that_refuses_transposes():
+    def rows_only(x):
+        ok = x.stride(1) == 1 and x.stride(0) * x.element_size() % 16 == 0 and x.data_ptr() % 16 == 0
+        return (False, x.stride(0)) if ok else False
+
+    assert_wrong(persistent_ex.check_tma_view(rows_only), "TMA can read it", "but you returned False")
+
+
+# ----------------------------------------------------------------------------- notebook 06
+@triton.jit
+def _masks_without_k(rows, cols, ks, M, N, K):
+    return rows[:, None] < M, cols[None, :] < N, (rows[:, None] < M) & (cols[None, :] < N)
+
+
+@triton.jit
+def _masks_without_store(rows, cols, ks, M, N, K):
+    a_mask = (rows[:, None] < M) & (ks[None, :] < K)
+    b_mask = (ks[:, None] < K) & (cols[None, :] < N)
+    return a_mask, b_mask, (rows[:, None] >= 0) & (cols[None, :] >= 0)
+
+
+def test_bounds_masks_forgetting_k_reads_past_a_and_b():
+    assert_wrong(grouped_ex.check_bounds_masks(_masks_without_k), "a_mask has", "reads past the end of A",
+                 "k 40 >= K = 40")
+
+
+def test_bounds_masks_with_an_unmasked_store_clobbers_the_sentinels():
+    assert_wrong(grouped_ex.check_bounds_masks(_masks_without_store), "c_mask has", "stores past the end of C",
+                 "run on sentinel buffers", "outside C overwritten")
+
+
+def test_program_tiles_restarting_every_problem():
+    assert_wrong(grouped_ex.check_program_tiles(grouped_ex._restarting_walk), "starts every problem again")
+
+
+def test_program_tiles_not_triples():
+    assert_wrong(grouped_ex.check_program_tiles(lambda *a: [(0, 0)]), "expected a list of (problem, pid_m, pid_n)")
+
+
+# ----------------------------------------------------------------------------- notebook 07
+def test_offs_from_counts_wrong_dtype_and_starts():
+    assert_wrong(moe_ex.check_offs_from_counts(lambda c: torch.cumsum(c, 0)), "dtype int64", "int32")
+    starts = moe_ex.check_offs_from_counts(lambda c: (torch.cumsum(c, 0) - c).to(torch.int32))
+    assert_wrong(starts, "row starts")
+
+
+def test_tiles_per_expert_rounding_down_and_empty_experts():
+    down = moe_ex.check_tiles_per_expert(lambda counts, N, bm, bn: [(c // bm) * -(-N // bn) for c in counts])
+    assert_wrong(down, "rounded down")
+    busy_empty = moe_ex.check_tiles_per_expert(lambda counts, N, bm, bn: [max(1, -(-c // bm)) * -(-N // bn)
+                                                                          for c in counts])
+    assert_wrong(busy_empty, "no rows has no tiles")
+
+
+def test_padded_rows_counting_full_and_empty_experts():
+    assert_wrong(moe_ex.check_padded_rows(lambda counts, bm: sum(bm - c % bm for c in counts)),
+                 "has no padding")

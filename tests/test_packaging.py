@@ -45,3 +45,13 @@ def test_ci_runs_the_readme_test_command():
     assert "make test" in ci
     assert "make test" in (ROOT / "README.md").read_text()
     assert "make lab" in (ROOT / "README.md").read_text()
+
+
+def test_readme_links_every_notebook_and_only_existing_ones():
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    linked = set(re.findall(r"\((notebooks/\d\d_[a-z0-9_]+\.ipynb)\)", (root / "README.md").read_text()))
+    present = {f"notebooks/{p.name}" for p in (root / "notebooks").glob("[0-9][0-9]_*.ipynb")}
+    assert linked == present, f"README links {sorted(linked - present)} that do not exist; misses {sorted(present - linked)}"

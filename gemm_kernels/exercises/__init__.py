@@ -12,6 +12,9 @@ notebook                   module
 02_naive_tiling            :mod:`gemm_kernels.exercises.naive_tiling`
 03_grouped_l2_ordering     :mod:`gemm_kernels.exercises.grouped_l2_ordering`
 04_kernel_fusion           :mod:`gemm_kernels.exercises.kernel_fusion`
+05_persistent_tma          :mod:`gemm_kernels.exercises.persistent_tma`
+06_grouped_gemm            :mod:`gemm_kernels.exercises.grouped_gemm`
+07_moe_grouped_mm          :mod:`gemm_kernels.exercises.moe_grouped_mm`
 =========================  ==========================================
 """
 
