@@ -372,20 +372,23 @@ def plot_l2(rows: list[dict], path: Path, meta: dict) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    labels = [f"{r['M']}x{r['N']}x{r['K']}\n{r['order']}" for r in rows]
+    # shape on two lines (M x N, then x K) so neighbouring labels never overlap
+    labels = [f"{r['M']}x{r['N']}\nx{r['K']}\n{r['order'].replace('_', '-')}" for r in rows]
     xs = range(len(rows))
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4))
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 4.4))
     w = 0.38
     ax1.bar([x - w / 2 for x in xs], [r["model_hit_rate_pct"] for r in rows], w, label="model")
     ax1.bar([x + w / 2 for x in xs], [r["hw_read_hit_rate_pct"] or 0 for r in rows], w, label="measured (ncu)")
     ax1.set_ylabel("L2 read hit rate (%)")
-    ax1.set_ylim(0, 100)
+    ax1.set_ylim(0, 118)  # room above the bars for the legend
+    ax1.set_yticks(range(0, 101, 20))
     ax2.bar([x - w / 2 for x in xs], [r["model_dram_read_mb"] for r in rows], w, label="model")
     ax2.bar([x + w / 2 for x in xs], [r["hw_dram_read_mb"] or 0 for r in rows], w, label="measured (ncu)")
     ax2.scatter(list(xs), [r["compulsory_read_mb"] for r in rows], color="k", marker="_", s=200,
                 label="compulsory (A + B once)", zorder=3)
     ax2.set_ylabel("DRAM bytes read (MB)")
     ax2.set_yscale("log")
+    ax2.set_ylim(top=ax2.get_ylim()[1] * 6)  # room above the bars for the legend
     for ax in (ax1, ax2):
         ax.set_xticks(list(xs))
         ax.set_xticklabels(labels, fontsize=7)
