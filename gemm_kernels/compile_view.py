@@ -150,11 +150,34 @@ def as_jit_function(kernel):
     return obj if isinstance(obj, JITFunction) else _REBUILDER.convert(obj)
 
 
+def undo_interpreter_leftovers() -> int:
+    """Put back the ``triton.language`` builtins an interpreted launch left patched; returns how many.
+
+    While a kernel runs, Triton's interpreter replaces the builtins of ``triton.language`` with
+    wrappers that force its own semantics, and restores them afterwards.  But a kernel that
+    calls one of Triton's library ``@jit`` functions (``tl.cdiv``, ``tl.sum``...) leaves those of
+    ``triton.language.core`` replaced (Triton 3.x), and a compile after that runs the
+    interpreter's semantics inside the code generator and fails ("at ...: tl.cdiv(...)").  Each
+    leftover wrapper keeps the original as its ``member`` keyword default, so it can be undone;
+    the interpreter patches again on its next launch."""
+    import triton.language as tl
+
+    restored = 0
+    for owner in (tl, tl.core, tl.math, tl.core.tensor, tl.core.tensor_descriptor_base):
+        for name, value in list(vars(owner).items()):
+            original = (getattr(value, "__kwdefaults__", None) or {}).get("member")
+            if getattr(value, "__module__", None) == "triton.runtime.interpreter" and original is not None:
+                setattr(owner, name, original)
+                restored += 1
+    return restored
+
+
 @contextlib.contextmanager
 def _compiling():
     """Interpreter off for the duration of a compile (and its noisy default-change warning muted)."""
     import triton.compiler.code_generator  # noqa: F401  (imports Gluon while the knob still says "interpret")
 
+    undo_interpreter_leftovers()
     knobs = triton.knobs.runtime
     saved = knobs.interpret
     knobs.interpret = False

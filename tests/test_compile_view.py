@@ -5,6 +5,7 @@ import pytest
 import torch
 import triton
 
+import gemm_kernels
 from gemm_kernels import compile_view
 from gemm_kernels.compile_view import (
     HIGHLIGHTS, as_jit_function, build_source, compile_for, parse_target, registered_examples,
@@ -166,3 +167,25 @@ def test_wrapped_offsets_vectorize_only_where_it_is_true():
     # K = 520: A's row stride is not a multiple of 16 elements, so A's loads cannot be 16-byte
     # copies either and any 16-byte copy left would be one of B's
     assert "0x10" not in _b_load_widths(1000, 1003, 520, 1008)
+
+
+@pytest.mark.skipif(not gemm_kernels.interpreted(), reason="the leftovers come from Triton's interpreter")
+def test_compiles_after_interpreted_launches_with_a_cold_cache(monkeypatch, tmp_path):
+    """An interpreted launch that calls tl.cdiv leaves triton.language.core patched (Triton 3.x);
+    the compile view undoes that, so notebook 05 can run kernels and then compile them."""
+    import triton.language as tl
+
+    from gemm_kernels.testing import random_matrix
+
+    original_add = tl.core.add
+    a, b = random_matrix(33, 17, torch.float16), random_matrix(17, 40, torch.float16)
+    gemm_kernels.matmul_persistent(a, b)  # interpreted; its kernel calls tl.cdiv
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))  # nothing cached: a real compile
+    example = next(ex for ex in EXAMPLES if ex.name.startswith("matmul_persistent["))
+    view = example.compile(90)
+    assert view.highlights()["wgmma"] > 0
+    assert tl.core.add is original_add
+    assert compile_view.undo_interpreter_leftovers() == 0
+    c = gemm_kernels.matmul_persistent(a, b)  # the interpreter still works afterwards
+    torch.testing.assert_close(c.float(), a.float() @ b.float(), atol=2e-2, rtol=2e-2)
+    assert any(tmp_path.iterdir()), "the compile did not go through the temporary cache"
