@@ -25,6 +25,8 @@ this kernel stays inside allocated memory (it never reaches more than one block 
 A's and B's padding holds NaN, so a stray read poisons the sums it enters; C's padding holds
 :data:`C_SENTINEL`, so a stray write shows as a changed sentinel.  :func:`damage_report`
 says, per problem, which elements of C are wrong and which elements around C were overwritten.
+:meth:`SentinelGroup.lend_outputs` lends the same C views to a launcher that allocates its own
+outputs (``grouped_matmul``), so its stores can be inspected the same way.
 
 Masks: ``pointer_array_matmul(..., masks=fn)`` takes a ``@triton.jit`` function
 ``fn(rows, cols, ks, M, N, K) -> (a_mask, b_mask, c_mask)``: ``rows`` (``BLOCK_M``), ``cols``
@@ -36,6 +38,7 @@ the right one; :func:`record_masks` evaluates such a function on its own, for ch
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass
 
@@ -250,6 +253,31 @@ class SentinelGroup:
         """Refill every C buffer with the sentinel (to run another kernel on the same inputs)."""
         for buf in self.c_buffers:
             buf.fill_(C_SENTINEL)
+
+    @contextlib.contextmanager
+    def lend_outputs(self):
+        """Make a launcher that allocates its own outputs write into this group's C views.
+
+        While the block runs, ``torch.empty`` hands out the C views, in order, to calls asking
+        for exactly their shape and dtype (every other call allocates as usual).  So the stores
+        of e.g. ``gemm_kernels.grouped_matmul(group.group_a, group.group_b)`` land in the
+        sentinel buffers, where :func:`damage_report` sees any that strays outside C.  Yields the
+        list of views not handed out yet (empty after a launcher took them all)."""
+        pending = list(self.group_c)
+        real_empty = torch.empty
+
+        def empty(*size, **kwargs):
+            shape = tuple(size[0]) if len(size) == 1 and isinstance(size[0], (tuple, list, torch.Size)) else size
+            if (pending and shape == tuple(pending[0].shape) and kwargs.get("dtype") == pending[0].dtype
+                    and kwargs.get("out") is None):
+                return pending.pop(0)
+            return real_empty(*size, **kwargs)
+
+        torch.empty = empty
+        try:
+            yield pending
+        finally:
+            torch.empty = real_empty
 
 
 def sentinel_group(shapes, *, dtype=torch.float16, pad: int | None = None, seed: int = 0) -> SentinelGroup:

@@ -19,7 +19,8 @@ NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 PATHS = sorted(NOTEBOOKS.glob("*.ipynb"))
 NAME = re.compile(r"^(\d\d)_[a-z0-9]+(_[a-z0-9]+)*\.ipynb$")
 EXPECTED_FIRST = ["00_start_here.ipynb", "01_pointer_arithmetic.ipynb", "02_naive_tiling.ipynb",
-                  "03_grouped_l2_ordering.ipynb", "04_kernel_fusion.ipynb"]
+                  "03_grouped_l2_ordering.ipynb", "04_kernel_fusion.ipynb", "05_persistent_tma.ipynb",
+                  "06_grouped_gemm.ipynb", "07_moe_grouped_mm.ipynb"]
 #: code that fetches things at run time
 DOWNLOADS = re.compile(r"^\s*[!%]|urllib|requests\.|wget|curl |https?://|pip install", re.MULTILINE)
 #: consecutive significant lines that, found in two notebooks, count as pasted code

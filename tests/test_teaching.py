@@ -76,6 +76,29 @@ def test_reset_c_refills_the_sentinel():
     assert bool((group.c_buffers[0] == teaching.C_SENTINEL).all())
 
 
+def test_lend_outputs_lets_grouped_matmul_store_into_the_sentinel_buffers():
+    group = teaching.sentinel_group(SHAPES[:4])
+    before = torch.empty
+    with group.lend_outputs() as pending:
+        outs = gk.grouped_matmul(group.group_a, group.group_b)
+        other = torch.empty((3, 3), dtype=torch.float16)  # not a C shape: allocated as usual
+    assert pending == [] and other.shape == (3, 3)
+    assert [o.data_ptr() for o in outs] == [c.data_ptr() for c in group.group_c]
+    assert all(d.ok for d in teaching.damage_report(group))
+    assert torch.empty is before  # restored
+
+
+def test_lend_outputs_exposes_stray_stores():
+    group = teaching.sentinel_group([(40, 64, 64)])
+    with group.lend_outputs():
+        (c,) = [torch.empty((40, 64), dtype=torch.float16)]
+    full = group.c_buffers[0][:64, :64]  # one whole block row past C, as an unmasked store writes it
+    full.fill_(1.0)
+    c.copy_(group.group_a[0].double().matmul(group.group_b[0].double()).half())
+    (damage,) = teaching.damage_report(group)
+    assert not damage.wrong.any() and int(damage.clobbered.sum()) == 24 * 64
+
+
 # ----------------------------------------------------------------------------- drawings of notebooks 05-07
 def test_program_timeline_marks_idle_slots_of_the_tail():
     schedule = gk.tile_schedule(9 * 32, 7 * 32, 32, 32, order="persistent", programs_in_flight=12)
