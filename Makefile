@@ -12,7 +12,7 @@ TORCH_PIP_ARGS ?=
 PYTEST_ARGS ?=
 LAB_ARGS ?=
 
-.PHONY: setup lab test test-gpu student images bench bench-quick clean
+.PHONY: setup lab test test-gpu sanitize student images bench bench-quick clean
 
 setup: $(STAMP)
 
@@ -36,6 +36,9 @@ test: $(STAMP)  ## unit tests + every notebook (nbmake), on the CPU interpreter 
 
 test-gpu: $(STAMP)  ## only the tests that need a CUDA GPU
 	$(BIN)/python -m pytest -m gpu tests $(PYTEST_ARGS)
+
+sanitize: $(STAMP)  ## every kernel on ragged shapes under compute-sanitizer memcheck (needs a CUDA GPU)
+	GEMM_KERNELS_AUTOTUNE=0 compute-sanitizer --tool memcheck --error-exitcode 1 $(BIN)/python tests/sanitize_kernels.py
 
 student: $(STAMP)  ## student copies of the notebooks (solutions removed) in student/
 	$(BIN)/python -m gemm_kernels.student
