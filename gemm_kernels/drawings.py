@@ -67,6 +67,30 @@ def png_bytes(fig: Figure, dpi: float | None = None) -> bytes:
     return buf.getvalue()
 
 
+def enable_notebook_display(shell=None) -> bool:
+    """Show a :class:`~matplotlib.figure.Figure` left as a cell's last expression as a picture.
+
+    The figures here are made without pyplot, and IPython only knows how to render figures once
+    a pyplot backend has registered itself (``%matplotlib inline``); without that a notebook shows
+    ``<Figure size 500x400 with 1 Axes>``.  This registers a PNG formatter for ``Figure`` with the
+    running IPython shell (``shell``: that shell, for tests).  Called when this module is imported;
+    returns False outside IPython."""
+    if shell is None:
+        try:
+            from IPython import get_ipython
+        except ImportError:
+            return False
+        shell = get_ipython()
+    formatters = getattr(getattr(shell, "display_formatter", None), "formatters", None)
+    if not formatters or "image/png" not in formatters:
+        return False
+    formatters["image/png"].for_type(Figure, png_bytes)
+    return True
+
+
+enable_notebook_display()
+
+
 def _bare(ax) -> None:
     ax.set_xticks([])
     ax.set_yticks([])

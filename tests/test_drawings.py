@@ -119,3 +119,17 @@ def test_images_are_generated_deterministically(tmp_path):
     second = [p.read_bytes() for p in images.generate(tmp_path / "b", names)]
     assert first == second
     assert all(data[:8] == b"\x89PNG\r\n\x1a\n" for data in first)
+
+
+def test_figures_display_as_pictures_in_ipython():
+    from types import SimpleNamespace
+
+    from IPython.core.formatters import DisplayFormatter
+
+    shell = SimpleNamespace(display_formatter=DisplayFormatter())
+    fig = d.draw_tile_order(tile_schedule(64, 64, 32, 32, "grouped", 2, programs_in_flight=2))
+    assert "image/png" not in shell.display_formatter.format(fig)[0]  # what a notebook got before
+    assert d.enable_notebook_display(shell)
+    data, _ = shell.display_formatter.format(fig)
+    assert data["image/png"][:8] == b"\x89PNG\r\n\x1a\n"
+    assert not d.enable_notebook_display(SimpleNamespace())  # not IPython: nothing to do
