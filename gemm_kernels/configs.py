@@ -23,10 +23,10 @@ def _interpreter(**extra):
     return [triton.Config({**INTERPRETER_BLOCKS, **extra}, num_stages=1, num_warps=4)]
 
 
-def _tuning_list(cfgs, gpu=None):
+def _tuning_list(cfgs):
     """The configs a kernel autotunes over (``None`` entries, loop options this Triton lacks, dropped).
-    ``gpu`` is unused here; GEMM_KERNELS_AUTOTUNE=0 is applied per launch by :func:`fit_to_device`,
-    after the configs that do not fit the inputs' dtype are gone."""
+    GEMM_KERNELS_AUTOTUNE=0 is applied per launch by :func:`fit_to_device`, after the configs
+    that do not fit the inputs' dtype are gone."""
     return [c for c in cfgs if c is not None]
 
 
@@ -147,7 +147,7 @@ def persistent_configs(gpu: bool | None = None):
         _persistent_cfg(128, 128, 64, 4, 4),
         _persistent_cfg(64, 128, 64, 4, 4),
         _persistent_cfg(128, 64, 64, 4, 4),
-    ], gpu)
+    ])
 
 
 def tma_configs(gpu: bool | None = None):
@@ -166,7 +166,7 @@ def tma_configs(gpu: bool | None = None):
         _persistent_cfg(128, 128, 64, 4, 4, EPILOGUE_SUBTILE=False),
         _persistent_cfg(64, 128, 64, 4, 4, EPILOGUE_SUBTILE=False),
         _persistent_cfg(128, 64, 64, 4, 4, EPILOGUE_SUBTILE=False),
-    ], gpu)
+    ])
 
 
 #: GROUP_SIZE_M of the grouped kernels in the interpreter: small, so the interpreter's few tile
@@ -188,7 +188,7 @@ def grouped_configs(gpu: bool | None = None):
         _cfg(64, 128, 64, 4, 4, GROUP_SIZE_M=8),
         _cfg(128, 64, 64, 4, 4, GROUP_SIZE_M=8),
         _cfg(64, 64, 64, 4, 4, GROUP_SIZE_M=8),
-    ], gpu)
+    ])
 
 
 def moe_configs(gpu: bool | None = None):
@@ -207,4 +207,4 @@ def moe_configs(gpu: bool | None = None):
         _cfg(64, 256, 64, 4, 4, GROUP_SIZE_M=8),
         _cfg(64, 256, 64, 3, 8, GROUP_SIZE_M=8),
         _cfg(64, 128, 128, 3, 4, GROUP_SIZE_M=8),
-    ], gpu)
+    ])
