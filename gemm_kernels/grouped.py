@@ -34,13 +34,13 @@ import triton.language as tl
 
 from . import _validate, configs, runtime
 from .epilogue import mma_operand, widen_for_dot
+from .matmul import k_loop_pointers
+from .runtime import TMA_ALIGN_BYTES, ensure_tma_allocator
 from .tiles import locate_problem, problem_tile_starts, tile_coords
 
 #: torch dtype -> the element type the kernels cast raw pointers to
 TL_DTYPES = {torch.float16: tl.float16, torch.bfloat16: tl.bfloat16, torch.float32: tl.float32}
 
-#: TMA: the base address and every stride but the last must be multiples of 16 bytes.
-TMA_ALIGN_BYTES = 16
 
 # Columns of the per-problem metadata rows (int64): what the kernel loads for a tile's problem.
 PROBLEM_FIELDS = ("a_ptr", "b_ptr", "c_ptr", "M", "N", "K",
@@ -55,28 +55,6 @@ TRACE_FIELDS = ("program", "problem", "pid_m", "pid_n")
 
 
 # ----------------------------------------------------------------------------- device side
-@triton.jit
-def k_loop_pointers(a_ptr, b_ptr, offs_m, offs_n, K, stride_am, stride_ak, stride_bk, stride_bn,
-                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                    WIDEN: tl.constexpr):
-    """fp32 ``A[offs_m, :K] @ B[:K, offs_n]`` with plain pointer loads (shared with ``moe.py``).
-
-    ``offs_m`` / ``offs_n`` must already be valid rows/columns (callers wrap them); only the
-    K edge is masked, to zero, because it is summed over."""
-    offs_k = tl.arange(0, BLOCK_K)
-    a_ptrs = a_ptr + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak
-    b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k in range(0, tl.cdiv(K, BLOCK_K)):
-        k_left = K - k * BLOCK_K
-        a = tl.load(a_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
-        b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
-        acc = tl.dot(mma_operand(a, WIDEN), mma_operand(b, WIDEN), acc)
-        a_ptrs += BLOCK_K * stride_ak
-        b_ptrs += BLOCK_K * stride_bk
-    return acc
-
-
 @triton.jit
 def _k_loop_tma(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, off_m, off_n,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
@@ -400,17 +378,6 @@ def _autotune_key(shapes) -> dict:
         "max_k_bucket": triton.next_power_of_2(max(max(K for _, _, K in shapes), 1)),
         "work_bucket": int(math.log2(work)) // 2 if work else 0,  # factors of 4
     }
-
-
-def _tma_scratch(size: int, alignment: int, stream):
-    return torch.empty(size, device=runtime.DEVICE, dtype=torch.int8)
-
-
-def ensure_tma_allocator() -> None:
-    """Tensor descriptors built inside a kernel need a little global scratch memory per program
-    (128 bytes each); Triton asks the allocator registered with ``triton.set_allocator`` for it.
-    That registration is a context variable (per thread / async context): set it on every call."""
-    triton.set_allocator(_tma_scratch)
 
 
 def _prepare(group_a, group_b, tma, block_shapes):

@@ -68,6 +68,29 @@ def _matmul_kernel(
     tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(offs_cm[:, None] < M) & (offs_cn[None, :] < N))
 
 
+@triton.jit
+def k_loop_pointers(a_ptr, b_ptr, offs_m, offs_n, K, stride_am, stride_ak, stride_bk, stride_bn,
+                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                    WIDEN: tl.constexpr):
+    """fp32 ``A[offs_m, :K] @ B[:K, offs_n]`` with plain pointer loads: ``_matmul_kernel``'s K loop
+    as a function, for the kernels built on it (persistent, grouped, MoE).
+
+    ``offs_m`` / ``offs_n`` must already be valid rows/columns (callers wrap them); only the
+    K edge is masked, to zero, because it is summed over."""
+    offs_k = tl.arange(0, BLOCK_K)
+    a_ptrs = a_ptr + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak
+    b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        k_left = K - k * BLOCK_K
+        a = tl.load(a_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
+        b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
+        acc = tl.dot(mma_operand(a, WIDEN), mma_operand(b, WIDEN), acc)
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
+    return acc
+
+
 _matmul_tuned = triton.autotune(configs=configs.matmul_configs(), key=["M", "N", "K"], prune_configs_by=configs.PRUNE)(_matmul_kernel)
 
 

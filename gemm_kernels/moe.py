@@ -37,7 +37,9 @@ import triton.language as tl
 
 from . import _validate, configs, runtime
 from .epilogue import mma_operand, widen_for_dot
-from .grouped import _check_tma_available, ensure_tma_allocator, k_loop_pointers, tma_strides
+from .grouped import _check_tma_available, tma_strides
+from .matmul import k_loop_pointers
+from .runtime import ensure_tma_allocator
 from .tiles import locate_problem_in_ends, tile_coords
 
 #: trace rows written in TRACE mode: one per tile

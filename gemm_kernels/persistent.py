@@ -27,11 +27,10 @@ import triton.language as tl
 
 from . import _validate, configs, runtime
 from .epilogue import apply_activation, mma_operand, widen_for_dot
-from .matmul import _check_matmul_inputs, matmul
+from .matmul import _check_matmul_inputs, k_loop_pointers, matmul
+from .runtime import TMA_ALIGN_BYTES
 from .tiles import tile_coords
 
-#: TMA's alignment unit: base address and every stride except the unit one, in bytes.
-TMA_ALIGN_BYTES = 16
 #: columns of ``trace_persistent_tiles``' result, per tile index (the last four of tiles.SCHEDULE_FIELDS)
 TRACE_FIELDS = ("program", "step", "pid_m", "pid_n")
 
@@ -81,8 +80,6 @@ def _matmul_persistent_kernel(
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     num_tiles = num_pid_m * num_pid_n
-    k_tiles = tl.cdiv(K, BLOCK_K)
-    offs_k = tl.arange(0, BLOCK_K)
     step = 0  # how many tiles this program has done so far (TRACE records it)
     # The grid has at most NUM_PROGRAMS programs, so striding by NUM_PROGRAMS visits every tile once.
     for tile in tl.range(pid, num_tiles, NUM_PROGRAMS, flatten=FLATTEN, warp_specialize=WARP_SPECIALIZE):
@@ -94,16 +91,8 @@ def _matmul_persistent_kernel(
         # hints: after the wrap they would be false (see matmul.py).
         offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
         offs_n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
-        a_ptrs = a_ptr + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak
-        b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for ki in range(k_tiles):
-            k_left = K - ki * BLOCK_K
-            a = tl.load(a_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
-            b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
-            acc = tl.dot(mma_operand(a, WIDEN), mma_operand(b, WIDEN), acc)
-            a_ptrs += BLOCK_K * stride_ak
-            b_ptrs += BLOCK_K * stride_bk
+        acc = k_loop_pointers(a_ptr, b_ptr, offs_m, offs_n, K, stride_am, stride_ak, stride_bk, stride_bn,
+                              BLOCK_M, BLOCK_N, BLOCK_K, WIDEN)
         acc = _bias_and_activation(acc, bias_ptr, pid_n * BLOCK_N, N, BLOCK_N, HAS_BIAS, ACTIVATION)
         _store_tile(acc, c_ptr, pid_m * BLOCK_M, pid_n * BLOCK_N, M, N, stride_cm, stride_cn, BLOCK_M, BLOCK_N)
         step += 1
@@ -318,11 +307,6 @@ def _tma_args(a, b, c, bias, trace, *, order, group_size_m, num_programs, activa
     )
 
 
-def _tma_scratch(size: int, alignment: int, stream):
-    """Global memory Triton asks for to build tensor descriptors on the device (128 B each)."""
-    return torch.empty(size, device=runtime.DEVICE, dtype=torch.int8)
-
-
 def _require_tma():
     if not runtime.supports_tma():
         cap = runtime.RUNTIME.capability
@@ -349,7 +333,7 @@ def _launch(kind, a, b, *, activation, bias, order, group_size_m, num_programs, 
     args = make_args(a, b, c, bias, trace, order=order, group_size_m=group_size_m,
                      num_programs=num_programs, activation=activation)
     if kind == "tma":
-        triton.set_allocator(_tma_scratch)  # a context variable: set on every call, it is cheap
+        runtime.ensure_tma_allocator()
     grid = _persistent_grid(M, N, num_programs)
     if config_kwargs is None:
         (_tma_tuned if kind == "tma" else _persistent_tuned)[grid](**args)

@@ -92,6 +92,24 @@ def on_gpu() -> bool:
     return not RUNTIME.interpreted
 
 
+#: TMA's alignment unit: a descriptor's base address and every stride but the unit one, in bytes
+TMA_ALIGN_BYTES = 16
+
+
+def _tma_scratch(size: int, alignment: int, stream):
+    return torch.empty(size, device=DEVICE, dtype=torch.int8)
+
+
+def ensure_tma_allocator() -> None:
+    """Tensor descriptors built inside a kernel need a little global scratch memory per program
+    (128 bytes each); Triton asks the allocator registered with ``triton.set_allocator`` for it.
+    That registration is a context variable (per thread / async context): the launchers of every
+    TMA kernel call this on every launch (it is cheap)."""
+    import triton  # here, not at the top: this module must run before Triton is imported
+
+    triton.set_allocator(_tma_scratch)
+
+
 def supports_tma() -> bool:
     """Tensor descriptors (TMA) need Hopper (sm_90) or newer.
 

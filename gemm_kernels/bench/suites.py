@@ -300,9 +300,7 @@ def _seed_launcher(seed, tma: bool, group_a, group_b_or_bt, group_c):
     kern = seed.grouped_matmul_tma_kernel if tma else seed.grouped_matmul_kernel
     extra = {"FP8": False, "NUM_SM": runtime.num_sms()} if tma else {}
     if tma and runtime.on_gpu():
-        import triton
-
-        triton.set_allocator(lambda size, alignment, stream: torch.empty(size, device=dev, dtype=torch.int8))
+        runtime.ensure_tma_allocator()
     if runtime.interpreted():
         cfg = {**SEED_INTERPRETER_CONFIG, "NUM_SM": runtime.num_sms(), **extra}
         launch = lambda: kern.fn[(cfg["NUM_SM"],)](*args, **cfg)  # noqa: E731
