@@ -54,3 +54,22 @@ def random_matrix(rows: int, cols: int, dtype=torch.float16, device=None, *, tra
     if transposed:
         return torch.randn(cols, rows, generator=generator).to(device=device, dtype=dtype).t()
     return torch.randn(rows, cols, generator=generator).to(device=device, dtype=dtype)
+
+
+#: the non-contiguous input layouts the single-GEMM tests run: transposed views and slices
+STRIDED_LAYOUTS = ("a_t", "b_t", "both_t", "sliced", "strided_rows")
+
+
+def strided_operands(M: int, N: int, K: int, dtype, layout: str):
+    """``(a [M, K], b [K, N])`` in one of :data:`STRIDED_LAYOUTS`: ``a_t`` / ``b_t`` / ``both_t``
+    column-major views, ``sliced`` views into bigger matrices (row stride larger than the width),
+    ``strided_rows`` every other row of A and every third column of B."""
+    if layout == "sliced":
+        return (random_matrix(M + 3, K + 10, dtype)[2:2 + M, 5:5 + K],
+                random_matrix(K + 1, N + 7, dtype)[1:, 3:3 + N])
+    if layout == "strided_rows":
+        return random_matrix(2 * M, K, dtype)[::2], random_matrix(K, 3 * N, dtype)[:, ::3]
+    if layout not in STRIDED_LAYOUTS:
+        raise ValueError(f"layout must be one of {STRIDED_LAYOUTS}, got {layout!r}")
+    return (random_matrix(M, K, dtype, transposed=layout in ("a_t", "both_t")),
+            random_matrix(K, N, dtype, transposed=layout in ("b_t", "both_t")))

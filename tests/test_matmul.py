@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from gemm_kernels import DEVICE, matmul, matmul_ref, runtime
-from gemm_kernels.testing import assert_close, random_matrix
+from gemm_kernels.testing import STRIDED_LAYOUTS, assert_close, random_matrix, strided_operands
 
 DTYPES = [torch.float16, torch.bfloat16, torch.float32]
 # none of these is a multiple of the 32-wide interpreter blocks (or of the GPU configs' blocks)
@@ -23,19 +23,11 @@ def test_ragged_shapes(shape, dtype):
     assert_close(matmul(a, b), matmul_ref(a, b, out_dtype=torch.float64), dtype)
 
 
-@pytest.mark.parametrize("layout", ["a_t", "b_t", "both_t", "sliced", "strided_rows"])
+@pytest.mark.parametrize("layout", STRIDED_LAYOUTS)
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 def test_transposed_and_strided_inputs(layout, dtype):
     M, N, K = 45, 70, 39
-    if layout == "sliced":  # views into bigger matrices: row stride larger than the width
-        a = random_matrix(M + 3, K + 10, dtype)[2:2 + M, 5:5 + K]
-        b = random_matrix(K + 1, N + 7, dtype)[1:, 3:3 + N]
-    elif layout == "strided_rows":
-        a = random_matrix(2 * M, K, dtype)[::2]
-        b = random_matrix(K, 3 * N, dtype)[:, ::3]
-    else:
-        a = random_matrix(M, K, dtype, transposed=layout in ("a_t", "both_t"))
-        b = random_matrix(K, N, dtype, transposed=layout in ("b_t", "both_t"))
+    a, b = strided_operands(M, N, K, dtype, layout)
     assert not (a.is_contiguous() and b.is_contiguous())
     assert_close(matmul(a, b), matmul_ref(a, b, out_dtype=torch.float64), dtype)
 
