@@ -27,14 +27,46 @@ def check_activation(activation) -> None:
 def apply_activation(x, ACTIVATION: tl.constexpr):
     """x is the fp32 accumulator tile; ACTIVATION is a compile-time string (or None)."""
     if ACTIVATION == "relu":
-        x = tl.maximum(x, 0.0)
+        x = tl.maximum(x, 0.0, propagate_nan=tl.PropagateNan.ALL)  # relu(NaN) = NaN, as in torch
     elif ACTIVATION == "leaky_relu":
         # the standard definition: no "+ 1" before the select (notebook 04 explains why it matters)
         x = tl.where(x >= 0, x, 0.01 * x)
     elif ACTIVATION == "gelu":
-        # exact (erf) GELU, like torch.nn.functional.gelu's default
-        x = 0.5 * x * (1.0 + tl.math.erf(x * 0.7071067811865476))
+        x = gelu_erf(x)  # exact (erf) GELU, like torch.nn.functional.gelu's default
     return x
+
+
+# GELU(x) = x * Phi(x), and for t >= 0 the normal tail Phi(-t) = (1 - erf(t / sqrt 2)) / 2.
+# Abramowitz & Stegun 7.1.28: 1 - erf(u) = (1 + a1 u + ... + a6 u^6)^-16 within 3e-7 (u >= 0).
+# Substituting u = t / sqrt 2 and folding both that and the 1/2 (as 2^(1/16) under the 16th
+# power) into the coefficients leaves Phi(-t) = q(t)^-16 for the polynomial q below.
+_AS_7_1_28 = (1.0, 0.0705230784, 0.0422820123, 0.0092705272, 0.0001520143, 0.0002765672, 0.0000430638)
+_TAIL_COEFFS = [a * 2.0 ** (1 / 16) * 2.0 ** (-i / 2) for i, a in enumerate(_AS_7_1_28)]
+_Q0, _Q1, _Q2, _Q3, _Q4, _Q5, _Q6 = (tl.constexpr(c) for c in _TAIL_COEFFS)
+
+
+@triton.jit
+def gelu_erf(x):
+    """Exact (erf) GELU of the fp32 tile ``x``, within 3e-7 * |x| of ``x * Phi(x)``.
+
+    Six FMAs, one approximate reciprocal and four squarings per element, where libdevice's
+    ``erff`` (``tl.math.erf``) costs about twice as many instructions: in a GEMM epilogue
+    every one of them runs while the tensor cores wait (PERF_NOTES.md, entry 8).  The error is
+    far below the fp16/bf16 rounding of the result.  Large |x|: the reciprocal underflows to 0,
+    so GELU(x) is exactly x (x > 0) or 0 (x < 0); NaN stays NaN, as in torch."""
+    t = tl.abs(x)
+    q = _Q6 * t + _Q5
+    q = q * t + _Q4
+    q = q * t + _Q3
+    q = q * t + _Q2
+    q = q * t + _Q1
+    q = q * t + _Q0
+    tail = tl.fdiv(1.0, q, ieee_rounding=False)  # Phi(-t) = tail ** 16
+    tail = tail * tail
+    tail = tail * tail
+    tail = tail * tail
+    tail = tail * tail
+    return x * tl.where(x >= 0, 1.0 - tail, tail)  # x * Phi(x); +inf stays inf, like torch
 
 
 @triton.jit

@@ -47,11 +47,19 @@ def _record_tile(trace_ptr, tile, pid, step, pid_m, pid_n):
 
 
 @triton.jit
-def _bias_and_activation(acc, bias_ptr, off_n, N, BLOCK_N: tl.constexpr,
-                         HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr):
+def _load_bias(bias_ptr, off_n, N, BLOCK_N: tl.constexpr, HAS_BIAS: tl.constexpr):
+    """The tile's BLOCK_N bias values (0 without a bias).  Issued before the K loop, so the load's
+    latency hides behind the MMAs instead of stalling the epilogue (one register per thread)."""
+    offs_n = off_n + tl.arange(0, BLOCK_N)
     if HAS_BIAS:
-        offs_n = off_n + tl.arange(0, BLOCK_N)
-        acc += tl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)[None, :]
+        return tl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)
+    return tl.zeros((BLOCK_N,), dtype=tl.float32)
+
+
+@triton.jit
+def _bias_and_activation(acc, bias, HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr):
+    if HAS_BIAS:
+        acc += bias[None, :]
     return apply_activation(acc, ACTIVATION)
 
 
@@ -91,9 +99,10 @@ def _matmul_persistent_kernel(
         # hints: after the wrap they would be false (see matmul.py).
         offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
         offs_n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
+        bias = _load_bias(bias_ptr, pid_n * BLOCK_N, N, BLOCK_N, HAS_BIAS)
         acc = k_loop_pointers(a_ptr, b_ptr, offs_m, offs_n, K, stride_am, stride_ak, stride_bk, stride_bn,
                               BLOCK_M, BLOCK_N, BLOCK_K, WIDEN)
-        acc = _bias_and_activation(acc, bias_ptr, pid_n * BLOCK_N, N, BLOCK_N, HAS_BIAS, ACTIVATION)
+        acc = _bias_and_activation(acc, bias, HAS_BIAS, ACTIVATION)
         _store_tile(acc, c_ptr, pid_m * BLOCK_M, pid_n * BLOCK_N, M, N, stride_cm, stride_cn, BLOCK_M, BLOCK_N)
         step += 1
 
@@ -147,6 +156,7 @@ def _matmul_tma_kernel(
             _record_tile(trace_ptr, tile, pid, step, pid_m, pid_n)
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
+        bias = _load_bias(bias_ptr, off_n, N, BLOCK_N, HAS_BIAS)
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for ki in range(k_tiles):
             off_k = ki * BLOCK_K
@@ -161,7 +171,7 @@ def _matmul_tma_kernel(
                 b = b_desc.load([off_k, off_n])
             acc = tl.dot(mma_operand(a, WIDEN), mma_operand(b, WIDEN), acc)
 
-        acc = _bias_and_activation(acc, bias_ptr, off_n, N, BLOCK_N, HAS_BIAS, ACTIVATION)
+        acc = _bias_and_activation(acc, bias, HAS_BIAS, ACTIVATION)
         if C_TMA:  # the TMA store clips the rows/columns past M and N
             if EPILOGUE_SUBTILE:
                 halves = tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))
