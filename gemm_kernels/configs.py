@@ -89,6 +89,13 @@ def fit_to_device(config_list, named_args, **kwargs):
 #: pass as ``triton.autotune(..., prune_configs_by=PRUNE)``
 PRUNE = {"early_config_prune": fit_to_device}
 
+#: Autotune key of the single-GEMM kernels: the sizes, the tile order and the epilogue (never
+#: pointers: a pointer key would re-tune on every call).  The epilogue is in it because the
+#: best config for a plain product can be a poor one once a GELU's registers join the tile's
+#: (measured: a config tuned on leaky_relu ran fused GELU 6x slower at 8192^3, PERF_NOTES.md
+#: entry 9).  Triton adds the arguments' dtypes itself.
+SINGLE_GEMM_KEY = ["M", "N", "K", "GROUPED", "HAS_BIAS", "ACTIVATION"]
+
 
 def matmul_configs():
     """Configs for the one-program-per-tile kernel (naive and grouped order)."""

@@ -91,7 +91,8 @@ def k_loop_pointers(a_ptr, b_ptr, offs_m, offs_n, K, stride_am, stride_ak, strid
     return acc
 
 
-_matmul_tuned = triton.autotune(configs=configs.matmul_configs(), key=["M", "N", "K"], prune_configs_by=configs.PRUNE)(_matmul_kernel)
+_matmul_tuned = triton.autotune(configs=configs.matmul_configs(), key=configs.SINGLE_GEMM_KEY,
+                                prune_configs_by=configs.PRUNE)(_matmul_kernel)
 
 
 def _check_matmul_inputs(a, b, order, group_size_m, activation, bias):

@@ -185,11 +185,11 @@ def _matmul_tma_kernel(
         step += 1
 
 
-# Autotune keys: sizes and layout flags, never pointers (a pointer key would re-tune on every call).
-_persistent_tuned = triton.autotune(configs=configs.persistent_configs(), key=["M", "N", "K"],
+# Autotune keys (configs.SINGLE_GEMM_KEY): sizes, order, epilogue and layout flags, never pointers.
+_persistent_tuned = triton.autotune(configs=configs.persistent_configs(), key=configs.SINGLE_GEMM_KEY,
                                     prune_configs_by=configs.PRUNE)(
     _matmul_persistent_kernel)
-_tma_tuned = triton.autotune(configs=configs.tma_configs(), key=["M", "N", "K", "A_COL_MAJOR", "B_COL_MAJOR"],
+_tma_tuned = triton.autotune(configs=configs.tma_configs(), key=[*configs.SINGLE_GEMM_KEY, "A_COL_MAJOR", "B_COL_MAJOR"],
                              prune_configs_by=configs.PRUNE)(
     _matmul_tma_kernel)
 

@@ -169,9 +169,15 @@ def test_empty_dimensions_behave_like_torch():
         assert torch.allclose(out, torch.relu(bias.float().cpu()).expand(4, 6))
 
 
-def test_autotune_keys_hold_sizes_not_pointers():
-    assert _persistent_tuned.keys == ["M", "N", "K"]
-    assert _tma_tuned.keys == ["M", "N", "K", "A_COL_MAJOR", "B_COL_MAJOR"]
+def test_autotune_keys_hold_sizes_and_epilogue_not_pointers():
+    """A fused GELU must not reuse the config tuned for a plain product of the same size."""
+    from gemm_kernels.matmul import _matmul_tuned
+
+    for tuned in (_matmul_tuned, _persistent_tuned, _tma_tuned):
+        assert tuned.keys[:3] == ["M", "N", "K"]
+        assert {"GROUPED", "HAS_BIAS", "ACTIVATION"} <= set(tuned.keys)
+        assert not any(name.endswith("_ptr") or name.startswith("stride") for name in tuned.keys)
+    assert _tma_tuned.keys[-2:] == ["A_COL_MAJOR", "B_COL_MAJOR"]
 
 
 def test_gpu_config_lists_are_well_formed():
