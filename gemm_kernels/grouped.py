@@ -253,22 +253,6 @@ def _check_group_inputs(group_a, group_b):
     return shapes
 
 
-def _check_tma_available(what: str) -> None:
-    if not runtime.supports_tma():
-        cap = runtime.RUNTIME.capability
-        this = f"sm_{cap[0]}{cap[1]}" if cap else "unknown"
-        raise RuntimeError(
-            f"{what} needs TMA (tensor descriptors), which needs an sm_90 (Hopper) or newer GPU; "
-            f"this {runtime.gpu_name()} is {this}. Use the pointer path instead (tma=False)."
-        )
-
-
-def _aligned_stride(n_elements: int, elem_bytes: int) -> int:
-    """A stride, in elements, at least n_elements and a multiple of 16 bytes."""
-    step = TMA_ALIGN_BYTES // math.gcd(TMA_ALIGN_BYTES, elem_bytes)
-    return max(step, -(-n_elements // step) * step)
-
-
 def tma_strides(t: torch.Tensor, order) -> list | None:
     """Strides of ``t``'s dimensions taken in ``order`` (the last one must be the unit-stride
     dimension), as a tensor descriptor over that view needs them; None if TMA cannot read it.
@@ -283,7 +267,7 @@ def tma_strides(t: torch.Tensor, order) -> list | None:
     out = []
     for i, (size, stride) in enumerate(zip(shape[:-1], strides[:-1])):
         if size == 1:
-            stride = _aligned_stride(math.prod(shape[i + 1:]), elem)
+            stride = runtime.tma_row_length(math.prod(shape[i + 1:]), elem)
         elif (stride * elem) % TMA_ALIGN_BYTES:
             return None
         out.append(stride)
@@ -325,7 +309,7 @@ def common_layout(tensors: dict, role: str, required: bool = False) -> tuple[str
                 f"needs a unit stride along one dimension, the other stride a multiple of 16 bytes "
                 f"({16 // math.gcd(16, elem)} {_dtype_name(t.dtype)} elements) and a 16-byte-aligned base. "
                 f"Use tma=False, or store it with padded rows (e.g. slice a [{t.shape[0]}, "
-                f"{_aligned_stride(t.shape[1], elem)}] buffer)."
+                f"{runtime.tma_row_length(t.shape[1], elem)}] buffer)."
             )
         if required and not common & feasible[i].keys():
             raise ValueError(
@@ -424,7 +408,7 @@ class GroupedMatmulPlan:
 
     def __init__(self, group_a, group_b, *, tma=False):
         if tma is True:
-            _check_tma_available("grouped_matmul(tma=True)")
+            runtime.require_tma("grouped_matmul(tma=True)", "Use the pointer path instead (tma=False).")
         (self.shapes, self.outputs, self._problems, self._tile_starts, facts,
          self._total_tiles) = _prepare(group_a, group_b, tma, BLOCK_SHAPES)
         self.tma = tma
@@ -479,7 +463,7 @@ def trace_grouped_schedule(group_a, group_b, *, tma=False, block_m=None, block_n
     first GPU config); ``num_programs`` defaults to ``min(num_sms(), total_tiles)``.
     """
     if tma is True:
-        _check_tma_available("trace_grouped_schedule(tma=True)")
+        runtime.require_tma("trace_grouped_schedule(tma=True)", "Use the pointer path instead (tma=False).")
     cfg = configs.grouped_configs()[0].kwargs
     bm, bn = block_m or cfg["BLOCK_M"], block_n or cfg["BLOCK_N"]
     bk, group = block_k or cfg["BLOCK_K"], group_size_m or cfg["GROUP_SIZE_M"]

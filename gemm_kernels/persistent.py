@@ -199,12 +199,6 @@ def _describe_strides(x: torch.Tensor) -> str:
     return f"shape {tuple(x.shape)}, strides {tuple(x.stride())} (elements of {x.element_size()} bytes)"
 
 
-def _aligned_row_length(cols: int, itemsize: int) -> int:
-    """Smallest row length >= cols whose byte size is a multiple of TMA_ALIGN_BYTES."""
-    per = TMA_ALIGN_BYTES // itemsize if itemsize < TMA_ALIGN_BYTES else 1
-    return -(-cols // per) * per
-
-
 def tma_layout(x: torch.Tensor, name: str) -> tuple[bool, int]:
     """How a TMA descriptor sees the 2-D tensor ``x``: ``(col_major, outer_stride)``.
 
@@ -218,9 +212,9 @@ def tma_layout(x: torch.Tensor, name: str) -> tuple[bool, int]:
     # A dimension of size 1 is never stepped over, so its stride is free: use an aligned one.
     layouts = []
     if x.stride(1) == 1 or cols == 1:
-        layouts.append((False, x.stride(0) if rows > 1 else _aligned_row_length(cols, itemsize), cols, "row"))
+        layouts.append((False, x.stride(0) if rows > 1 else runtime.tma_row_length(cols, itemsize), cols, "row"))
     if x.stride(0) == 1 or rows == 1:
-        layouts.append((True, x.stride(1) if cols > 1 else _aligned_row_length(rows, itemsize), rows, "column"))
+        layouts.append((True, x.stride(1) if cols > 1 else runtime.tma_row_length(rows, itemsize), rows, "column"))
     problems = [] if layouts else ["neither of its strides is 1 (TMA moves contiguous rows)"]
     for col_major, outer, line_len, line in layouts:
         if outer * itemsize % TMA_ALIGN_BYTES:
@@ -256,7 +250,7 @@ def tma_aligned(x: torch.Tensor) -> torch.Tensor:
     never read: TMA clips every block at the logical shape)."""
     _validate.check_tensor(x, "x", 2)
     rows, cols = x.shape
-    storage = torch.zeros((rows, _aligned_row_length(cols, x.element_size())), dtype=x.dtype, device=x.device)
+    storage = torch.zeros((rows, runtime.tma_row_length(cols, x.element_size())), dtype=x.dtype, device=x.device)
     out = storage[:, :cols]
     out.copy_(x)
     return out
@@ -307,7 +301,7 @@ def _tma_args(a, b, c, bias, trace, *, order, group_size_m, num_programs, activa
     # C is ours (contiguous, fresh allocation): TMA stores need its rows 16-byte aligned too.
     c_tma = c.stride(1) == 1 and c.data_ptr() % TMA_ALIGN_BYTES == 0 and (
         c.stride(0) * c.element_size() % TMA_ALIGN_BYTES == 0 or M == 1)
-    stride_c = c.stride(0) if (M > 1 or not c_tma) else _aligned_row_length(N, c.element_size())
+    stride_c = c.stride(0) if (M > 1 or not c_tma) else runtime.tma_row_length(N, c.element_size())
     return dict(
         a_ptr=a, b_ptr=b, c_ptr=c, bias_ptr=bias if bias is not None else c, trace_ptr=trace if trace is not None else c,
         M=M, N=N, K=K, stride_a=stride_a, stride_b=stride_b, stride_c=stride_c, stride_cn=c.stride(1),
@@ -315,16 +309,6 @@ def _tma_args(a, b, c, bias, trace, *, order, group_size_m, num_programs, activa
         A_COL_MAJOR=a_col_major, B_COL_MAJOR=b_col_major, C_TMA=c_tma,
         HAS_BIAS=bias is not None, ACTIVATION=activation, WIDEN=widen_for_dot(a.dtype), TRACE=trace is not None,
     )
-
-
-def _require_tma():
-    if not runtime.supports_tma():
-        cap = runtime.RUNTIME.capability
-        arch = f"sm_{cap[0]}{cap[1]}" if cap else "without a known compute capability"
-        raise RuntimeError(
-            f"matmul_tma needs the Tensor Memory Accelerator of Hopper (sm_90) or newer; this GPU "
-            f"({runtime.gpu_name()}) is {arch}. Use matmul_persistent (same schedule, pointer loads) instead."
-        )
 
 
 def _launch(kind, a, b, *, activation, bias, order, group_size_m, num_programs, config, trace=None):
@@ -335,7 +319,7 @@ def _launch(kind, a, b, *, activation, bias, order, group_size_m, num_programs, 
     M, K = a.shape
     N = b.shape[1]
     if kind == "tma":
-        _require_tma()
+        runtime.require_tma("matmul_tma", "Use matmul_persistent (same schedule, pointer loads) instead.")
     if M == 0 or N == 0 or K == 0:  # no tile or an empty sum: matmul already handles it like torch
         return matmul(a, b, activation=activation, bias=bias)
     c = torch.empty((M, N), device=a.device, dtype=a.dtype)

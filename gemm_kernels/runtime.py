@@ -15,6 +15,7 @@ torch is recognised without a CUDA call, and the interpreter never loads one.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 
@@ -117,6 +118,24 @@ def supports_tma() -> bool:
     if RUNTIME.interpreted:
         return True
     return RUNTIME.capability is not None and RUNTIME.capability[0] >= 9
+
+
+def require_tma(what: str, instead: str) -> None:
+    """Raise RuntimeError unless this GPU has TMA: names ``what`` needed it, the GPU's
+    architecture, and ``instead``, the pointer-load alternative.  Never a silent fallback, so a
+    benchmark never reports pointer-kernel numbers under a TMA name."""
+    if not supports_tma():
+        cap = RUNTIME.capability
+        arch = f"sm_{cap[0]}{cap[1]}" if cap else "of unknown compute capability"
+        raise RuntimeError(f"{what} needs the Tensor Memory Accelerator (tensor descriptors) of an sm_90 "
+                           f"(Hopper) or newer GPU; this {gpu_name()} is {arch}. {instead}")
+
+
+def tma_row_length(length: int, itemsize: int) -> int:
+    """Smallest row length (in elements) >= ``length`` whose bytes are a whole number of
+    TMA_ALIGN_BYTES units, and at least one unit: a descriptor's stride may not be 0."""
+    step = TMA_ALIGN_BYTES // math.gcd(TMA_ALIGN_BYTES, itemsize)
+    return max(step, -(-length // step) * step)
 
 
 def num_sms() -> int:

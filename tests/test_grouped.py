@@ -270,7 +270,7 @@ def test_tma_option_must_be_bool():
 
 def test_tma_without_hardware_says_why(monkeypatch):
     monkeypatch.setattr(runtime, "supports_tma", lambda: False)
-    with pytest.raises(RuntimeError, match="needs an sm_90"):
+    with pytest.raises(RuntimeError, match=r"needs the Tensor Memory Accelerator.*sm_90.*tma=False"):
         grouped_matmul(*map(lambda t: [t], _pair()), tma=True)
 
 

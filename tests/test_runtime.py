@@ -65,3 +65,23 @@ def test_gpu_runtime_facts():
     assert gemm_kernels.num_sms() == props.multi_processor_count
     assert gemm_kernels.supports_tma() == (props.major >= 9)
     assert gemm_kernels.gpu_name() == props.name
+
+
+@pytest.mark.parametrize("length, itemsize, expected", [
+    (0, 2, 8), (1, 2, 8), (8, 2, 8), (9, 2, 16), (3, 4, 4), (5, 4, 8), (1, 8, 2), (0, 16, 1), (3, 16, 3), (7, 1, 16),
+])
+def test_tma_row_length_is_the_smallest_whole_number_of_16_byte_units(length, itemsize, expected):
+    got = runtime.tma_row_length(length, itemsize)
+    assert got == expected
+    assert got >= max(length, 1) and got * itemsize % runtime.TMA_ALIGN_BYTES == 0
+
+
+def test_require_tma_names_what_needs_it_the_gpu_and_the_alternative(monkeypatch):
+    monkeypatch.setattr(runtime, "supports_tma", lambda: False)
+    monkeypatch.setattr(runtime, "RUNTIME", runtime.Runtime(
+        interpreted=False, device=runtime.DEVICE, gpu_name="A100-SXM4-80GB", capability=(8, 0), num_sms=108, reason="test"))
+    with pytest.raises(RuntimeError, match=r"^my_kernel needs the Tensor Memory Accelerator.*A100-SXM4-80GB is sm_80\. "
+                                           r"Use the other one\.$"):
+        runtime.require_tma("my_kernel", "Use the other one.")
+    monkeypatch.setattr(runtime, "supports_tma", lambda: True)
+    runtime.require_tma("my_kernel", "unused")  # no error where TMA exists

@@ -94,8 +94,11 @@ def lazy_provider(name: str, make: Callable[[], tuple], **kwargs) -> Provider:
 
 
 def _require_tma(what: str) -> None:
-    if not runtime.supports_tma():
-        raise Skip(f"{what} needs TMA (sm_90+); this GPU is {runtime.gpu_name()}")
+    """A TMA provider on a GPU without TMA is skipped (with runtime.require_tma's reason), not failed."""
+    try:
+        runtime.require_tma(what, "Skipped.")
+    except RuntimeError as exc:
+        raise Skip(str(exc)) from None
 
 
 def _mm_ref(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
