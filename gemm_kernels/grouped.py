@@ -50,6 +50,9 @@ _A_PTR, _B_PTR, _C_PTR = tl.constexpr(0), tl.constexpr(1), tl.constexpr(2)
 _M, _N, _K = tl.constexpr(3), tl.constexpr(4), tl.constexpr(5)
 _SAM, _SAK, _SBK, _SBN, _SCM, _SCN = (tl.constexpr(i) for i in range(6, 12))
 
+#: what the "no TMA on this GPU" error of the grouped kernels (and grouped_mm) suggests instead
+USE_POINTER_PATH = "Use the pointer path instead (tma=False)."
+
 #: trace rows written in TRACE mode: one per tile
 TRACE_FIELDS = ("program", "problem", "pid_m", "pid_n")
 
@@ -307,7 +310,7 @@ def common_layout(tensors: dict, role: str, required: bool = False) -> tuple[str
                 f"tma=True: {role}[{i}] (shape {tuple(t.shape)}, strides {tuple(t.stride())}, "
                 f"data_ptr % 16 = {t.data_ptr() % 16}) cannot be read through a tensor descriptor: TMA "
                 f"needs a unit stride along one dimension, the other stride a multiple of 16 bytes "
-                f"({16 // math.gcd(16, elem)} {_dtype_name(t.dtype)} elements) and a 16-byte-aligned base. "
+                f"({runtime.tma_row_length(1, elem)} {_dtype_name(t.dtype)} elements) and a 16-byte-aligned base. "
                 f"Use tma=False, or store it with padded rows (e.g. slice a [{t.shape[0]}, "
                 f"{runtime.tma_row_length(t.shape[1], elem)}] buffer)."
             )
@@ -408,7 +411,7 @@ class GroupedMatmulPlan:
 
     def __init__(self, group_a, group_b, *, tma=False):
         if tma is True:
-            runtime.require_tma("grouped_matmul(tma=True)", "Use the pointer path instead (tma=False).")
+            runtime.require_tma("grouped_matmul(tma=True)", USE_POINTER_PATH)
         (self.shapes, self.outputs, self._problems, self._tile_starts, facts,
          self._total_tiles) = _prepare(group_a, group_b, tma, BLOCK_SHAPES)
         self.tma = tma
@@ -463,7 +466,7 @@ def trace_grouped_schedule(group_a, group_b, *, tma=False, block_m=None, block_n
     first GPU config); ``num_programs`` defaults to ``min(num_sms(), total_tiles)``.
     """
     if tma is True:
-        runtime.require_tma("trace_grouped_schedule(tma=True)", "Use the pointer path instead (tma=False).")
+        runtime.require_tma("trace_grouped_schedule(tma=True)", USE_POINTER_PATH)
     cfg = configs.grouped_configs()[0].kwargs
     bm, bn = block_m or cfg["BLOCK_M"], block_n or cfg["BLOCK_N"]
     bk, group = block_k or cfg["BLOCK_K"], group_size_m or cfg["GROUP_SIZE_M"]

@@ -37,7 +37,7 @@ import triton.language as tl
 
 from . import _validate, configs, runtime
 from .epilogue import mma_operand, widen_for_dot
-from .grouped import tma_strides
+from .grouped import USE_POINTER_PATH, tma_strides
 from .matmul import k_loop_pointers
 from .runtime import ensure_tma_allocator
 from .tiles import locate_problem_in_ends, tile_coords
@@ -189,7 +189,7 @@ def _plan_tma(x, w, out, tma, check_gpu=True) -> dict:
     if tma is False:
         return {"USE_TMA": False, "W_NK": False, "OUT_TMA": False}
     if tma is True and check_gpu:
-        runtime.require_tma("grouped_mm(tma=True)", "Use the pointer path instead (tma=False).")
+        runtime.require_tma("grouped_mm(tma=True)", USE_POINTER_PATH)
     elif tma is None and not runtime.supports_tma():
         return {"USE_TMA": False, "W_NK": False, "OUT_TMA": False}
     x_ok = tma_strides(x, (0, 1)) is not None
