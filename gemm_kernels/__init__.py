@@ -8,12 +8,13 @@ from . import runtime  # noqa: I001  (must run before any kernel module defines 
 from .runtime import DEVICE, describe, gpu_name, interpreted, num_sms, on_gpu, supports_tma
 from .matmul import matmul, matmul_ref, trace_program_tiles
 from .persistent import matmul_persistent, matmul_tma
+from .streamk import matmul_streamk
 from .grouped import GroupedMatmulPlan, grouped_matmul, grouped_matmul_ref
 from .moe import grouped_mm, grouped_mm_ref, route_tokens
 
 __all__ = [
     "DEVICE", "describe", "gpu_name", "interpreted", "num_sms", "on_gpu", "supports_tma",
-    "matmul", "matmul_ref", "trace_program_tiles", "matmul_persistent", "matmul_tma",
+    "matmul", "matmul_ref", "trace_program_tiles", "matmul_persistent", "matmul_tma", "matmul_streamk",
     "GroupedMatmulPlan", "grouped_matmul", "grouped_matmul_ref", "grouped_mm", "grouped_mm_ref", "route_tokens",
 ]
 

@@ -54,7 +54,8 @@ import triton
 from . import runtime as _runtime  # noqa: F401  (decides interpreter vs GPU before Triton kernels exist)
 
 #: modules searched for ``compile_examples()``, in teaching order
-KERNEL_MODULES = ("gemm_kernels.matmul", "gemm_kernels.persistent", "gemm_kernels.grouped", "gemm_kernels.moe")
+KERNEL_MODULES = ("gemm_kernels.matmul", "gemm_kernels.persistent", "gemm_kernels.streamk", "gemm_kernels.grouped",
+                  "gemm_kernels.moe")
 
 #: PTX instructions worth pointing at: name -> (regex, what it means)
 HIGHLIGHTS = {
@@ -67,6 +68,7 @@ HIGHLIGHTS = {
     "ldmatrix": (r"\bldmatrix\.", "Ampere-style: warps load MMA fragments from shared memory into registers"),
     "mma.sync": (r"\bmma\.sync", "Ampere-style warp-level MMA (synchronous, operands in registers)"),
     "cp.async": (r"\bcp\.async\.c[ag]\b", "Ampere-style asynchronous copies (per thread, 4-16 bytes each)"),
+    "atom": (r"\batom\.", "an atomic read-modify-write in global memory (Stream-K's flags between programs)"),
 }
 STAGES = ("ttir", "ttgir", "llir", "ptx")
 

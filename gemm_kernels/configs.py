@@ -176,6 +176,21 @@ def tma_configs(gpu: bool | None = None):
     ])
 
 
+def streamk_configs(gpu: bool | None = None):
+    """Configs for ``matmul_streamk`` (its full waves are ``matmul_tma``'s loop; the flattened and
+    warp-specialized variants are left out: the Stream-K phase after the loop is plain code)."""
+    if not (runtime.on_gpu() if gpu is None else gpu):
+        return _interpreter(**PERSISTENT_LOOP_DEFAULTS, EPILOGUE_SUBTILE=False)
+    return _tuning_list([
+        _persistent_cfg(128, 256, 64, 3, 8, EPILOGUE_SUBTILE=False),
+        _persistent_cfg(128, 256, 64, 3, 8, EPILOGUE_SUBTILE=True),
+        _persistent_cfg(256, 128, 64, 3, 8, EPILOGUE_SUBTILE=True),
+        _persistent_cfg(128, 128, 64, 4, 4, EPILOGUE_SUBTILE=False),
+        _persistent_cfg(64, 128, 64, 4, 4, EPILOGUE_SUBTILE=False),
+        _persistent_cfg(128, 64, 64, 4, 4, EPILOGUE_SUBTILE=False),
+    ])
+
+
 #: GROUP_SIZE_M of the grouped kernels in the interpreter: small, so the interpreter's few tile
 #: rows per problem still form several groups (and a short last one).
 INTERPRETER_GROUP_SIZE_M = 4

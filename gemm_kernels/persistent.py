@@ -107,6 +107,77 @@ def _matmul_persistent_kernel(
         step += 1
 
 
+# ----------------------------------------------------------------------------- TMA building blocks
+@triton.jit
+def tma_input_descriptors(a_ptr, b_ptr, M, N, K, stride_a, stride_b,
+                          A_COL_MAJOR: tl.constexpr, B_COL_MAJOR: tl.constexpr,
+                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """Descriptors for A and B.  A descriptor names a 2-D array in global memory (base, shape,
+    strides) and the block a load moves.  Its last dimension must be the unit-stride one: a
+    column-major A (A^T contiguous) is described as the [K, M] array it really is, and each
+    loaded block is transposed in registers (free: tl.dot reads either orientation from shared
+    memory)."""
+    if A_COL_MAJOR:
+        a_desc = tl.make_tensor_descriptor(a_ptr, shape=[K, M], strides=[stride_a, 1],
+                                           block_shape=[BLOCK_K, BLOCK_M])
+    else:
+        a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[stride_a, 1],
+                                           block_shape=[BLOCK_M, BLOCK_K])
+    if B_COL_MAJOR:  # B^T contiguous, e.g. an nn.Linear weight [N, K]
+        b_desc = tl.make_tensor_descriptor(b_ptr, shape=[N, K], strides=[stride_b, 1],
+                                           block_shape=[BLOCK_N, BLOCK_K])
+    else:
+        b_desc = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[stride_b, 1],
+                                           block_shape=[BLOCK_K, BLOCK_N])
+    return a_desc, b_desc
+
+
+@triton.jit
+def tma_output_descriptor(c_ptr, M, N, stride_c, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                          EPILOGUE_SUBTILE: tl.constexpr):
+    """Descriptor for C; with EPILOGUE_SUBTILE its block is half a tile wide (two stores per tile)."""
+    if EPILOGUE_SUBTILE:
+        c_desc = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[stride_c, 1],
+                                           block_shape=[BLOCK_M, BLOCK_N // 2])
+    else:
+        c_desc = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[stride_c, 1],
+                                           block_shape=[BLOCK_M, BLOCK_N])
+    return c_desc
+
+
+@triton.jit
+def tma_k_loop(a_desc, b_desc, off_m, off_n, k_first, k_end, A_COL_MAJOR: tl.constexpr, B_COL_MAJOR: tl.constexpr,
+               WIDEN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """fp32 sum over K blocks ``k_first <= ki < k_end`` of one C tile's products, read through TMA.
+    No masks: the TMA unit zero-fills whatever lies past M, N or K."""
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for ki in range(k_first, k_end):
+        off_k = ki * BLOCK_K
+        if A_COL_MAJOR:
+            a = a_desc.load([off_k, off_m]).T
+        else:
+            a = a_desc.load([off_m, off_k])
+        if B_COL_MAJOR:
+            b = b_desc.load([off_n, off_k]).T
+        else:
+            b = b_desc.load([off_k, off_n])
+        acc = tl.dot(mma_operand(a, WIDEN), mma_operand(b, WIDEN), acc)
+    return acc
+
+
+@triton.jit
+def tma_store_tile(acc, c_desc, off_m, off_n, BLOCK_N: tl.constexpr, EPILOGUE_SUBTILE: tl.constexpr):
+    """TMA store of one C tile (clipped at M and N by the hardware), in two halves with
+    EPILOGUE_SUBTILE: each half needs half the registers and shared memory of the whole."""
+    if EPILOGUE_SUBTILE:
+        halves = tl.permute(tl.reshape(acc, (acc.shape[0], 2, BLOCK_N // 2)), (0, 2, 1))
+        left, right = tl.split(halves)
+        c_desc.store([off_m, off_n], left.to(c_desc.dtype))
+        c_desc.store([off_m, off_n + BLOCK_N // 2], right.to(c_desc.dtype))
+    else:
+        c_desc.store([off_m, off_n], acc.to(c_desc.dtype))
+
+
 # ----------------------------------------------------------------------------- persistent, TMA
 @triton.jit
 def _matmul_tma_kernel(
@@ -120,29 +191,10 @@ def _matmul_tma_kernel(
     HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, WIDEN: tl.constexpr, TRACE: tl.constexpr,
     FLATTEN: tl.constexpr, WARP_SPECIALIZE: tl.constexpr, EPILOGUE_SUBTILE: tl.constexpr,
 ):
-    # A descriptor names a 2-D array in global memory (base, shape, strides) and the block a
-    # load or store moves.  Its last dimension must be the unit-stride one: a column-major A
-    # (A^T contiguous) is described as the [K, M] array it really is, and each loaded block
-    # is transposed in registers (free: tl.dot reads either orientation from shared memory).
-    if A_COL_MAJOR:
-        a_desc = tl.make_tensor_descriptor(a_ptr, shape=[K, M], strides=[stride_a, 1],
-                                           block_shape=[BLOCK_K, BLOCK_M])
-    else:
-        a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[stride_a, 1],
-                                           block_shape=[BLOCK_M, BLOCK_K])
-    if B_COL_MAJOR:  # B^T contiguous, e.g. an nn.Linear weight [N, K]
-        b_desc = tl.make_tensor_descriptor(b_ptr, shape=[N, K], strides=[stride_b, 1],
-                                           block_shape=[BLOCK_N, BLOCK_K])
-    else:
-        b_desc = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[stride_b, 1],
-                                           block_shape=[BLOCK_K, BLOCK_N])
+    a_desc, b_desc = tma_input_descriptors(a_ptr, b_ptr, M, N, K, stride_a, stride_b,
+                                           A_COL_MAJOR, B_COL_MAJOR, BLOCK_M, BLOCK_N, BLOCK_K)
     if C_TMA:
-        if EPILOGUE_SUBTILE:
-            c_desc = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[stride_c, 1],
-                                               block_shape=[BLOCK_M, BLOCK_N // 2])
-        else:
-            c_desc = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[stride_c, 1],
-                                               block_shape=[BLOCK_M, BLOCK_N])
+        c_desc = tma_output_descriptor(c_ptr, M, N, stride_c, BLOCK_M, BLOCK_N, EPILOGUE_SUBTILE)
 
     pid = tl.program_id(0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
@@ -157,29 +209,11 @@ def _matmul_tma_kernel(
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
         bias = _load_bias(bias_ptr, off_n, N, BLOCK_N, HAS_BIAS)
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for ki in range(k_tiles):
-            off_k = ki * BLOCK_K
-            # no masks: the TMA unit zero-fills whatever lies past M, N or K
-            if A_COL_MAJOR:
-                a = a_desc.load([off_k, off_m]).T
-            else:
-                a = a_desc.load([off_m, off_k])
-            if B_COL_MAJOR:
-                b = b_desc.load([off_n, off_k]).T
-            else:
-                b = b_desc.load([off_k, off_n])
-            acc = tl.dot(mma_operand(a, WIDEN), mma_operand(b, WIDEN), acc)
-
+        acc = tma_k_loop(a_desc, b_desc, off_m, off_n, 0, k_tiles, A_COL_MAJOR, B_COL_MAJOR, WIDEN,
+                         BLOCK_M, BLOCK_N, BLOCK_K)
         acc = _bias_and_activation(acc, bias, HAS_BIAS, ACTIVATION)
         if C_TMA:  # the TMA store clips the rows/columns past M and N
-            if EPILOGUE_SUBTILE:
-                halves = tl.permute(tl.reshape(acc, (BLOCK_M, 2, BLOCK_N // 2)), (0, 2, 1))
-                left, right = tl.split(halves)
-                c_desc.store([off_m, off_n], left.to(c_ptr.dtype.element_ty))
-                c_desc.store([off_m, off_n + BLOCK_N // 2], right.to(c_ptr.dtype.element_ty))
-            else:
-                c_desc.store([off_m, off_n], acc.to(c_ptr.dtype.element_ty))
+            tma_store_tile(acc, c_desc, off_m, off_n, BLOCK_N, EPILOGUE_SUBTILE)
         else:  # C's rows are not 16-byte aligned (N * itemsize % 16 != 0): masked pointer store
             _store_tile(acc, c_ptr, off_m, off_n, M, N, stride_c, stride_cn, BLOCK_M, BLOCK_N)
         step += 1

@@ -221,3 +221,78 @@ def locate_problem_in_ends(tile, tile_ends):
     problem = tl.sum(ended.to(tl.int32), axis=0)
     first_tile = tl.max(tl.where(ended, tile_ends, 0), axis=0)
     return problem, tile - first_tile
+
+
+# ----------------------------------------------------------------------------- Stream-K: splitting the last wave along K
+# A persistent kernel's last wave is partial when the tile count is not a multiple of the
+# program count (512 tiles on 132 SMs: 3 full waves, then 116 tiles while 16 SMs idle).
+# Stream-K (Osama et al., PPoPP 2023) hands out the *K iterations* of those last tiles instead:
+# ``sk_tiles * k_tiles`` iterations split evenly over all programs, so every program finishes
+# together.  A tile cut between programs is finished by the program holding its first K
+# iteration, which adds the partial sums the others left in a workspace.
+
+
+@triton.jit
+def streamk_range(pid, total_iters, NUM_PROGRAMS: tl.constexpr):
+    """``[first, end)``: the Stream-K iterations program ``pid`` runs, an even split of
+    ``total_iters`` handed out from the *last* program down (program ``NUM_PROGRAMS - 1`` gets
+    the first share).  So a tile's first iterations, whose program must wait for the rest of the
+    tile, belong to a higher pid than the programs it waits for (see ``streamk_segments``)."""
+    share = (NUM_PROGRAMS - 1 - pid).to(tl.int64)  # int64: share * total_iters can pass 2**31
+    first = (share * total_iters // NUM_PROGRAMS).to(tl.int32)
+    end = ((share + 1) * total_iters // NUM_PROGRAMS).to(tl.int32)
+    return first, end
+
+
+def streamk_default_tiles(num_tiles: int, num_programs: int) -> int:
+    """How many tiles the Stream-K kernel splits along K when not told: all of them when they
+    would keep at most half of the programs busy (few tiles, long K), else none.
+
+    Splitting a multi-wave problem's tail saves at most one partial wave, and on an H100 the
+    split cost more than that (4096^3, 116 of 512 tiles split: 232 us against 209 us unsplit;
+    3072^3, 24 of 288: 112 against 111; PERF_NOTES.md entry 14), so the default leaves it to
+    ``sk_tiles``.  With few tiles the saving is most of the kernel (1280^3, 50 tiles: 34 us
+    against 83 us)."""
+    return num_tiles if 2 * num_tiles <= num_programs else 0
+
+
+#: columns of ``streamk_segments``' rows (and of ``streamk.trace_streamk_segments``)
+STREAMK_FIELDS = ("program", "tile", "k_first", "k_end")
+
+
+def streamk_segments(num_tiles: int, k_tiles: int, num_programs: int, sk_tiles: int | None = None) -> np.ndarray:
+    """numpy mirror of the Stream-K kernel's schedule: who computes which K range of which tile.
+
+    Tiles ``0 .. num_tiles - sk_tiles - 1`` are data-parallel: program ``p`` computes tiles
+    ``p, p + num_programs, ...`` over all ``k_tiles`` K blocks, exactly as
+    :func:`persistent_schedule`.  The last ``sk_tiles`` tiles (default
+    :func:`streamk_default_tiles`) form ``sk_tiles * k_tiles`` K
+    iterations, split by :func:`streamk_range`.  Returns an int64 array
+    ``[num_tiles - sk_tiles + 2 * num_programs, 4]`` with columns :data:`STREAMK_FIELDS`: row
+    ``t`` for data-parallel tile ``t``; rows ``dp + 2 * p`` and ``dp + 2 * p + 1`` for program
+    ``p``'s (at most two) Stream-K segments, in the order it runs them; ``-1`` rows where a
+    program has fewer.  A segment with ``k_first == 0`` finishes its tile (epilogue and store).
+    """
+    if num_programs < 1 or k_tiles < 1 or num_tiles < 0:
+        raise ValueError(f"need num_programs >= 1, k_tiles >= 1, num_tiles >= 0; got {num_programs}, {k_tiles}, {num_tiles}")
+    if sk_tiles is None:
+        sk_tiles = streamk_default_tiles(num_tiles, num_programs)
+    if not 0 <= sk_tiles <= min(num_tiles, num_programs):
+        raise ValueError(f"sk_tiles must be in [0, min(num_tiles, num_programs)] = [0, {min(num_tiles, num_programs)}], "
+                         f"got {sk_tiles}: a program's share of the split is then under one tile of K iterations")
+    dp_tiles = num_tiles - sk_tiles
+    out = np.full((dp_tiles + 2 * num_programs, len(STREAMK_FIELDS)), -1, dtype=np.int64)
+    tiles = np.arange(dp_tiles)
+    out[:dp_tiles] = np.stack([tiles % num_programs, tiles, np.zeros_like(tiles), np.full_like(tiles, k_tiles)], axis=1)
+    total = sk_tiles * k_tiles
+    for p in range(num_programs):
+        share = num_programs - 1 - p
+        it, end = share * total // num_programs, (share + 1) * total // num_programs
+        row = dp_tiles + 2 * p
+        while it < end:
+            t, k_first = divmod(it, k_tiles)
+            k_end = min(k_tiles, k_first + end - it)
+            out[row] = (p, dp_tiles + t, k_first, k_end)
+            row += 1
+            it += k_end - k_first
+    return out

@@ -8,7 +8,7 @@ import sys
 import torch
 
 import gemm_kernels as gk
-from gemm_kernels import grouped, moe, persistent
+from gemm_kernels import grouped, moe, persistent, streamk
 from gemm_kernels.testing import rel_err, TOLERANCES
 
 torch.manual_seed(0)
@@ -42,6 +42,7 @@ for dtype in (torch.float16, torch.bfloat16):
         check(f"persistent colB {M}x{N}x{K}", gk.matmul_persistent(a, bt, activation="gelu", bias=bias), ref, dtype)
         at, bt2 = persistent.tma_aligned(a), persistent.tma_aligned(b)
         check(f"tma {M}x{N}x{K}", gk.matmul_tma(at, bt2, activation="gelu", bias=bias), ref, dtype)
+        check(f"streamk {M}x{N}x{K}", streamk.matmul_streamk(at, bt2, activation="gelu", bias=bias), ref, dtype)
         if (M * 2) % 16 == 0 and (K * 2) % 16 == 0:
             check(f"tma A^T {M}x{N}x{K}", gk.matmul_tma(a.t().contiguous().t(), bt2, activation="gelu", bias=bias), ref, dtype)
 
@@ -53,6 +54,7 @@ for dtype in (torch.float16, torch.bfloat16):
             check(f"matmul padded {order} {M}x{N}x{K}", gk.matmul(ap, bp, order=order, activation="relu"), refp, dtype)
         check(f"persistent padded {M}x{N}x{K}", gk.matmul_persistent(ap, bp, activation="relu"), refp, dtype)
         check(f"tma padded {M}x{N}x{K}", gk.matmul_tma(ap, bp, activation="relu"), refp, dtype)
+        check(f"streamk padded {M}x{N}x{K}", streamk.matmul_streamk(ap, bp, activation="relu"), refp, dtype)
         apt = torch.randn(K, -(-M // 8) * 8, device=dev, dtype=dtype)[:, :M].t()  # column-major, padded
         check(f"persistent padded A^T {M}x{N}x{K}", gk.matmul_persistent(apt, bp), gk.matmul_ref(apt, bp), dtype)
 

@@ -48,7 +48,7 @@ def test_quick_cpu_run_checks_every_suite_and_writes_correctness_only(tmp_path):
         assert not (tmp_path / f"{suite}.png").exists()  # no timings, no plot
     ours = {r["provider"] for s in SUITE_NAMES for r in report.read_csv(tmp_path / f"{s}.csv")
             if r["ours"] and r["ok"]}
-    assert {"row_major", "grouped", "persistent", "tma", "grouped_matmul", "grouped_mm"} <= ours
+    assert {"row_major", "grouped", "persistent", "tma", "stream_k", "grouped_matmul", "grouped_mm"} <= ours
     seed_rows = report.read_csv(tmp_path / "seed-grouped.csv")
     seed_checked = {r["provider"] for r in seed_rows if r["ok"]}
     if SEED_PAGE.is_file():  # found through ../shared/seeds without --seed-tutorial

@@ -18,7 +18,7 @@ from pathlib import Path
 from ..results import META_JSON, RESULTS_MD, provenance_line, section_heading, suite_meta
 from .core import COLUMNS, Row
 
-SUITE_ORDER = ("square", "order", "fusion", "seed-grouped", "moe", "l2")
+SUITE_ORDER = ("square", "order", "fusion", "stream-k", "seed-grouped", "moe", "l2")
 _NUMERIC = {"x", "time_ms", "tflops", "pct_peak", "speedup", "baseline_spread", "gb_s", "rel_err", "tol"}
 _INTEGER = {"flops", "min_bytes"}
 
@@ -177,7 +177,7 @@ def targets(all_rows: dict[str, list[dict]]) -> list[dict]:
                       "status": "not measured" if met is None else ("met" if met else "MISSED")})
 
     square = all_rows.get("square", [])
-    ours_single = {"row_major", "grouped", "persistent", "tma"}
+    ours_single = {"row_major", "grouped", "persistent", "tma", "stream_k"}
     for dtype in ("fp16", "bf16"):
         for n in (4096, 8192):
             res = _speedups([r for r in square if r["dtype"] == dtype], ours_single,
@@ -187,7 +187,7 @@ def targets(all_rows: dict[str, list[dict]]) -> list[dict]:
                 f"{val[0]:.3f}x ({val[1]})" if val else "n/a", None if val is None else val[0] >= 1.0)
 
     fusion = [r for r in all_rows.get("fusion", []) if r["case"].startswith("4096^3")]
-    res = _speedups(fusion, {"row_major fused", "grouped fused", "persistent fused", "tma fused"})
+    res = _speedups(fusion, {f"{k} fused" for k in ("row_major", "grouped", "persistent", "tma", "stream_k")})
     if res:
         worst = min(res.items(), key=lambda kv: kv[1][0])
         text = ", ".join(f"{k[1]}: {v[0]:.3f}x ({v[1]})" for k, v in res.items())
@@ -302,7 +302,7 @@ def publish(src: Path, dest: Path, suites: list[str] | None = None) -> list[str]
 
 # ------------------------------------------------------------------------------ plots
 
-PLOT_KIND = {"square": "line", "order": "bar", "fusion": "bar", "seed-grouped": "line", "moe": "line"}
+PLOT_KIND = {"square": "line", "order": "bar", "fusion": "bar", "stream-k": "bar", "seed-grouped": "line", "moe": "line"}
 X_LABEL = {"square": "M = N = K", "seed-grouped": "N (square problems) or M", "moe": "tokens"}
 
 

@@ -138,16 +138,22 @@ def _single_gemm_providers(a, b, *, activation=None, bias=None, suffix="", row_m
         f = kernel("persistent", "matmul_tma")
         return (lambda: f(a, b, **epi)), None
 
+    def stream_k():
+        _require_tma("matmul_streamk")
+        f = kernel("streamk", "matmul_streamk")
+        return (lambda: f(a, b, **epi)), None
+
     return [
         *([lazy_provider("row_major" + suffix, matmul_order("row_major"))] if row_major else []),
         lazy_provider("grouped" + suffix, matmul_order("grouped")),
         lazy_provider("persistent" + suffix, persistent),
         lazy_provider("tma" + suffix, tma),
+        lazy_provider("stream_k" + suffix, stream_k),
     ]
 
 
 def square_suite(settings: SuiteSettings) -> list[Case]:
-    """Single square GEMMs: cuBLAS (torch.matmul) vs our row-major, grouped, persistent, TMA kernels."""
+    """Single square GEMMs: cuBLAS (torch.matmul) vs our row-major, grouped, persistent, TMA, Stream-K kernels."""
     seeds = _Seeds(settings.seed)
     cases = []
     for dtype in _dtypes(settings, SQUARE_DTYPES):
@@ -247,6 +253,69 @@ def fusion_suite(settings: SuiteSettings) -> list[Case]:
                 cases.append(Case("fusion", f"{dtype_name(dtype)} {n}^3", label, n, dtype, [(n, n, n)],
                                   "torch matmul+act", setup,
                                   {"M": n, "N": n, "K": n, "activation": activation, "bias": with_bias}))
+    return cases
+
+
+# ------------------------------------------------------------------------------ stream-k
+
+#: (M, N, K) from "few tiles, long K" (where the 128x256 tiles leave most SMs idle) to 4096^3
+#: (3.9 waves); cpu: 2 tiles of the interpreter's 32x32 blocks on its 4 "SMs", one of them split.
+STREAMK_SHAPES = {
+    "full": ((512, 512, 16384), (1024, 1024, 8192), (1280, 1280, 1280), (2048, 2048, 8192), (3072, 3072, 3072),
+             (4096, 4096, 4096)),
+    "quick": ((1024, 1024, 8192), (4096, 4096, 4096)),
+    "cpu": ((40, 32, 296), (70, 40, 200)),
+}
+
+
+def _streamk_fixed_config():
+    """The config of the suite's controlled pair (same tiles, split or not): Hopper's 128x256
+    tile on a GPU, the interpreter's blocks on a CPU."""
+    import triton
+
+    if runtime.interpreted():
+        return triton.Config({"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "FLATTEN": False, "WARP_SPECIALIZE": False,
+                              "EPILOGUE_SUBTILE": False}, num_warps=4, num_stages=1)
+    return triton.Config({"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "FLATTEN": False, "WARP_SPECIALIZE": False,
+                          "EPILOGUE_SUBTILE": True}, num_warps=8, num_stages=3)
+
+
+def streamk_suite(settings: SuiteSettings) -> list[Case]:
+    """Stream-K (notebook 05): where splitting the last wave along K pays.  cuBLAS, matmul_tma and
+    matmul_streamk autotuned, plus a controlled pair on one fixed tile: matmul_tma vs
+    matmul_streamk with the whole tail split (``sk_tiles`` = tiles % programs, or all tiles)."""
+    seeds = _Seeds(settings.seed)
+    cases = []
+    for dtype in _dtypes(settings, (torch.float16,)):
+        for M, N, K in STREAMK_SHAPES[settings.size_class]:
+            def setup(M=M, N=N, K=K, dtype=dtype, seed=seeds()):
+                _require_tma("matmul_streamk")
+                from ..tiles import cdiv
+
+                gen = _generator(seed)
+                a, b = _randn((M, K), dtype, gen), _randn((K, N), dtype, gen)
+                config = _streamk_fixed_config()
+                num_tiles = cdiv(M, config.kwargs["BLOCK_M"]) * cdiv(N, config.kwargs["BLOCK_N"])
+                programs = runtime.num_sms()
+                tail = num_tiles if num_tiles < programs else num_tiles % programs
+                tile = "{BLOCK_M}x{BLOCK_N}".format(**config.kwargs)
+
+                def make(module, name, **kw):
+                    def build():
+                        f = kernel(module, name)
+                        return (lambda: f(a, b, **kw)), None
+                    return build
+
+                providers = [Provider("cuBLAS", lambda: torch.matmul(a, b), ours=False),
+                             lazy_provider("tma", make("persistent", "matmul_tma")),
+                             lazy_provider("stream_k", make("streamk", "matmul_streamk")),
+                             lazy_provider(f"tma {tile}", make("persistent", "matmul_tma", config=config)),
+                             lazy_provider(f"stream_k {tile} tail split",
+                                           make("streamk", "matmul_streamk", config=config, sk_tiles=tail),
+                                           note=f"sk_tiles={tail}: the last {tail} of {num_tiles} tiles split along K")]
+                return CaseData(providers, lambda: [_mm_ref(a, b)])
+            cases.append(Case("stream-k", dtype_name(dtype), f"{M}x{N}x{K}", M * N * K, dtype, [(M, N, K)], "cuBLAS",
+                              setup, {"M": M, "N": N, "K": K}))
     return cases
 
 
@@ -533,6 +602,7 @@ SUITES = {
     "square": square_suite,
     "order": order_suite,
     "fusion": fusion_suite,
+    "stream-k": streamk_suite,
     "seed-grouped": seed_grouped_suite,
     "moe": moe_suite,
 }

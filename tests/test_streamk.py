@@ -1,0 +1,248 @@
+"""matmul_streamk against the float64 reference; its schedule against tiles.streamk_segments.
+
+The interpreter has 4 "SMs" and 32x32 blocks, so small ragged problems already have a partial
+last wave, tiles cut between two or more programs, and programs with an empty share.
+"""
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+import triton
+
+from gemm_kernels import DEVICE, configs, matmul_ref, runtime, tiles
+from gemm_kernels.persistent import tma_aligned
+from gemm_kernels.streamk import _FLAGS, _streamk_tuned, matmul_streamk, trace_streamk_segments
+from gemm_kernels.testing import assert_close, random_matrix
+
+DTYPES = [torch.float16, torch.bfloat16, torch.float32]
+BLOCKS = configs.INTERPRETER_BLOCKS
+# ragged against the 32-blocks, K up to 32 blocks; (37, 61, 45): 4 tiles on 4 programs (not split
+# by default), (1, 1, 1) and (65, 33, 16): 1-2 tiles (split), the others several waves
+SHAPES = [(1, 1, 1), (37, 61, 45), (97, 89, 301), (65, 33, 16), (2, 131, 67), (70, 40, 999), (30, 50, 999)]
+
+
+def _ids(shape):
+    return "M{}-N{}-K{}".format(*shape)
+
+
+def _inputs(M, N, K, dtype):
+    return tma_aligned(random_matrix(M, K, dtype)), tma_aligned(random_matrix(K, N, dtype))
+
+
+def _config(**extra):
+    return triton.Config({**BLOCKS, **extra}, num_warps=4, num_stages=1)
+
+
+def _ref(a, b, **epi):
+    return matmul_ref(a, b, out_dtype=torch.float64, **epi)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape", SHAPES, ids=_ids)
+def test_ragged_shapes(shape, dtype):
+    M, N, K = shape
+    a, b = _inputs(M, N, K, dtype)
+    assert_close(matmul_streamk(a, b), _ref(a, b), dtype)
+
+
+@pytest.mark.parametrize("num_programs", [1, 3, 4, 5, 7, 64])
+@pytest.mark.parametrize("sk_tiles", [None, 0, 1, "max"])
+def test_every_split(num_programs, sk_tiles):
+    """From no split (plain persistent) to every program sharing tiles, 1 to 64 programs."""
+    M, N, K = 97, 89, 301  # 12 tiles of 10 K blocks
+    if sk_tiles == "max":
+        sk_tiles = min(12, num_programs)
+    a, b = _inputs(M, N, K, torch.float16)
+    bias = torch.randn(N).to(DEVICE, torch.float16)
+    out = matmul_streamk(a, b, bias=bias, activation="gelu", num_programs=num_programs, config=_config(),
+                         sk_tiles=sk_tiles)
+    assert_close(out, _ref(a, b, bias=bias, activation="gelu"))
+
+
+@pytest.mark.parametrize("activation", [None, "relu", "leaky_relu", "gelu"])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_fused_epilogue_on_split_tiles(activation, with_bias):
+    """The epilogue runs once, after the partial sums are added (gelu of a partial sum would be wrong)."""
+    M, N, K = 70, 67, 400
+    a, b = _inputs(M, N, K, torch.float16)
+    bias = torch.randn(N).to(DEVICE, torch.float16) if with_bias else None
+    out = matmul_streamk(a, b, activation=activation, bias=bias, num_programs=4, config=_config(), sk_tiles=4)
+    assert_close(out, _ref(a, b, activation=activation, bias=bias))
+
+
+@pytest.mark.parametrize("layout", ["a_t", "b_t", "both_t"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_column_major_inputs(layout, dtype):
+    M, N, K = 45, 70, 130
+    a = tma_aligned(random_matrix(K, M, dtype)).t() if layout in ("a_t", "both_t") else tma_aligned(random_matrix(M, K, dtype))
+    b = tma_aligned(random_matrix(N, K, dtype)).t() if layout in ("b_t", "both_t") else tma_aligned(random_matrix(K, N, dtype))
+    assert_close(matmul_streamk(a, b, num_programs=5), _ref(a, b), dtype)
+
+
+@pytest.mark.parametrize("n", [64, 61])  # 64: TMA stores C; 61 (122-byte rows): masked pointer stores
+@pytest.mark.parametrize("subtile", [False, True])
+def test_store_paths(n, subtile):
+    a, b = _inputs(70, n, 200, torch.float16)
+    out = matmul_streamk(a, b, activation="relu", num_programs=3, config=_config(EPILOGUE_SUBTILE=subtile), sk_tiles=3)
+    assert_close(out, _ref(a, b, activation="relu"))
+
+
+def test_empty_problems_match_torch():
+    for M, N, K in [(0, 5, 3), (4, 0, 3), (4, 5, 0)]:
+        a, b = random_matrix(M, K), random_matrix(K, N)
+        out = matmul_streamk(a, b)
+        assert out.shape == (M, N) and (out == 0).all()
+
+
+def test_flags_are_lowered_after_every_launch():
+    """Each flag a program raises is lowered by the program that waits on it: the next launch starts clean."""
+    a, b = _inputs(97, 89, 301, torch.float16)
+    for _ in range(2):
+        matmul_streamk(a, b, num_programs=7, config=_config(), sk_tiles=7)
+        assert all(int(f.abs().sum()) == 0 for f in _FLAGS.values())
+
+
+# ---------------------------------------------------------------- schedule: kernel == mirror, mirror's properties
+@pytest.mark.parametrize("M,N,K,num_programs,sk_tiles", [
+    (97, 89, 301, 4, None), (97, 89, 301, 4, 4), (97, 89, 301, 7, 5), (97, 89, 301, 3, 0),
+    (37, 61, 1000, 5, None), (37, 30, 1000, 5, None), (150, 100, 64, 4, None), (1, 1, 1, 4, None),
+    (33, 250, 330, 64, None), (33, 40, 330, 7, None),
+])
+def test_trace_equals_mirror(M, N, K, num_programs, sk_tiles):
+    trace = trace_streamk_segments(M, N, K, num_programs=num_programs, sk_tiles=sk_tiles)
+    num_tiles = tiles.cdiv(M, BLOCKS["BLOCK_M"]) * tiles.cdiv(N, BLOCKS["BLOCK_N"])
+    mirror = tiles.streamk_segments(num_tiles, tiles.cdiv(K, BLOCKS["BLOCK_K"]), num_programs, sk_tiles)
+    np.testing.assert_array_equal(trace.numpy(), mirror)
+
+
+@pytest.mark.parametrize("num_tiles,k_tiles,num_programs,sk_tiles", [
+    (512, 64, 132, None), (512, 64, 132, 116), (2048, 128, 132, 68), (1, 64, 132, None), (8, 128, 132, None),
+    (20, 1, 4, None), (13, 10, 4, 1), (5, 3, 7, 5), (3, 3, 7, None), (0, 4, 4, None), (66, 64, 132, None),
+])
+def test_mirror_covers_every_iteration_once_and_balances(num_tiles, k_tiles, num_programs, sk_tiles):
+    seg = tiles.streamk_segments(num_tiles, k_tiles, num_programs, sk_tiles)
+    seg = seg[seg[:, 0] >= 0]
+    covered = np.zeros((num_tiles, k_tiles), dtype=int)
+    for _, tile, k_first, k_end in seg:
+        covered[tile, k_first:k_end] += 1
+    assert (covered == 1).all()
+    sk = tiles.streamk_default_tiles(num_tiles, num_programs) if sk_tiles is None else sk_tiles
+    dp = num_tiles - sk
+    # Stream-K shares differ by at most one iteration; no program waits on a higher pid
+    shares = np.zeros(num_programs, dtype=int)
+    for program, tile, k_first, k_end in seg[seg[:, 1] >= dp]:
+        shares[program] += k_end - k_first
+    assert shares.max() - shares.min() <= 1
+    for tile in range(dp, num_tiles):
+        rows = seg[seg[:, 1] == tile]
+        owner = rows[rows[:, 2] == 0]
+        assert len(owner) == 1 and (rows[:, 0] <= owner[0, 0]).all()
+    # each program leaves at most one partial sum (its workspace slot is its pid)
+    partials = seg[(seg[:, 2] > 0)]
+    assert len(np.unique(partials[:, 0])) == len(partials)
+
+
+def test_default_splits_only_few_tile_problems():
+    assert tiles.streamk_default_tiles(32, 132) == 32  # 1024 x 1024 tiles of 128 x 256: all split
+    assert tiles.streamk_default_tiles(66, 132) == 66
+    assert tiles.streamk_default_tiles(67, 132) == 0  # one wave, over half full: nothing gained
+    assert tiles.streamk_default_tiles(512, 132) == 0  # 4096^3: the tail split is measured slower
+    assert tiles.streamk_default_tiles(0, 132) == 0
+
+
+def test_splitting_the_tail_of_4096_cubed_evens_out_the_work():
+    """The notebook's numbers: 128x256 tiles at 4096^3 on 132 SMs, the 116-tile tail split."""
+    seg = tiles.streamk_segments(512, 64, 132, sk_tiles=116)
+    work = np.zeros(132, dtype=int)
+    for program, _, k_first, k_end in seg[seg[:, 0] >= 0]:
+        work[program] += k_end - k_first
+    assert work.max() == 3 * 64 + 57  # persistent: 4 * 64 = 256 K iterations on the busiest SM
+    assert work.min() == 3 * 64 + 56
+
+
+@pytest.mark.parametrize("args,pattern", [
+    (dict(num_tiles=4, k_tiles=4, num_programs=4, sk_tiles=5), r"sk_tiles must be in \[0, min\(num_tiles, num_programs\)\] = \[0, 4\], got 5"),
+    (dict(num_tiles=4, k_tiles=0, num_programs=4), r"k_tiles >= 1"),
+    (dict(num_tiles=4, k_tiles=4, num_programs=0), r"num_programs >= 1"),
+])
+def test_mirror_rejects_bad_arguments(args, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        tiles.streamk_segments(**args)
+
+
+# ---------------------------------------------------------------- bad input
+def test_sk_tiles_needs_a_config_and_a_valid_count():
+    a, b = _inputs(97, 89, 64, torch.float16)
+    with pytest.raises(ValueError, match=r"sk_tiles needs an explicit config"):
+        matmul_streamk(a, b, sk_tiles=2)
+    with pytest.raises(ValueError, match=r"sk_tiles=13 is more than min\(tiles, num_programs\) = min\(12, 64\)"):
+        matmul_streamk(a, b, sk_tiles=13, num_programs=64, config=_config())
+    with pytest.raises(ValueError, match=r"sk_tiles must be >= 0, got -1"):
+        matmul_streamk(a, b, sk_tiles=-1, config=_config())
+    with pytest.raises(TypeError, match=r"sk_tiles must be an int, got bool"):
+        matmul_streamk(a, b, sk_tiles=True, config=_config())
+
+
+def test_bad_inputs_get_matmul_tma_errors():
+    a = random_matrix(16, 45)  # 90-byte rows: TMA cannot read them
+    b = tma_aligned(random_matrix(45, 32))
+    with pytest.raises(ValueError, match=r"^a cannot be read by TMA: its row stride is 90 bytes"):
+        matmul_streamk(a, b)
+    with pytest.raises(ValueError, match=r"inner dimensions"):
+        matmul_streamk(tma_aligned(random_matrix(16, 48)), b)
+    with pytest.raises(ValueError, match=r"activation"):
+        matmul_streamk(tma_aligned(random_matrix(16, 45)), b, activation="swish")
+
+
+def test_needs_hopper_on_a_gpu(monkeypatch):
+    old_gpu = dataclasses.replace(runtime.RUNTIME, interpreted=False, gpu_name="NVIDIA A100", capability=(8, 0))
+    monkeypatch.setattr(runtime, "RUNTIME", old_gpu)
+    monkeypatch.setattr(runtime, "supports_tma", lambda: False)
+    a, b = _inputs(16, 16, 16, torch.float16)
+    with pytest.raises(RuntimeError, match=r"matmul_streamk needs the Tensor Memory Accelerator.*sm_80.*matmul_persistent"):
+        matmul_streamk(a, b)
+
+
+def test_autotune_key_holds_the_epilogue_and_layouts():
+    assert _streamk_tuned.keys == [*configs.SINGLE_GEMM_KEY, "A_COL_MAJOR", "B_COL_MAJOR"]
+    for config in configs.streamk_configs(gpu=True):
+        assert not config.kwargs["FLATTEN"] and not config.kwargs["WARP_SPECIALIZE"]
+
+
+# ---------------------------------------------------------------- real sizes on the GPU
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape", [(4096, 4096, 4096), (1000, 1003, 517), (1, 8191, 4099), (512, 512, 16384),
+                                   (3000, 17, 2049)], ids=_ids)
+def test_gpu_real_sizes(shape, dtype):
+    M, N, K = shape
+    a = random_matrix(M, K, dtype)
+    a = a if M == 1 else tma_aligned(a)
+    b = tma_aligned(random_matrix(N, K, dtype)).t()  # nn.Linear weight layout
+    bias = torch.randn(N, device=DEVICE).to(dtype)
+    for _ in range(3):  # repeated launches reuse the flags
+        out = matmul_streamk(a, b, activation="gelu", bias=bias)
+        assert_close(out, _ref(a, b, activation="gelu", bias=bias), dtype)
+
+
+@pytest.mark.gpu
+def test_gpu_every_config_and_split_is_correct():
+    a, b = _inputs(1000, 1003, 1000, torch.float16)
+    ref = _ref(a, b, activation="relu")
+    for config in configs.streamk_configs():
+        num_tiles = tiles.cdiv(1000, config.kwargs["BLOCK_M"]) * tiles.cdiv(1003, config.kwargs["BLOCK_N"])
+        for sk_tiles in sorted({0, 1, min(num_tiles, runtime.num_sms()), None} - {None}) + [None]:
+            try:
+                out = matmul_streamk(a, b, activation="relu", config=config, sk_tiles=sk_tiles)
+            except triton.runtime.OutOfResources:
+                continue
+            assert_close(out, ref, what=f"streamk with {config}, sk_tiles={sk_tiles}")
+
+
+@pytest.mark.gpu
+def test_gpu_trace_equals_mirror_at_real_block_sizes():
+    trace = trace_streamk_segments(1000, 1003, 640, block_m=128, block_n=128, block_k=64)
+    mirror = tiles.streamk_segments(8 * 8, 10, runtime.num_sms())
+    np.testing.assert_array_equal(trace.numpy(), mirror)
