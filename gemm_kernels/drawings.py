@@ -804,6 +804,42 @@ def draw_program_timeline(schedule: Schedule, labels: bool | None = None, title:
     return fig
 
 
+def draw_streamk_segments(segments: np.ndarray, k_tiles: int, title: str | None = None, figsize=None,
+                          dpi: float = 100) -> Figure:
+    """Stream-K's schedule as a timeline: one row per program, one bar per segment it runs, as
+    long as its K iterations (``tiles.streamk_segments`` rows ``(program, tile, k_first, k_end)``),
+    coloured by tile.  A hatched bar is a partial sum left in the workspace for the program that
+    finishes the tile; an outlined bar ends with the tile's epilogue (``k_first == 0``)."""
+    rows = segments[segments[:, 0] >= 0]
+    P = int(rows[:, 0].max()) + 1 if len(rows) else 1
+    if figsize is None:
+        figsize = (7.5, min(1.6 + 0.3 * P, 6))
+    fig = Figure(figsize=figsize, dpi=dpi)
+    ax = fig.add_subplot()
+    clock = np.zeros(P, dtype=np.int64)  # K iterations each program has run so far (its time)
+    colors = cycle_colors(rows[:, 1])
+    for (program, tile, k_first, k_end), color in zip(rows, colors):
+        length = k_end - k_first
+        partial = k_first > 0
+        ax.add_patch(Rectangle((clock[program], program + 0.1), length, 0.8, facecolor=color,
+                               hatch="///" if partial else None, edgecolor="#333333", lw=0.4 if partial else 1.2))
+        if length >= 0.06 * max(1, clock.max() + length):
+            ax.text(clock[program] + length / 2, program + 0.5, str(tile), ha="center", va="center", fontsize=7,
+                    color=_text_color(color))
+        clock[program] += length
+    ax.set_xlim(0, max(1, clock.max()) * 1.02)
+    ax.set_ylim(P, 0)
+    ax.set_xlabel("K iterations run (time →)", fontsize=9)
+    ax.set_ylabel("program", fontsize=9)
+    ticks_p = np.unique(np.linspace(0, P - 1, min(P, 16)).round().astype(int))
+    ax.set_yticks(ticks_p + 0.5, [str(t) for t in ticks_p], fontsize=8)
+    ax.axvline(clock.max(), color="#d62728", lw=0.8, ls=":")
+    ax.set_title(title or (f"{len(np.unique(rows[:, 1]))} tiles of {k_tiles} K iterations on {P} programs: "
+                           f"busiest {clock.max()}, idlest {clock.min()} iterations"), fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
 # =============================================================================== stray loads and stores
 _WRONG = np.array(to_rgba("#d62728"))
 _RIGHT = np.array(to_rgba("#9bd39b"))

@@ -13,6 +13,7 @@ from gemm_kernels import drawings as d
 from gemm_kernels import images
 from gemm_kernels.l2model import reuse_profile
 from gemm_kernels.schedule import grouped_gemm_schedule, tile_schedule
+from gemm_kernels.tiles import streamk_segments
 
 
 def png_pixels(data: bytes) -> np.ndarray:
@@ -96,7 +97,9 @@ def test_stamped_labels_are_painted_only_where_they_fit():
     lambda: d.draw_grouped_gemm(grouped_gemm_schedule([(64, 64, 32), (0, 64, 32), (200, 90, 16)], 32, 32, 4), 1),
     lambda: d.draw_l2_curve({"rm": tile_schedule(512, 512, 64, 64, "row_major", programs_in_flight=8)}, 32, 512,
                             l2_sizes=[2**16, 2**18, 2**20]),
-], ids=["order", "grouping", "one_block", "pointers", "no_mask", "persistent", "tile_order", "grouped_gemm", "l2"])
+    lambda: d.draw_streamk_segments(streamk_segments(6, 8, 4, sk_tiles=2), 8),
+], ids=["order", "grouping", "one_block", "pointers", "no_mask", "persistent", "tile_order", "grouped_gemm", "l2",
+        "stream_k"])
 def test_draw_functions_return_deterministic_figures(make):
     first, second = make(), make()
     assert isinstance(first, Figure)
@@ -104,6 +107,16 @@ def test_draw_functions_return_deterministic_figures(make):
     assert a == b
     pixels = png_pixels(a)
     assert pixels.std() > 10  # a picture, not a blank page
+
+
+def test_streamk_timeline_ends_every_program_together():
+    """6 tiles of 8 iterations on 4 programs, the last 2 split: every program runs 12 iterations,
+    so the busiest-vs-idlest title reads 12 / 12, and the 2 segments that start mid-tile are hatched."""
+    fig = d.draw_streamk_segments(streamk_segments(6, 8, 4, sk_tiles=2), 8)
+    ax = fig.axes[0]
+    assert "busiest 12, idlest 12" in ax.get_title()
+    assert sum(1 for p in ax.patches if p.get_hatch()) == 2  # two segments start mid-tile
+    assert ax.get_xlim()[1] >= 12
 
 
 def test_one_block_rejects_a_tile_outside_the_grid():
