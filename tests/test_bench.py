@@ -150,7 +150,7 @@ def fake_timer(monkeypatch):
     """do_bench stand-in: runs fn once, returns a time per provider (the baseline ~1 ms)."""
     calls = []
 
-    def median_ms(fn, settings):
+    def median_ms(fn, settings, cuda_graph=False):
         calls.append(fn)
         fn()
         return 1.0 if len(calls) == 1 else 0.5 + 0.1 * len(calls)
@@ -181,7 +181,7 @@ def test_rounds_interleave_providers_and_take_medians(monkeypatch):
     samples and the baseline's spread is (max - min) / median of its samples."""
     order, samples = [], {"base": [3.0, 1.0, 2.0], "mine": [0.5, 0.9, 0.7], "other": [5.0, 5.0, 5.0]}
 
-    def median_ms(fn, settings):
+    def median_ms(fn, settings, cuda_graph=False):
         name = fn()
         order.append(name)
         return samples[name][sum(1 for n in order if n == name) - 1]
@@ -424,3 +424,25 @@ def test_run_under_ncu_drives_the_worker_and_reads_the_log(tmp_path):
     assert run.metrics["dram__bytes_read.sum"] == pytest.approx(120e3)
     assert run.worker["ok"] and run.worker["M"] == 64 and run.worker["order"] == "grouped"
     assert run.worker["programs_per_sm"] >= 1
+
+
+def test_median_ms_times_cuda_graph_suites_without_launch_overhead(monkeypatch):
+    """core.median_ms: do_bench (L2 flushed) by default, do_bench_cudagraph for CUDA_GRAPH_SUITES."""
+    import triton.testing
+
+    from gemm_kernels.bench import core
+
+    calls = []
+    monkeypatch.setattr(triton.testing, "do_bench", lambda fn, warmup=25, rep=100, return_mode="mean": calls.append(
+        ("do_bench", {"warmup": warmup, "rep": rep, "return_mode": return_mode})) or 2.0)
+    monkeypatch.setattr(triton.testing, "do_bench_cudagraph",
+                        lambda fn, rep=20, grad_to_none=None, quantiles=None, return_mode="mean":
+                        calls.append(("graph", {"rep": rep, "return_mode": return_mode})) or 1.0)
+    settings = core.TimingSettings(warmup_ms=7, rep_ms=9, rounds=1)
+    assert core.median_ms(lambda: None, settings) == 2.0
+    assert core.median_ms(lambda: None, settings, cuda_graph=True) == 1.0
+    assert calls == [("do_bench", {"warmup": 7, "rep": 9, "return_mode": "median"}),
+                     ("graph", {"rep": 9, "return_mode": "median"})]
+    cases = suites.SUITES["stream-k"](suites.SuiteSettings(size_override="full"))
+    assert cases and all(c.cuda_graph for c in cases)
+    assert not any(c.cuda_graph for c in suites.SUITES["square"](suites.SuiteSettings(size_override="full")))

@@ -38,7 +38,7 @@ from ..results import BENCH_DIR, extract_section, section_heading
 from . import report
 from .core import (DTYPES, FatalBenchError, Row, Skip, Stopwatch, TimingSettings, dense_peak_tflops, dtype_name,
                    gemm_flops, gemm_min_bytes, measure_ceilings, peak_entry, run_case, tflops)
-from .suites import SUITES, SuiteSettings
+from .suites import CUDA_GRAPH_SUITES, SUITES, SuiteSettings
 
 __all__ = ["main", "SUITES", "dense_peak_tflops", "gemm_flops", "gemm_min_bytes", "tflops", "run_suite"]
 
@@ -237,6 +237,9 @@ def main(argv: list[str] | None = None) -> int:
         report.write_csv(rows, out / f"{suite}.csv")
         suite_info = {**run_info, "suite": suite, "elapsed_s": round(elapsed, 1),
                       "dtypes": sorted({r.dtype for r in rows})}
+        if suite in CUDA_GRAPH_SUITES and suite_info.get("timing"):
+            suite_info["timing"] = {**suite_info["timing"], "method": "triton.testing.do_bench_cudagraph "
+                                    "(back-to-back calls replayed from a CUDA graph: GPU time, no L2 flush)"}
         if stopped:
             suite_info["incomplete"] = stopped
             incomplete.append(suite)

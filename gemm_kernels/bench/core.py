@@ -140,6 +140,7 @@ class Case:
     baseline: str        # name of the vendor provider the others are compared with
     setup: Callable[[], CaseData]
     params: dict = field(default_factory=dict)
+    cuda_graph: bool = False  # time with do_bench_cudagraph: GPU time without Python launch overhead
 
     @property
     def flops(self) -> int:
@@ -258,20 +259,24 @@ class TimingSettings:
     rounds: int = 3
 
 
-def median_ms(fn: Callable[[], object], settings: TimingSettings) -> float:
+def median_ms(fn: Callable[[], object], settings: TimingSettings, cuda_graph: bool = False) -> float:
     """Median time of ``fn`` in ms with ``triton.testing.do_bench`` (events, L2 flushed).
 
+    With ``cuda_graph``: ``triton.testing.do_bench_cudagraph`` instead, which captures back-to-back
+    calls in a CUDA graph and replays it, so the time is the GPU's alone (no Python launch
+    overhead, no L2 flush between calls).
     Triton 3.x's ``do_bench`` takes ``return_mode="median"``; a version without that
     argument gets ``quantiles=[0.5]`` instead (the same number)."""
-    from triton.testing import do_bench
+    from triton.testing import do_bench, do_bench_cudagraph
 
-    params = inspect.signature(do_bench).parameters
-    kwargs = {"warmup": settings.warmup_ms, "rep": settings.rep_ms}
+    bench = do_bench_cudagraph if cuda_graph else do_bench
+    params = inspect.signature(bench).parameters
+    kwargs = {"warmup": settings.warmup_ms, "rep": settings.rep_ms} if not cuda_graph else {"rep": settings.rep_ms}
     if "return_mode" in params:
         kwargs["return_mode"] = "median"
     else:
         kwargs["quantiles"] = [0.5]
-    ms = do_bench(fn, **kwargs)
+    ms = bench(fn, **kwargs)
     if isinstance(ms, (list, tuple)):
         ms = ms[0]
     return float(ms)
@@ -350,7 +355,7 @@ def _time_interleaved(timed: list, case: Case, timing: TimingSettings) -> None:
     for r in range(rounds):
         for j in range(len(timed)):
             i = (j + r) % len(timed)  # rotate who goes first
-            samples[i].append(median_ms(timed[i][1], timing))
+            samples[i].append(median_ms(timed[i][1], timing, case.cuda_graph))
     for i, (row, _) in enumerate(timed):
         row.time_ms = statistics.median(samples[i])
     base = next((i for i, (row, _) in enumerate(timed) if row.provider == case.baseline), None)

@@ -97,6 +97,9 @@ def suite_markdown(suite: str, rows: list[dict], meta: dict | None = None, ours:
     if meta:
         lines += [f"Measured on {provenance_line(meta)}."
                   + (f" Command: `{meta['command']}`." if meta.get("command") else ""), ""]
+        method = (meta.get("timing") or {}).get("method")
+        if method:
+            lines += [f"Timed with {method}.", ""]
         if meta.get("incomplete"):
             lines += [f"**Incomplete run**: {meta['incomplete']}.", ""]
     if not rows:

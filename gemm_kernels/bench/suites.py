@@ -280,6 +280,12 @@ def _streamk_fixed_config():
                           "EPILOGUE_SUBTILE": True}, num_warps=8, num_stages=3)
 
 
+#: suites timed with do_bench_cudagraph (core.median_ms): their small problems run in ~30-100 us,
+#: less than a Python launch of our kernels (~100 us, PERF_NOTES.md entry 13), so do_bench would
+#: time the host instead of the schedule they are about
+CUDA_GRAPH_SUITES = ("stream-k",)
+
+
 def streamk_suite(settings: SuiteSettings) -> list[Case]:
     """Stream-K (notebook 05): where splitting the last wave along K pays.  cuBLAS, matmul_tma and
     matmul_streamk autotuned, plus a controlled pair on one fixed tile: matmul_tma vs
@@ -315,7 +321,7 @@ def streamk_suite(settings: SuiteSettings) -> list[Case]:
                                            note=f"sk_tiles={tail}: the last {tail} of {num_tiles} tiles split along K")]
                 return CaseData(providers, lambda: [_mm_ref(a, b)])
             cases.append(Case("stream-k", dtype_name(dtype), f"{M}x{N}x{K}", M * N * K, dtype, [(M, N, K)], "cuBLAS",
-                              setup, {"M": M, "N": N, "K": K}))
+                              setup, {"M": M, "N": N, "K": K}, cuda_graph="stream-k" in CUDA_GRAPH_SUITES))
     return cases
 
 
