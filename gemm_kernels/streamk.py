@@ -14,12 +14,13 @@ follows it).  A tile cut between programs is finished by the program holding its
 iteration: the others write their fp32 partial sums to a workspace and raise a flag; it waits
 for the flags, adds the partials and runs the epilogue.
 
-What it bought on an H100 (PERF_NOTES.md entry 14): with few tiles, most of the kernel
-(512 x 512 x 16384: 90 us against 154 us unsplit; 1280^3: 34 against 83).  Splitting a
-multi-wave problem's partial last wave did not pay: each partial sum is a 128 KiB round trip
-through L2 and programs that share an A or B panel no longer read it at the same K offset
-(4096^3: 232 us against 209 us).  So by default only problems whose tiles would keep at most
-half the programs busy are split (``tiles.streamk_default_tiles``); ``sk_tiles`` overrides it.
+What it bought on an H100 (PERF_NOTES.md entry 14, 128x256 tiles, GPU times from CUDA graphs):
+with few tiles and a long K, most of the kernel (512 x 512 x 16384: 85 us against 147 unsplit;
+1024 x 1024 x 8192: 55 against 78).  With a short K (1280^3) or a multi-wave problem's partial
+last wave (4096^3: 239 against 208) it lost: each partial sum is a 128 KiB round trip through
+L2 (about 5 K iterations' time), and programs that share an A or B panel no longer read it at
+the same K offset.  So by default only few-tile, long-K problems are split
+(``tiles.streamk_default_tiles``); ``sk_tiles`` sets any other split.
 
 The waiting needs every program resident at once: the grid is at most one program per SM
 (``num_programs`` defaults to the SM count), and a program only ever waits for lower pids,
@@ -41,7 +42,7 @@ from .persistent import (
     _bias_and_activation, _check_num_programs, _config_kwargs, _load_bias, _record_tile, _store_tile, _tma_args,
     tma_input_descriptors, tma_k_loop, tma_output_descriptor, tma_store_tile,
 )
-from .tiles import STREAMK_FIELDS, cdiv, streamk_default_tiles, streamk_range, tile_coords
+from .tiles import STREAMK_FIELDS, STREAMK_MIN_K_TILES, cdiv, streamk_default_tiles, streamk_range, tile_coords
 
 __all__ = ["matmul_streamk", "trace_streamk_segments", "STREAMK_FIELDS"]
 
@@ -104,8 +105,9 @@ def _matmul_streamk_kernel(
     num_pid_n = tl.cdiv(N, BLOCK_N)
     num_tiles = num_pid_m * num_pid_n
     k_tiles = tl.cdiv(K, BLOCK_K)
-    # default (tiles.streamk_default_tiles): split every tile when they would busy at most half the programs
-    sk_tiles = tl.where(2 * num_tiles <= NUM_PROGRAMS, num_tiles, 0)
+    # default (tiles.streamk_default_tiles): split every tile when they would busy at most half
+    # the programs and their K loops are long
+    sk_tiles = tl.where((2 * num_tiles <= NUM_PROGRAMS) & (k_tiles >= STREAMK_MIN_K_TILES), num_tiles, 0)
     sk_tiles = tl.where(sk_tiles_requested < 0, sk_tiles, sk_tiles_requested)
     dp_tiles = num_tiles - sk_tiles
 
@@ -226,8 +228,8 @@ def matmul_streamk(a, b, *, activation=None, bias=None, order="grouped", group_s
     a GPU; runs in the interpreter).  ``sk_tiles`` (with an explicit ``config``, which fixes the
     tile count) goes from 0 (``matmul_tma``'s schedule) to ``min(tiles, num_programs)``, e.g.
     ``tiles % num_programs`` to split just the partial last wave.  The default splits every tile
-    when there are at most half as many tiles as programs, else none
-    (``tiles.streamk_default_tiles``).
+    when there are at most half as many tiles as programs and K has at least
+    ``tiles.STREAMK_MIN_K_TILES`` blocks, else none (``tiles.streamk_default_tiles``).
     """
     return _launch_streamk(a, b, activation=activation, bias=bias, order=order, group_size_m=group_size_m,
                            num_programs=num_programs, config=config, sk_tiles=sk_tiles)
@@ -246,7 +248,7 @@ def trace_streamk_segments(M, N, K, *, block_m=None, block_n=None, block_k=None,
     a = tma_aligned(torch.randn(M, K).to(runtime.DEVICE, dtype))
     b = tma_aligned(torch.randn(K, N).to(runtime.DEVICE, dtype))
     num_tiles = cdiv(M, bm) * cdiv(N, bn)
-    dp_tiles = num_tiles - (streamk_default_tiles(num_tiles, num_programs) if sk_tiles is None else sk_tiles)
+    dp_tiles = num_tiles - (streamk_default_tiles(num_tiles, num_programs, cdiv(K, bk)) if sk_tiles is None else sk_tiles)
     trace = torch.full((dp_tiles + 2 * num_programs, len(STREAMK_FIELDS)), -1, dtype=torch.int32, device=a.device)
     config = triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk},
                            num_warps=4, num_stages=1 if runtime.interpreted() else 3)

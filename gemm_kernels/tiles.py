@@ -244,16 +244,23 @@ def streamk_range(pid, total_iters, NUM_PROGRAMS: tl.constexpr):
     return first, end
 
 
-def streamk_default_tiles(num_tiles: int, num_programs: int) -> int:
-    """How many tiles the Stream-K kernel splits along K when not told: all of them when they
-    would keep at most half of the programs busy (few tiles, long K), else none.
+#: fewest K iterations per tile for the default split: each partial sum handed over costs about
+#: as much as 5 K iterations (H100, 128x256 tiles: a 128 KiB round trip through L2), so short K
+#: loops lose more to the hand-over than they gain from idle SMs (PERF_NOTES.md entry 14)
+STREAMK_MIN_K_TILES = 64
 
-    Splitting a multi-wave problem's tail saves at most one partial wave, and on an H100 the
-    split cost more than that (4096^3, 116 of 512 tiles split: 232 us against 209 us unsplit;
-    3072^3, 24 of 288: 112 against 111; PERF_NOTES.md entry 14), so the default leaves it to
-    ``sk_tiles``.  With few tiles the saving is most of the kernel (1280^3, 50 tiles: 34 us
-    against 83 us)."""
-    return num_tiles if 2 * num_tiles <= num_programs else 0
+
+def streamk_default_tiles(num_tiles: int, num_programs: int, k_tiles: int) -> int:
+    """How many tiles the Stream-K kernel splits along K when not told: all of them when they
+    would keep at most half of the programs busy and each has at least
+    :data:`STREAMK_MIN_K_TILES` K iterations (few tiles, long K), else none.
+
+    Measured on an H100 with 128x256 tiles, times from CUDA graphs (PERF_NOTES.md entry 14):
+    splitting gains at 512 x 512 x 16384 (8 tiles of 256 iterations: 85 us against 147 unsplit)
+    and 1024 x 1024 x 8192 (32 of 128: 55 against 78), loses at 1280^3 (50 of 20: 29 against 17),
+    and splitting a multi-wave problem's partial last wave loses too (4096^3, 116 of 512 tiles
+    split: 239 against 208), so those are left to ``sk_tiles``."""
+    return num_tiles if 2 * num_tiles <= num_programs and k_tiles >= STREAMK_MIN_K_TILES else 0
 
 
 #: columns of ``streamk_segments``' rows (and of ``streamk.trace_streamk_segments``)
@@ -276,7 +283,7 @@ def streamk_segments(num_tiles: int, k_tiles: int, num_programs: int, sk_tiles: 
     if num_programs < 1 or k_tiles < 1 or num_tiles < 0:
         raise ValueError(f"need num_programs >= 1, k_tiles >= 1, num_tiles >= 0; got {num_programs}, {k_tiles}, {num_tiles}")
     if sk_tiles is None:
-        sk_tiles = streamk_default_tiles(num_tiles, num_programs)
+        sk_tiles = streamk_default_tiles(num_tiles, num_programs, k_tiles)
     if not 0 <= sk_tiles <= min(num_tiles, num_programs):
         raise ValueError(f"sk_tiles must be in [0, min(num_tiles, num_programs)] = [0, {min(num_tiles, num_programs)}], "
                          f"got {sk_tiles}: a program's share of the split is then under one tile of K iterations")

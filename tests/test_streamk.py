@@ -18,9 +18,9 @@ from gemm_kernels.testing import assert_close, random_matrix
 
 DTYPES = [torch.float16, torch.bfloat16, torch.float32]
 BLOCKS = configs.INTERPRETER_BLOCKS
-# ragged against the 32-blocks, K up to 32 blocks; (37, 61, 45): 4 tiles on 4 programs (not split
-# by default), (1, 1, 1) and (65, 33, 16): 1-2 tiles (split), the others several waves
-SHAPES = [(1, 1, 1), (37, 61, 45), (97, 89, 301), (65, 33, 16), (2, 131, 67), (70, 40, 999), (30, 50, 999)]
+# ragged against the 32-blocks; split by default only (30, 50, 2050): 2 tiles for 4 programs, 65 K
+# blocks (tiles.streamk_default_tiles); the others run matmul_tma's schedule unless sk_tiles says
+SHAPES = [(1, 1, 1), (37, 61, 45), (97, 89, 301), (65, 33, 16), (2, 131, 67), (70, 40, 999), (30, 50, 2050)]
 
 
 def _ids(shape):
@@ -107,7 +107,7 @@ def test_flags_are_lowered_after_every_launch():
 # ---------------------------------------------------------------- schedule: kernel == mirror, mirror's properties
 @pytest.mark.parametrize("M,N,K,num_programs,sk_tiles", [
     (97, 89, 301, 4, None), (97, 89, 301, 4, 4), (97, 89, 301, 7, 5), (97, 89, 301, 3, 0),
-    (37, 61, 1000, 5, None), (37, 30, 1000, 5, None), (150, 100, 64, 4, None), (1, 1, 1, 4, None),
+    (37, 61, 1000, 5, None), (37, 30, 2100, 5, None), (150, 100, 64, 4, None), (1, 1, 1, 4, None),
     (33, 250, 330, 64, None), (33, 40, 330, 7, None),
 ])
 def test_trace_equals_mirror(M, N, K, num_programs, sk_tiles):
@@ -128,7 +128,7 @@ def test_mirror_covers_every_iteration_once_and_balances(num_tiles, k_tiles, num
     for _, tile, k_first, k_end in seg:
         covered[tile, k_first:k_end] += 1
     assert (covered == 1).all()
-    sk = tiles.streamk_default_tiles(num_tiles, num_programs) if sk_tiles is None else sk_tiles
+    sk = tiles.streamk_default_tiles(num_tiles, num_programs, k_tiles) if sk_tiles is None else sk_tiles
     dp = num_tiles - sk
     # Stream-K shares differ by at most one iteration; no program waits on a higher pid
     shares = np.zeros(num_programs, dtype=int)
@@ -145,11 +145,12 @@ def test_mirror_covers_every_iteration_once_and_balances(num_tiles, k_tiles, num
 
 
 def test_default_splits_only_few_tile_problems():
-    assert tiles.streamk_default_tiles(32, 132) == 32  # 1024 x 1024 tiles of 128 x 256: all split
-    assert tiles.streamk_default_tiles(66, 132) == 66
-    assert tiles.streamk_default_tiles(67, 132) == 0  # one wave, over half full: nothing gained
-    assert tiles.streamk_default_tiles(512, 132) == 0  # 4096^3: the tail split is measured slower
-    assert tiles.streamk_default_tiles(0, 132) == 0
+    assert tiles.streamk_default_tiles(32, 132, 128) == 32  # 1024 x 1024 x 8192 in 128 x 256 x 64: all split
+    assert tiles.streamk_default_tiles(66, 132, 64) == 66
+    assert tiles.streamk_default_tiles(50, 132, 20) == 0  # 1280^3: K too short to pay for the hand-over
+    assert tiles.streamk_default_tiles(67, 132, 128) == 0  # one wave, over half full: little to gain
+    assert tiles.streamk_default_tiles(512, 132, 64) == 0  # 4096^3: the tail split is measured slower
+    assert tiles.streamk_default_tiles(0, 132, 64) == 0
 
 
 def test_splitting_the_tail_of_4096_cubed_evens_out_the_work():
@@ -245,4 +246,8 @@ def test_gpu_every_config_and_split_is_correct():
 def test_gpu_trace_equals_mirror_at_real_block_sizes():
     trace = trace_streamk_segments(1000, 1003, 640, block_m=128, block_n=128, block_k=64)
     mirror = tiles.streamk_segments(8 * 8, 10, runtime.num_sms())
+    np.testing.assert_array_equal(trace.numpy(), mirror)
+    trace = trace_streamk_segments(500, 300, 64 * 70, block_m=128, block_n=128, block_k=64)  # 12 tiles: split
+    mirror = tiles.streamk_segments(4 * 3, 70, runtime.num_sms())
+    assert (mirror[:, 2] > 0).any()
     np.testing.assert_array_equal(trace.numpy(), mirror)
