@@ -46,6 +46,9 @@ from .tiles import STREAMK_FIELDS, STREAMK_MIN_K_TILES, cdiv, streamk_default_ti
 
 __all__ = ["matmul_streamk", "trace_streamk_segments", "STREAMK_FIELDS"]
 
+#: tiles.STREAMK_MIN_K_TILES as a compile-time constant (a kernel may only read constexpr globals)
+_MIN_K_TILES = tl.constexpr(STREAMK_MIN_K_TILES)
+
 
 # ----------------------------------------------------------------------------- device helpers
 @triton.jit
@@ -107,7 +110,7 @@ def _matmul_streamk_kernel(
     k_tiles = tl.cdiv(K, BLOCK_K)
     # default (tiles.streamk_default_tiles): split every tile when they would busy at most half
     # the programs and their K loops are long
-    sk_tiles = tl.where((2 * num_tiles <= NUM_PROGRAMS) & (k_tiles >= STREAMK_MIN_K_TILES), num_tiles, 0)
+    sk_tiles = tl.where((2 * num_tiles <= NUM_PROGRAMS) & (k_tiles >= _MIN_K_TILES), num_tiles, 0)
     sk_tiles = tl.where(sk_tiles_requested < 0, sk_tiles, sk_tiles_requested)
     dp_tiles = num_tiles - sk_tiles
 
