@@ -323,7 +323,8 @@ def plot_suite(suite: str, rows: list[dict], path: Path, title: str, peak: float
     providers = list(OrderedDict.fromkeys(r["provider"] for r in timed))
     cols = min(3, len(panels))
     nrows = math.ceil(len(panels) / cols)
-    fig, axes = plt.subplots(nrows, cols, figsize=(5.5 * cols, 3.8 * nrows), squeeze=False)
+    # at least 9 inches wide: a one-panel figure must still hold the title and the legend
+    fig, axes = plt.subplots(nrows, cols, figsize=(max(5.5 * cols, 9), 3.8 * nrows), squeeze=False)
     colors = {p: plt.cm.tab10(i % 10) for i, p in enumerate(providers)}
     for ax, panel in zip(axes.flat, panels):
         in_panel = [r for r in timed if r["panel"] == panel]
@@ -352,7 +353,7 @@ def plot_suite(suite: str, rows: list[dict], path: Path, title: str, peak: float
     for ax in list(axes.flat)[len(panels):]:
         ax.axis("off")
     handles, labels = axes.flat[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=min(6, len(labels)), fontsize=8, frameon=False)
+    fig.legend(handles, labels, loc="lower center", ncol=min(5, len(labels)), fontsize=8, frameon=False)
     fig.suptitle(title + (f"  (dense peak {peak:g} TFLOP/s: dotted where in range)" if peak else ""), fontsize=10)
     fig.tight_layout(rect=(0, 0.06, 1, 0.95))
     path.parent.mkdir(parents=True, exist_ok=True)
