@@ -15,9 +15,9 @@ iteration: the others write their fp32 partial sums to a workspace and raise a f
 for the flags, adds the partials and runs the epilogue.
 
 What it bought on an H100 (PERF_NOTES.md entry 14, 128x256 tiles, GPU times from CUDA graphs):
-with few tiles and a long K, most of the kernel (512 x 512 x 16384: 85 us against 147 unsplit;
-1024 x 1024 x 8192: 55 against 78).  With a short K (1280^3) or a multi-wave problem's partial
-last wave (4096^3: 239 against 208) it lost: each partial sum is a 128 KiB round trip through
+with few tiles and a long K, most of the kernel (512 x 512 x 16384: 88 us against 148 unsplit;
+1024 x 1024 x 8192: 56 against 79).  With a short K (1280^3) or a multi-wave problem's partial
+last wave (4096^3: 242 against 212) it lost: each partial sum is a 128 KiB round trip through
 L2 (about 5 K iterations' time), and programs that share an A or B panel no longer read it at
 the same K offset.  So by default only few-tile, long-K problems are split
 (``tiles.streamk_default_tiles``); ``sk_tiles`` sets any other split.

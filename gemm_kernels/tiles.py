@@ -256,10 +256,10 @@ def streamk_default_tiles(num_tiles: int, num_programs: int, k_tiles: int) -> in
     :data:`STREAMK_MIN_K_TILES` K iterations (few tiles, long K), else none.
 
     Measured on an H100 with 128x256 tiles, times from CUDA graphs (PERF_NOTES.md entry 14):
-    splitting gains at 512 x 512 x 16384 (8 tiles of 256 iterations: 85 us against 147 unsplit)
-    and 1024 x 1024 x 8192 (32 of 128: 55 against 78), loses at 1280^3 (50 of 20: 29 against 17),
+    splitting gains at 512 x 512 x 16384 (8 tiles of 256 iterations: 88 us against 148 unsplit)
+    and 1024 x 1024 x 8192 (32 of 128: 56 against 79), loses at 1280^3 (50 of 20: 29 against 18),
     and splitting a multi-wave problem's partial last wave loses too (4096^3, 116 of 512 tiles
-    split: 239 against 208), so those are left to ``sk_tiles``."""
+    split: 242 against 212), so those are left to ``sk_tiles``."""
     return num_tiles if 2 * num_tiles <= num_programs and k_tiles >= STREAMK_MIN_K_TILES else 0
 
 
