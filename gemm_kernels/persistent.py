@@ -178,6 +178,20 @@ def tma_store_tile(acc, c_desc, off_m, off_n, BLOCK_N: tl.constexpr, EPILOGUE_SU
         c_desc.store([off_m, off_n], acc.to(c_desc.dtype))
 
 
+@triton.jit
+def tma_finish_tile(acc, bias, c_out, off_m, off_n, M, N, stride_c, stride_cn,
+                    HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, C_TMA: tl.constexpr,
+                    EPILOGUE_SUBTILE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Epilogue (bias, activation) and store of one C tile.  ``c_out`` is C's descriptor when
+    C_TMA (the TMA store clips the rows/columns past M and N), else C's pointer: C's rows are
+    not 16-byte aligned (N * itemsize % 16 != 0) and a masked pointer store writes the tile."""
+    acc = _bias_and_activation(acc, bias, HAS_BIAS, ACTIVATION)
+    if C_TMA:
+        tma_store_tile(acc, c_out, off_m, off_n, BLOCK_N, EPILOGUE_SUBTILE)
+    else:
+        _store_tile(acc, c_out, off_m, off_n, M, N, stride_c, stride_cn, BLOCK_M, BLOCK_N)
+
+
 # ----------------------------------------------------------------------------- persistent, TMA
 @triton.jit
 def _matmul_tma_kernel(
@@ -194,7 +208,9 @@ def _matmul_tma_kernel(
     a_desc, b_desc = tma_input_descriptors(a_ptr, b_ptr, M, N, K, stride_a, stride_b,
                                            A_COL_MAJOR, B_COL_MAJOR, BLOCK_M, BLOCK_N, BLOCK_K)
     if C_TMA:
-        c_desc = tma_output_descriptor(c_ptr, M, N, stride_c, BLOCK_M, BLOCK_N, EPILOGUE_SUBTILE)
+        c_out = tma_output_descriptor(c_ptr, M, N, stride_c, BLOCK_M, BLOCK_N, EPILOGUE_SUBTILE)
+    else:
+        c_out = c_ptr
 
     pid = tl.program_id(0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
@@ -211,11 +227,8 @@ def _matmul_tma_kernel(
         bias = _load_bias(bias_ptr, off_n, N, BLOCK_N, HAS_BIAS)
         acc = tma_k_loop(a_desc, b_desc, off_m, off_n, 0, k_tiles, A_COL_MAJOR, B_COL_MAJOR, WIDEN,
                          BLOCK_M, BLOCK_N, BLOCK_K)
-        acc = _bias_and_activation(acc, bias, HAS_BIAS, ACTIVATION)
-        if C_TMA:  # the TMA store clips the rows/columns past M and N
-            tma_store_tile(acc, c_desc, off_m, off_n, BLOCK_N, EPILOGUE_SUBTILE)
-        else:  # C's rows are not 16-byte aligned (N * itemsize % 16 != 0): masked pointer store
-            _store_tile(acc, c_ptr, off_m, off_n, M, N, stride_c, stride_cn, BLOCK_M, BLOCK_N)
+        tma_finish_tile(acc, bias, c_out, off_m, off_n, M, N, stride_c, stride_cn, HAS_BIAS, ACTIVATION, C_TMA,
+                        EPILOGUE_SUBTILE, BLOCK_M, BLOCK_N)
         step += 1
 
 

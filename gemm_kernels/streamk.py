@@ -39,8 +39,8 @@ import triton.language as tl
 from . import _validate, configs, runtime
 from .matmul import _check_matmul_inputs, matmul
 from .persistent import (
-    _bias_and_activation, _check_num_programs, _config_kwargs, _load_bias, _record_tile, _store_tile, _tma_args,
-    tma_input_descriptors, tma_k_loop, tma_output_descriptor, tma_store_tile,
+    _check_num_programs, _config_kwargs, _load_bias, _record_tile, _tma_args, tma_finish_tile, tma_input_descriptors,
+    tma_k_loop, tma_output_descriptor,
 )
 from .tiles import STREAMK_FIELDS, STREAMK_MIN_K_TILES, cdiv, streamk_default_tiles, streamk_range, tile_coords
 
@@ -101,7 +101,9 @@ def _matmul_streamk_kernel(
     a_desc, b_desc = tma_input_descriptors(a_ptr, b_ptr, M, N, K, stride_a, stride_b,
                                            A_COL_MAJOR, B_COL_MAJOR, BLOCK_M, BLOCK_N, BLOCK_K)
     if C_TMA:
-        c_desc = tma_output_descriptor(c_ptr, M, N, stride_c, BLOCK_M, BLOCK_N, EPILOGUE_SUBTILE)
+        c_out = tma_output_descriptor(c_ptr, M, N, stride_c, BLOCK_M, BLOCK_N, EPILOGUE_SUBTILE)
+    else:
+        c_out = c_ptr
 
     pid = tl.program_id(0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
@@ -124,11 +126,8 @@ def _matmul_streamk_kernel(
         bias = _load_bias(bias_ptr, off_n, N, BLOCK_N, HAS_BIAS)
         acc = tma_k_loop(a_desc, b_desc, off_m, off_n, 0, k_tiles, A_COL_MAJOR, B_COL_MAJOR, WIDEN,
                          BLOCK_M, BLOCK_N, BLOCK_K)
-        acc = _bias_and_activation(acc, bias, HAS_BIAS, ACTIVATION)
-        if C_TMA:
-            tma_store_tile(acc, c_desc, off_m, off_n, BLOCK_N, EPILOGUE_SUBTILE)
-        else:
-            _store_tile(acc, c_ptr, off_m, off_n, M, N, stride_c, stride_cn, BLOCK_M, BLOCK_N)
+        tma_finish_tile(acc, bias, c_out, off_m, off_n, M, N, stride_c, stride_cn, HAS_BIAS, ACTIVATION, C_TMA,
+                        EPILOGUE_SUBTILE, BLOCK_M, BLOCK_N)
 
     # 2. Stream-K: this program's share of the last sk_tiles tiles' K iterations (at most two
     #    segments: the end of one tile, then the start of the next).
@@ -153,11 +152,8 @@ def _matmul_streamk_kernel(
             acc = _add_partials(acc, partial_ptr, flag_ptr, pid, t * k_tiles + k_end, (t + 1) * k_tiles,
                                 total_iters, NUM_PROGRAMS, BLOCK_M, BLOCK_N)
             bias = _load_bias(bias_ptr, off_n, N, BLOCK_N, HAS_BIAS)
-            acc = _bias_and_activation(acc, bias, HAS_BIAS, ACTIVATION)
-            if C_TMA:
-                tma_store_tile(acc, c_desc, off_m, off_n, BLOCK_N, EPILOGUE_SUBTILE)
-            else:
-                _store_tile(acc, c_ptr, off_m, off_n, M, N, stride_c, stride_cn, BLOCK_M, BLOCK_N)
+            tma_finish_tile(acc, bias, c_out, off_m, off_n, M, N, stride_c, stride_cn, HAS_BIAS, ACTIVATION, C_TMA,
+                            EPILOGUE_SUBTILE, BLOCK_M, BLOCK_N)
         it += k_end - k_first
         segment += 1
 
