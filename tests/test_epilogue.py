@@ -33,6 +33,10 @@ def _apply(x: torch.Tensor, activation) -> torch.Tensor:
     return y.cpu()
 
 
+# gelu_erf squares its argument: for the +-inf / huge inputs numpy (the interpreter) warns about
+# the inf * inf and inf * 0 it computes on the way to the right answer, which the test checks
+@pytest.mark.filterwarnings("ignore:overflow encountered in multiply:RuntimeWarning")
+@pytest.mark.filterwarnings("ignore:invalid value encountered in multiply:RuntimeWarning")
 @pytest.mark.parametrize("activation", ACTIVATIONS)
 def test_activation_matches_torch_to_fp32_accuracy(activation):
     # dense where GELU bends (|x| < 6), plus random values of every magnitude fp32 holds
