@@ -22,9 +22,10 @@ L2 (about 5 K iterations' time), and programs that share an A or B panel no long
 the same K offset.  So by default only few-tile, long-K problems are split
 (``tiles.streamk_default_tiles``); ``sk_tiles`` sets any other split.
 
-The waiting needs every program resident at once: the grid is at most one program per SM
-(``num_programs`` defaults to the SM count), and a program only ever waits for lower pids,
-which the GPU starts first (and which Triton's interpreter runs first).
+A program only ever waits for lower pids.  The GPU starts programs in pid order (and Triton's
+interpreter runs them in that order), so whoever is waited for is already running or done, and
+the waits end even when ``num_programs`` is more than fit on the GPU at once (by default it is
+the SM count: one program per SM, all resident).
 
 Three layers as elsewhere: ``_matmul_streamk_kernel``, the validated launcher
 ``matmul_streamk``, ``configs.streamk_configs``.
