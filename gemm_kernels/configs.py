@@ -86,8 +86,76 @@ def fit_to_device(config_list, named_args, **kwargs):
     return fitted if runtime.autotune_enabled() else fitted[:1]
 
 
+#: block sizes an explicit config may use: tl.dot needs >= 16, a TMA block dimension <= 256
+BLOCK_RANGE = (16, 256)
+
+
+def check_explicit_config(config: triton.Config, allowed_switches: dict) -> None:
+    """A user's ``config=``: only the block sizes and the kernel's loop switches, with values the
+    kernel can compile (powers of two in BLOCK_RANGE, boolean switches, sane warps and stages).
+    Raises ValueError/TypeError naming the field, instead of a compiler error or a wrong answer."""
+    def power_of_two(value):
+        return isinstance(value, int) and not isinstance(value, bool) and value > 0 and value & (value - 1) == 0
+
+    unknown = set(config.kwargs) - {"BLOCK_M", "BLOCK_N", "BLOCK_K"} - set(allowed_switches)
+    if unknown:
+        raise ValueError(f"config sets {sorted(unknown)}, which this kernel does not take from a config; "
+                         f"allowed: BLOCK_M, BLOCK_N, BLOCK_K{''.join(', ' + k for k in allowed_switches)}")
+    low, high = BLOCK_RANGE
+    for name in ("BLOCK_M", "BLOCK_N", "BLOCK_K"):
+        value = config.kwargs[name]
+        if not (power_of_two(value) and low <= value <= high):
+            raise ValueError(f"config {name} must be a power of two from {low} to {high}, got {value!r}")
+    for name in set(config.kwargs) & set(allowed_switches):
+        if not isinstance(config.kwargs[name], bool):
+            raise TypeError(f"config {name} must be True or False, got {config.kwargs[name]!r}")
+    if not (power_of_two(config.num_warps) and config.num_warps <= 16):
+        raise ValueError(f"config num_warps must be 1, 2, 4, 8 or 16, got {config.num_warps!r}")
+    if isinstance(config.num_stages, bool) or not isinstance(config.num_stages, int) or config.num_stages < 1:
+        raise ValueError(f"config num_stages must be an int >= 1, got {config.num_stages!r}")
+
+
 #: pass as ``triton.autotune(..., prune_configs_by=PRUNE)``
 PRUNE = {"early_config_prune": fit_to_device}
+
+
+class TunedKernel:
+    """``triton.autotune(kernel)`` that remembers what it chose, so a repeated launch skips it.
+
+    Triton's ``Autotuner.run`` rebuilds its cache key from every argument and re-binds them all
+    on every call, even when the answer is cached: on the lent H100 that was ~50 of the ~120 µs
+    ``matmul_tma`` spent on the host per call (PERF_NOTES.md entry 15), which decides every
+    size whose kernel runs for less than that.  Here the first launch for a key goes through
+    the autotuner (tuning if needed) and its ``best_config`` is kept; later launches with the
+    same key call the kernel with that config directly.  The key is the autotuner's own (the
+    ``key`` arguments plus every tensor's dtype), so both always agree on the choice.
+
+    Used like the autotuner: ``tuned[grid](*args, **kwargs)``.  ``fn`` is the kernel (the compile
+    view follows it), ``keys`` the key names, ``autotuner`` Triton's object, ``chosen`` the memory.
+    """
+
+    def __init__(self, kernel, config_list, key):
+        self.fn = kernel
+        self.keys = list(key)
+        self.autotuner = triton.autotune(configs=config_list, key=self.keys, prune_configs_by=PRUNE)(kernel)
+        self.chosen: dict = {}
+
+    def tuning_key(self, *args, **kwargs) -> tuple:
+        """The autotuner's cache key for these launch arguments (positional ones by name)."""
+        named = {**dict(zip(self.autotuner.arg_names, args)), **kwargs}
+        return (*(named[k] for k in self.keys if k in named),
+                *(str(v.dtype) for v in named.values() if hasattr(v, "dtype")))
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            key = self.tuning_key(*args, **kwargs)
+            config = self.chosen.get(key)
+            if config is None:
+                self.autotuner[grid](*args, **kwargs)
+                self.chosen[key] = self.autotuner.best_config
+            else:
+                self.fn[grid](*args, **kwargs, **config.all_kwargs())
+        return launch
 
 #: Autotune key of the single-GEMM kernels: the sizes, the tile order and the epilogue (never
 #: pointers: a pointer key would re-tune on every call).  The epilogue is in it because the

@@ -205,12 +205,11 @@ def _with_starts_rows(config_list):
 
 
 _CONFIGS, BLOCK_SHAPES = _with_starts_rows(configs.grouped_configs())
-_grouped_matmul_tuned = triton.autotune(
-    configs=_CONFIGS,
+_grouped_matmul_tuned = configs.TunedKernel(
+    _grouped_matmul_kernel, _CONFIGS,
     key=["num_problems_bucket", "max_k_bucket", "work_bucket", "DTYPE", "USE_TMA",
          "A_LAYOUT", "B_LAYOUT", "C_LAYOUT", "M_ALIGN", "N_ALIGN", "K_ALIGN"],
-    prune_configs_by=configs.PRUNE,
-)(_grouped_matmul_kernel)
+)
 
 
 # ----------------------------------------------------------------------------- host side
@@ -260,7 +259,7 @@ def tma_strides(t: torch.Tensor, order) -> list | None:
     """Strides of ``t``'s dimensions taken in ``order`` (the last one must be the unit-stride
     dimension), as a tensor descriptor over that view needs them; None if TMA cannot read it.
 
-    TMA needs a 16-byte-aligned base, a unit last stride and every other stride a multiple of
+    TMA needs a 16-byte-aligned base, a unit last stride and every other stride a nonzero multiple of
     16 bytes.  A dimension of size 1 never moves, so its stride is replaced by an aligned one."""
     if t.data_ptr() % TMA_ALIGN_BYTES:
         return None
@@ -271,7 +270,7 @@ def tma_strides(t: torch.Tensor, order) -> list | None:
     for i, (size, stride) in enumerate(zip(shape[:-1], strides[:-1])):
         if size == 1:
             stride = runtime.tma_row_length(math.prod(shape[i + 1:]), elem)
-        elif (stride * elem) % TMA_ALIGN_BYTES:
+        elif stride == 0 or (stride * elem) % TMA_ALIGN_BYTES:  # 0: an expanded view, rows repeat
             return None
         out.append(stride)
     return out + [1]
@@ -309,7 +308,7 @@ def common_layout(tensors: dict, role: str, required: bool = False) -> tuple[str
             raise ValueError(
                 f"tma=True: {role}[{i}] (shape {tuple(t.shape)}, strides {tuple(t.stride())}, "
                 f"data_ptr % 16 = {t.data_ptr() % 16}) cannot be read through a tensor descriptor: TMA "
-                f"needs a unit stride along one dimension, the other stride a multiple of 16 bytes "
+                f"needs a unit stride along one dimension, the other stride a nonzero multiple of 16 bytes "
                 f"({runtime.tma_row_length(1, elem)} {_dtype_name(t.dtype)} elements) and a 16-byte-aligned base. "
                 f"Use tma=False, or store it with padded rows (e.g. slice a [{t.shape[0]}, "
                 f"{runtime.tma_row_length(t.shape[1], elem)}] buffer)."

@@ -57,7 +57,7 @@ from functools import cached_property
 
 import numpy as np
 
-from .schedule import Schedule
+from .schedule import Schedule, _positive_int
 from .tiles import cdiv
 
 #: L2 of an H100 SXM (``cudaDeviceProp.l2CacheSize`` = 50 MiB).
@@ -106,8 +106,8 @@ class ReuseProfile:
         K = self.k_blocks
         if l2_bytes is None:
             return np.where(self.first_use, 0, K)
-        if l2_bytes < 0:
-            raise ValueError(f"l2_bytes must be >= 0, got {l2_bytes}")
+        if not 0 <= l2_bytes < float("inf"):
+            raise ValueError(f"l2_bytes must be finite and >= 0 (None: unlimited), got {l2_bytes}")
         C = int(l2_bytes)
         a, b = self.bytes_from_prev_start, self.bytes_to_this_end
         # block k hits iff (K - k) * a + k * b <= C * K, a straight line in k
@@ -226,9 +226,7 @@ def _problem_ks(schedule: Schedule, K: int | None) -> list[int]:
             if K is None:
                 raise ValueError(f"problem {g} ({M}x{N}) has no K: pass K= or give (M, N, K) shapes")
             Kg = K
-        if Kg < 1:
-            raise ValueError(f"problem {g}: K must be >= 1 to load anything, got {Kg}")
-        ks.append(int(Kg))
+        ks.append(_positive_int(Kg, f"problem {g}: K (>= 1 to load anything)"))
     return ks
 
 
@@ -240,10 +238,8 @@ def reuse_profile(schedule: Schedule, block_k: int, K: int | None = None, elemen
     none.  ``element_bytes``: 2 for fp16/bf16, 4 for fp32.  Cost: about
     (waves x touched blocks) numpy work; milliseconds for 64x64 tiles.
     """
-    if block_k < 1:
-        raise ValueError(f"block_k must be >= 1, got {block_k}")
-    if element_bytes <= 0:
-        raise ValueError(f"element_bytes must be > 0, got {element_bytes}")
+    _positive_int(block_k, "block_k")
+    _positive_int(element_bytes, "element_bytes")
     s = schedule
     ks = _problem_ks(s, K)
 

@@ -91,11 +91,14 @@ def k_loop_pointers(a_ptr, b_ptr, offs_m, offs_n, K, stride_am, stride_ak, strid
     return acc
 
 
-_matmul_tuned = triton.autotune(configs=configs.matmul_configs(), key=configs.SINGLE_GEMM_KEY,
-                                prune_configs_by=configs.PRUNE)(_matmul_kernel)
+_matmul_tuned = configs.TunedKernel(_matmul_kernel, configs.matmul_configs(), key=configs.SINGLE_GEMM_KEY)
 
 
 def _check_matmul_inputs(a, b, order, group_size_m, activation, bias):
+    """Every single-GEMM launcher's checks; returns ``(bias, group_size_m)`` as the kernels take
+    them: the bias contiguous (the kernels read ``bias_ptr + n``) and the group no taller than M
+    (a group taller than C's rows of tiles is the same order, and keeps ``GROUP_SIZE_M *
+    num_pid_n`` within 32 bits)."""
     _validate.check_tensor(a, "a", 2)
     _validate.check_tensor(b, "b", 2)
     if a.shape[1] != b.shape[0]:
@@ -115,9 +118,17 @@ def _check_matmul_inputs(a, b, order, group_size_m, activation, bias):
             raise ValueError(f"bias must have shape [N] = [{b.shape[1]}], got {list(bias.shape)}")
         _validate.check_same({"a": a, "bias": bias}, "device")
     for name, t in (("a", a), ("b", b)):
-        span = sum((s - 1) * abs(st) for s, st in zip(t.shape, t.stride())) if t.numel() else 0
+        (rows, cols), (row_stride, col_stride) = t.shape, t.stride()
+        span = (rows - 1) * abs(row_stride) + (cols - 1) * abs(col_stride) if rows and cols else 0
         if span > MAX_INDEX:
             raise ValueError(f"{name} spans {span + 1} elements: more than 32-bit kernel offsets address")
+    M, N = a.shape[0], b.shape[1]
+    if M * N - 1 > MAX_INDEX:
+        raise ValueError(f"C would be {M}x{N} = {M * N} elements: more than 32-bit kernel offsets address "
+                         f"(at most {MAX_INDEX + 1}); split the product into row blocks")
+    if bias is not None and bias.stride(0) != 1:
+        bias = bias.contiguous()
+    return bias, min(group_size_m, max(M, 1))
 
 
 def matmul(a, b, *, order="grouped", group_size_m=8, activation=None, bias=None):
@@ -129,7 +140,7 @@ def matmul(a, b, *, order="grouped", group_size_m=8, activation=None, bias=None)
     ``activation``: None, "relu", "leaky_relu" (slope 0.01) or "gelu"; ``bias``: shape [N].
     Both are applied to the fp32 accumulator before the single store.
     """
-    _check_matmul_inputs(a, b, order, group_size_m, activation, bias)
+    bias, group_size_m = _check_matmul_inputs(a, b, order, group_size_m, activation, bias)
     M, K = a.shape
     N = b.shape[1]
     c = torch.empty((M, N), device=a.device, dtype=a.dtype)
@@ -164,7 +175,7 @@ def trace_program_tiles(M, N, K=16, *, block_m=None, block_n=None, block_k=None,
     bm, bn, bk = block_m or blocks["BLOCK_M"], block_n or blocks["BLOCK_N"], block_k or blocks["BLOCK_K"]
     a = torch.randn(M, K, device=runtime.DEVICE).to(dtype)
     b = torch.randn(K, N, device=runtime.DEVICE).to(dtype)
-    _check_matmul_inputs(a, b, order, group_size_m, None, None)
+    _, group_size_m = _check_matmul_inputs(a, b, order, group_size_m, None, None)
     c = torch.empty((M, N), device=a.device, dtype=dtype)
     num_programs = triton.cdiv(M, bm) * triton.cdiv(N, bn)
     trace = torch.full((num_programs, 2), -1, dtype=torch.int32, device=a.device)

@@ -29,6 +29,8 @@ Otherwise plain masked pointer loads (any strides).
 
 from __future__ import annotations
 
+import math
+
 from typing import NamedTuple
 
 import torch
@@ -140,11 +142,10 @@ def _grouped_mm_kernel(
             tl.store(out_ptrs, acc.to(dtype), mask=(offs_om[:, None] < row_end) & (offs_on[None, :] < N))
 
 
-_grouped_mm_tuned = triton.autotune(
-    configs=configs.moe_configs(),
+_grouped_mm_tuned = configs.TunedKernel(
+    _grouped_mm_kernel, configs.moe_configs(),
     key=["N", "K", "E", "t_bucket", "USE_TMA", "W_NK", "OUT_TMA"],  # x/w dtypes are added by Triton
-    prune_configs_by=configs.PRUNE,
-)(_grouped_mm_kernel)
+)
 
 
 # ----------------------------------------------------------------------------- host side
@@ -202,7 +203,7 @@ def _plan_tma(x, w, out, tma, check_gpu=True) -> dict:
         raise ValueError(
             f"tma=True: {name} (shape {list(t.shape)}, strides {list(t.stride())}, data_ptr % 16 = "
             f"{t.data_ptr() % 16}) cannot be read through a tensor descriptor: TMA needs a unit stride "
-            "along its last (or, for w, its K) dimension, the other strides multiples of 16 bytes and "
+            "along its last (or, for w, its K) dimension, the other strides nonzero multiples of 16 bytes and "
             "a 16-byte-aligned base. Use tma=False (or None to choose automatically)."
         )
     return {"USE_TMA": True, "W_NK": w_kn is None, "OUT_TMA": tma_strides(out, (0, 1)) is not None}
@@ -255,9 +256,10 @@ def grouped_mm(x, w, offs, *, tma=None, check_offs=True):
     """
     if not isinstance(check_offs, bool):
         raise TypeError(f"check_offs must be True or False, got {check_offs!r}")
-    if tma not in (None, True, False):
+    if tma is not None and not isinstance(tma, bool):  # not `in (None, True, False)`: 0 == False
         raise TypeError(f"tma must be None, True or False, got {tma!r}")
     _check_inputs(x, w, offs, check_offs)
+    offs = offs.contiguous()  # the kernel reads offs_ptr + e
     T, K = x.shape
     N = w.shape[2]
     out = torch.empty((T, N), device=x.device, dtype=x.dtype)
@@ -284,6 +286,7 @@ def trace_moe_schedule(x, w, offs, *, tma=False, block_m=None, block_n=None, blo
     Blocks default to the config used on this machine; ``num_programs`` to the launcher's grid.
     """
     _check_inputs(x, w, offs, check_offs=True)
+    offs = offs.contiguous()
     cfg = configs.moe_configs()[0].kwargs
     bm, bn = block_m or cfg["BLOCK_M"], block_n or cfg["BLOCK_N"]
     bk, group = block_k or cfg["BLOCK_K"], group_size_m or cfg["GROUP_SIZE_M"]
@@ -341,8 +344,8 @@ def route_tokens(num_tokens: int, num_experts: int, top_k: int, skew: float = 0.
     _validate.check_int(top_k, "top_k")
     if top_k > num_experts:
         raise ValueError(f"top_k = {top_k} but there are only {num_experts} experts (each token picks distinct ones)")
-    if not skew >= 0:
-        raise ValueError(f"skew must be >= 0 (0 = uniform), got {skew}")
+    if not 0 <= skew < math.inf:
+        raise ValueError(f"skew must be finite and >= 0 (0 = uniform), got {skew}")
     weights = 1.0 / torch.arange(1, num_experts + 1, dtype=torch.float64) ** float(skew)
     if num_tokens:
         experts = torch.multinomial(weights.expand(num_tokens, num_experts), top_k, replacement=False,

@@ -233,12 +233,10 @@ def _matmul_tma_kernel(
 
 
 # Autotune keys (configs.SINGLE_GEMM_KEY): sizes, order, epilogue and layout flags, never pointers.
-_persistent_tuned = triton.autotune(configs=configs.persistent_configs(), key=configs.SINGLE_GEMM_KEY,
-                                    prune_configs_by=configs.PRUNE)(
-    _matmul_persistent_kernel)
-_tma_tuned = triton.autotune(configs=configs.tma_configs(), key=[*configs.SINGLE_GEMM_KEY, "A_COL_MAJOR", "B_COL_MAJOR"],
-                             prune_configs_by=configs.PRUNE)(
-    _matmul_tma_kernel)
+_persistent_tuned = configs.TunedKernel(_matmul_persistent_kernel, configs.persistent_configs(),
+                                       key=configs.SINGLE_GEMM_KEY)
+_tma_tuned = configs.TunedKernel(_matmul_tma_kernel, configs.tma_configs(),
+                                key=[*configs.SINGLE_GEMM_KEY, "A_COL_MAJOR", "B_COL_MAJOR"])
 
 
 # ----------------------------------------------------------------------------- TMA layout checks
@@ -318,6 +316,7 @@ def _config_kwargs(config, kind):
     if missing:
         raise ValueError(f"config must set BLOCK_M, BLOCK_N and BLOCK_K; missing {sorted(missing)}")
     switches = {**configs.PERSISTENT_LOOP_DEFAULTS, **({"EPILOGUE_SUBTILE": False} if kind == "tma" else {})}
+    configs.check_explicit_config(config, allowed_switches=switches)
     return {**switches, **config.kwargs, "num_warps": config.num_warps, "num_stages": config.num_stages}
 
 
@@ -360,7 +359,7 @@ def _tma_args(a, b, c, bias, trace, *, order, group_size_m, num_programs, activa
 
 def _launch(kind, a, b, *, activation, bias, order, group_size_m, num_programs, config, trace=None):
     """Shared body of both launchers (and of the trace helper).  Returns C."""
-    _check_matmul_inputs(a, b, order, group_size_m, activation, bias)
+    bias, group_size_m = _check_matmul_inputs(a, b, order, group_size_m, activation, bias)
     num_programs = _check_num_programs(num_programs)
     config_kwargs = None if config is None else _config_kwargs(config, kind)
     M, K = a.shape

@@ -41,11 +41,11 @@ SCHEDULE_ORDERS = ("row_major", "grouped", "persistent")
 _TILE, _PROGRAM, _STEP, _PROBLEM, _PID_M, _PID_N = range(len(SCHEDULE_FIELDS))
 
 
-def _positive_int(value, name: str) -> int:
+def _positive_int(value, name: str, minimum: int = 1) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value < 1:
-        raise ValueError(f"{name} must be >= 1, got {value}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
     return int(value)
 
 
@@ -123,6 +123,7 @@ class Schedule:
 
     def wave_rows(self, wave: int) -> slice:
         """The rows of :attr:`table` (launch positions) that run in ``wave``."""
+        _positive_int(wave, "wave", minimum=0)
         if not 0 <= wave < self.num_waves:
             raise ValueError(f"wave must be in [0, {self.num_waves}), got {wave}")
         return slice(int(self.wave_starts[wave]), int(self.wave_starts[wave + 1]))
@@ -182,10 +183,8 @@ def _normalise_shapes(problem_shapes) -> tuple:
     for g, shape in enumerate(problem_shapes):
         if len(shape) not in (2, 3):
             raise ValueError(f"problem {g}: expected (M, N) or (M, N, K), got {tuple(shape)}")
-        M, N = int(shape[0]), int(shape[1])
-        K = int(shape[2]) if len(shape) == 3 and shape[2] is not None else None
-        if M < 0 or N < 0 or (K is not None and K < 0):
-            raise ValueError(f"problem {g}: sizes must be >= 0, got {tuple(shape)}")
+        M, N = (_positive_int(v, f"problem {g}: {d}", minimum=0) for v, d in zip(shape[:2], "MN"))
+        K = _positive_int(shape[2], f"problem {g}: K", minimum=0) if len(shape) == 3 and shape[2] is not None else None
         shapes.append((M, N, K))
     if not shapes:
         raise ValueError("problem_shapes is empty: give at least one (M, N) or (M, N, K)")

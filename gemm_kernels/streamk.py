@@ -159,8 +159,8 @@ def _matmul_streamk_kernel(
         segment += 1
 
 
-_streamk_tuned = triton.autotune(configs=configs.streamk_configs(), key=[*configs.SINGLE_GEMM_KEY, "A_COL_MAJOR", "B_COL_MAJOR"],
-                                 prune_configs_by=configs.PRUNE)(_matmul_streamk_kernel)
+_streamk_tuned = configs.TunedKernel(_matmul_streamk_kernel, configs.streamk_configs(),
+                                    key=[*configs.SINGLE_GEMM_KEY, "A_COL_MAJOR", "B_COL_MAJOR"])
 
 
 # ----------------------------------------------------------------------------- launcher
@@ -178,6 +178,9 @@ def _flags(device: torch.device, num_programs: int) -> torch.Tensor:
     return flags
 
 
+#: most programs a launch may ask for, per SM (the default is one per SM)
+MAX_PROGRAMS_PER_SM = 16
+
 #: fp32 elements of one workspace slot when autotuning: the largest tile of any candidate config
 _MAX_TILE_ELEMENTS = max(c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"] for c in configs.streamk_configs())
 
@@ -187,8 +190,12 @@ def _tile_elements(config) -> int:
 
 
 def _launch_streamk(a, b, *, activation, bias, order, group_size_m, num_programs, config, sk_tiles, trace=None):
-    _check_matmul_inputs(a, b, order, group_size_m, activation, bias)
+    bias, group_size_m = _check_matmul_inputs(a, b, order, group_size_m, activation, bias)
     num_programs = _check_num_programs(num_programs)
+    if num_programs > MAX_PROGRAMS_PER_SM * runtime.num_sms():
+        raise ValueError(f"num_programs={num_programs} is more than {MAX_PROGRAMS_PER_SM} per SM "
+                         f"({MAX_PROGRAMS_PER_SM} x {runtime.num_sms()} SMs): every Stream-K program is launched "
+                         "and keeps a tile-sized fp32 workspace, so the extra ones would only wait and take memory")
     config_kwargs = None if config is None else _config_kwargs(config, "tma")
     runtime.require_tma("matmul_streamk", "Use matmul_persistent (pointer loads) instead.")
     M, K = a.shape
@@ -249,7 +256,8 @@ def trace_streamk_segments(M, N, K, *, block_m=None, block_n=None, block_k=None,
     b = tma_aligned(torch.randn(K, N).to(runtime.DEVICE, dtype))
     num_tiles = cdiv(M, bm) * cdiv(N, bn)
     dp_tiles = num_tiles - (streamk_default_tiles(num_tiles, num_programs, cdiv(K, bk)) if sk_tiles is None else sk_tiles)
-    trace = torch.full((dp_tiles + 2 * num_programs, len(STREAMK_FIELDS)), -1, dtype=torch.int32, device=a.device)
+    # max(0, ...): an sk_tiles out of range is reported by the launcher, not by torch.full
+    trace = torch.full((max(0, dp_tiles) + 2 * num_programs, len(STREAMK_FIELDS)), -1, dtype=torch.int32, device=a.device)
     config = triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk},
                            num_warps=4, num_stages=1 if runtime.interpreted() else 3)
     _launch_streamk(a, b, activation=None, bias=None, order=order, group_size_m=group_size_m,

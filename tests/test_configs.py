@@ -58,3 +58,48 @@ def test_autotune_off_keeps_the_first_fitting_config(monkeypatch):
     assert configs.fit_to_device(cfgs, {"a_ptr": torch.empty(1, dtype=torch.float16)}) == cfgs[:1]
     (only,) = configs.fit_to_device(cfgs, {"a_ptr": torch.empty(1, dtype=torch.float32)})
     assert _fits(only, 4)
+
+
+def _persistent_launch(dtype, activation, M=37, N=45, K=29):
+    """Arguments of one small _matmul_persistent_kernel launch, C poisoned with NaN."""
+    from gemm_kernels.persistent import _persistent_args, _persistent_grid
+
+    a = torch.randn(M, K).to(dtype)
+    b = torch.randn(K, N).to(dtype)
+    c = torch.full((M, N), float("nan"), dtype=dtype)
+    args = _persistent_args(a, b, c, None, None, order="grouped", group_size_m=4, num_programs=3,
+                            activation=activation)
+    return a, b, c, args, _persistent_grid(M, N, 3)
+
+
+def test_tuned_kernel_remembers_the_choice_and_then_skips_the_autotuner(monkeypatch):
+    from gemm_kernels.matmul import matmul_ref
+    from gemm_kernels.persistent import _matmul_persistent_kernel, _persistent_tuned
+    from gemm_kernels.testing import assert_close
+
+    # Two candidates, so the autotuner computes and caches its key (with autotuning off, as on
+    # this CPU, it keeps the first without timing anything).
+    candidates = [triton_config(bk) for bk in (32, 16)]
+    tuned = configs.TunedKernel(_matmul_persistent_kernel, candidates, key=_persistent_tuned.keys)
+    autotuner_runs = []
+    real_run = tuned.autotuner.run
+    monkeypatch.setattr(tuned.autotuner, "run", lambda *a, **k: (autotuner_runs.append(1), real_run(*a, **k))[1])
+
+    launches = [(torch.float16, None), (torch.float16, None), (torch.float16, "relu"), (torch.bfloat16, None),
+                (torch.float16, "relu")]
+    expected_runs = [1, 1, 2, 3, 3]  # a new key (activation, dtype) asks the autotuner, a known one does not
+    for (dtype, activation), runs in zip(launches, expected_runs):
+        a, b, c, args, grid = _persistent_launch(dtype, activation)
+        tuned[grid](**args)
+        assert len(autotuner_runs) == runs
+        assert_close(c, matmul_ref(a, b, activation=activation, out_dtype=torch.float64), dtype)
+    # Same keys as Triton's own cache, and the same choice for each.
+    assert tuned.chosen == tuned.autotuner.cache
+    assert len(tuned.chosen) == 3
+
+
+def triton_config(block_k):
+    import triton
+
+    return triton.Config({**configs.INTERPRETER_BLOCKS, "BLOCK_K": block_k, **configs.PERSISTENT_LOOP_DEFAULTS},
+                         num_warps=4, num_stages=1)

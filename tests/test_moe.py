@@ -236,7 +236,7 @@ def test_route_tokens_skew_concentrates_load():
 def test_route_tokens_validation():
     with pytest.raises(ValueError, match="top_k = 3 but there are only 2 experts"):
         route_tokens(10, 2, 3)
-    with pytest.raises(ValueError, match="skew must be >= 0"):
+    with pytest.raises(ValueError, match="skew must be finite and >= 0"):
         route_tokens(10, 4, 1, skew=-1.0)
     assert route_tokens(0, 4, 2).counts.tolist() == [0, 0, 0, 0]
 

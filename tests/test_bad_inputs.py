@@ -1,0 +1,174 @@
+"""Inputs an adversarial review found mishandled: each must now give the right answer or a clear
+ValueError/TypeError, never a wrong answer, a crash or an out-of-bounds access.  Runs in the
+interpreter on a CPU and compiled on a GPU."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+import triton
+
+from gemm_kernels import (DEVICE, grouped_matmul, grouped_mm, grouped_mm_ref, l2model, matmul, matmul_persistent,
+                          matmul_ref, matmul_streamk, matmul_tma, route_tokens, schedule, streamk)
+from gemm_kernels.testing import assert_close
+
+SINGLE_GEMMS = {"matmul": matmul, "matmul_persistent": matmul_persistent, "matmul_tma": matmul_tma,
+                "matmul_streamk": matmul_streamk}
+
+
+def _operands(M, N, K, dtype=torch.float16, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    return (torch.randn(M, K, generator=gen).to(DEVICE, dtype), torch.randn(K, N, generator=gen).to(DEVICE, dtype))
+
+
+def _config(**overrides):
+    kwargs = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, **overrides}
+    warps, stages = kwargs.pop("num_warps", 4), kwargs.pop("num_stages", 1)
+    return triton.Config(kwargs, num_warps=warps, num_stages=stages)
+
+
+# ---------------------------------------------------------------- single GEMM
+@pytest.mark.parametrize("fn", SINGLE_GEMMS.values(), ids=SINGLE_GEMMS)
+@pytest.mark.parametrize("bias_kind", ["every_other_element", "expanded_scalar"])
+def test_strided_bias_is_read_by_its_strides(fn, bias_kind):
+    a, b = _operands(40, 48, 32)
+    if bias_kind == "every_other_element":
+        bias = torch.randn(2 * 48).to(DEVICE, torch.float16)[::2]
+    else:  # stride 0: one value for every column
+        bias = torch.randn(1).to(DEVICE, torch.float16).expand(48)
+    out = fn(a, b, bias=bias, activation="relu")
+    assert_close(out, matmul_ref(a, b, bias=bias, activation="relu", out_dtype=torch.float64), torch.float16)
+
+
+@pytest.mark.parametrize("fn", SINGLE_GEMMS.values(), ids=SINGLE_GEMMS)
+def test_output_beyond_32_bit_offsets_is_refused_before_allocating(fn):
+    a, b = _operands(2**16, 2**16 + 16, 1)  # C would be 2^32 + 2^20 elements
+    with pytest.raises(ValueError, match=r"C would be 65536x65552 = \d+ elements: more than 32-bit"):
+        fn(a, b)
+
+
+@pytest.mark.parametrize("fn", SINGLE_GEMMS.values(), ids=SINGLE_GEMMS)
+@pytest.mark.parametrize("group_size_m", [2**31 - 1, 2**40])
+def test_a_group_taller_than_c_is_the_same_order(fn, group_size_m):
+    a, b = _operands(96, 64, 32)
+    assert_close(fn(a, b, group_size_m=group_size_m), matmul_ref(a, b, out_dtype=torch.float64), torch.float16)
+
+
+@pytest.mark.parametrize("fn", [matmul_persistent, matmul_tma, matmul_streamk],
+                         ids=["matmul_persistent", "matmul_tma", "matmul_streamk"])
+@pytest.mark.parametrize("overrides, error, message", [
+    ({"BLOCK_M": -32}, ValueError, r"config BLOCK_M must be a power of two from 16 to 256, got -32"),
+    ({"BLOCK_M": 0}, ValueError, r"config BLOCK_M must be a power of two"),
+    ({"BLOCK_N": 17}, ValueError, r"config BLOCK_N must be a power of two"),
+    ({"BLOCK_K": 8}, ValueError, r"config BLOCK_K must be a power of two from 16"),
+    ({"BLOCK_M": 32.0}, ValueError, r"config BLOCK_M must be a power of two"),
+    ({"BLOCK_M": "32"}, ValueError, r"config BLOCK_M must be a power of two"),
+    ({"BLOCK_M": True}, ValueError, r"config BLOCK_M must be a power of two"),
+    ({"BLOCK_N": 2**20}, ValueError, r"config BLOCK_N must be a power of two from 16 to 256"),
+    ({"GROUP_SIZE_M": 4}, ValueError, r"config sets \['GROUP_SIZE_M'\], which this kernel does not take"),
+    ({"M": 4}, ValueError, r"config sets \['M'\]"),
+    ({"FOO": 1}, ValueError, r"config sets \['FOO'\]"),
+    ({"FLATTEN": 1}, TypeError, r"config FLATTEN must be True or False, got 1"),
+    ({"num_warps": 0}, ValueError, r"config num_warps must be 1, 2, 4, 8 or 16, got 0"),
+    ({"num_warps": 3}, ValueError, r"config num_warps must be"),
+    ({"num_stages": -1}, ValueError, r"config num_stages must be an int >= 1, got -1"),
+])
+def test_explicit_config_values_are_checked(fn, overrides, error, message):
+    a, b = _operands(40, 48, 32)
+    with pytest.raises(error, match=message):
+        fn(a, b, config=_config(**overrides))
+
+
+def test_streamk_refuses_absurd_program_counts():
+    from gemm_kernels import runtime
+
+    a, b = _operands(96, 64, 32)
+    limit = streamk.MAX_PROGRAMS_PER_SM * runtime.num_sms()
+    with pytest.raises(ValueError, match=rf"num_programs={limit + 1} is more than {streamk.MAX_PROGRAMS_PER_SM} per SM"):
+        matmul_streamk(a, b, num_programs=limit + 1)
+    with pytest.raises(ValueError, match=r"num_programs=2147483647 is more than"):
+        matmul_streamk(a, b, num_programs=2**31 - 1)
+
+
+def test_streamk_trace_reports_an_out_of_range_split_like_the_launcher():
+    with pytest.raises(ValueError, match=r"sk_tiles=99 is more than min\(tiles, num_programs\)"):
+        streamk.trace_streamk_segments(40, 40, 64, sk_tiles=99)
+
+
+# ---------------------------------------------------------------- grouped GEMMs
+def _moe_inputs(counts=(5, 0, 11, 8), K=32, N=48, dtype=torch.float16):
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(sum(counts), K, generator=gen).to(DEVICE, dtype)
+    w = torch.randn(len(counts), K, N, generator=gen).to(DEVICE, dtype)
+    offs = torch.tensor(np.cumsum(counts), dtype=torch.int32, device=DEVICE)
+    return x, w, offs
+
+
+@pytest.mark.parametrize("tma", [False, None])
+def test_grouped_mm_reads_a_strided_offs_by_its_strides(tma):
+    x, w, offs = _moe_inputs()
+    interleaved = torch.zeros(2 * offs.numel(), dtype=torch.int32, device=DEVICE)
+    interleaved[::2] = offs
+    strided = interleaved[::2]
+    assert strided.stride(0) == 2
+    out = grouped_mm(x, w, strided, tma=tma)
+    assert_close(out, grouped_mm_ref(x, w, offs, out_dtype=torch.float64), torch.float16)
+
+
+@pytest.mark.parametrize("tma", [0, 1, "yes", 1.0])
+def test_grouped_mm_tma_flag_must_be_a_bool_or_none(tma):
+    x, w, offs = _moe_inputs()
+    with pytest.raises(TypeError, match=r"tma must be None, True or False"):
+        grouped_mm(x, w, offs, tma=tma)
+
+
+def test_expanded_operands_never_go_through_a_descriptor():
+    """A stride of 0 (an expanded view) is refused by tma=True and read with pointers by tma=None."""
+    from gemm_kernels import runtime
+
+    x, _, offs = _moe_inputs()
+    w = torch.randn(1, 32, 48).to(DEVICE, torch.float16).expand(4, 32, 48)
+    assert_close(grouped_mm(x, w, offs, tma=None), grouped_mm_ref(x, w, offs, out_dtype=torch.float64), torch.float16)
+    if runtime.supports_tma():
+        with pytest.raises(ValueError, match=r"tma=True: w .* cannot be read through a tensor descriptor"):
+            grouped_mm(x, w, offs, tma=True)
+        a = torch.randn(1, 32).to(DEVICE, torch.float16).expand(16, 32)
+        b = torch.randn(32, 48).to(DEVICE, torch.float16)
+        with pytest.raises(ValueError, match=r"group_a\[0\] .* nonzero multiple of 16 bytes"):
+            grouped_matmul([a], [b], tma=True)
+        assert_close(grouped_matmul([a], [b])[0], matmul_ref(a, b, out_dtype=torch.float64), torch.float16)
+
+
+@pytest.mark.parametrize("skew", [math.inf, math.nan, -1.0])
+def test_route_tokens_skew_must_be_finite_and_non_negative(skew):
+    with pytest.raises(ValueError, match=r"skew must be finite and >= 0"):
+        route_tokens(8, 4, 2, skew=skew)
+
+
+# ---------------------------------------------------------------- models
+@pytest.mark.parametrize("shape", [(5.5, 7), (5, 7.0, 3), (4, 4, 2.5)])
+def test_schedule_sizes_must_be_ints(shape):
+    with pytest.raises(TypeError, match=r"problem 0: [MNK] must be an int, got float"):
+        schedule.grouped_gemm_schedule([shape], 16, 16, num_programs=2)
+
+
+def test_schedule_wave_must_be_an_int():
+    s = schedule.tile_schedule(64, 64, 16, 16, programs_in_flight=4)
+    with pytest.raises(TypeError, match=r"wave must be an int, got float"):
+        s.wave_footprint(0.5)
+
+
+@pytest.mark.parametrize("kwargs, error, message", [
+    ({"block_k": 1.5}, TypeError, r"block_k must be an int, got float"),
+    ({"block_k": True}, TypeError, r"block_k must be an int, got bool"),
+    ({"block_k": 16, "element_bytes": 1.5}, TypeError, r"element_bytes must be an int, got float"),
+    ({"block_k": 16, "K": 64.5}, TypeError, r"problem 0: K .* must be an int, got float"),
+    ({"block_k": 16, "l2_bytes": math.inf}, ValueError, r"l2_bytes must be finite and >= 0"),
+    ({"block_k": 16, "l2_bytes": math.nan}, ValueError, r"l2_bytes must be finite and >= 0"),
+])
+def test_l2_model_arguments_are_checked(kwargs, error, message):
+    s = schedule.tile_schedule(64, 64, 16, 16, programs_in_flight=4)
+    kwargs = {"K": 64, **kwargs}
+    with pytest.raises(error, match=message):
+        l2model.l2_traffic(s, **kwargs)
