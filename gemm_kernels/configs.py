@@ -119,6 +119,23 @@ def check_explicit_config(config: triton.Config, allowed_switches: dict) -> None
 PRUNE = {"early_config_prune": fit_to_device}
 
 
+def time_candidate(kernel_call, quantiles=None):
+    """How the autotuner times each config: from a CUDA graph of the launches.
+
+    Triton's default (``do_bench``) times back-to-back Python launches; a kernel that runs for
+    less than a launch costs on the host (~50-100 µs here) is then timed by the host, and the
+    choice between configs is noise (measured on the lent H100 for 4 x 512^3 grouped problems:
+    do_bench put the 64x64 config first, 30 µs, while from a graph it takes 7.2 µs and 64x128
+    5.3 µs; PERF_NOTES.md entry 15).  A graph replays the launches without Python in between."""
+    from triton.testing import do_bench_cudagraph
+
+    return do_bench_cudagraph(kernel_call, rep=AUTOTUNE_REP_MS, quantiles=quantiles)
+
+
+#: milliseconds of replays per candidate config
+AUTOTUNE_REP_MS = 50
+
+
 class TunedKernel:
     """``triton.autotune(kernel)`` that remembers what it chose, so a repeated launch skips it.
 
@@ -137,7 +154,8 @@ class TunedKernel:
     def __init__(self, kernel, config_list, key):
         self.fn = kernel
         self.keys = list(key)
-        self.autotuner = triton.autotune(configs=config_list, key=self.keys, prune_configs_by=PRUNE)(kernel)
+        self.autotuner = triton.autotune(configs=config_list, key=self.keys, prune_configs_by=PRUNE,
+                                         do_bench=time_candidate)(kernel)
         self.chosen: dict = {}
 
     def tuning_key(self, *args, **kwargs) -> tuple:

@@ -64,9 +64,9 @@ def _persistent_launch(dtype, activation, M=37, N=45, K=29):
     """Arguments of one small _matmul_persistent_kernel launch, C poisoned with NaN."""
     from gemm_kernels.persistent import _persistent_args, _persistent_grid
 
-    a = torch.randn(M, K).to(dtype)
-    b = torch.randn(K, N).to(dtype)
-    c = torch.full((M, N), float("nan"), dtype=dtype)
+    a = torch.randn(M, K).to(runtime.DEVICE, dtype)
+    b = torch.randn(K, N).to(runtime.DEVICE, dtype)
+    c = torch.full((M, N), float("nan"), dtype=dtype, device=runtime.DEVICE)
     args = _persistent_args(a, b, c, None, None, order="grouped", group_size_m=4, num_programs=3,
                             activation=activation)
     return a, b, c, args, _persistent_grid(M, N, 3)

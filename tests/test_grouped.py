@@ -328,13 +328,33 @@ def test_gpu_trace_equals_mirror(tma):
 @pytest.mark.parametrize("tma", [False, True])
 def test_plan_runs_again_on_updated_inputs_into_the_same_outputs(tma):
     """GroupedMatmulPlan: host work once, then each run recomputes from the inputs' current values."""
+    _check_plan_reruns(tma, cuda_graph=False)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tma", [False, True])
+def test_graph_plan_replays_on_updated_inputs_into_the_same_outputs(tma):
+    """cuda_graph=True: the recorded launch, replayed, sees the inputs' current values."""
+    _check_plan_reruns(tma, cuda_graph=True)
+
+
+def test_graph_plan_needs_a_gpu_and_a_bool():
+    a, b = [torch.randn(4, 5).to(DEVICE, torch.float16)], [torch.randn(5, 3).to(DEVICE, torch.float16)]
+    with pytest.raises(TypeError, match=r"cuda_graph must be True or False, got 1"):
+        grouped.GroupedMatmulPlan(a, b, cuda_graph=1)
+    if not runtime.on_gpu():
+        with pytest.raises(ValueError, match=r"cuda_graph=True needs a CUDA GPU"):
+            grouped.GroupedMatmulPlan(a, b, cuda_graph=True)
+
+
+def _check_plan_reruns(tma, cuda_graph):
     if tma and not runtime.supports_tma():
         pytest.skip("TMA needs sm_90+")
     gen = torch.Generator().manual_seed(11)
     shapes = [(37, 40, 24), (0, 16, 8), (5, 72, 48), (64, 8, 1)]
     layouts = ("padded_row", "padded_row") if tma else ("row", "col")
     group_a, group_b = make_group(shapes, torch.float16, layouts, gen)
-    plan = grouped.GroupedMatmulPlan(group_a, group_b, tma=tma)
+    plan = grouped.GroupedMatmulPlan(group_a, group_b, tma=tma, cuda_graph=cuda_graph)
     assert plan.shapes == shapes
     for c in plan.outputs:
         c.fill_(float("nan"))  # poison: every element must be written by run()
@@ -353,10 +373,11 @@ def test_plan_runs_again_on_updated_inputs_into_the_same_outputs(tma):
             assert_close(c, r, torch.float16)
 
 
-def test_plan_with_no_tiles_returns_empty_outputs():
+@pytest.mark.parametrize("cuda_graph", [False, pytest.param(True, marks=pytest.mark.gpu)])
+def test_plan_with_no_tiles_returns_empty_outputs(cuda_graph):
     group_a = [torch.randn(0, 5).to(DEVICE, torch.float16), torch.randn(3, 5).to(DEVICE, torch.float16)]
     group_b = [torch.randn(5, 4).to(DEVICE, torch.float16), torch.randn(5, 0).to(DEVICE, torch.float16)]
-    out = grouped.GroupedMatmulPlan(group_a, group_b).run()
+    out = grouped.GroupedMatmulPlan(group_a, group_b, cuda_graph=cuda_graph).run()
     assert [tuple(c.shape) for c in out] == [(0, 4), (3, 0)]
 
 

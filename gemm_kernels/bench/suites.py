@@ -440,9 +440,30 @@ def seed_grouped_suite(settings: SuiteSettings) -> list[Case]:
                 note = "times the whole call: checks, metadata packing, one host-to-device copy, launch"
                 providers.append(lazy_provider("grouped_matmul", ours(False), note=note))
                 providers.append(lazy_provider("grouped_matmul tma", ours(True), note=note))
+                def graphed(tma):
+                    def make():
+                        if tma:
+                            _require_tma("grouped_matmul(tma=True)")
+                        if not runtime.on_gpu():
+                            raise Skip("CUDA graphs need a GPU")
+                        plan_class = kernel("grouped", "GroupedMatmulPlan")
+                        plan = plan_class(group_a, group_b, tma=tma, cuda_graph=True)
+
+                        def check():  # the recording already wrote the outputs: poison, then replay
+                            fresh = plan_class(group_a, group_b, tma=tma, cuda_graph=True)
+                            for c in fresh.outputs:
+                                c.fill_(float("nan"))
+                            return fresh.run()
+                        return plan.run, check
+                    return make
+
                 prepared_note = "GroupedMatmulPlan.run: launch only, metadata built beforehand (as the seed times its kernels)"
                 providers.append(lazy_provider("grouped_matmul plan", prepared(False), note=prepared_note))
                 providers.append(lazy_provider("grouped_matmul tma plan", prepared(True), note=prepared_note))
+                graph_note = ("GroupedMatmulPlan(cuda_graph=True).run: replays a CUDA graph of the launch "
+                              "(the launch's Python, ~50-100 us, paid once)")
+                providers.append(lazy_provider("grouped_matmul plan graph", graphed(False), note=graph_note))
+                providers.append(lazy_provider("grouped_matmul tma plan graph", graphed(True), note=graph_note))
                 providers.append(Provider(
                     "torch._grouped_mm", lambda: torch._grouped_mm(a3, b3), ours=False,
                     note="3-D x 3-D (equal shapes stacked)"
