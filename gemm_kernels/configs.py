@@ -127,9 +127,17 @@ def time_candidate(kernel_call, quantiles=None):
     choice between configs is noise (measured on the lent H100 for 4 x 512^3 grouped problems:
     do_bench put the 64x64 config first, 30 µs, while from a graph it takes 7.2 µs and 64x128
     5.3 µs; PERF_NOTES.md entry 15).  A graph replays the launches without Python in between."""
+    import torch
     from triton.testing import do_bench_cudagraph
 
-    return do_bench_cudagraph(kernel_call, rep=AUTOTUNE_REP_MS, quantiles=quantiles)
+    # do_bench_cudagraph runs on a stream of its own, which does not wait for this one: the
+    # launch's inputs may still be in flight here (an asynchronous copy of the grouped kernels'
+    # metadata was: misaligned-address faults, only with several processes on the GPU).  Its
+    # writes to C must also be done before this stream's real launch.  Wait both ways.
+    torch.cuda.synchronize()
+    timings = do_bench_cudagraph(kernel_call, rep=AUTOTUNE_REP_MS, quantiles=quantiles)
+    torch.cuda.synchronize()
+    return timings
 
 
 #: milliseconds of replays per candidate config

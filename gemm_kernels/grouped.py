@@ -431,7 +431,8 @@ class GroupedMatmulPlan:
                             USE_TMA=tma, **facts, WIDEN=widen_for_dot(dtype), TRACE=False)
         total_tiles = self._total_tiles
         self._grid = lambda meta: (min(runtime.num_sms(), total_tiles[(meta["BLOCK_M"], meta["BLOCK_N"])]),)
-        self._graph = self._record_graph() if cuda_graph else None
+        has_tiles = next(iter(self._total_tiles.values())) > 0
+        self._graph = self._record_graph() if cuda_graph and has_tiles else None
 
     def _launch(self) -> None:
         if next(iter(self._total_tiles.values())) == 0:  # every problem has M_i = 0 or N_i = 0
