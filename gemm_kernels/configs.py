@@ -90,26 +90,38 @@ def fit_to_device(config_list, named_args, **kwargs):
 BLOCK_RANGE = (16, 256)
 
 
+def _power_of_two(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0 and value & (value - 1) == 0
+
+
+def check_block_size(value, name: str) -> int:
+    """A block size a kernel can compile: a power of two in BLOCK_RANGE (ValueError otherwise)."""
+    low, high = BLOCK_RANGE
+    if not (_power_of_two(value) and low <= value <= high):
+        raise ValueError(f"{name} must be a power of two from {low} to {high}, got {value!r}")
+    return value
+
+
+def blocks_or_defaults(defaults: dict, block_m=None, block_n=None, block_k=None) -> tuple[int, int, int]:
+    """The trace helpers' ``block_m/n/k`` arguments, None meaning the kernel's default, checked."""
+    return tuple(check_block_size(defaults[f"BLOCK_{d}"] if value is None else value, f"block_{d.lower()}")
+                 for d, value in zip("MNK", (block_m, block_n, block_k)))
+
+
 def check_explicit_config(config: triton.Config, allowed_switches: dict) -> None:
     """A user's ``config=``: only the block sizes and the kernel's loop switches, with values the
     kernel can compile (powers of two in BLOCK_RANGE, boolean switches, sane warps and stages).
     Raises ValueError/TypeError naming the field, instead of a compiler error or a wrong answer."""
-    def power_of_two(value):
-        return isinstance(value, int) and not isinstance(value, bool) and value > 0 and value & (value - 1) == 0
-
     unknown = set(config.kwargs) - {"BLOCK_M", "BLOCK_N", "BLOCK_K"} - set(allowed_switches)
     if unknown:
         raise ValueError(f"config sets {sorted(unknown)}, which this kernel does not take from a config; "
                          f"allowed: BLOCK_M, BLOCK_N, BLOCK_K{''.join(', ' + k for k in allowed_switches)}")
-    low, high = BLOCK_RANGE
     for name in ("BLOCK_M", "BLOCK_N", "BLOCK_K"):
-        value = config.kwargs[name]
-        if not (power_of_two(value) and low <= value <= high):
-            raise ValueError(f"config {name} must be a power of two from {low} to {high}, got {value!r}")
+        check_block_size(config.kwargs[name], f"config {name}")
     for name in set(config.kwargs) & set(allowed_switches):
         if not isinstance(config.kwargs[name], bool):
             raise TypeError(f"config {name} must be True or False, got {config.kwargs[name]!r}")
-    if not (power_of_two(config.num_warps) and config.num_warps <= 16):
+    if not (_power_of_two(config.num_warps) and config.num_warps <= 16):
         raise ValueError(f"config num_warps must be 1, 2, 4, 8 or 16, got {config.num_warps!r}")
     if isinstance(config.num_stages, bool) or not isinstance(config.num_stages, int) or config.num_stages < 1:
         raise ValueError(f"config num_stages must be an int >= 1, got {config.num_stages!r}")

@@ -495,8 +495,8 @@ def trace_grouped_schedule(group_a, group_b, *, tma=False, block_m=None, block_n
     if tma is True:
         runtime.require_tma("trace_grouped_schedule(tma=True)", USE_POINTER_PATH)
     cfg = configs.grouped_configs()[0].kwargs
-    bm, bn = block_m or cfg["BLOCK_M"], block_n or cfg["BLOCK_N"]
-    bk, group = block_k or cfg["BLOCK_K"], group_size_m or cfg["GROUP_SIZE_M"]
+    bm, bn, bk = configs.blocks_or_defaults(cfg, block_m, block_n, block_k)
+    group = cfg["GROUP_SIZE_M"] if group_size_m is None else _validate.check_int(group_size_m, "group_size_m")
     shapes, group_c, problems, tile_starts, facts, total_tiles = _prepare(group_a, group_b, tma, [(bm, bn)])
     total = total_tiles[(bm, bn)]
     trace = torch.full((total, len(TRACE_FIELDS)), -1, dtype=torch.int32, device=problems.device)

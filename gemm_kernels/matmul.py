@@ -172,7 +172,8 @@ def trace_program_tiles(M, N, K=16, *, block_m=None, block_n=None, block_k=None,
     Block sizes default to the interpreter's fixed config.
     """
     blocks = configs.INTERPRETER_BLOCKS
-    bm, bn, bk = block_m or blocks["BLOCK_M"], block_n or blocks["BLOCK_N"], block_k or blocks["BLOCK_K"]
+    bm, bn, bk = configs.blocks_or_defaults(blocks, block_m, block_n, block_k)
+    M, N, K = (_validate.check_int(v, name, minimum=0) for v, name in ((M, "M"), (N, "N"), (K, "K")))
     a = torch.randn(M, K, device=runtime.DEVICE).to(dtype)
     b = torch.randn(K, N, device=runtime.DEVICE).to(dtype)
     _, group_size_m = _check_matmul_inputs(a, b, order, group_size_m, None, None)

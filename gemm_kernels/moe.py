@@ -288,8 +288,8 @@ def trace_moe_schedule(x, w, offs, *, tma=False, block_m=None, block_n=None, blo
     _check_inputs(x, w, offs, check_offs=True)
     offs = offs.contiguous()
     cfg = configs.moe_configs()[0].kwargs
-    bm, bn = block_m or cfg["BLOCK_M"], block_n or cfg["BLOCK_N"]
-    bk, group = block_k or cfg["BLOCK_K"], group_size_m or cfg["GROUP_SIZE_M"]
+    bm, bn, bk = configs.blocks_or_defaults(cfg, block_m, block_n, block_k)
+    group = cfg["GROUP_SIZE_M"] if group_size_m is None else _validate.check_int(group_size_m, "group_size_m")
     T, K = x.shape
     E, _, N = w.shape
     ends = [0] + offs.tolist()

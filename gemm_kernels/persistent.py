@@ -422,7 +422,8 @@ def trace_persistent_tiles(M, N, K=16, *, tma=False, block_m=None, block_n=None,
     reached shows.  Compare with ``tiles.persistent_schedule(...)[:, 1:6]`` minus the problem column.
     """
     blocks = configs.INTERPRETER_BLOCKS
-    bm, bn, bk = block_m or blocks["BLOCK_M"], block_n or blocks["BLOCK_N"], block_k or blocks["BLOCK_K"]
+    bm, bn, bk = configs.blocks_or_defaults(blocks, block_m, block_n, block_k)
+    M, N, K = (_validate.check_int(v, name, minimum=0) for v, name in ((M, "M"), (N, "N"), (K, "K")))
     a = torch.randn(M, K).to(runtime.DEVICE, dtype)
     b = torch.randn(K, N).to(runtime.DEVICE, dtype)
     if tma:  # any M, N: give TMA 16-byte aligned rows

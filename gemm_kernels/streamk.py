@@ -250,7 +250,8 @@ def trace_streamk_segments(M, N, K, *, block_m=None, block_n=None, block_k=None,
     from .persistent import tma_aligned
 
     blocks = configs.INTERPRETER_BLOCKS
-    bm, bn, bk = block_m or blocks["BLOCK_M"], block_n or blocks["BLOCK_N"], block_k or blocks["BLOCK_K"]
+    bm, bn, bk = configs.blocks_or_defaults(blocks, block_m, block_n, block_k)
+    M, N, K = (_validate.check_int(v, name, minimum=0) for v, name in ((M, "M"), (N, "N"), (K, "K")))
     num_programs = _check_num_programs(num_programs)
     a = tma_aligned(torch.randn(M, K).to(runtime.DEVICE, dtype))
     b = tma_aligned(torch.randn(K, N).to(runtime.DEVICE, dtype))

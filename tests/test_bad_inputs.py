@@ -172,3 +172,40 @@ def test_l2_model_arguments_are_checked(kwargs, error, message):
     kwargs = {"K": 64, **kwargs}
     with pytest.raises(error, match=message):
         l2model.l2_traffic(s, **kwargs)
+
+
+# ---------------------------------------------------------------- trace helpers (notebooks call them)
+def _traces():
+    from gemm_kernels import persistent, trace_program_tiles
+
+    return {"trace_program_tiles": trace_program_tiles, "trace_persistent_tiles": persistent.trace_persistent_tiles,
+            "trace_streamk_segments": streamk.trace_streamk_segments}
+
+
+@pytest.mark.parametrize("name", ["trace_program_tiles", "trace_persistent_tiles", "trace_streamk_segments"])
+@pytest.mark.parametrize("kwargs, error, message", [
+    ({"M": -1}, ValueError, r"M must be >= 0, got -1"),
+    ({"N": 5.0}, TypeError, r"N must be an int, got float"),
+    ({"block_m": 17}, ValueError, r"block_m must be a power of two from 16 to 256, got 17"),
+    ({"block_k": 8}, ValueError, r"block_k must be a power of two"),
+    ({"block_n": 0}, ValueError, r"block_n must be a power of two"),
+])
+def test_trace_helpers_check_sizes_and_blocks(name, kwargs, error, message):
+    call = {"M": 40, "N": 40, "K": 64, **kwargs}
+    M, N, K = call.pop("M"), call.pop("N"), call.pop("K")
+    with pytest.raises(error, match=message):
+        _traces()[name](M, N, K, **call)
+
+
+def test_grouped_trace_helpers_check_blocks():
+    from gemm_kernels.grouped import trace_grouped_schedule
+    from gemm_kernels.moe import trace_moe_schedule
+
+    a, b = _operands(40, 48, 32)
+    with pytest.raises(ValueError, match=r"block_m must be a power of two"):
+        trace_grouped_schedule([a], [b], block_m=17)
+    with pytest.raises(ValueError, match=r"group_size_m must be >= 1, got 0"):
+        trace_grouped_schedule([a], [b], group_size_m=0)
+    x, w, offs = _moe_inputs()
+    with pytest.raises(ValueError, match=r"block_n must be a power of two"):
+        trace_moe_schedule(x, w, offs, block_n=48)
