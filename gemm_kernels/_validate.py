@@ -26,6 +26,18 @@ def check_tensor(x, name: str, ndim: int, dtypes=SUPPORTED_DTYPES) -> None:
         )
 
 
+def check_no_grad(tensors: dict) -> None:
+    """The kernels compute forward products only (no backward): an input that requires grad,
+    with autograd on, would get an output cut off from its graph, gradients silently missing."""
+    if not torch.is_grad_enabled():
+        return
+    for name, t in tensors.items():
+        if t is not None and t.requires_grad:
+            raise ValueError(f"{name} requires grad, but these kernels compute the forward product only "
+                             f"(no backward), so gradients would silently stop here: pass {name}.detach() "
+                             "or call under torch.no_grad()")
+
+
 def check_same(tensors: dict, what: str) -> None:
     """All tensors share dtype ('dtype') or device ('device')."""
     values = {name: getattr(t, what) for name, t in tensors.items()}

@@ -233,6 +233,7 @@ def _check_group_inputs(group_a, group_b):
     for i, (a, b) in enumerate(zip(group_a, group_b)):
         _validate.check_tensor(a, f"group_a[{i}]", 2)
         _validate.check_tensor(b, f"group_b[{i}]", 2)
+        _validate.check_no_grad({f"group_a[{i}]": a, f"group_b[{i}]": b})
         if a.shape[1] != b.shape[0]:
             raise ValueError(
                 f"problem {i}: A is {a.shape[0]}x{a.shape[1]} but B is {b.shape[0]}x{b.shape[1]}: "

@@ -122,6 +122,7 @@ def _check_matmul_inputs(a, b, order, group_size_m, activation, bias):
         span = (rows - 1) * abs(row_stride) + (cols - 1) * abs(col_stride) if rows and cols else 0
         if span > MAX_INDEX:
             raise ValueError(f"{name} spans {span + 1} elements: more than 32-bit kernel offsets address")
+    _validate.check_no_grad({"a": a, "b": b, "bias": bias})
     M, N = a.shape[0], b.shape[1]
     if M * N - 1 > MAX_INDEX:
         raise ValueError(f"C would be {M}x{N} = {M * N} elements: more than 32-bit kernel offsets address "

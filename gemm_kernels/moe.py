@@ -152,6 +152,7 @@ _grouped_mm_tuned = configs.TunedKernel(
 def _check_inputs(x, w, offs, check_offs: bool) -> None:
     _validate.check_tensor(x, "x", 2)
     _validate.check_tensor(w, "w", 3)
+    _validate.check_no_grad({"x": x, "w": w})
     T, K = x.shape
     E, Kw, N = w.shape
     if K != Kw:

@@ -209,3 +209,23 @@ def test_grouped_trace_helpers_check_blocks():
     x, w, offs = _moe_inputs()
     with pytest.raises(ValueError, match=r"block_n must be a power of two"):
         trace_moe_schedule(x, w, offs, block_n=48)
+
+
+# ---------------------------------------------------------------- autograd
+def test_inputs_that_require_grad_are_refused_unless_autograd_is_off():
+    """Forward-only kernels: an output silently cut off from the autograd graph would be a wrong answer."""
+    a, b = _operands(24, 40, 16)
+    w = b.clone().requires_grad_()
+    for fn in SINGLE_GEMMS.values():
+        with pytest.raises(ValueError, match=r"b requires grad, but these kernels compute the forward product only"):
+            fn(a, w)
+        with pytest.raises(ValueError, match=r"bias requires grad"):
+            fn(a, b, bias=torch.zeros(40, device=DEVICE, dtype=torch.float16, requires_grad=True))
+        with torch.no_grad():
+            assert_close(fn(a, w), matmul_ref(a, b, out_dtype=torch.float64), torch.float16)
+        assert_close(fn(a, w.detach()), matmul_ref(a, b, out_dtype=torch.float64), torch.float16)
+    with pytest.raises(ValueError, match=r"group_b\[0\] requires grad"):
+        grouped_matmul([a], [w])
+    x, we, offs = _moe_inputs()
+    with pytest.raises(ValueError, match=r"w requires grad"):
+        grouped_mm(x, we.clone().requires_grad_(), offs)
