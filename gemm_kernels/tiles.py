@@ -63,17 +63,30 @@ def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def _check_ints(**values) -> None:
+    """TypeError unless every value is an int (numpy's too): sizes, blocks and counts are whole."""
+    for name, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+
+
 def _check_order(order: str, group_size_m: int) -> None:
     if order not in ORDERS:
         raise ValueError(f"order must be one of {ORDERS}, got {order!r}")
-    if int(group_size_m) < 1:
+    _check_ints(group_size_m=group_size_m)
+    if group_size_m < 1:
         raise ValueError(f"group_size_m must be >= 1, got {group_size_m}")
 
 
 def tile_coords_np(pid, num_pid_m: int, num_pid_n: int, order: str = "grouped", group_size_m: int = 8):
     """numpy mirror of :func:`tile_coords`; ``pid`` may be an int or an array."""
     _check_order(order, group_size_m)
-    pid = np.asarray(pid, dtype=np.int64)
+    _check_ints(num_pid_m=num_pid_m, num_pid_n=num_pid_n)
+    pid = np.asarray(pid)
+    if pid.size and (not np.issubdtype(pid.dtype, np.integer) or pid.min() < 0 or pid.max() >= num_pid_m * num_pid_n):
+        raise ValueError(f"pid must be integers in [0, {num_pid_m * num_pid_n}) for a {num_pid_m} x {num_pid_n} "
+                         "grid of tiles")
+    pid = pid.astype(np.int64)
     if order == "row_major":
         return pid // num_pid_n, pid % num_pid_n
     num_pid_in_group = group_size_m * num_pid_n
@@ -85,6 +98,7 @@ def tile_coords_np(pid, num_pid_m: int, num_pid_n: int, order: str = "grouped", 
 
 def tile_grid(M: int, N: int, block_m: int, block_n: int) -> tuple[int, int]:
     """(num_pid_m, num_pid_n): how many tiles of C along M and along N."""
+    _check_ints(M=M, N=N, block_m=block_m, block_n=block_n)
     if min(M, N, block_m, block_n) < 1:
         raise ValueError(f"M, N, BLOCK_M, BLOCK_N must all be >= 1, got {M}, {N}, {block_m}, {block_n}")
     return cdiv(M, block_m), cdiv(N, block_n)
@@ -107,6 +121,7 @@ def launch_order_grid(M: int, N: int, block_m: int, block_n: int, order: str = "
 
 def persistent_tile_ids(num_tiles: int, num_programs: int) -> list[np.ndarray]:
     """Tile indices each program of a persistent kernel walks: ``range(pid, num_tiles, num_programs)``."""
+    _check_ints(num_tiles=num_tiles, num_programs=num_programs)
     if num_programs < 1:
         raise ValueError(f"num_programs must be >= 1, got {num_programs}")
     return [np.arange(p, num_tiles, num_programs) for p in range(num_programs)]
@@ -134,9 +149,13 @@ def problem_tile_starts(problem_shapes, block_m: int, block_n: int) -> np.ndarra
     """Prefix sums of tiles per problem: problem ``g`` owns tiles ``[starts[g], starts[g+1])``.
 
     ``problem_shapes`` is a list of ``(M, N)`` or ``(M, N, K)``; ``M`` may be 0 (no tiles)."""
+    _check_ints(block_m=block_m, block_n=block_n)
+    if min(block_m, block_n) < 1:
+        raise ValueError(f"block_m and block_n must be >= 1, got {block_m}, {block_n}")
     counts = []
     for shape in problem_shapes:
-        M, N = int(shape[0]), int(shape[1])
+        M, N = shape[0], shape[1]
+        _check_ints(M=M, N=N)
         if M < 0 or N < 0:
             raise ValueError(f"problem sizes must be >= 0, got M={M}, N={N}")
         counts.append(cdiv(M, block_m) * cdiv(N, block_n))
@@ -159,6 +178,7 @@ def multi_problem_schedule(problem_shapes, block_m: int, block_n: int, num_progr
     exactly like :func:`persistent_schedule`.  Returns ``[total_tiles, 6]`` int64 rows with
     columns :data:`SCHEDULE_FIELDS`.
     """
+    _check_ints(num_programs=num_programs)
     if num_programs < 1:
         raise ValueError(f"num_programs must be >= 1, got {num_programs}")
     _check_order(order, group_size_m)
@@ -280,6 +300,8 @@ def streamk_segments(num_tiles: int, k_tiles: int, num_programs: int, sk_tiles: 
     ``p``'s (at most two) Stream-K segments, in the order it runs them; ``-1`` rows where a
     program has fewer.  A segment with ``k_first == 0`` finishes its tile (epilogue and store).
     """
+    _check_ints(num_tiles=num_tiles, k_tiles=k_tiles, num_programs=num_programs,
+                **({} if sk_tiles is None else {"sk_tiles": sk_tiles}))
     if num_programs < 1 or k_tiles < 1 or num_tiles < 0:
         raise ValueError(f"need num_programs >= 1, k_tiles >= 1, num_tiles >= 0; got {num_programs}, {k_tiles}, {num_tiles}")
     if sk_tiles is None:

@@ -229,3 +229,27 @@ def test_inputs_that_require_grad_are_refused_unless_autograd_is_off():
     x, we, offs = _moe_inputs()
     with pytest.raises(ValueError, match=r"w requires grad"):
         grouped_mm(x, we.clone().requires_grad_(), offs)
+
+
+# ---------------------------------------------------------------- the numpy mirror (tiles)
+@pytest.mark.parametrize("call, error, message", [
+    (lambda t: t.tile_grid(64.5, 64, 16, 16), TypeError, r"M must be an int, got float"),
+    (lambda t: t.program_tiles(64, 64, 16, 16, group_size_m=1.5), TypeError, r"group_size_m must be an int"),
+    (lambda t: t.tile_coords_np(100, 2, 2), ValueError, r"pid must be integers in \[0, 4\)"),
+    (lambda t: t.tile_coords_np(np.array([0.5]), 2, 2), ValueError, r"pid must be integers"),
+    (lambda t: t.problem_tile_starts([(8, 8)], 0, 32), ValueError, r"block_m and block_n must be >= 1"),
+    (lambda t: t.problem_tile_starts([(8.0, 8)], 16, 32), TypeError, r"M must be an int, got float"),
+    (lambda t: t.persistent_tile_ids(10, 2.0), TypeError, r"num_programs must be an int"),
+    (lambda t: t.streamk_segments(8, 4.0, 4), TypeError, r"k_tiles must be an int"),
+])
+def test_tile_mirror_checks_its_arguments(call, error, message):
+    from gemm_kernels import tiles
+
+    with pytest.raises(error, match=message):
+        call(tiles)
+
+
+def test_tile_mirror_takes_numpy_ints():
+    from gemm_kernels import tiles
+
+    assert tiles.tile_grid(np.int64(64), np.int32(48), 16, 16) == (4, 3)
