@@ -57,7 +57,8 @@ from functools import cached_property
 
 import numpy as np
 
-from .schedule import Schedule, _positive_int
+from ._validate import check_int
+from .schedule import Schedule
 from .tiles import cdiv
 
 #: L2 of an H100 SXM (``cudaDeviceProp.l2CacheSize`` = 50 MiB).
@@ -226,7 +227,7 @@ def _problem_ks(schedule: Schedule, K: int | None) -> list[int]:
             if K is None:
                 raise ValueError(f"problem {g} ({M}x{N}) has no K: pass K= or give (M, N, K) shapes")
             Kg = K
-        ks.append(_positive_int(Kg, f"problem {g}: K (>= 1 to load anything)"))
+        ks.append(check_int(Kg, f"problem {g}: K (>= 1 to load anything)"))
     return ks
 
 
@@ -238,8 +239,8 @@ def reuse_profile(schedule: Schedule, block_k: int, K: int | None = None, elemen
     none.  ``element_bytes``: 2 for fp16/bf16, 4 for fp32.  Cost: about
     (waves x touched blocks) numpy work; milliseconds for 64x64 tiles.
     """
-    _positive_int(block_k, "block_k")
-    _positive_int(element_bytes, "element_bytes")
+    block_k = check_int(block_k, "block_k")
+    element_bytes = check_int(element_bytes, "element_bytes")
     s = schedule
     ks = _problem_ks(s, K)
 

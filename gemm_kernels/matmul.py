@@ -110,7 +110,7 @@ def _check_matmul_inputs(a, b, order, group_size_m, activation, bias):
     _validate.check_same({"a": a, "b": b}, "device")
     if order not in ORDERS:
         raise ValueError(f"order must be one of {ORDERS}, got {order!r}")
-    _validate.check_int(group_size_m, "group_size_m")
+    group_size_m = _validate.check_int(group_size_m, "group_size_m")
     check_activation(activation)
     if bias is not None:
         _validate.check_tensor(bias, "bias", 1)

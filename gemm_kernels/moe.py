@@ -340,9 +340,9 @@ def route_tokens(num_tokens: int, num_experts: int, top_k: int, skew: float = 0.
     experts of a large model nearly idle).  x for :func:`grouped_mm` then has
     ``num_tokens * top_k`` rows.  ``generator``: a ``torch.Generator`` for reproducible draws.
     """
-    _validate.check_int(num_tokens, "num_tokens", minimum=0)
-    _validate.check_int(num_experts, "num_experts")
-    _validate.check_int(top_k, "top_k")
+    num_tokens = _validate.check_int(num_tokens, "num_tokens", minimum=0)
+    num_experts = _validate.check_int(num_experts, "num_experts")
+    top_k = _validate.check_int(top_k, "top_k")
     if top_k > num_experts:
         raise ValueError(f"top_k = {top_k} but there are only {num_experts} experts (each token picks distinct ones)")
     if not 0 <= skew < math.inf:

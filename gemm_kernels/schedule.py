@@ -33,20 +33,13 @@ from functools import cached_property
 import numpy as np
 
 from . import tiles
+from ._validate import check_int
 from .tiles import SCHEDULE_FIELDS, cdiv
 
 #: Launch kinds accepted by :func:`tile_schedule`.
 SCHEDULE_ORDERS = ("row_major", "grouped", "persistent")
 
 _TILE, _PROGRAM, _STEP, _PROBLEM, _PID_M, _PID_N = range(len(SCHEDULE_FIELDS))
-
-
-def _positive_int(value, name: str, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
-    if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return int(value)
 
 
 @dataclass(frozen=True, eq=False)
@@ -123,7 +116,7 @@ class Schedule:
 
     def wave_rows(self, wave: int) -> slice:
         """The rows of :attr:`table` (launch positions) that run in ``wave``."""
-        _positive_int(wave, "wave", minimum=0)
+        check_int(wave, "wave", minimum=0)
         if not 0 <= wave < self.num_waves:
             raise ValueError(f"wave must be in [0, {self.num_waves}), got {wave}")
         return slice(int(self.wave_starts[wave]), int(self.wave_starts[wave + 1]))
@@ -183,8 +176,8 @@ def _normalise_shapes(problem_shapes) -> tuple:
     for g, shape in enumerate(problem_shapes):
         if len(shape) not in (2, 3):
             raise ValueError(f"problem {g}: expected (M, N) or (M, N, K), got {tuple(shape)}")
-        M, N = (_positive_int(v, f"problem {g}: {d}", minimum=0) for v, d in zip(shape[:2], "MN"))
-        K = _positive_int(shape[2], f"problem {g}: K", minimum=0) if len(shape) == 3 and shape[2] is not None else None
+        M, N = (check_int(v, f"problem {g}: {d}", minimum=0) for v, d in zip(shape[:2], "MN"))
+        K = check_int(shape[2], f"problem {g}: K", minimum=0) if len(shape) == 3 and shape[2] is not None else None
         shapes.append((M, N, K))
     if not shapes:
         raise ValueError("problem_shapes is empty: give at least one (M, N) or (M, N, K)")
@@ -214,11 +207,11 @@ def tile_schedule(M: int, N: int, block_m: int, block_n: int, order: str = "grou
     if order not in SCHEDULE_ORDERS:
         raise ValueError(f"order must be one of {SCHEDULE_ORDERS}, got {order!r}")
     for value, name in ((M, "M"), (N, "N"), (block_m, "BLOCK_M"), (block_n, "BLOCK_N"), (group_size_m, "GROUP_SIZE_M")):
-        _positive_int(value, name)
+        check_int(value, name)
     if programs_in_flight is None:
         from .runtime import num_sms
         programs_in_flight = num_sms()
-    programs_in_flight = _positive_int(programs_in_flight, "programs_in_flight")
+    programs_in_flight = check_int(programs_in_flight, "programs_in_flight")
     shapes = _normalise_shapes([(M, N, K)])
     if order == "persistent":
         table = tiles.persistent_schedule(M, N, block_m, block_n, programs_in_flight, "grouped", group_size_m)
@@ -246,11 +239,11 @@ def grouped_gemm_schedule(problem_shapes, block_m: int, block_n: int, num_progra
     Raises ``ValueError`` when no problem has a tile.
     """
     for value, name in ((block_m, "BLOCK_M"), (block_n, "BLOCK_N"), (group_size_m, "GROUP_SIZE_M")):
-        _positive_int(value, name)
+        check_int(value, name)
     if num_programs is None:
         from .runtime import num_sms
         num_programs = num_sms()
-    num_programs = _positive_int(num_programs, "num_programs")
+    num_programs = check_int(num_programs, "num_programs")
     shapes = _normalise_shapes(problem_shapes)
     table = tiles.multi_problem_schedule([s[:2] for s in shapes], block_m, block_n, num_programs, order, group_size_m)
     if len(table) == 0:

@@ -201,7 +201,7 @@ def _launch_streamk(a, b, *, activation, bias, order, group_size_m, num_programs
     M, K = a.shape
     N = b.shape[1]
     if sk_tiles is not None:
-        _validate.check_int(sk_tiles, "sk_tiles", minimum=0)
+        sk_tiles = _validate.check_int(sk_tiles, "sk_tiles", minimum=0)
         if config is None:
             raise ValueError("sk_tiles needs an explicit config: the tile count it is checked against depends on "
                              "BLOCK_M and BLOCK_N (pass config=triton.Config(...), or sk_tiles=None)")

@@ -253,3 +253,9 @@ def test_tile_mirror_takes_numpy_ints():
     from gemm_kernels import tiles
 
     assert tiles.tile_grid(np.int64(64), np.int32(48), 16, 16) == (4, 3)
+
+
+def test_launchers_take_numpy_ints():
+    a, b = _operands(40, 48, 32)
+    out = matmul_persistent(a, b, group_size_m=np.int64(4), num_programs=np.int32(3))
+    assert_close(out, matmul_ref(a, b, out_dtype=torch.float64), torch.float16)
