@@ -160,9 +160,9 @@ class TunedKernel:
     """``triton.autotune(kernel)`` that remembers what it chose, so a repeated launch skips it.
 
     Triton's ``Autotuner.run`` rebuilds its cache key from every argument and re-binds them all
-    on every call, even when the answer is cached: on the lent H100 that was ~50 of the ~120 µs
-    ``matmul_tma`` spent on the host per call (PERF_NOTES.md entry 15), which decides every
-    size whose kernel runs for less than that.  Here the first launch for a key goes through
+    on every call, even when the answer is cached: on the lent H100, skipping it took
+    ``matmul_tma`` from 122 to 86 µs of host time per call and ``matmul`` from 82 to 63
+    (PERF_NOTES.md entry 15); host time decides every size whose kernel runs for less.  Here the first launch for a key goes through
     the autotuner (tuning if needed) and its ``best_config`` is kept; later launches with the
     same key call the kernel with that config directly.  The key is the autotuner's own (the
     ``key`` arguments plus every tensor's dtype), so both always agree on the choice.
