@@ -162,9 +162,10 @@ class TunedKernel:
     Triton's ``Autotuner.run`` rebuilds its cache key from every argument and re-binds them all
     on every call, even when the answer is cached: on the lent H100, skipping it took
     ``matmul_tma`` from 122 to 86 µs of host time per call and ``matmul`` from 82 to 63
-    (PERF_NOTES.md entry 15); host time decides every size whose kernel runs for less.  Here the first launch for a key goes through
-    the autotuner (tuning if needed) and its ``best_config`` is kept; later launches with the
-    same key call the kernel with that config directly.  The key is the autotuner's own (the
+    (PERF_NOTES.md entry 15); host time decides every size whose kernel runs for less.
+    Here the first launch for a key goes through the autotuner (tuning if needed) and its
+    ``best_config`` is kept; later launches with the same key call the kernel with that config
+    directly.  The key is the autotuner's own (the
     ``key`` arguments plus every tensor's dtype), so both always agree on the choice.
 
     Used like the autotuner: ``tuned[grid](*args, **kwargs)``.  ``fn`` is the kernel (the compile
@@ -194,6 +195,7 @@ class TunedKernel:
             else:
                 self.fn[grid](*args, **kwargs, **config.all_kwargs())
         return launch
+
 
 #: Autotune key of the single-GEMM kernels: the sizes, the tile order and the epilogue (never
 #: pointers: a pointer key would re-tune on every call).  The epilogue is in it because the

@@ -258,7 +258,8 @@ def trace_streamk_segments(M, N, K, *, block_m=None, block_n=None, block_k=None,
     num_tiles = cdiv(M, bm) * cdiv(N, bn)
     dp_tiles = num_tiles - (streamk_default_tiles(num_tiles, num_programs, cdiv(K, bk)) if sk_tiles is None else sk_tiles)
     # max(0, ...): an sk_tiles out of range is reported by the launcher, not by torch.full
-    trace = torch.full((max(0, dp_tiles) + 2 * num_programs, len(STREAMK_FIELDS)), -1, dtype=torch.int32, device=a.device)
+    trace = torch.full((max(0, dp_tiles) + 2 * num_programs, len(STREAMK_FIELDS)), -1, dtype=torch.int32,
+                       device=a.device)
     config = triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk},
                            num_warps=4, num_stages=1 if runtime.interpreted() else 3)
     _launch_streamk(a, b, activation=None, bias=None, order=order, group_size_m=group_size_m,

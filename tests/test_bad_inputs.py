@@ -85,7 +85,8 @@ def test_streamk_refuses_absurd_program_counts():
 
     a, b = _operands(96, 64, 32)
     limit = streamk.MAX_PROGRAMS_PER_SM * runtime.num_sms()
-    with pytest.raises(ValueError, match=rf"num_programs={limit + 1} is more than {streamk.MAX_PROGRAMS_PER_SM} per SM"):
+    per_sm = streamk.MAX_PROGRAMS_PER_SM
+    with pytest.raises(ValueError, match=rf"num_programs={limit + 1} is more than {per_sm} per SM"):
         matmul_streamk(a, b, num_programs=limit + 1)
     with pytest.raises(ValueError, match=r"num_programs=2147483647 is more than"):
         matmul_streamk(a, b, num_programs=2**31 - 1)
