@@ -48,10 +48,16 @@ def check_same(tensors: dict, what: str) -> None:
         raise err(f"inputs must share one {what}, got {desc}")
 
 
-def check_int(value, name: str, minimum: int = 1) -> int:
-    """``value`` as a Python int (numpy integers accepted, bools not)."""
+def require_int(value, name: str) -> int:
+    """``value`` as a Python int (numpy integers accepted, bools not); TypeError otherwise."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    return int(value)
+
+
+def check_int(value, name: str, minimum: int = 1) -> int:
+    """:func:`require_int`, and at least ``minimum`` (ValueError)."""
+    value = require_int(value, name)
     if value < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    return int(value)
+    return value

@@ -432,11 +432,12 @@ class GroupedMatmulPlan:
                             USE_TMA=tma, **facts, WIDEN=widen_for_dot(dtype), TRACE=False)
         total_tiles = self._total_tiles
         self._grid = lambda meta: (min(runtime.num_sms(), total_tiles[(meta["BLOCK_M"], meta["BLOCK_N"])]),)
-        has_tiles = next(iter(self._total_tiles.values())) > 0
-        self._graph = self._record_graph() if cuda_graph and has_tiles else None
+        # no tile when every problem has M_i = 0 or N_i = 0: nothing to launch or record
+        self._has_tiles = next(iter(self._total_tiles.values())) > 0
+        self._graph = self._record_graph() if cuda_graph and self._has_tiles else None
 
     def _launch(self) -> None:
-        if next(iter(self._total_tiles.values())) == 0:  # every problem has M_i = 0 or N_i = 0
+        if not self._has_tiles:
             return
         if self.tma:
             ensure_tma_allocator()

@@ -149,7 +149,8 @@ _grouped_mm_tuned = configs.TunedKernel(
 
 
 # ----------------------------------------------------------------------------- host side
-def _check_inputs(x, w, offs, check_offs: bool) -> None:
+def _check_inputs(x, w, offs, check_offs: bool) -> torch.Tensor:
+    """The launch's checks; returns ``offs`` contiguous (the kernel reads ``offs_ptr + e``)."""
     _validate.check_tensor(x, "x", 2)
     _validate.check_tensor(w, "w", 3)
     _validate.check_no_grad({"x": x, "w": w})
@@ -171,7 +172,7 @@ def _check_inputs(x, w, offs, check_offs: bool) -> None:
     if offs.dim() != 1 or offs.shape[0] != E:
         raise ValueError(f"offs must have shape [E] = [{E}] (one row end per expert), got {list(offs.shape)}")
     if not check_offs:
-        return
+        return offs.contiguous()
     ends = offs.tolist()  # the one host sync: values are checked here, never needed by the launch
     for e, end in enumerate(ends):
         if end < 0:
@@ -183,6 +184,7 @@ def _check_inputs(x, w, offs, check_offs: bool) -> None:
             )
     if ends[-1] != T:
         raise ValueError(f"offs[-1] = {ends[-1]} but x has T = {T} rows: the experts' rows must cover x exactly")
+    return offs.contiguous()
 
 
 def _plan_tma(x, w, out, tma, check_gpu=True) -> dict:
@@ -259,8 +261,7 @@ def grouped_mm(x, w, offs, *, tma=None, check_offs=True):
         raise TypeError(f"check_offs must be True or False, got {check_offs!r}")
     if tma is not None and not isinstance(tma, bool):  # not `in (None, True, False)`: 0 == False
         raise TypeError(f"tma must be None, True or False, got {tma!r}")
-    _check_inputs(x, w, offs, check_offs)
-    offs = offs.contiguous()  # the kernel reads offs_ptr + e
+    offs = _check_inputs(x, w, offs, check_offs)
     T, K = x.shape
     N = w.shape[2]
     out = torch.empty((T, N), device=x.device, dtype=x.dtype)
@@ -286,8 +287,7 @@ def trace_moe_schedule(x, w, offs, *, tma=False, block_m=None, block_n=None, blo
     pid_n`` columns of ``tiles.multi_problem_schedule([(rows_e, N) ...], ..., num_programs)``.
     Blocks default to the config used on this machine; ``num_programs`` to the launcher's grid.
     """
-    _check_inputs(x, w, offs, check_offs=True)
-    offs = offs.contiguous()
+    offs = _check_inputs(x, w, offs, check_offs=True)
     cfg = configs.moe_configs()[0].kwargs
     bm, bn, bk = configs.blocks_or_defaults(cfg, block_m, block_n, block_k)
     group = cfg["GROUP_SIZE_M"] if group_size_m is None else _validate.check_int(group_size_m, "group_size_m")

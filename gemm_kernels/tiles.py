@@ -23,6 +23,7 @@ import triton
 import triton.language as tl
 
 from . import runtime as _runtime  # noqa: F401  (decides interpreter vs GPU first)
+from ._validate import require_int
 
 ORDERS = ("row_major", "grouped")
 
@@ -66,8 +67,7 @@ def cdiv(a: int, b: int) -> int:
 def _check_ints(**values) -> None:
     """TypeError unless every value is an int (numpy's too): sizes, blocks and counts are whole."""
     for name, value in values.items():
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-            raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+        require_int(value, name)
 
 
 def _check_order(order: str, group_size_m: int) -> None:

@@ -427,43 +427,36 @@ def seed_grouped_suite(settings: SuiteSettings) -> list[Case]:
                         return (lambda: f(group_a, group_b, tma=tma)), None
                     return make
 
-                def prepared(tma):
+                def prepared(tma, cuda_graph=False):
                     def make():
                         if tma:
                             _require_tma("grouped_matmul(tma=True)")
-                        plan_class = kernel("grouped", "GroupedMatmulPlan")
-                        plan = plan_class(group_a, group_b, tma=tma)  # host work once, outside the timing
-                        # checked on a fresh plan, whose outputs the runner poisons with NaN
-                        return plan.run, (lambda: plan_class(group_a, group_b, tma=tma).run())
-                    return make
-
-                note = "times the whole call: checks, metadata packing, one host-to-device copy, launch"
-                providers.append(lazy_provider("grouped_matmul", ours(False), note=note))
-                providers.append(lazy_provider("grouped_matmul tma", ours(True), note=note))
-                def graphed(tma):
-                    def make():
-                        if tma:
-                            _require_tma("grouped_matmul(tma=True)")
-                        if not runtime.on_gpu():
+                        if cuda_graph and not runtime.on_gpu():
                             raise Skip("CUDA graphs need a GPU")
                         plan_class = kernel("grouped", "GroupedMatmulPlan")
-                        plan = plan_class(group_a, group_b, tma=tma, cuda_graph=True)
+                        # host work (and a graph's recording) once, outside the timing
+                        plan = plan_class(group_a, group_b, tma=tma, cuda_graph=cuda_graph)
 
-                        def check():  # the recording already wrote the outputs: poison, then replay
-                            fresh = plan_class(group_a, group_b, tma=tma, cuda_graph=True)
-                            for c in fresh.outputs:
+                        def check():  # a fresh plan, its outputs poisoned after building it (a graph's
+                            fresh = plan_class(group_a, group_b, tma=tma, cuda_graph=cuda_graph)
+                            for c in fresh.outputs:  # recording already wrote them), then run
                                 c.fill_(float("nan"))
                             return fresh.run()
                         return plan.run, check
                     return make
 
+                note = "times the whole call: checks, metadata packing, one host-to-device copy, launch"
+                providers.append(lazy_provider("grouped_matmul", ours(False), note=note))
+                providers.append(lazy_provider("grouped_matmul tma", ours(True), note=note))
                 prepared_note = "GroupedMatmulPlan.run: launch only, metadata built beforehand (as the seed times its kernels)"
                 providers.append(lazy_provider("grouped_matmul plan", prepared(False), note=prepared_note))
                 providers.append(lazy_provider("grouped_matmul tma plan", prepared(True), note=prepared_note))
                 graph_note = ("GroupedMatmulPlan(cuda_graph=True).run: replays a CUDA graph of the launch "
                               "(the launch's Python, ~50-100 us, paid once)")
-                providers.append(lazy_provider("grouped_matmul plan graph", graphed(False), note=graph_note))
-                providers.append(lazy_provider("grouped_matmul tma plan graph", graphed(True), note=graph_note))
+                providers.append(lazy_provider("grouped_matmul plan graph", prepared(False, cuda_graph=True),
+                                               note=graph_note))
+                providers.append(lazy_provider("grouped_matmul tma plan graph", prepared(True, cuda_graph=True),
+                                               note=graph_note))
                 providers.append(Provider(
                     "torch._grouped_mm", lambda: torch._grouped_mm(a3, b3), ours=False,
                     note="3-D x 3-D (equal shapes stacked)"
