@@ -196,6 +196,22 @@ class TunedKernel:
                 self.fn[grid](*args, **kwargs, **config.all_kwargs())
         return launch
 
+    def bind(self, grid, *args, **kwargs):
+        """A :class:`~gemm_kernels.launch.BoundLaunch` of this launch with the tuned config:
+        calling it repeats the launch with no Python argument handling (GPU only; None in the
+        interpreter).  Tunes first if this key is new, which launches the kernel (its output
+        is then written once more by the first call)."""
+        if runtime.interpreted():
+            return None
+        from .launch import BoundLaunch
+
+        key = self.tuning_key(*args, **kwargs)
+        if key not in self.chosen:
+            self[grid](*args, **kwargs)
+        config = self.chosen[key]
+        options = {k: v for k, v in config.all_kwargs().items() if k not in config.kwargs}
+        return BoundLaunch(self.fn, grid, args, {**kwargs, **config.kwargs}, options)
+
 
 #: Autotune key of the single-GEMM kernels: the sizes, the tile order and the epilogue (never
 #: pointers: a pointer key would re-tune on every call).  The epilogue is in it because the

@@ -408,11 +408,14 @@ class GroupedMatmulPlan:
     The plan holds the A_i and B_i tensors (the kernel only has their addresses): changing their
     values in place between runs is fine, replacing them needs a new plan.
 
+    On a GPU the launch itself is fixed too: the first :meth:`run` tunes (if needed) and keeps
+    the compiled kernel with its arguments (:class:`~gemm_kernels.launch.BoundLaunch`); later
+    runs call its C launcher directly, skipping the tens of microseconds of Python a Triton
+    launch spends binding ~20 arguments and looking the kernel up.
+
     ``cuda_graph=True`` (GPU only) goes one step further: the plan runs the kernel once (tuning
-    it if needed), then records that launch in a CUDA graph, and :meth:`run` replays the graph.
-    A Triton launch costs tens of microseconds of Python (binding ~20 arguments, looking up the
-    compiled kernel); a replay costs a few, so problems whose kernel runs for microseconds are
-    no longer timed by the host.  Same kernel, same config, same outputs.
+    it if needed), then records that launch in a CUDA graph, and :meth:`run` replays the graph:
+    no Python launch code at all.  Same kernel, same config, same outputs.
     """
 
     def __init__(self, group_a, group_b, *, tma=False, cuda_graph=False):
@@ -434,6 +437,7 @@ class GroupedMatmulPlan:
         self._grid = lambda meta: (min(runtime.num_sms(), total_tiles[(meta["BLOCK_M"], meta["BLOCK_N"])]),)
         # no tile when every problem has M_i = 0 or N_i = 0: nothing to launch or record
         self._has_tiles = next(iter(self._total_tiles.values())) > 0
+        self._bound = None  # the launch with every argument fixed (launch.BoundLaunch), from the first run
         self._graph = self._record_graph() if cuda_graph and self._has_tiles else None
 
     def _launch(self) -> None:
@@ -441,7 +445,13 @@ class GroupedMatmulPlan:
             return
         if self.tma:
             ensure_tma_allocator()
-        _grouped_matmul_tuned[self._grid](self._problems, self._tile_starts, self._problems, **self._kwargs)
+        args = (self._problems, self._tile_starts, self._problems)
+        if self._bound is None:  # first launch: tune if needed, then keep the compiled kernel
+            self._bound = _grouped_matmul_tuned.bind(self._grid, *args, **self._kwargs)
+        if self._bound is None:  # the interpreter: nothing compiled to keep
+            _grouped_matmul_tuned[self._grid](*args, **self._kwargs)
+        else:
+            self._bound()
 
     def _record_graph(self):
         self._launch()  # tunes and compiles outside the recording (neither may happen inside it)

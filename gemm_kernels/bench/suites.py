@@ -448,11 +448,12 @@ def seed_grouped_suite(settings: SuiteSettings) -> list[Case]:
                 note = "times the whole call: checks, metadata packing, one host-to-device copy, launch"
                 providers.append(lazy_provider("grouped_matmul", ours(False), note=note))
                 providers.append(lazy_provider("grouped_matmul tma", ours(True), note=note))
-                prepared_note = "GroupedMatmulPlan.run: launch only, metadata built beforehand (as the seed times its kernels)"
+                prepared_note = ("GroupedMatmulPlan.run: launch only, metadata built beforehand (as the seed times its "
+                                 "kernels); from the second run the compiled kernel is called directly (launch.BoundLaunch)")
                 providers.append(lazy_provider("grouped_matmul plan", prepared(False), note=prepared_note))
                 providers.append(lazy_provider("grouped_matmul tma plan", prepared(True), note=prepared_note))
                 graph_note = ("GroupedMatmulPlan(cuda_graph=True).run: replays a CUDA graph of the launch "
-                              "(the launch's Python, ~50-100 us, paid once)")
+                              "(no Python launch code at all)")
                 providers.append(lazy_provider("grouped_matmul plan graph", prepared(False, cuda_graph=True),
                                                note=graph_note))
                 providers.append(lazy_provider("grouped_matmul tma plan graph", prepared(True, cuda_graph=True),
