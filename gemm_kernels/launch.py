@@ -73,11 +73,15 @@ class BoundLaunch:
         self._function = compiled.function
         self._packed_metadata = compiled.packed_metadata
         self._current_stream: Callable = driver.active.get_current_stream
-        self._device = driver.active.get_current_device()
+        self._current_device: Callable = driver.active.get_current_device
+        self._device = self._current_device()
 
     def __call__(self) -> None:
         from triton import knobs
 
+        if self._current_device() != self._device:  # the kernel was loaded into that device's context
+            raise RuntimeError(f"this launch was bound on cuda:{self._device} but cuda:{self._current_device()} "
+                               f"is the current device: call it under torch.cuda.device({self._device})")
         stream = self._current_stream(self._device)
         enter_hook, exit_hook = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
         # profilers (proton) set the hooks and read the launch's metadata: build it only for them

@@ -72,6 +72,15 @@ def test_gpu_bound_launch_equals_a_normal_launch_and_follows_the_inputs():
 
 
 @pytest.mark.gpu
+def test_gpu_bound_launch_refuses_another_current_device(monkeypatch):
+    x = torch.randn(64, device=DEVICE)
+    launch = BoundLaunch(_scale_kernel, (1,), (x, torch.empty_like(x)), {"n": 64, "factor": 1.0, "BLOCK": 64})
+    monkeypatch.setattr(launch, "_current_device", lambda: launch._device + 1)
+    with pytest.raises(RuntimeError, match=r"bound on cuda:\d+ but cuda:\d+ is the current device"):
+        launch()
+
+
+@pytest.mark.gpu
 def test_gpu_bound_launch_calls_the_profiler_hooks(monkeypatch):
     from triton import knobs
 
