@@ -73,10 +73,17 @@ for dtype in (torch.float16, torch.bfloat16):
     for c, r, s in zip(gk.grouped_matmul(ga_t, gb_t, tma=True), refs, gshapes):
         if c.numel():
             check(f"grouped_matmul tma {s}", c, r, dtype)
-    plan = grouped.GroupedMatmulPlan(ga_t, gb_t, tma=True)
-    for c, r, s in zip(plan.run(), refs, gshapes):
-        if c.numel():
-            check(f"grouped plan tma {s}", c, r, dtype)
+    for tma, (plan_a, plan_b) in ((True, (ga_t, gb_t)), (False, (ga, gb))):
+        plan = grouped.GroupedMatmulPlan(plan_a, plan_b, tma=tma)
+        for run in ("first", "bound"):  # the second run goes through the plan's BoundLaunch
+            for a in plan_a:
+                a.copy_(torch.randn(a.shape, device=dev, dtype=dtype))
+            for c in plan.outputs:
+                c.fill_(float("nan"))
+            refs = gk.grouped_matmul_ref(plan_a, plan_b, out_dtype=torch.float64)
+            for c, r, s in zip(plan.run(), refs, gshapes):
+                if c.numel():
+                    check(f"grouped plan tma={tma} {run} run {s}", c, r, dtype)
 
     # MoE grouped_mm: skewed routing with empty experts, both w layouts, TMA on and off
     for E, T, K, N in ((8, 37, 64, 96), (16, 300, 128, 72), (5, 3, 32, 16)):
