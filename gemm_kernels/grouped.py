@@ -446,12 +446,12 @@ class GroupedMatmulPlan:
         if self.tma:
             ensure_tma_allocator()
         args = (self._problems, self._tile_starts, self._problems)
+        if runtime.interpreted():  # nothing compiled to keep: every run is a plain launch
+            _grouped_matmul_tuned[self._grid](*args, **self._kwargs)
+            return
         if self._bound is None:  # first launch: tune if needed, then keep the compiled kernel
             self._bound = _grouped_matmul_tuned.bind(self._grid, *args, **self._kwargs)
-        if self._bound is None:  # the interpreter: nothing compiled to keep
-            _grouped_matmul_tuned[self._grid](*args, **self._kwargs)
-        else:
-            self._bound()
+        self._bound()
 
     def _record_graph(self):
         self._launch()  # tunes and compiles outside the recording (neither may happen inside it)
