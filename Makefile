@@ -41,10 +41,10 @@ sanitize: $(STAMP)  ## every kernel on ragged shapes under compute-sanitizer mem
 	GEMM_KERNELS_AUTOTUNE=0 compute-sanitizer --tool memcheck --error-exitcode 1 $(BIN)/python tests/sanitize_kernels.py
 
 student: $(STAMP)  ## student copies of the notebooks (solutions removed) in student/
-	$(BIN)/python -m gemm_kernels.student
+	$(BIN)/python -m gemm_kernels.lab.student
 
-images: $(STAMP)  ## regenerate the schedule/pointer pictures images/*.png from gemm_kernels.drawings (deterministic)
-	$(BIN)/python -m gemm_kernels.images
+images: $(STAMP)  ## regenerate the schedule/pointer pictures images/*.png from gemm_kernels.viz.drawings (deterministic)
+	$(BIN)/python -m gemm_kernels.viz.images
 
 bench: $(STAMP)  ## time every suite on a CUDA GPU; writes bench-results/ and the committed copy in images/bench/
 	$(BIN)/python -m gemm_kernels.bench --suite all --commit

@@ -1,35 +1,47 @@
 """Triton GEMM, from pointers to persistent TMA: the kernels and tools behind the notebooks.
 
-Importing this package first decides where kernels run (``gemm_kernels.runtime``):
-compiled on a CUDA GPU, or in Triton's interpreter on the CPU.
+Importing this package first decides where kernels run (``gemm_kernels.runtime``): compiled on
+a CUDA GPU, or in Triton's interpreter on the CPU.  The layers, bottom up (arrows point down):
+
+``runtime``   where kernels run                      ``models/``  numpy mirrors and models (no Triton)
+``kernels/``  the Triton kernels and their launchers ``viz/``     drawings and ipywidgets explorers
+``lab/``      traces, compile view, exercises        ``bench/``   the benchmark harness
+
+The public names below are the package's API; each loads its layer on first use.
 """
+
+from __future__ import annotations
+
+import importlib
 
 from . import runtime  # noqa: I001  (must run before any kernel module defines a @triton.jit)
 from .runtime import DEVICE, describe, gpu_name, interpreted, num_sms, on_gpu, supports_tma
-from .matmul import matmul, matmul_ref, trace_program_tiles
-from .persistent import matmul_persistent, matmul_tma
-from .streamk import matmul_streamk
-from .grouped import GroupedMatmulPlan, grouped_matmul, grouped_matmul_ref
-from .moe import grouped_mm, grouped_mm_ref, route_tokens
 
-__all__ = [
-    "DEVICE", "describe", "gpu_name", "interpreted", "num_sms", "on_gpu", "supports_tma",
-    "matmul", "matmul_ref", "trace_program_tiles", "matmul_persistent", "matmul_tma", "matmul_streamk",
-    "GroupedMatmulPlan", "grouped_matmul", "grouped_matmul_ref", "grouped_mm", "grouped_mm_ref", "route_tokens",
-]
+#: public name -> the module that defines it
+_PUBLIC = {
+    **dict.fromkeys(["matmul", "matmul_ref"], "kernels.matmul"),
+    **dict.fromkeys(["matmul_persistent", "matmul_tma"], "kernels.persistent"),
+    "matmul_streamk": "kernels.streamk",
+    **dict.fromkeys(["GroupedMatmulPlan", "grouped_matmul", "grouped_matmul_ref"], "kernels.grouped"),
+    **dict.fromkeys(["grouped_mm", "grouped_mm_ref", "route_tokens"], "kernels.moe"),
+    **dict.fromkeys(["trace_program_tiles", "trace_persistent_tiles", "trace_streamk_segments",
+                     "trace_grouped_schedule", "trace_moe_schedule"], "lab.traces"),
+    **dict.fromkeys(["tile_schedule", "grouped_gemm_schedule"], "models.schedule"),
+    **dict.fromkeys(["l2_traffic", "reuse_profile", "H100_L2_BYTES", "H100_NUM_SMS"], "models.l2model"),
+    **dict.fromkeys(["schedule_explorer", "pointer_explorer", "grouped_schedule_explorer"], "viz.widgets"),
+}
 
-# Tile schedules you can see: the models are plain numpy (cheap to import); the explorers
-# pull in ipywidgets and matplotlib, so they load on first use.
-from .schedule import grouped_gemm_schedule, tile_schedule  # noqa: E402
-from .l2model import H100_L2_BYTES, H100_NUM_SMS, l2_traffic, reuse_profile  # noqa: E402
-
-_EXPLORERS = ("schedule_explorer", "pointer_explorer", "grouped_schedule_explorer")
-__all__ += ["tile_schedule", "grouped_gemm_schedule", "l2_traffic", "reuse_profile", "H100_L2_BYTES",
-            "H100_NUM_SMS", *_EXPLORERS]
+__all__ = ["DEVICE", "describe", "gpu_name", "interpreted", "num_sms", "on_gpu", "supports_tma", *_PUBLIC]
 
 
 def __getattr__(name):
-    if name in _EXPLORERS:
-        from . import widgets
-        return getattr(widgets, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module = _PUBLIC.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value  # later look-ups skip this function
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

@@ -23,6 +23,9 @@ import torch
 
 #: Environment variable that forces the interpreter on a GPU machine.
 FORCE_INTERPRET_ENV = "GEMM_KERNELS_INTERPRET"
+#: Set by the compile view's worker process (``gemm_kernels.lab.compile_view``): no GPU, but kernels
+#: stay real ``JITFunction``s (not interpreted) so ``triton.compile`` can build them for a target.
+COMPILE_ONLY_ENV = "GEMM_KERNELS_COMPILE_ONLY"
 #: Set to 0 to skip autotuning on a GPU: each kernel then uses the first (default) config of its
 #: list.  Meant for quick correctness runs (each new shape otherwise compiles and times every config).
 AUTOTUNE_ENV = "GEMM_KERNELS_AUTOTUNE"
@@ -58,6 +61,10 @@ class Runtime:
 
 
 def _decide() -> Runtime:
+    if _truthy(os.environ.get(COMPILE_ONLY_ENV)):
+        os.environ.pop("TRITON_INTERPRET", None)
+        return Runtime(True, torch.device("cpu"), "CPU (compile only)", None, INTERPRETER_NUM_SMS,
+                       "compile-only worker: kernels are built for a GPU target, never run")
     forced = _truthy(os.environ.get(FORCE_INTERPRET_ENV)) or _truthy(os.environ.get("TRITON_INTERPRET"))
     if forced:
         reason = f"interpreter forced by {FORCE_INTERPRET_ENV}/TRITON_INTERPRET"

@@ -8,7 +8,11 @@ import sys
 import torch
 
 import gemm_kernels as gk
-from gemm_kernels import grouped, moe, persistent, streamk
+from gemm_kernels.kernels import grouped
+from gemm_kernels.kernels import moe
+from gemm_kernels.kernels import persistent
+from gemm_kernels.kernels.tma import tma_aligned
+from gemm_kernels.kernels import streamk
 from gemm_kernels.testing import rel_err, TOLERANCES
 
 torch.manual_seed(0)
@@ -40,7 +44,7 @@ for dtype in (torch.float16, torch.bfloat16):
         check(f"persistent {M}x{N}x{K}", gk.matmul_persistent(a, b, activation="gelu", bias=bias), ref, dtype)
         bt = b.t().contiguous().t()  # column-major B
         check(f"persistent colB {M}x{N}x{K}", gk.matmul_persistent(a, bt, activation="gelu", bias=bias), ref, dtype)
-        at, bt2 = persistent.tma_aligned(a), persistent.tma_aligned(b)
+        at, bt2 = tma_aligned(a), tma_aligned(b)
         check(f"tma {M}x{N}x{K}", gk.matmul_tma(at, bt2, activation="gelu", bias=bias), ref, dtype)
         check(f"streamk {M}x{N}x{K}", streamk.matmul_streamk(at, bt2, activation="gelu", bias=bias), ref, dtype)
         if (M * 2) % 16 == 0 and (K * 2) % 16 == 0:

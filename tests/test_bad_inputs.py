@@ -9,8 +9,11 @@ import pytest
 import torch
 import triton
 
-from gemm_kernels import (DEVICE, grouped_matmul, grouped_mm, grouped_mm_ref, l2model, matmul, matmul_persistent,
-                          matmul_ref, matmul_streamk, matmul_tma, route_tokens, schedule, streamk)
+from gemm_kernels import (DEVICE, grouped_matmul, grouped_mm, grouped_mm_ref, matmul, matmul_persistent, matmul_ref,
+                          matmul_streamk, matmul_tma, route_tokens)
+from gemm_kernels.kernels import streamk
+from gemm_kernels.lab import traces
+from gemm_kernels.models import l2model, schedule
 from gemm_kernels.testing import assert_close
 
 SINGLE_GEMMS = {"matmul": matmul, "matmul_persistent": matmul_persistent, "matmul_tma": matmul_tma,
@@ -94,7 +97,7 @@ def test_streamk_refuses_absurd_program_counts():
 
 def test_streamk_trace_reports_an_out_of_range_split_like_the_launcher():
     with pytest.raises(ValueError, match=r"sk_tiles=99 is more than min\(tiles, num_programs\)"):
-        streamk.trace_streamk_segments(40, 40, 64, sk_tiles=99)
+        traces.trace_streamk_segments(40, 40, 64, sk_tiles=99)
 
 
 # ---------------------------------------------------------------- grouped GEMMs
@@ -177,10 +180,10 @@ def test_l2_model_arguments_are_checked(kwargs, error, message):
 
 # ---------------------------------------------------------------- trace helpers (notebooks call them)
 def _traces():
-    from gemm_kernels import persistent, trace_program_tiles
+    from gemm_kernels import trace_program_tiles
 
-    return {"trace_program_tiles": trace_program_tiles, "trace_persistent_tiles": persistent.trace_persistent_tiles,
-            "trace_streamk_segments": streamk.trace_streamk_segments}
+    return {"trace_program_tiles": trace_program_tiles, "trace_persistent_tiles": traces.trace_persistent_tiles,
+            "trace_streamk_segments": traces.trace_streamk_segments}
 
 
 @pytest.mark.parametrize("name", ["trace_program_tiles", "trace_persistent_tiles", "trace_streamk_segments"])
@@ -199,8 +202,7 @@ def test_trace_helpers_check_sizes_and_blocks(name, kwargs, error, message):
 
 
 def test_grouped_trace_helpers_check_blocks():
-    from gemm_kernels.grouped import trace_grouped_schedule
-    from gemm_kernels.moe import trace_moe_schedule
+    from gemm_kernels.lab.traces import trace_grouped_schedule, trace_moe_schedule
 
     a, b = _operands(40, 48, 32)
     with pytest.raises(ValueError, match=r"block_m must be a power of two"):
@@ -244,14 +246,14 @@ def test_inputs_that_require_grad_are_refused_unless_autograd_is_off():
     (lambda t: t.streamk_segments(8, 4.0, 4), TypeError, r"k_tiles must be an int"),
 ])
 def test_tile_mirror_checks_its_arguments(call, error, message):
-    from gemm_kernels import tiles
+    from gemm_kernels.models import tiles
 
     with pytest.raises(error, match=message):
         call(tiles)
 
 
 def test_tile_mirror_takes_numpy_ints():
-    from gemm_kernels import tiles
+    from gemm_kernels.models import tiles
 
     assert tiles.tile_grid(np.int64(64), np.int32(48), 16, 16) == (4, 3)
 

@@ -6,7 +6,8 @@ import pytest
 import torch
 import triton.language as tl
 
-from gemm_kernels import configs, runtime
+from gemm_kernels import runtime
+from gemm_kernels.kernels import configs
 
 LISTS = {
     "persistent": lambda: configs.persistent_configs(gpu=True),
@@ -62,7 +63,7 @@ def test_autotune_off_keeps_the_first_fitting_config(monkeypatch):
 
 def _persistent_launch(dtype, activation, M=37, N=45, K=29):
     """Arguments of one small _matmul_persistent_kernel launch, C poisoned with NaN."""
-    from gemm_kernels.persistent import _persistent_args, _persistent_grid
+    from gemm_kernels.kernels.persistent import _persistent_args, _persistent_grid
 
     a = torch.randn(M, K).to(runtime.DEVICE, dtype)
     b = torch.randn(K, N).to(runtime.DEVICE, dtype)
@@ -73,8 +74,8 @@ def _persistent_launch(dtype, activation, M=37, N=45, K=29):
 
 
 def test_tuned_kernel_remembers_the_choice_and_then_skips_the_autotuner(monkeypatch):
-    from gemm_kernels.matmul import matmul_ref
-    from gemm_kernels.persistent import _matmul_persistent_kernel, _persistent_tuned
+    from gemm_kernels.kernels.matmul import matmul_ref
+    from gemm_kernels.kernels.persistent import _matmul_persistent_kernel, _persistent_tuned
     from gemm_kernels.testing import assert_close
 
     # Two candidates, so the autotuner computes and caches its key (with autotuning off, as on

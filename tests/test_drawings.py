@@ -9,11 +9,11 @@ import torch
 from matplotlib.figure import Figure
 from PIL import Image
 
-from gemm_kernels import drawings as d
-from gemm_kernels import images
-from gemm_kernels.l2model import reuse_profile
-from gemm_kernels.schedule import grouped_gemm_schedule, tile_schedule
-from gemm_kernels.tiles import streamk_segments
+from gemm_kernels.viz import drawings as d
+from gemm_kernels.viz import images
+from gemm_kernels.models.l2model import reuse_profile
+from gemm_kernels.models.schedule import grouped_gemm_schedule, tile_schedule
+from gemm_kernels.models.tiles import streamk_segments
 
 
 def png_pixels(data: bytes) -> np.ndarray:

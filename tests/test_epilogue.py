@@ -13,7 +13,7 @@ import triton
 import triton.language as tl
 
 from gemm_kernels import DEVICE
-from gemm_kernels.epilogue import ACTIVATIONS, activation_ref, apply_activation
+from gemm_kernels.kernels.epilogue import ACTIVATIONS, activation_ref, apply_activation
 
 SPECIALS = [0.0, -0.0, 1e-30, -1e-30, 1e-3, -1e-3, 1e4, -1e4, 3e38, -3e38, math.inf, -math.inf, math.nan]
 

@@ -15,18 +15,18 @@ import triton
 import triton.language as tl
 
 from gemm_kernels import DEVICE
-from gemm_kernels.exercises import CORRECT, NOT_ATTEMPTED, WRONG, CheckResult
-from gemm_kernels.exercises import grouped_gemm as grouped_ex
-from gemm_kernels.exercises import grouped_l2_ordering as ordering
-from gemm_kernels.exercises import kernel_fusion as fusion
-from gemm_kernels.exercises import moe_grouped_mm as moe_ex
-from gemm_kernels.exercises import naive_tiling as tiling
-from gemm_kernels.exercises import persistent_tma as persistent_ex
-from gemm_kernels.exercises import pointer_arithmetic as pointers
-from gemm_kernels.exercises import start_here
-from gemm_kernels.exercises._core import compare_arrays
-from gemm_kernels.student import exercise_results
-from gemm_kernels.tiles import tile_coords_np
+from gemm_kernels.lab.exercises import CORRECT, NOT_ATTEMPTED, WRONG, CheckResult
+from gemm_kernels.lab.exercises import grouped_gemm as grouped_ex
+from gemm_kernels.lab.exercises import grouped_l2_ordering as ordering
+from gemm_kernels.lab.exercises import kernel_fusion as fusion
+from gemm_kernels.lab.exercises import moe_grouped_mm as moe_ex
+from gemm_kernels.lab.exercises import naive_tiling as tiling
+from gemm_kernels.lab.exercises import persistent_tma as persistent_ex
+from gemm_kernels.lab.exercises import pointer_arithmetic as pointers
+from gemm_kernels.lab.exercises import start_here
+from gemm_kernels.lab.exercises._core import compare_arrays
+from gemm_kernels.lab.student import exercise_results
+from gemm_kernels.models.tiles import tile_coords_np
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 

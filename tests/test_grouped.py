@@ -7,12 +7,12 @@ import torch
 import triton
 import triton.language as tl
 
-from gemm_kernels import DEVICE, grouped, grouped_matmul, grouped_matmul_ref, runtime
-from gemm_kernels.grouped import trace_grouped_schedule
+from gemm_kernels import DEVICE, grouped_matmul, grouped_matmul_ref, runtime
+from gemm_kernels.kernels import grouped, tma
+from gemm_kernels.lab.traces import trace_grouped_schedule
 from gemm_kernels.testing import assert_close, random_matrix
-from gemm_kernels.tiles import (
-    locate_problem, locate_problem_in_ends, locate_problem_np, multi_problem_schedule, problem_tile_starts,
-)
+from gemm_kernels.kernels.tiles import locate_problem, locate_problem_in_ends
+from gemm_kernels.models.tiles import locate_problem_np, multi_problem_schedule, problem_tile_starts
 
 DTYPES = [torch.float16, torch.bfloat16]
 
@@ -203,7 +203,7 @@ def test_plan_states_only_facts_true_for_every_problem():
 def test_size_one_dimension_needs_no_aligned_stride():
     """A 1 x K row sliced out of a matrix with an odd row stride is still TMA-readable."""
     a = random_matrix(3, 45)[:1, :40]  # row stride 45 elements (90 bytes), but only one row
-    assert grouped.descriptor_layouts(a)["row"] == (40, 1)  # an aligned stand-in (40 * 2 bytes)
+    assert tma.descriptor_layouts(a)["row"] == (40, 1)  # an aligned stand-in (40 * 2 bytes)
     check_group([a], [padded(40, 24, torch.float16)], torch.float16, tma=True)
 
 

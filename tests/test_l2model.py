@@ -4,8 +4,8 @@ simulation of the same lockstep trace, and monotonicity in the cache size."""
 import numpy as np
 import pytest
 
-from gemm_kernels.l2model import H100_L2_BYTES, H100_NUM_SMS, l2_traffic, reuse_profile
-from gemm_kernels.schedule import grouped_gemm_schedule, tile_schedule
+from gemm_kernels.models.l2model import H100_L2_BYTES, H100_NUM_SMS, l2_traffic, reuse_profile
+from gemm_kernels.models.schedule import grouped_gemm_schedule, tile_schedule
 
 BLOCK = 64
 

@@ -6,8 +6,10 @@ import torch
 import triton
 import triton.language as tl
 
-from gemm_kernels import DEVICE, configs, grouped, grouped_matmul_ref, runtime
-from gemm_kernels.launch import BoundLaunch, ordered_arguments, resolve_grid
+from gemm_kernels import DEVICE, grouped_matmul_ref, runtime
+from gemm_kernels.kernels import configs
+from gemm_kernels.kernels import grouped
+from gemm_kernels._triton_compat import BoundLaunch, ordered_arguments, resolve_grid
 from gemm_kernels.testing import assert_close
 
 

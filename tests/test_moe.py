@@ -5,10 +5,12 @@ import numpy as np
 import pytest
 import torch
 
-from gemm_kernels import DEVICE, grouped_mm, grouped_mm_ref, moe, route_tokens, runtime
-from gemm_kernels.moe import num_programs_for, trace_moe_schedule
+from gemm_kernels import DEVICE, grouped_mm, grouped_mm_ref, route_tokens, runtime
+from gemm_kernels.kernels import moe
+from gemm_kernels.kernels.moe import num_programs_for
+from gemm_kernels.lab.traces import trace_moe_schedule
 from gemm_kernels.testing import assert_close
-from gemm_kernels.tiles import multi_problem_schedule
+from gemm_kernels.models.tiles import multi_problem_schedule
 
 DTYPES = [torch.float16, torch.bfloat16]
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from gemm_kernels import student
+from gemm_kernels.lab import student
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 PATHS = sorted(NOTEBOOKS.glob("*.ipynb"))

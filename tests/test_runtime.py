@@ -35,7 +35,7 @@ def test_interpreter_matches_environment():
 def test_forcing_the_interpreter_switches_triton_before_kernels_exist():
     code = (
         "import gemm_kernels, torch\n"
-        "from gemm_kernels.matmul import _matmul_kernel\n"
+        "from gemm_kernels.kernels.matmul import _matmul_kernel\n"
         "print(gemm_kernels.interpreted(), type(_matmul_kernel).__name__, gemm_kernels.DEVICE)\n"
         "a = torch.randn(5, 7, dtype=torch.float16); b = torch.randn(7, 3, dtype=torch.float16)\n"
         "print(float((gemm_kernels.matmul(a, b).float() - a.float() @ b.float()).abs().max()) < 1e-2)\n"

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from gemm_kernels import tiles
-from gemm_kernels.schedule import SCHEDULE_ORDERS, grouped_gemm_schedule, tile_schedule
+from gemm_kernels.models import tiles
+from gemm_kernels.models.schedule import SCHEDULE_ORDERS, grouped_gemm_schedule, tile_schedule
 
 
 def _random_cases(seed, n):

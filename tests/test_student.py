@@ -9,9 +9,9 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from gemm_kernels import student
-from gemm_kernels.exercises import NOT_ATTEMPTED
-from gemm_kernels.student import BEGIN, END, STUB, MarkerError, strip_solutions
+from gemm_kernels.lab import student
+from gemm_kernels.lab.exercises import NOT_ATTEMPTED
+from gemm_kernels.lab.student import BEGIN, END, STUB, MarkerError, strip_solutions
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 PATHS = student.notebook_paths(NOTEBOOKS)

@@ -9,8 +9,10 @@ import triton
 import triton.language as tl
 
 import gemm_kernels as gk
-from gemm_kernels import drawings, moe, teaching
-from gemm_kernels.tiles import multi_problem_schedule
+from gemm_kernels.viz import drawings
+from gemm_kernels.lab import traces
+from gemm_kernels.lab import teaching
+from gemm_kernels.models.tiles import multi_problem_schedule
 
 
 @triton.jit
@@ -120,7 +122,7 @@ def test_expert_load_from_the_kernel_trace_equals_the_mirror():
     offs = torch.tensor(np.cumsum(counts), dtype=torch.int32, device=gk.DEVICE)
     x = torch.randn(sum(counts), 32).to(gk.DEVICE, torch.float16)
     w = torch.randn(len(counts), 32, 40).to(gk.DEVICE, torch.float16)
-    _, trace = moe.trace_moe_schedule(x, w, offs, block_m=16, block_n=16, num_programs=5)
+    _, trace = traces.trace_moe_schedule(x, w, offs, block_m=16, block_n=16, num_programs=5)
     from_trace = drawings.expert_load(counts, 40, 16, 16, 5, trace=trace)
     mirror = drawings.expert_load(counts, 40, 16, 16, 5)
     np.testing.assert_array_equal(from_trace["tiles"], mirror["tiles"])

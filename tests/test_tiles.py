@@ -7,9 +7,8 @@ import triton
 import triton.language as tl
 
 from gemm_kernels import DEVICE, trace_program_tiles
-from gemm_kernels.tiles import (
-    launch_order_grid, persistent_tile_ids, program_tiles, tile_coords, tile_coords_np, tile_grid,
-)
+from gemm_kernels.kernels.tiles import tile_coords
+from gemm_kernels.models.tiles import launch_order_grid, persistent_tile_ids, program_tiles, tile_coords_np, tile_grid
 
 
 @triton.jit

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 import gemm_kernels
-from gemm_kernels import tiles
-from gemm_kernels.widgets import (
+from gemm_kernels.models import tiles
+from gemm_kernels.viz.widgets import (
     GroupedScheduleExplorer, PointerExplorer, ScheduleExplorer, grouped_schedule_explorer, parse_problems,
     pointer_explorer, schedule_explorer,
 )

@@ -1,4 +1,4 @@
-"""The L2 model (:mod:`gemm_kernels.l2model`) beside the hardware's counters.
+"""The L2 model (:mod:`gemm_kernels.models.l2model`) beside the hardware's counters.
 
 For a few fp16 GEMMs, ``_matmul_kernel`` (one program per C tile) runs in row-major and
 in grouped order under Nsight Compute, and the measured L2 read hit rate and DRAM bytes
@@ -98,8 +98,8 @@ def programs_per_sm(n_regs: int, shared_bytes: int, num_warps: int, props=None) 
 def launch_fixed(a: torch.Tensor, b: torch.Tensor, order: str, config: dict = CONFIG,
                  group_size_m: int = GROUP_SIZE_M):
     """One launch of ``_matmul_kernel`` with ``config``; returns ``(c, compiled kernel or None)``."""
-    from ..epilogue import widen_for_dot
-    from ..matmul import _matmul_kernel
+    from ..kernels.epilogue import widen_for_dot
+    from ..kernels.matmul import _matmul_kernel
 
     M, K = a.shape
     N = b.shape[1]
@@ -156,7 +156,7 @@ def estimated_shared_bytes(config: dict, element_bytes: int = 2) -> int:
 
 
 def l2_bytes_of_device() -> int:
-    from ..l2model import H100_L2_BYTES
+    from ..models.l2model import H100_L2_BYTES
 
     if runtime.on_gpu():
         size = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", None)
@@ -168,8 +168,8 @@ def l2_bytes_of_device() -> int:
 def model_prediction(M: int, N: int, K: int, order: str, programs_in_flight: int, l2_bytes: int,
                      config: dict = CONFIG, element_bytes: int = 2) -> dict:
     """The L2 model's hit rate and DRAM read bytes for the schedule the kernel runs."""
-    from ..l2model import l2_traffic
-    from ..schedule import tile_schedule
+    from ..models.l2model import l2_traffic
+    from ..models.schedule import tile_schedule
 
     s = tile_schedule(M, N, config["BLOCK_M"], config["BLOCK_N"], order, GROUP_SIZE_M,
                       programs_in_flight=programs_in_flight, K=K)
@@ -332,7 +332,7 @@ def l2_markdown(rows: list[dict], meta: dict) -> str:
     lines = [section_heading("l2"), "",
              f"`_matmul_kernel` fp16 with fixed blocks {CONFIG['BLOCK_M']}x{CONFIG['BLOCK_N']}x{CONFIG['BLOCK_K']} "
              f"(GROUP_SIZE_M={GROUP_SIZE_M}), profiled with Nsight Compute on {meta.get('device')} "
-             f"({meta.get('date')}); model: `gemm_kernels.l2model` with the same schedule, "
+             f"({meta.get('date')}); model: `gemm_kernels.models.l2model` with the same schedule, "
              f"{meta.get('programs_in_flight_note', '')}L2 = {meta.get('l2_bytes', 0) / 2**20:.0f} MiB.", "",
              "| shape | order | hit rate: model | hit rate: measured (reads) | all-sector hit rate | "
              "DRAM read MB: model | measured | compulsory | kernel time (us) |",

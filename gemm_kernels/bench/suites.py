@@ -17,7 +17,7 @@ from typing import Callable
 import torch
 
 from .. import runtime
-from ..epilogue import activation_ref
+from ..kernels.epilogue import activation_ref
 from .core import Case, CaseData, Provider, Skip, dtype_name
 
 # ------------------------------------------------------------------------------ settings
@@ -69,9 +69,9 @@ class _Seeds:
 
 
 def kernel(module: str, name: str) -> Callable:
-    """``gemm_kernels.<module>.<name>``, or Skip saying it is not there yet."""
+    """``gemm_kernels.kernels.<module>.<name>``, or Skip saying it is not there yet."""
     try:
-        mod = importlib.import_module(f"gemm_kernels.{module}")
+        mod = importlib.import_module(f"gemm_kernels.kernels.{module}")
     except ImportError as exc:
         raise Skip(f"gemm_kernels.{module} not available ({exc})") from exc
     try:
@@ -296,7 +296,7 @@ def streamk_suite(settings: SuiteSettings) -> list[Case]:
         for M, N, K in STREAMK_SHAPES[settings.size_class]:
             def setup(M=M, N=N, K=K, dtype=dtype, seed=seeds()):
                 _require_tma("matmul_streamk")
-                from ..tiles import cdiv
+                from ..models.tiles import cdiv
 
                 gen = _generator(seed)
                 a, b = _randn((M, K), dtype, gen), _randn((K, N), dtype, gen)

@@ -1,0 +1,197 @@
+"""Every use of a non-public Triton API, in one place, each with a public fallback.
+
+Triton's internals change from release to release.  The package leans on a few of them where
+they buy something real (host time per launch, exact compile specialisation); each use below
+says what it relies on, and each has a fallback built on public API only, so that a Triton
+upgrade that changes the internal costs speed, never correctness.  A fallback is taken, once
+and with a warning, when the internal is missing or misbehaves; ``GEMM_KERNELS_TRITON_INTERNALS=0``
+forces every fallback (CI runs the tests that way too, see ``tests/test_triton_compat.py``).
+
+Uses:
+
+* :class:`BoundLaunch` (host time of a repeated launch): ``JITFunction.warmup`` to compile
+  without launching, then the compiled kernel's C launcher (``CompiledKernel.run`` with
+  ``.function`` and ``.packed_metadata``), the driver's current stream and device, and the
+  profiler hooks in ``triton.knobs.runtime``.  Fallback: ``kernel[grid](...)``, the public launch.
+* :func:`chosen_config` (remembering the autotuner's choice): ``Autotuner.best_config``.
+  Fallback: None, and the caller goes through the autotuner on every launch.
+* :func:`specialize` (compile view): ``native_specialize_impl``, the C++ helper Triton's
+  launcher uses to type an argument and decide its ``tt.divisibility`` hint.  Fallback: the same
+  rules written out in Python.
+* :func:`ast_source` (compile view): ``triton.compiler.ASTSource`` with ``attrs`` parsed by
+  ``CUDABackend.parse_attr``.  Fallback: no attributes (the kernel compiles without the
+  divisibility hints, so vectorisation can differ; a warning says so).
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Callable, Sequence
+
+#: set to 0 to take every public fallback below (tests do, to keep the fallbacks working)
+INTERNALS_ENV = "GEMM_KERNELS_TRITON_INTERNALS"
+
+_disabled: set = set()  # internals that failed once in this process
+
+
+def internals_enabled(name: str) -> bool:
+    """Whether the internal fast path ``name`` may be used (env switch, and not failed before)."""
+    return os.environ.get(INTERNALS_ENV, "1").strip() != "0" and name not in _disabled
+
+
+def _give_up(name: str, err: BaseException) -> None:
+    """An internal did not behave: use the public fallback from now on, and say so once."""
+    _disabled.add(name)
+    warnings.warn(f"gemm_kernels: Triton internal '{name}' is not usable with this Triton ({type(err).__name__}: "
+                  f"{err}); using the public fallback (correct, possibly slower)", RuntimeWarning, stacklevel=3)
+
+
+# ----------------------------------------------------------------------------- launches
+def ordered_arguments(kernel, args: Sequence = (), kwargs: dict | None = None) -> list:
+    """Every parameter of ``kernel`` (a ``@triton.jit`` function), in signature order, defaults
+    filled in (public: ``inspect.signature`` of the Python function).  Launch options such as
+    ``num_warps`` are not parameters and must not be in ``kwargs``.  TypeError names the
+    parameter when an argument is missing or unknown."""
+    import inspect
+
+    signature = inspect.signature(kernel.fn)
+    try:
+        bound = signature.bind(*args, **(kwargs or {}))
+    except TypeError as exc:
+        raise TypeError(f"{kernel.fn.__name__}: {exc}") from None
+    bound.apply_defaults()
+    return list(bound.arguments.values())
+
+
+def resolve_grid(grid, named_arguments: dict) -> tuple[int, int, int]:
+    """The launch grid as three ints: ``grid`` is a tuple of 1-3 ints or a callable of the
+    arguments by name (Triton's ``meta``), as in ``kernel[grid](...)``."""
+    if callable(grid):
+        grid = grid(named_arguments)
+    grid = tuple(int(g) for g in grid)
+    if not 1 <= len(grid) <= 3 or min(grid) < 1:
+        raise ValueError(f"a launch grid needs 1 to 3 positive sizes, got {grid}")
+    return grid + (1,) * (3 - len(grid))
+
+
+class BoundLaunch:
+    """``kernel[grid](*args, **kwargs, **options)`` with the compiled kernel looked up once.
+
+    ``kernel[grid](...)`` does a lot of Python before the GPU sees anything: it binds every
+    argument, works out each one's specialisation, looks the compiled kernel up by that key.
+    When the same launch is repeated on the same tensors and sizes (a
+    :class:`~gemm_kernels.GroupedMatmulPlan`), all of that gives the same answer every time: this
+    asks once and each call goes straight to the kernel's C launcher, reading only the tensors'
+    current addresses and the stream.  Tensors must stay the same objects (values may change).
+
+    Fast path (internals, see the module docstring) on a GPU; the public launch otherwise, or
+    when the internals are missing (``fast`` says which is in use).
+    """
+
+    def __init__(self, kernel, grid, args: Sequence = (), kwargs: dict | None = None,
+                 options: dict | None = None):
+        self._kernel, self._args, self._kwargs = kernel, tuple(args), dict(kwargs or {})
+        self._options = dict(options or {})
+        self.arguments = ordered_arguments(kernel, self._args, self._kwargs)
+        self.grid = resolve_grid(grid, dict(zip(kernel.arg_names, self.arguments)))
+        self.fast = internals_enabled("launcher") and self._bind_launcher()
+
+    def _bind_launcher(self) -> bool:
+        try:
+            from triton.runtime.driver import driver
+
+            compiled = self._kernel.warmup(*self._args, grid=self.grid, **self._kwargs, **self._options)
+            if hasattr(compiled, "result"):  # asynchronous compilation hands back a future
+                compiled = compiled.result()
+            self.compiled = compiled
+            self._launcher = compiled.run  # loads the binary and builds the C launcher (once)
+            self._function = compiled.function
+            self._packed_metadata = compiled.packed_metadata
+            self._current_stream: Callable = driver.active.get_current_stream
+            self._current_device: Callable = driver.active.get_current_device
+            self._device = self._current_device()
+            return True
+        except Exception as err:  # an internal moved: the public launch still works
+            _give_up("launcher", err)
+            return False
+
+    def __call__(self) -> None:
+        if not self.fast:
+            self._kernel[self.grid](*self._args, **self._kwargs, **self._options)
+            return
+        from triton import knobs
+
+        if self._current_device() != self._device:  # the kernel was loaded into that device's context
+            raise RuntimeError(f"this launch was bound on cuda:{self._device} but cuda:{self._current_device()} "
+                               f"is the current device: call it under torch.cuda.device({self._device})")
+        stream = self._current_stream(self._device)
+        enter_hook, exit_hook = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
+        # profilers (proton) set the hooks and read the launch's metadata: build it only for them
+        metadata = (self.compiled.launch_metadata(self.grid, stream, *self.arguments)
+                    if enter_hook is not None else None)
+        self._launcher(*self.grid, stream, self._function, self._packed_metadata, metadata,
+                       enter_hook, exit_hook, *self.arguments)
+
+
+def chosen_config(autotuner):
+    """The config Triton's autotuner chose on its last run, or None when that is not readable
+    (then callers go through the autotuner on every launch)."""
+    if not internals_enabled("best_config"):
+        return None
+    config = getattr(autotuner, "best_config", None)
+    if config is not None and not hasattr(config, "all_kwargs"):
+        _give_up("best_config", TypeError(f"best_config is a {type(config).__name__}, not a triton.Config"))
+        return None
+    return config
+
+
+# ----------------------------------------------------------------------------- compile view
+def _specialize_public(value):
+    """Triton's launch-time typing of one argument, written out: (type, attribute)."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        name = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32", torch.int32: "i32",
+                torch.int64: "i64", torch.int8: "i8"}[value.dtype]
+        return "*" + name, "D" if value.data_ptr() % 16 == 0 else ""
+    if isinstance(value, bool):
+        return "u1", None
+    if isinstance(value, int):
+        if value == 1:
+            return "constexpr", 1
+        return ("i32" if -(2**31) <= value < 2**31 else "i64"), "D" if value % 16 == 0 else ""
+    if isinstance(value, float):
+        return "fp32", None
+    if value is None:
+        return "constexpr", None
+    raise TypeError(f"cannot specialise a {type(value).__name__}")
+
+
+def specialize(value, specialize=True, align=True):
+    """(type, attribute) as Triton's launcher computes them for one runtime argument."""
+    if internals_enabled("specialize"):
+        try:
+            from triton._C.libtriton import native_specialize_impl
+            from triton.backends.compiler import BaseBackend
+
+            return native_specialize_impl(BaseBackend, value, False, specialize, align)
+        except Exception as err:
+            _give_up("specialize", err)
+    return _specialize_public(value)
+
+
+def ast_source(jit_fn, signature: dict, constexprs: dict, attrs: dict):
+    """``triton.compiler.ASTSource`` for ``jit_fn``; ``attrs`` maps an argument index to its
+    launcher attribute ("D": divisible by 16), turned into the backend's hints."""
+    import triton
+
+    if internals_enabled("compile_attrs"):
+        try:
+            from triton.backends.nvidia.compiler import CUDABackend
+
+            parsed = {(i,): CUDABackend.parse_attr(a) for i, a in attrs.items()}
+            return triton.compiler.ASTSource(fn=jit_fn, signature=signature, constexprs=constexprs, attrs=parsed)
+        except Exception as err:
+            _give_up("compile_attrs", err)
+    return triton.compiler.ASTSource(fn=jit_fn, signature=signature, constexprs=constexprs)

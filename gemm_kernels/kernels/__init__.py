@@ -1,0 +1,5 @@
+"""The Triton kernels.  Each module reads top to bottom like Triton's tutorials: the
+``@triton.jit`` kernel(s), then a short launcher (checks in ``checks.py``, tuning in
+``configs.py``).  Shared device code: ``tiles.py`` (pid -> tile), ``epilogue.py`` (bias,
+activation, masked store), ``tma.py`` (descriptors, the TMA K loop, the TMA store).
+Kernels never import ``lab``, ``viz`` or ``bench``."""

@@ -1,0 +1,144 @@
+"""Input checks shared by every launcher: errors that say what was expected and what was given."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from .. import runtime
+from ..models.tiles import ORDERS
+from .epilogue import check_activation
+from ..models._ints import check_int, require_int  # noqa: F401  (re-exported for the launchers)
+
+#: dtypes the kernels accept.  fp32 runs tl.dot in TF32 on the GPU (Triton's default).
+SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+# Offsets are 32-bit in the single-GEMM kernels (as in Triton's tutorials): refuse tensors they cannot address.
+MAX_INDEX = 2**31 - 1
+
+
+def check_tensor(x, name: str, ndim: int, dtypes=SUPPORTED_DTYPES) -> None:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if x.dim() != ndim:
+        raise ValueError(f"{name} must be {ndim}-D, got shape {tuple(x.shape)} ({x.dim()}-D)")
+    if x.dtype not in dtypes:
+        names = ", ".join(str(d).replace("torch.", "") for d in dtypes)
+        raise TypeError(f"{name} has dtype {str(x.dtype).replace('torch.', '')}; supported: {names}")
+    if x.device.type != runtime.DEVICE.type:
+        where = "compiled on the GPU" if runtime.on_gpu() else "in the CPU interpreter"
+        raise ValueError(
+            f"{name} is on {x.device} but kernels run {where}: move it to {runtime.DEVICE} "
+            f"(gemm_kernels.DEVICE)"
+        )
+
+
+def check_no_grad(tensors: dict) -> None:
+    """The kernels compute forward products only (no backward): an input that requires grad,
+    with autograd on, would get an output cut off from its graph, gradients silently missing."""
+    if not torch.is_grad_enabled():
+        return
+    for name, t in tensors.items():
+        if t is not None and t.requires_grad:
+            raise ValueError(f"{name} requires grad, but these kernels compute the forward product only "
+                             f"(no backward), so gradients would silently stop here: pass {name}.detach() "
+                             "or call under torch.no_grad()")
+
+
+def check_same(tensors: dict, what: str) -> None:
+    """All tensors share dtype ('dtype') or device ('device')."""
+    values = {name: getattr(t, what) for name, t in tensors.items()}
+    if len(set(values.values())) > 1:
+        desc = ", ".join(f"{n}: {v}" for n, v in values.items())
+        err = TypeError if what == "dtype" else ValueError
+        raise err(f"inputs must share one {what}, got {desc}")
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """'float16' for torch.float16: how error messages name a dtype."""
+    return str(dtype).replace("torch.", "")
+
+
+def check_num_programs(num_programs) -> int:
+    """A persistent kernel's program count: the SM count by default."""
+    if num_programs is None:
+        return runtime.num_sms()
+    return check_int(num_programs, "num_programs")
+
+
+def check_matmul_inputs(a, b, order, group_size_m, activation, bias):
+    """Every single-GEMM launcher's checks; returns ``(bias, group_size_m)`` as the kernels take
+    them: the bias contiguous (the kernels read ``bias_ptr + n``) and the group no taller than M
+    (a group taller than C's rows of tiles is the same order, and keeps ``GROUP_SIZE_M *
+    num_pid_n`` within 32 bits)."""
+    check_tensor(a, "a", 2)
+    check_tensor(b, "b", 2)
+    if a.shape[1] != b.shape[0]:
+        raise ValueError(
+            f"a is {a.shape[0]}x{a.shape[1]} but b is {b.shape[0]}x{b.shape[1]}: "
+            f"the inner dimensions must match ({a.shape[1]} != {b.shape[0]})"
+        )
+    check_same({"a": a, "b": b}, "dtype")
+    check_same({"a": a, "b": b}, "device")
+    if order not in ORDERS:
+        raise ValueError(f"order must be one of {ORDERS}, got {order!r}")
+    group_size_m = check_int(group_size_m, "group_size_m")
+    check_activation(activation)
+    if bias is not None:
+        check_tensor(bias, "bias", 1)
+        if bias.shape[0] != b.shape[1]:
+            raise ValueError(f"bias must have shape [N] = [{b.shape[1]}], got {list(bias.shape)}")
+        check_same({"a": a, "bias": bias}, "device")
+    for name, t in (("a", a), ("b", b)):
+        (rows, cols), (row_stride, col_stride) = t.shape, t.stride()
+        span = (rows - 1) * abs(row_stride) + (cols - 1) * abs(col_stride) if rows and cols else 0
+        if span > MAX_INDEX:
+            raise ValueError(f"{name} spans {span + 1} elements: more than 32-bit kernel offsets address")
+    check_no_grad({"a": a, "b": b, "bias": bias})
+    M, N = a.shape[0], b.shape[1]
+    if M * N - 1 > MAX_INDEX:
+        raise ValueError(f"C would be {M}x{N} = {M * N} elements: more than 32-bit kernel offsets address "
+                         f"(at most {MAX_INDEX + 1}); split the product into row blocks")
+    if bias is not None and bias.stride(0) != 1:
+        bias = bias.contiguous()
+    return bias, min(group_size_m, max(M, 1))
+
+
+def check_group_inputs(group_a, group_b):
+    """Validate the two lists; returns [(M, N, K), ...]."""
+    for name, group in (("group_a", group_a), ("group_b", group_b)):
+        if isinstance(group, torch.Tensor) or not isinstance(group, Sequence):
+            raise TypeError(f"{name} must be a list (or tuple) of 2-D tensors, got {type(group).__name__}")
+    if len(group_a) != len(group_b):
+        raise ValueError(
+            f"group_a has {len(group_a)} matrices but group_b has {len(group_b)}: "
+            "each A_i needs its B_i"
+        )
+    if len(group_a) == 0:
+        raise ValueError("grouped_matmul needs at least one problem, got two empty lists")
+    shapes = []
+    for i, (a, b) in enumerate(zip(group_a, group_b)):
+        check_tensor(a, f"group_a[{i}]", 2)
+        check_tensor(b, f"group_b[{i}]", 2)
+        check_no_grad({f"group_a[{i}]": a, f"group_b[{i}]": b})
+        if a.shape[1] != b.shape[0]:
+            raise ValueError(
+                f"problem {i}: A is {a.shape[0]}x{a.shape[1]} but B is {b.shape[0]}x{b.shape[1]}: "
+                f"the inner dimensions must match ({a.shape[1]} != {b.shape[0]})"
+            )
+        shapes.append((a.shape[0], b.shape[1], a.shape[1]))
+    first = group_a[0]
+    for i, (a, b) in enumerate(zip(group_a, group_b)):
+        for name, t in ((f"group_a[{i}]", a), (f"group_b[{i}]", b)):
+            if t.dtype != first.dtype:
+                raise TypeError(
+                    f"{name} has dtype {dtype_name(t.dtype)} but group_a[0] has {dtype_name(first.dtype)}: "
+                    "all matrices of a group must share one dtype"
+                )
+            if t.device != first.device:
+                raise ValueError(
+                    f"{name} is on {t.device} but group_a[0] is on {first.device}: "
+                    "all matrices of a group must be on one device"
+                )
+    return shapes

@@ -1,0 +1,121 @@
+"""One GEMM, one program per output tile: ``C = act(A @ B + bias)``.
+
+Three layers: the ``@triton.jit`` kernel (the math, its K loop a helper every pointer kernel
+shares), ``matmul`` (the contract: checks in ``checks.py``, output allocation, grid, launch)
+and ``configs.matmul_configs`` (the tuning).
+``matmul_ref`` is the plain-torch reference the tests and notebooks compare against.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .. import runtime
+from . import checks, configs
+from .epilogue import activation_ref, bias_and_activation, load_bias, mma_operand, store_tile_masked, widen_for_dot
+from .tiles import record_tile, tile_coords
+
+
+@triton.jit
+def k_loop_pointers(a_ptr, b_ptr, offs_m, offs_n, K, stride_am, stride_ak, stride_bk, stride_bn,
+                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                    WIDEN: tl.constexpr):
+    """fp32 ``A[offs_m, :K] @ B[:K, offs_n]`` with plain pointer loads: the K loop of every
+    pointer kernel (this one, persistent, grouped, MoE).
+
+    ``offs_m`` / ``offs_n`` must already be valid rows/columns (callers wrap them); only the
+    K edge is masked, to zero, because it is summed over."""
+    offs_k = tl.arange(0, BLOCK_K)
+    a_ptrs = a_ptr + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak
+    b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        k_left = K - k * BLOCK_K
+        a = tl.load(a_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
+        b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
+        acc = tl.dot(mma_operand(a, WIDEN), mma_operand(b, WIDEN), acc)
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
+    return acc
+
+
+@triton.jit
+def _matmul_kernel(
+    a_ptr, b_ptr, c_ptr, bias_ptr, trace_ptr,
+    M, N, K,
+    stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    GROUPED: tl.constexpr, GROUP_SIZE_M: tl.constexpr,
+    HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr,
+    WIDEN: tl.constexpr, TRACE: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    pid_m, pid_n = tile_coords(pid, num_pid_m, num_pid_n, GROUPED, GROUP_SIZE_M)
+    if TRACE:  # record which tile this program computed (tests and notebooks read it back)
+        record_tile(trace_ptr, pid, pid, 0, pid_m, pid_n)
+
+    # Rows/columns past the edge wrap around (% M, % N) so A and B loads need no M/N mask;
+    # the wrapped results are never stored.  Only K, summed over, must be masked to zero.
+    # No tl.multiple_of / tl.max_contiguous hints here: after the wrap a block is *not*
+    # contiguous, and a false hint makes 16-byte loads start mid-vector ("misaligned address"
+    # when N % 8 != 0 and B's rows are 16-byte aligned).  Triton proves the contiguity itself
+    # when M and N are multiples of 16, which is where vectorized loads pay.
+    offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
+    offs_n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
+    acc = k_loop_pointers(a_ptr, b_ptr, offs_m, offs_n, K, stride_am, stride_ak, stride_bk, stride_bn,
+                          BLOCK_M, BLOCK_N, BLOCK_K, WIDEN)
+
+    # epilogue: still fp32, still in registers
+    bias = load_bias(bias_ptr, pid_n * BLOCK_N, N, BLOCK_N, HAS_BIAS)
+    acc = bias_and_activation(acc, bias, HAS_BIAS, ACTIVATION)
+    store_tile_masked(acc, c_ptr, pid_m * BLOCK_M, pid_n * BLOCK_N, M, N, stride_cm, stride_cn, BLOCK_M, BLOCK_N)
+
+
+_matmul_tuned = configs.TunedKernel(_matmul_kernel, configs.matmul_configs(), key=configs.SINGLE_GEMM_KEY)
+
+
+def matmul(a, b, *, order="grouped", group_size_m=8, activation=None, bias=None):
+    """``activation(a @ b + bias)`` in a's dtype, one Triton program per output tile.
+
+    a: [M, K], b: [K, N], any strides (transposed and sliced views are fine), fp16/bf16/fp32
+    (fp32 uses TF32 tensor cores on a GPU).  ``order`` is the program order over C tiles:
+    ``"row_major"`` (naive) or ``"grouped"`` (GROUP_SIZE_M super-grouping, L2 friendly).
+    ``activation``: None, "relu", "leaky_relu" (slope 0.01) or "gelu"; ``bias``: shape [N].
+    Both are applied to the fp32 accumulator before the single store.
+    """
+    bias, group_size_m = checks.check_matmul_inputs(a, b, order, group_size_m, activation, bias)
+    M, K = a.shape
+    N = b.shape[1]
+    c = torch.empty((M, N), device=a.device, dtype=a.dtype)
+    if M == 0 or N == 0:
+        return c
+    if K == 0:  # like torch: an empty sum is zero (then bias and activation)
+        acc = torch.zeros((M, N), device=a.device, dtype=torch.float32)
+        if bias is not None:
+            acc += bias.float()
+        return activation_ref(acc, activation).to(a.dtype)
+    grid = lambda meta: (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]),)
+    _matmul_tuned[grid](
+        a, b, c, bias if bias is not None else c, c,
+        M, N, K,
+        a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
+        GROUPED=order == "grouped", GROUP_SIZE_M=group_size_m,
+        HAS_BIAS=bias is not None, ACTIVATION=activation,
+        WIDEN=widen_for_dot(a.dtype), TRACE=False,
+    )
+    return c
+
+
+def matmul_ref(a, b, *, activation=None, bias=None, out_dtype=None):
+    """Plain-torch reference: computed in float64 on the CPU-side math, returned in a's dtype.
+
+    Pass ``out_dtype=torch.float64`` to keep full precision for error measurements."""
+    acc = a.double() @ b.double()
+    if bias is not None:
+        acc = acc + bias.double()
+    acc = activation_ref(acc, activation)
+    return acc.to(out_dtype or a.dtype)

@@ -1,0 +1,236 @@
+"""Stream-K: the persistent TMA kernel, with some tiles split along K between programs.
+
+``matmul_tma`` gives each of its ``P`` programs whole tiles.  When the tile count ``T`` is not a
+multiple of ``P`` the last wave is partial, and when ``T`` is much smaller than ``P`` (a small
+C with a long K: 1024 x 1024 x 8192 is 32 tiles of 128 x 256 for 132 SMs) most SMs never get
+any work.
+
+Stream-K (Osama, Merrill, Cecka, Garland, Owens: "Stream-K: Work-centric Parallel Decomposition
+for Dense Matrix-Matrix Multiplication on the GPU", PPoPP 2023) hands out *K iterations*
+instead of tiles: the last ``sk_tiles`` tiles' ``sk_tiles * k_tiles`` iterations are split
+evenly over all ``P`` programs, after the other tiles ran data-parallel
+(``tiles.streamk_segments`` is the numpy mirror; ``trace_streamk_segments`` proves the kernel
+follows it).  A tile cut between programs is finished by the program holding its first K
+iteration: the others write their fp32 partial sums to a workspace and raise a flag; it waits
+for the flags, adds the partials and runs the epilogue.
+
+What it bought on an H100 (PERF_NOTES.md entry 14, 128x256 tiles, GPU times from CUDA graphs):
+with few tiles and a long K, most of the kernel (512 x 512 x 16384: 88 us against 148 unsplit;
+1024 x 1024 x 8192: 56 against 79).  With a short K (1280^3) or a multi-wave problem's partial
+last wave (4096^3: 242 against 212) it lost: each partial sum is a 128 KiB round trip through
+L2 (about 5 K iterations' time), and programs that share an A or B panel no longer read it at
+the same K offset.  So by default only few-tile, long-K problems are split
+(``tiles.streamk_default_tiles``); ``sk_tiles`` sets any other split.
+
+A program only ever waits for lower pids.  The GPU starts programs in pid order (and Triton's
+interpreter runs them in that order), so whoever is waited for is already running or done, and
+the waits end even when ``num_programs`` is more than fit on the GPU at once (by default it is
+the SM count: one program per SM, all resident).
+
+Three layers as elsewhere: ``_matmul_streamk_kernel``, the validated launcher
+``matmul_streamk``, ``configs.streamk_configs``.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .. import runtime
+from ..models.tiles import cdiv
+from . import checks, configs, tma
+from .epilogue import load_bias
+from .matmul import matmul
+from .persistent import _tma_args
+from .tiles import MIN_K_TILES_FOR_SPLIT, record_tile, streamk_range, tile_coords
+
+# ----------------------------------------------------------------------------- device helpers
+@triton.jit
+def _partial_offsets(slot, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Element offsets of workspace slot ``slot``: one fp32 BLOCK_M x BLOCK_N tile per program."""
+    return slot * (BLOCK_M * BLOCK_N) + tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+
+
+@triton.jit
+def _publish_partial(acc, partial_ptr, flag_ptr, pid, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Leave this program's partial sum in its workspace slot, then raise its flag."""
+    tl.store(partial_ptr + _partial_offsets(pid, BLOCK_M, BLOCK_N), acc)
+    tl.debug_barrier()  # every thread's stores are issued before the flag goes up...
+    tl.atomic_xchg(flag_ptr + pid, 1, sem="release", scope="gpu")  # ...and visible to whoever sees it
+
+
+@triton.jit
+def _add_partials(acc, partial_ptr, flag_ptr, pid, done, tile_end, total_iters,
+                  NUM_PROGRAMS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Add the partial sums of the programs that ran K iterations ``[done, tile_end)`` of this
+    tile: pids ``pid - 1, pid - 2, ...`` (``streamk_range`` hands shares out in that order)."""
+    other = pid - 1
+    while done < tile_end:
+        first, end = streamk_range(other, total_iters, NUM_PROGRAMS)
+        if end > first:  # a program with an empty share published nothing
+            # Wait for its flag and lower it again in one atomic (the flags are all 0 between
+            # launches, so the workspace needs no clearing).
+            while tl.atomic_cas(flag_ptr + other, 1, 0, sem="acquire", scope="gpu") != 1:
+                pass
+            # .cg: read from L2, where the other SM's stores went, never from this SM's L1
+            acc += tl.load(partial_ptr + _partial_offsets(other, BLOCK_M, BLOCK_N), cache_modifier=".cg")
+        done = end
+        other -= 1
+    return acc
+
+
+# ----------------------------------------------------------------------------- kernel
+@triton.jit
+def _matmul_streamk_kernel(
+    a_ptr, b_ptr, c_ptr, bias_ptr, trace_ptr, partial_ptr, flag_ptr,
+    M, N, K,
+    stride_a, stride_b, stride_c, stride_cn,
+    sk_tiles_requested,  # < 0: tiles.streamk_default_tiles
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    GROUPED: tl.constexpr, GROUP_SIZE_M: tl.constexpr, NUM_PROGRAMS: tl.constexpr,
+    A_COL_MAJOR: tl.constexpr, B_COL_MAJOR: tl.constexpr, C_TMA: tl.constexpr,
+    HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, WIDEN: tl.constexpr, TRACE: tl.constexpr,
+    FLATTEN: tl.constexpr, WARP_SPECIALIZE: tl.constexpr, EPILOGUE_SUBTILE: tl.constexpr,
+):
+    a_desc, b_desc = tma.input_descriptors(a_ptr, b_ptr, M, N, K, stride_a, stride_b,
+                                           A_COL_MAJOR, B_COL_MAJOR, BLOCK_M, BLOCK_N, BLOCK_K)
+    if C_TMA:
+        c_out = tma.output_descriptor(c_ptr, M, N, stride_c, BLOCK_M, BLOCK_N, EPILOGUE_SUBTILE)
+    else:
+        c_out = c_ptr
+
+    pid = tl.program_id(0)
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    num_tiles = num_pid_m * num_pid_n
+    k_tiles = tl.cdiv(K, BLOCK_K)
+    # default (tiles.streamk_default_tiles): split every tile when they would busy at most half
+    # the programs and their K loops are long
+    sk_tiles = tl.where((2 * num_tiles <= NUM_PROGRAMS) & (k_tiles >= MIN_K_TILES_FOR_SPLIT), num_tiles, 0)
+    sk_tiles = tl.where(sk_tiles_requested < 0, sk_tiles, sk_tiles_requested)
+    dp_tiles = num_tiles - sk_tiles
+
+    # 1. Data-parallel: the full waves, exactly matmul_tma's loop.
+    for tile in tl.range(pid, dp_tiles, NUM_PROGRAMS, flatten=FLATTEN, warp_specialize=WARP_SPECIALIZE):
+        pid_m, pid_n = tile_coords(tile, num_pid_m, num_pid_n, GROUPED, GROUP_SIZE_M)
+        if TRACE:
+            record_tile(trace_ptr, tile, pid, tile, 0, k_tiles)
+        off_m = pid_m * BLOCK_M
+        off_n = pid_n * BLOCK_N
+        bias = load_bias(bias_ptr, off_n, N, BLOCK_N, HAS_BIAS)
+        acc = tma.k_loop(a_desc, b_desc, off_m, off_n, 0, k_tiles, A_COL_MAJOR, B_COL_MAJOR, WIDEN,
+                         BLOCK_M, BLOCK_N, BLOCK_K)
+        tma.finish_tile(acc, bias, c_out, off_m, off_n, M, N, stride_c, stride_cn, HAS_BIAS, ACTIVATION, C_TMA,
+                        EPILOGUE_SUBTILE, BLOCK_M, BLOCK_N)
+
+    # 2. Stream-K: this program's share of the last sk_tiles tiles' K iterations (at most two
+    #    segments: the end of one tile, then the start of the next).
+    total_iters = sk_tiles * k_tiles
+    it, it_end = streamk_range(pid, total_iters, NUM_PROGRAMS)
+    segment = 0
+    while it < it_end:
+        t = it // k_tiles
+        k_first = it - t * k_tiles
+        k_end = tl.minimum(k_tiles, k_first + (it_end - it))
+        tile = dp_tiles + t
+        pid_m, pid_n = tile_coords(tile, num_pid_m, num_pid_n, GROUPED, GROUP_SIZE_M)
+        if TRACE:
+            record_tile(trace_ptr, dp_tiles + 2 * pid + segment, pid, tile, k_first, k_end)
+        off_m = pid_m * BLOCK_M
+        off_n = pid_n * BLOCK_N
+        acc = tma.k_loop(a_desc, b_desc, off_m, off_n, k_first, k_end, A_COL_MAJOR, B_COL_MAJOR, WIDEN,
+                         BLOCK_M, BLOCK_N, BLOCK_K)
+        if k_first > 0:  # the tile's first iterations belong to a higher pid, which finishes it
+            _publish_partial(acc, partial_ptr, flag_ptr, pid, BLOCK_M, BLOCK_N)
+        else:  # this program finishes the tile
+            acc = _add_partials(acc, partial_ptr, flag_ptr, pid, t * k_tiles + k_end, (t + 1) * k_tiles,
+                                total_iters, NUM_PROGRAMS, BLOCK_M, BLOCK_N)
+            bias = load_bias(bias_ptr, off_n, N, BLOCK_N, HAS_BIAS)
+            tma.finish_tile(acc, bias, c_out, off_m, off_n, M, N, stride_c, stride_cn, HAS_BIAS, ACTIVATION, C_TMA,
+                            EPILOGUE_SUBTILE, BLOCK_M, BLOCK_N)
+        it += k_end - k_first
+        segment += 1
+
+
+_streamk_tuned = configs.TunedKernel(_matmul_streamk_kernel, configs.streamk_configs(),
+                                    key=[*configs.SINGLE_GEMM_KEY, "A_COL_MAJOR", "B_COL_MAJOR"])
+
+
+# ----------------------------------------------------------------------------- launcher
+_FLAGS: dict = {}  # (device, stream) -> int32 flags, all 0 between launches (the kernel lowers each flag it waits on)
+
+
+def _flags(device: torch.device, num_programs: int) -> torch.Tensor:
+    """The flag array for launches on the current stream.  One per stream: two kernels running
+    at once on different streams must not share flags; launches on one stream run in turn."""
+    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else None
+    key = (str(device), stream)
+    flags = _FLAGS.get(key)
+    if flags is None or flags.numel() < num_programs:
+        flags = _FLAGS[key] = torch.zeros(max(num_programs, 256), dtype=torch.int32, device=device)
+    return flags
+
+
+#: most programs a launch may ask for, per SM (the default is one per SM)
+MAX_PROGRAMS_PER_SM = 16
+
+#: fp32 elements of one workspace slot when autotuning: the largest tile of any candidate config
+_MAX_TILE_ELEMENTS = max(c.kwargs["BLOCK_M"] * c.kwargs["BLOCK_N"] for c in configs.streamk_configs())
+
+
+def _tile_elements(config) -> int:
+    return _MAX_TILE_ELEMENTS if config is None else config.kwargs["BLOCK_M"] * config.kwargs["BLOCK_N"]
+
+
+def _launch_streamk(a, b, *, activation, bias, order, group_size_m, num_programs, config, sk_tiles, trace=None):
+    bias, group_size_m = checks.check_matmul_inputs(a, b, order, group_size_m, activation, bias)
+    num_programs = checks.check_num_programs(num_programs)
+    if num_programs > MAX_PROGRAMS_PER_SM * runtime.num_sms():
+        raise ValueError(f"num_programs={num_programs} is more than {MAX_PROGRAMS_PER_SM} per SM "
+                         f"({MAX_PROGRAMS_PER_SM} x {runtime.num_sms()} SMs): every Stream-K program is launched "
+                         "and keeps a tile-sized fp32 workspace, so the extra ones would only wait and take memory")
+    config_kwargs = None if config is None else configs.explicit_config_kwargs(config, "tma")
+    runtime.require_tma("matmul_streamk", "Use matmul_persistent (pointer loads) instead.")
+    M, K = a.shape
+    N = b.shape[1]
+    if sk_tiles is not None:
+        sk_tiles = checks.check_int(sk_tiles, "sk_tiles", minimum=0)
+        if config is None:
+            raise ValueError("sk_tiles needs an explicit config: the tile count it is checked against depends on "
+                             "BLOCK_M and BLOCK_N (pass config=triton.Config(...), or sk_tiles=None)")
+        num_tiles = cdiv(M, config.kwargs["BLOCK_M"]) * cdiv(N, config.kwargs["BLOCK_N"])
+        if sk_tiles > min(num_tiles, num_programs):
+            raise ValueError(f"sk_tiles={sk_tiles} is more than min(tiles, num_programs) = min({num_tiles}, "
+                             f"{num_programs}): each program's share must stay under one tile of K iterations")
+    if M == 0 or N == 0 or K == 0:
+        return matmul(a, b, activation=activation, bias=bias)
+    c = torch.empty((M, N), device=a.device, dtype=a.dtype)
+    args = _tma_args(a, b, c, bias, trace, order=order, group_size_m=group_size_m, num_programs=num_programs,
+                     activation=activation)
+    partials = torch.empty(num_programs * _tile_elements(config), dtype=torch.float32, device=a.device)
+    args.update(partial_ptr=partials, flag_ptr=_flags(a.device, num_programs),
+                sk_tiles_requested=-1 if sk_tiles is None else sk_tiles)
+    runtime.ensure_tma_allocator()
+    grid = (num_programs,)  # every program takes part in the split, even with fewer tiles than programs
+    if config_kwargs is None:
+        _streamk_tuned[grid](**args)
+    else:
+        _matmul_streamk_kernel[grid](**args, **config_kwargs)
+    return c
+
+
+def matmul_streamk(a, b, *, activation=None, bias=None, order="grouped", group_size_m=8, num_programs=None,
+                   config=None, sk_tiles=None):
+    """``activation(a @ b + bias)`` by the Stream-K kernel: ``matmul_tma``'s schedule for the
+    first tiles, then the K iterations of the last ``sk_tiles`` tiles split evenly over all programs.
+
+    Same contract and TMA layout rules as :func:`gemm_kernels.matmul_tma` (sm_90+ on
+    a GPU; runs in the interpreter).  ``sk_tiles`` (with an explicit ``config``, which fixes the
+    tile count) goes from 0 (``matmul_tma``'s schedule) to ``min(tiles, num_programs)``, e.g.
+    ``tiles % num_programs`` to split just the partial last wave.  The default splits every tile
+    when there are at most half as many tiles as programs and K has at least
+    ``tiles.STREAMK_MIN_K_TILES`` blocks, else none (``tiles.streamk_default_tiles``).
+    """
+    return _launch_streamk(a, b, activation=activation, bias=bias, order=order, group_size_m=group_size_m,
+                           num_programs=num_programs, config=config, sk_tiles=sk_tiles)

@@ -1,0 +1,136 @@
+"""One representative launch per kernel, for the compile view (``compile_view.registered_examples``).
+
+Each example is built with the launcher's own argument builder where it has one, on small CPU
+tensors whose sizes are multiples of 16 (like a real 4096-sized launch, so the compiled code is
+specialised the same way), with a GPU ``triton.Config``, the capabilities it must compile for
+(``targets``: ``(90, 80)``, or ``(90,)`` for TMA kernels) and ``expect``: capability -> highlight
+names that must appear in its PTX.  ``tests/test_compile_view.py`` compiles them all.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+
+from .. import runtime
+from ..kernels import configs, grouped, matmul, moe, persistent, streamk
+from .compile_view import KernelExample
+
+
+def matmul_examples():
+    """The one-program-per-tile kernel, Hopper and Ampere."""
+    kernel = matmul._matmul_kernel
+    a = torch.zeros(256, 256, dtype=torch.float16)
+    b_t = torch.zeros(256, 256, dtype=torch.float16).t()
+    c = torch.zeros(256, 256, dtype=torch.float16)
+    bias = torch.zeros(256, dtype=torch.float16)
+    args = dict(a_ptr=a, b_ptr=b_t, c_ptr=c, bias_ptr=bias, trace_ptr=c, M=256, N=256, K=256,
+                stride_am=a.stride(0), stride_ak=a.stride(1), stride_bk=b_t.stride(0), stride_bn=b_t.stride(1),
+                stride_cm=c.stride(0), stride_cn=c.stride(1), GROUPED=True, GROUP_SIZE_M=8,
+                HAS_BIAS=True, ACTIVATION="gelu", WIDEN=False, TRACE=False)
+    # one of configs.matmul_configs()' GPU entries (that function returns the interpreter's on a CPU)
+    config = triton.Config({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64}, num_stages=4, num_warps=8)
+    return [KernelExample("matmul[fp16, grouped, gelu+bias]", kernel, args, config,
+                          targets=(90, 80), expect={90: ("wgmma",), 80: ("mma.sync",)})]
+
+
+def persistent_examples():
+    """Representative launches for ``compile_view.compile_all_kernels`` (see its registry protocol).
+
+    Built from the launchers' own argument builders on small CPU tensors whose sizes are
+    multiples of 16, so the compiled code is specialised like a real 4096-sized launch."""
+    dev = "cpu"
+    size = 256
+    a = torch.zeros(size, size, dtype=torch.float16, device=dev)
+    b_t = torch.zeros(size, size, dtype=torch.float16, device=dev).t()  # B^T contiguous: nn.Linear's weight
+    c = torch.zeros(size, size, dtype=torch.float16, device=dev)
+    bias = torch.zeros(size, dtype=torch.float16, device=dev)
+    common = dict(order="grouped", group_size_m=8, num_programs=132, activation="gelu")
+    pers_cfg = configs.persistent_configs(gpu=True)[0]
+    tma_cfgs = configs.tma_configs(gpu=True)
+    plain_tma = next(c for c in tma_cfgs if not c.kwargs["EPILOGUE_SUBTILE"] and not c.kwargs["FLATTEN"])
+    subtiled_tma = next((c for c in tma_cfgs if c.kwargs["EPILOGUE_SUBTILE"]), plain_tma)
+    return [
+        KernelExample(
+            "matmul_persistent[fp16, gelu+bias]", persistent._matmul_persistent_kernel,
+            persistent._persistent_args(a, b_t, c, bias, None, **common), pers_cfg,
+            targets=(90, 80), expect={90: ("wgmma",), 80: ("mma.sync",)},
+        ),
+        KernelExample(
+            "matmul_tma[fp16, A row-major, B^T, gelu+bias]", persistent._matmul_tma_kernel,
+            persistent._tma_args(a, b_t, c, bias, None, **common), plain_tma,
+            targets=(90,), expect={90: ("wgmma", "cp.async.bulk.tensor")},
+        ),
+        KernelExample(
+            "matmul_tma[bf16, A^T, B row-major, epilogue subtile]", persistent._matmul_tma_kernel,
+            persistent._tma_args(a.to(torch.bfloat16).t(), a.to(torch.bfloat16), c.to(torch.bfloat16), None, None,
+                      **{**common, "activation": None}),
+            subtiled_tma, targets=(90,), expect={90: ("wgmma", "cp.async.bulk.tensor")},
+        ),
+    ]
+
+
+def streamk_examples():
+    """Representative launch for ``compile_view.compile_all_kernels``."""
+    a = torch.zeros(256, 256, dtype=torch.float16)
+    b_t = torch.zeros(256, 256, dtype=torch.float16).t()
+    c = torch.zeros(256, 256, dtype=torch.float16)
+    bias = torch.zeros(256, dtype=torch.float16)
+    args = persistent._tma_args(a, b_t, c, bias, None, order="grouped", group_size_m=8, num_programs=132, activation="gelu")
+    args.update(partial_ptr=torch.zeros(16, dtype=torch.float32), flag_ptr=torch.zeros(16, dtype=torch.int32),
+                sk_tiles_requested=-1)
+    return [KernelExample("matmul_streamk[fp16, A row-major, B^T, gelu+bias]", streamk._matmul_streamk_kernel, args,
+                          configs.streamk_configs(gpu=True)[0], targets=(90,),
+                          expect={90: ("wgmma", "cp.async.bulk.tensor", "atom")})]
+
+
+def grouped_examples():
+    """Representative launches for ``gemm_kernels.lab.compile_view`` (see its registry protocol):
+    the pointer path (Hopper and Ampere) and the TMA path with transposed B (Hopper)."""
+    examples = []
+    for name, dtype, tma, targets, expect in [
+        ("grouped_matmul[fp16, pointers]", torch.float16, False, (90, 80),
+         {90: ("wgmma", "cp.async"), 80: ("mma.sync", "cp.async")}),
+        ("grouped_matmul[bf16, tma, B transposed]", torch.bfloat16, True, (90,),
+         {90: ("wgmma", "cp.async.bulk.tensor", "tensormap", "mbarrier")}),
+    ]:
+        sizes = [(256, 128, 64), (64, 256, 128), (128, 128, 256), (192, 64, 128)]  # multiples of 16
+        group_a = [torch.zeros(M, K, dtype=dtype, device=runtime.DEVICE) for M, _, K in sizes]
+        group_b = [torch.zeros(N, K, dtype=dtype, device=runtime.DEVICE).t() if tma else
+                   torch.zeros(K, N, dtype=dtype, device=runtime.DEVICE) for _, N, K in sizes]
+        config = configs.grouped_configs(gpu=True)[0]
+        block_shape = (config.kwargs["BLOCK_M"], config.kwargs["BLOCK_N"])
+        shapes, _, problems, tile_starts, facts, _ = grouped._prepare(group_a, group_b, tma, [block_shape])
+        args = dict(problems_ptr=problems, tile_starts_ptr=tile_starts, trace_ptr=problems,
+                    num_problems=len(shapes), **grouped._autotune_key(shapes), DTYPE=grouped.TL_DTYPES[dtype], STARTS_ROW=0,
+                    USE_TMA=tma, **facts, WIDEN=False, TRACE=False)
+        examples.append(KernelExample(name, grouped._grouped_matmul_kernel, args, config, targets=targets, expect=expect))
+    return examples
+
+
+def moe_examples():
+    """Representative launches for ``gemm_kernels.lab.compile_view`` (see its registry protocol):
+    pointer loads (Hopper and Ampere) and TMA with w a transposed view of [E, N, K] (Hopper)."""
+    T, K, N, E = 512, 256, 256, 8  # multiples of 16, like real MoE sizes
+    examples = []
+    for name, dtype, tma, targets, expect in [
+        ("grouped_mm[fp16, pointers]", torch.float16, False, (90, 80), {90: ("wgmma",), 80: ("mma.sync",)}),
+        ("grouped_mm[bf16, tma, w as [E, N, K]]", torch.bfloat16, True, (90,),
+         {90: ("wgmma", "cp.async.bulk.tensor", "tensormap", "mbarrier")}),
+    ]:
+        x = torch.zeros(T, K, dtype=dtype, device=runtime.DEVICE)
+        w = (torch.zeros(E, N, K, dtype=dtype, device=runtime.DEVICE).transpose(1, 2) if tma
+             else torch.zeros(E, K, N, dtype=dtype, device=runtime.DEVICE))
+        out = torch.zeros(T, N, dtype=dtype, device=runtime.DEVICE)
+        offs = torch.arange(1, E + 1, dtype=torch.int32, device=runtime.DEVICE) * (T // E)
+        flags = moe._plan_tma(x, w, out, tma, check_gpu=False)
+        args = dict(x_ptr=x, w_ptr=w, out_ptr=out, offs_ptr=offs, trace_ptr=offs,
+                    **{**moe._launch_args(x, w, offs, out, flags), "WIDEN": False}, TRACE=False)
+        examples.append(KernelExample(name, moe._grouped_mm_kernel, args, configs.moe_configs(gpu=True)[0],
+                                      targets=targets, expect=expect))
+    return examples
+
+
+def all_examples() -> list[KernelExample]:
+    """Every kernel's examples, in teaching order."""
+    return [*matmul_examples(), *persistent_examples(), *streamk_examples(), *grouped_examples(), *moe_examples()]

@@ -1,0 +1,23 @@
+"""Automatic checks for the notebooks' exercises, one module per notebook.
+
+Each ``check_<name>(answer)`` returns a :class:`~gemm_kernels.lab.exercises._core.CheckResult`:
+"not attempted yet" for an untouched stub, a precise explanation for a wrong answer
+(which elements, tiles or programs, expected vs got), or "correct".  It never raises.
+
+=========================  ==========================================
+notebook                   module
+=========================  ==========================================
+00_start_here              :mod:`gemm_kernels.lab.exercises.start_here`
+01_pointer_arithmetic      :mod:`gemm_kernels.lab.exercises.pointer_arithmetic`
+02_naive_tiling            :mod:`gemm_kernels.lab.exercises.naive_tiling`
+03_grouped_l2_ordering     :mod:`gemm_kernels.lab.exercises.grouped_l2_ordering`
+04_kernel_fusion           :mod:`gemm_kernels.lab.exercises.kernel_fusion`
+05_persistent_tma          :mod:`gemm_kernels.lab.exercises.persistent_tma`
+06_grouped_gemm            :mod:`gemm_kernels.lab.exercises.grouped_gemm`
+07_moe_grouped_mm          :mod:`gemm_kernels.lab.exercises.moe_grouped_mm`
+=========================  ==========================================
+"""
+
+from ._core import CORRECT, NOT_ATTEMPTED, WRONG, CheckResult
+
+__all__ = ["CORRECT", "NOT_ATTEMPTED", "WRONG", "CheckResult"]

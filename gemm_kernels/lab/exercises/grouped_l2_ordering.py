@@ -1,0 +1,156 @@
+"""Checks for notebook 03 (grouped L2 ordering): the grouped mapping turned on its side (groups
+of tile columns) in Python, the block fetches of one wave (against the L2 model), and the
+column-grouped mapping as a ``@triton.jit`` helper."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import triton
+import triton.language as tl
+
+from ... import runtime
+from ...models.l2model import l2_traffic
+from ...models.schedule import tile_schedule
+from ...models.tiles import tile_coords_np
+from ._core import AnswerRaised, call, exercise
+
+# (num_pid_m, num_pid_n, GROUP_SIZE_N): a square grid, a ragged last group, a group wider than the
+# grid, groups of one column (= column-major), a wide grid
+COLUMN_GROUP_CASES = [(9, 9, 3), (4, 5, 2), (3, 7, 4), (6, 2, 8), (4, 4, 1), (3, 10, 3)]
+
+
+def column_grouped_tile_ref(pid, num_pid_m: int, num_pid_n: int, group_size_n: int):
+    """Groups of GROUP_SIZE_N tile *columns*, each walked row by row: the grouped order of the
+    transposed tile grid (``tiles.tile_coords_np`` with M and N swapped)."""
+    pid_n, pid_m = tile_coords_np(pid, num_pid_n, num_pid_m, "grouped", group_size_n)
+    return pid_m, pid_n
+
+
+def _column_grouped_expected(num_pid_m, num_pid_n, group):
+    n = num_pid_m * num_pid_n
+    return np.stack(column_grouped_tile_ref(np.arange(n), num_pid_m, num_pid_n, group), axis=1)
+
+
+def _compare_tiles(expected: np.ndarray, got: np.ndarray, case: str) -> list[str]:
+    """expected/got: [num_programs, 2] (pid_m, pid_n) per program.  Names wrong programs, then
+    the tiles nobody computes and the tiles computed twice."""
+    wrong = np.nonzero((got != expected).any(axis=1))[0]
+    if not len(wrong):
+        return []
+    lines = [f"{case}: program {p}: expected tile ({expected[p, 0]}, {expected[p, 1]}), "
+             f"got ({got[p, 0]}, {got[p, 1]})" for p in wrong[:3]]
+    if len(wrong) > 3:
+        lines.append(f"{case}: {len(wrong) - 3} more programs map to the wrong tile")
+    seen: dict[tuple, int] = {}
+    for pm, pn in map(tuple, got.tolist()):
+        seen[(pm, pn)] = seen.get((pm, pn), 0) + 1
+    all_tiles = set(map(tuple, expected.tolist()))
+    missing = sorted(all_tiles - set(seen))
+    twice = sorted(t for t, c in seen.items() if c > 1)
+    if missing:
+        lines.append(f"{case}: tiles never computed: {', '.join(map(str, missing[:6]))}"
+                     + (" ..." if len(missing) > 6 else ""))
+    if twice:
+        lines.append(f"{case}: tiles computed more than once: {', '.join(map(str, twice[:6]))}"
+                     + (" ..." if len(twice) > 6 else ""))
+    return lines
+
+
+def _as_pair(value, case: str):
+    try:
+        pm, pn = (int(v) for v in value)
+    except (TypeError, ValueError):
+        raise AnswerRaised(case, TypeError(f"expected a pair (pid_m, pid_n), got {value!r}")) from None
+    return pm, pn
+
+
+@exercise("column_grouped_tile",
+          hint="swap the roles of M and N in the grouped mapping: num_pid_in_group = GROUP_SIZE_N * num_pid_m, "
+               "first_pid_n = group * GROUP_SIZE_N, cols = min(num_pid_n - first_pid_n, GROUP_SIZE_N), and inside "
+               "the group walk along a row first: pid_n = first_pid_n + (pid % num_pid_in_group) % cols")
+def check_column_grouped_tile(column_grouped_tile):
+    problems = []
+    for num_pid_m, num_pid_n, group in COLUMN_GROUP_CASES:
+        n = num_pid_m * num_pid_n
+        case = f"{num_pid_m}x{num_pid_n} tiles, GROUP_SIZE_N={group}"
+        got = np.array([_as_pair(call(column_grouped_tile, pid, num_pid_m, num_pid_n, group), case)
+                        for pid in range(n)])
+        problems += _compare_tiles(_column_grouped_expected(num_pid_m, num_pid_n, group), got, case)
+    return problems
+
+
+# (num_pid_m, num_pid_n, order, GROUP_SIZE_M, programs in flight, K blocks)
+FETCH_CASES = [
+    (9, 9, "row_major", 1, 9, 9),     # the seed notes' 90
+    (9, 9, "grouped", 3, 9, 9),       # ... and 54
+    (9, 9, "grouped", 2, 9, 9),       # a wave that spills into a second group
+    (5, 7, "row_major", 1, 4, 3),
+    (64, 64, "row_major", 1, 132, 128),  # 8192^2 in 128x128 tiles on an H100
+    (64, 64, "grouped", 8, 132, 128),
+]
+_BLOCK = 16  # any block size: the counts are in blocks
+
+
+def first_wave(num_pid_m, num_pid_n, order, group, in_flight):
+    s = tile_schedule(num_pid_m * _BLOCK, num_pid_n * _BLOCK, _BLOCK, _BLOCK, order, group, programs_in_flight=in_flight)
+    rows = s.wave_rows(0)
+    return s, np.stack([s.pid_m[rows], s.pid_n[rows]], axis=1)
+
+
+@exercise("wave_block_fetches",
+          hint="every tile (pid_m, pid_n) reads all k_blocks blocks of A's row-block pid_m and of B's column-block "
+               "pid_n, but a block that several programs of the wave read is fetched from DRAM once: "
+               "(distinct pid_m + distinct pid_n) * k_blocks")
+def check_wave_block_fetches(wave_block_fetches):
+    problems = []
+    for num_pid_m, num_pid_n, order, group, in_flight, k_blocks in FETCH_CASES:
+        schedule, tiles = first_wave(num_pid_m, num_pid_n, order, group, in_flight)
+        expected = l2_traffic(schedule, block_k=_BLOCK, K=k_blocks * _BLOCK).upto(0)["misses"]
+        got = call(wave_block_fetches, tiles.copy(), k_blocks)
+        name = order + (f" (GROUP_SIZE_M={group})" if order == "grouped" else "")
+        case = f"first wave of {num_pid_m}x{num_pid_n} tiles, {name}, {in_flight} programs, {k_blocks} K blocks"
+        try:
+            got_int = int(got)
+        except (TypeError, ValueError):
+            problems.append(f"{case}: expected a number of blocks, got {got!r}")
+            continue
+        if got_int != expected:
+            rows, cols = len(np.unique(tiles[:, 0])), len(np.unique(tiles[:, 1]))
+            why = ""
+            if got_int == 2 * len(tiles) * k_blocks:
+                why = " (that is every program's loads: programs of one wave share a block)"
+            problems.append(f"{case}: expected {expected} = ({rows} A row-blocks + {cols} B column-blocks) x "
+                            f"{k_blocks}, got {got_int}{why}")
+    return problems
+
+
+@triton.jit
+def _record_tiles_kernel(out_ptr, num_pid_m, num_pid_n, TILE_FN: tl.constexpr, GROUP_SIZE: tl.constexpr):
+    """Each program stores the tile the learner's TILE_FN maps its pid to."""
+    pid = tl.program_id(0)
+    pid_m, pid_n = TILE_FN(pid, num_pid_m, num_pid_n, GROUP_SIZE)
+    tl.store(out_ptr + 2 * pid, pid_m)
+    tl.store(out_ptr + 2 * pid + 1, pid_n)
+
+
+def run_tile_fn(tile_fn, num_pid_m: int, num_pid_n: int, group_size: int) -> np.ndarray:
+    """Launch one program per tile, each calling ``tile_fn(pid, num_pid_m, num_pid_n, GROUP_SIZE)``;
+    returns the ``[num_programs, 2]`` tiles they report (-1 where a program stored nothing)."""
+    n = num_pid_m * num_pid_n
+    out = torch.full((n, 2), -1, dtype=torch.int32, device=runtime.DEVICE)
+    _record_tiles_kernel[(n,)](out, num_pid_m, num_pid_n, TILE_FN=tile_fn, GROUP_SIZE=group_size)
+    return out.cpu().numpy()
+
+
+@exercise("column_grouped_triton",
+          hint="the same arithmetic as column_grouped_tile, with tl.minimum instead of min; "
+               "return pid_m, pid_n")
+def check_column_grouped_triton(column_grouped_triton):
+    problems = []
+    for num_pid_m, num_pid_n, group in COLUMN_GROUP_CASES:
+        case = f"{num_pid_m}x{num_pid_n} tiles, GROUP_SIZE_N={group}"
+        got = call(run_tile_fn, column_grouped_triton, num_pid_m, num_pid_n, group,
+                   what=f"a kernel calling column_grouped_triton ({case})")
+        problems += _compare_tiles(_column_grouped_expected(num_pid_m, num_pid_n, group), got, case)
+    return problems

@@ -1,0 +1,119 @@
+"""Checks for notebook 04 (kernel fusion): the bytes an unfused activation pass costs, the
+"spot the difference" leaky_relu variant, and an epilogue function written in Triton.
+
+Also holds the small elementwise harness the notebook and the checks use to run a
+``@triton.jit`` activation on a vector: :func:`apply_elementwise`.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ... import runtime
+from ._core import call, exercise, fmt
+
+# ----------------------------------------------------------------------------- the harness
+_ELEMENTWISE_BLOCK = 1024
+
+
+@triton.jit
+def _elementwise_kernel(x_ptr, y_ptr, n, FN: tl.constexpr, BLOCK: tl.constexpr):
+    """y = FN(x) on fp32, one block of BLOCK elements per program (FN is a @triton.jit function)."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    tl.store(y_ptr + offs, FN(x).to(y_ptr.dtype.element_ty), mask=mask)
+
+
+def apply_elementwise(fn, x: torch.Tensor) -> torch.Tensor:
+    """Run the ``@triton.jit`` function ``fn(x) -> y`` on every element of ``x`` (any shape)."""
+    flat = x.contiguous().reshape(-1)
+    out = torch.empty_like(flat)
+    n = flat.numel()
+    if n:
+        _elementwise_kernel[(triton.cdiv(n, _ELEMENTWISE_BLOCK),)](flat, out, n, FN=fn, BLOCK=_ELEMENTWISE_BLOCK)
+    return out.reshape(x.shape)
+
+
+# ----------------------------------------------------------------------------- exercise 1
+# (M, N, bytes per element): a square fp16 GEMM, a fp32 one, a thin one, a 1x1
+BYTES_CASES = [(4096, 4096, 2), (8192, 1024, 2), (1000, 3000, 4), (1, 1, 2)]
+
+
+@exercise("activation_pass_bytes",
+          hint="a separate activation kernel has to read all of C from DRAM and write the result back: "
+               "M * N elements, each read once and written once")
+def check_activation_pass_bytes(activation_pass_bytes):
+    problems = []
+    for M, N, nbytes in BYTES_CASES:
+        got = call(activation_pass_bytes, M, N, nbytes)
+        one_way = M * N * nbytes
+        expected = 2 * one_way
+        case = f"M={M}, N={N}, {nbytes}-byte elements"
+        try:
+            got_num = float(got)
+        except (TypeError, ValueError):
+            problems.append(f"{case}: expected a number of bytes, got {got!r}")
+            continue
+        if got_num != expected:
+            why = ""
+            if got_num == one_way:
+                why = " (that is one direction only: the pass reads C and writes it back)"
+            elif got_num == 2 * M * N:
+                why = " (that counts elements: multiply by the bytes per element)"
+            problems.append(f"{case}: expected {expected:,} bytes (read C {one_way:,} + write C {one_way:,}), "
+                            f"got {got_num:,.0f}{why}")
+    return problems
+
+
+# ----------------------------------------------------------------------------- exercise 2
+@triton.jit
+def leaky_relu_variant(x):
+    """A leaky_relu as one often finds it in study notes.  Compare it with apply_activation."""
+    x = x + 1
+    return tl.where(x >= 0, x, 0.01 * x)
+
+
+#: inputs around the interesting points: 0, -1, and far on either side
+VARIANT_POINTS = [-3.0, -1.5, -1.0, -0.75, -0.5, -0.01, 0.0, 0.01, 0.5, 2.0]
+
+
+@exercise("variant_reference",
+          hint="read leaky_relu_variant line by line: what does the select see, and what does it return "
+               "for a positive input?")
+def check_variant_reference(variant_reference):
+    x = torch.tensor(VARIANT_POINTS, dtype=torch.float32, device=runtime.DEVICE)
+    expected = apply_elementwise(leaky_relu_variant, x).double().cpu()
+    got = call(variant_reference, x.clone())
+    if not isinstance(got, torch.Tensor) or got.shape != x.shape:
+        shape = list(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__
+        return [f"expected a tensor of shape {list(x.shape)} (one output per input), got {shape}"]
+    got = got.detach().double().cpu()
+    problems = []
+    for xi, e, g in zip(VARIANT_POINTS, expected.tolist(), got.tolist()):
+        if not abs(g - e) <= 1e-5 + 1e-5 * abs(e):
+            problems.append(f"x={fmt(xi)}: leaky_relu_variant gives {fmt(e)}, yours gives {fmt(g)}")
+    return problems
+
+
+# ----------------------------------------------------------------------------- exercise 3
+GELU_RANGE = (-8.0, 8.0, 1601)
+
+
+@exercise("gelu_tanh",
+          hint="gelu_tanh(x) = 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x**3))); "
+               "Triton has tl.sigmoid, and tanh(u) = 2 * sigmoid(2u) - 1")
+def check_gelu_tanh(gelu_tanh):
+    x = torch.linspace(*GELU_RANGE, dtype=torch.float32, device=runtime.DEVICE)
+    got = call(apply_elementwise, gelu_tanh, x, what="a kernel calling gelu_tanh").double().cpu()
+    expected = torch.nn.functional.gelu(x.double().cpu(), approximate="tanh")
+    err = (got - expected).abs()
+    bad = ~(err <= 1e-5 + 1e-5 * expected.abs())  # NaN counts as bad
+    if not bad.any():
+        return []
+    worst = int(torch.nan_to_num(err, nan=float("inf")).argmax())
+    xs = x.cpu()
+    return [f"{int(bad.sum())} of {len(x)} points in [{GELU_RANGE[0]:g}, {GELU_RANGE[1]:g}] are off by more than 1e-5; "
+            f"worst at x={fmt(float(xs[worst]))}: expected {fmt(float(expected[worst]))}, got {fmt(float(got[worst]))}"]

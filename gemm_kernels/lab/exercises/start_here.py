@@ -1,0 +1,68 @@
+"""Checks for notebook 00 (start here): the launch grid of a 1-D kernel, and a first kernel."""
+
+from __future__ import annotations
+
+import torch
+
+from ... import runtime
+from ...models.tiles import cdiv
+from ._core import call, compare_arrays, exercise
+
+#: (n, BLOCK) pairs: exact multiples, one element over, a single element, and big blocks
+LAUNCH_CASES = [(1000, 256), (1024, 256), (1025, 256), (1, 128), (5000, 1024), (4096, 4096)]
+
+
+def launch_stats_ref(n: int, block: int) -> tuple[int, int]:
+    """(programs launched, lanes of the last program masked off) for n elements in blocks of BLOCK."""
+    programs = cdiv(n, block)
+    return programs, programs * block - n
+
+
+@exercise("launch_stats",
+          hint="one program per BLOCK elements, rounded up: cdiv(n, BLOCK) = (n + BLOCK - 1) // BLOCK; "
+               "every lane past n in the last program is idle (masked off)")
+def check_launch_stats(launch_stats):
+    problems = []
+    for n, block in LAUNCH_CASES:
+        got = call(launch_stats, n, block)
+        programs, idle = launch_stats_ref(n, block)
+        try:
+            got_programs, got_idle = (int(v) for v in got)
+        except (TypeError, ValueError):
+            problems.append(f"n={n}, BLOCK={block}: expected a pair (programs, idle_lanes), got {got!r}")
+            continue
+        if (got_programs, got_idle) != (programs, idle):
+            problems.append(f"n={n}, BLOCK={block}: expected {programs} programs with {idle} idle lanes, "
+                            f"got {got_programs} programs with {got_idle} idle lanes")
+    return problems
+
+
+#: vector lengths for axpy: one element, fewer than a block, ragged, several blocks
+AXPY_SIZES = [1, 7, 1000, 4099]
+AXPY_ALPHAS = [2.5, -1.0]
+
+
+@exercise("axpy",
+          hint="copy the add kernel: load x and y with the same offsets and mask, store alpha * x + y; "
+               "the launcher allocates the output and launches cdiv(n, BLOCK) programs")
+def check_axpy(axpy):
+    problems = []
+    gen = torch.Generator().manual_seed(4)
+    for n in AXPY_SIZES:
+        for alpha in AXPY_ALPHAS:
+            x = torch.randn(n, generator=gen).to(runtime.DEVICE)
+            y = torch.randn(n, generator=gen).to(runtime.DEVICE)
+            x_before, y_before = x.clone(), y.clone()
+            out = call(axpy, alpha, x, y)
+            case = f"n={n}, alpha={alpha}"
+            if not isinstance(out, torch.Tensor):
+                problems.append(f"{case}: expected a tensor, got {type(out).__name__}")
+                continue
+            if not (torch.equal(x, x_before) and torch.equal(y, y_before)):
+                problems.append(f"{case}: your axpy changed its inputs x or y; write into a new output tensor")
+                continue
+            problems += compare_arrays(alpha * x_before.double() + y_before.double(), out.double(), case,
+                                       index_names=("i",))
+        if problems:  # one failing size is enough to explain; later sizes would repeat it
+            break
+    return problems

@@ -1,0 +1,238 @@
+"""Which output tile each program computes, in numpy: the mirror of ``kernels/tiles.py``.
+
+A GEMM ``C[M, N] = A[M, K] @ B[K, N]`` is cut into ``BLOCK_M x BLOCK_N`` tiles of C,
+``num_pid_m = cdiv(M, BLOCK_M)`` rows by ``num_pid_n = cdiv(N, BLOCK_N)`` columns.
+Program (or, in a persistent kernel, *tile index*) ``pid`` is mapped to a tile
+``(pid_m, pid_n)`` by one of two orders:
+
+``row_major``  pid walks the tile grid row by row: consecutive programs share a row
+               of A but each needs a different column of B.
+``grouped``    pid walks *groups* of ``GROUP_SIZE_M`` tile rows column by column, so
+               programs that run together reuse a few rows of A *and* a few columns
+               of B from L2 (Triton's tutorial 03 "super-grouping").
+
+The kernels call the ``@triton.jit`` helpers of ``gemm_kernels.kernels.tiles``; this module is
+the same arithmetic in numpy, for drawings, widgets, the L2 model and tests
+(``tests/test_tiles.py`` runs the Triton helpers and proves the two agree).  Plain numpy:
+importable without Triton.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._ints import require_int
+
+ORDERS = ("row_major", "grouped")
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _check_ints(**values) -> None:
+    """TypeError unless every value is an int (numpy's too): sizes, blocks and counts are whole."""
+    for name, value in values.items():
+        require_int(value, name)
+
+
+def _check_order(order: str, group_size_m: int) -> None:
+    if order not in ORDERS:
+        raise ValueError(f"order must be one of {ORDERS}, got {order!r}")
+    _check_ints(group_size_m=group_size_m)
+    if group_size_m < 1:
+        raise ValueError(f"group_size_m must be >= 1, got {group_size_m}")
+
+
+def tile_coords_np(pid, num_pid_m: int, num_pid_n: int, order: str = "grouped", group_size_m: int = 8):
+    """numpy mirror of :func:`tile_coords`; ``pid`` may be an int or an array."""
+    _check_order(order, group_size_m)
+    _check_ints(num_pid_m=num_pid_m, num_pid_n=num_pid_n)
+    pid = np.asarray(pid)
+    if pid.size and (not np.issubdtype(pid.dtype, np.integer) or pid.min() < 0 or pid.max() >= num_pid_m * num_pid_n):
+        raise ValueError(f"pid must be integers in [0, {num_pid_m * num_pid_n}) for a {num_pid_m} x {num_pid_n} "
+                         "grid of tiles")
+    pid = pid.astype(np.int64)
+    if order == "row_major":
+        return pid // num_pid_n, pid % num_pid_n
+    num_pid_in_group = group_size_m * num_pid_n
+    first_pid_m = (pid // num_pid_in_group) * group_size_m
+    rows_in_group = np.minimum(num_pid_m - first_pid_m, group_size_m)
+    pid_in_group = pid % num_pid_in_group
+    return first_pid_m + pid_in_group % rows_in_group, pid_in_group // rows_in_group
+
+
+def tile_grid(M: int, N: int, block_m: int, block_n: int) -> tuple[int, int]:
+    """(num_pid_m, num_pid_n): how many tiles of C along M and along N."""
+    _check_ints(M=M, N=N, block_m=block_m, block_n=block_n)
+    if min(M, N, block_m, block_n) < 1:
+        raise ValueError(f"M, N, BLOCK_M, BLOCK_N must all be >= 1, got {M}, {N}, {block_m}, {block_n}")
+    return cdiv(M, block_m), cdiv(N, block_n)
+
+
+def program_tiles(M: int, N: int, block_m: int, block_n: int, order: str = "grouped", group_size_m: int = 8) -> np.ndarray:
+    """``[num_programs, 2]`` array: row ``pid`` is the ``(pid_m, pid_n)`` program ``pid`` computes."""
+    num_pid_m, num_pid_n = tile_grid(M, N, block_m, block_n)
+    pid_m, pid_n = tile_coords_np(np.arange(num_pid_m * num_pid_n), num_pid_m, num_pid_n, order, group_size_m)
+    return np.stack([pid_m, pid_n], axis=1)
+
+
+def launch_order_grid(M: int, N: int, block_m: int, block_n: int, order: str = "grouped", group_size_m: int = 8) -> np.ndarray:
+    """``[num_pid_m, num_pid_n]`` grid holding, for each C tile, the pid that computes it."""
+    tiles = program_tiles(M, N, block_m, block_n, order, group_size_m)
+    grid = np.full(tile_grid(M, N, block_m, block_n), -1, dtype=np.int64)
+    grid[tiles[:, 0], tiles[:, 1]] = np.arange(len(tiles))
+    return grid
+
+
+def persistent_tile_ids(num_tiles: int, num_programs: int) -> list[np.ndarray]:
+    """Tile indices each program of a persistent kernel walks: ``range(pid, num_tiles, num_programs)``."""
+    _check_ints(num_tiles=num_tiles, num_programs=num_programs)
+    if num_programs < 1:
+        raise ValueError(f"num_programs must be >= 1, got {num_programs}")
+    return [np.arange(p, num_tiles, num_programs) for p in range(num_programs)]
+
+
+# ----------------------------------------------------------------------------- whole schedules
+SCHEDULE_FIELDS = ("tile", "program", "step", "problem", "pid_m", "pid_n")
+
+
+def persistent_schedule(M: int, N: int, block_m: int, block_n: int, num_programs: int,
+                        order: str = "grouped", group_size_m: int = 8) -> np.ndarray:
+    """Schedule of a persistent single-GEMM kernel (``matmul_persistent``, ``matmul_tma``).
+
+    ``num_programs`` programs are launched; program ``p`` computes tile indices
+    ``p, p + num_programs, ...`` (step 0, 1, ...), each mapped to ``(pid_m, pid_n)`` by
+    :func:`tile_coords`.  Returns an int64 array ``[num_tiles, 6]`` with columns
+    :data:`SCHEDULE_FIELDS`, sorted by tile index.  ``step`` is the wave a tile runs in
+    when all programs are resident at once.
+    """
+    tile_grid(M, N, block_m, block_n)  # validates the sizes
+    return multi_problem_schedule([(M, N)], block_m, block_n, num_programs, order, group_size_m)
+
+
+def problem_tile_starts(problem_shapes, block_m: int, block_n: int) -> np.ndarray:
+    """Prefix sums of tiles per problem: problem ``g`` owns tiles ``[starts[g], starts[g+1])``.
+
+    ``problem_shapes`` is a list of ``(M, N)`` or ``(M, N, K)``; ``M`` may be 0 (no tiles)."""
+    _check_ints(block_m=block_m, block_n=block_n)
+    if min(block_m, block_n) < 1:
+        raise ValueError(f"block_m and block_n must be >= 1, got {block_m}, {block_n}")
+    counts = []
+    for shape in problem_shapes:
+        M, N = shape[0], shape[1]
+        _check_ints(M=M, N=N)
+        if M < 0 or N < 0:
+            raise ValueError(f"problem sizes must be >= 0, got M={M}, N={N}")
+        counts.append(cdiv(M, block_m) * cdiv(N, block_n))
+    return np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]).astype(np.int64)
+
+
+def locate_problem_np(tile, starts: np.ndarray):
+    """Which problem a global tile index falls in, and its index inside that problem."""
+    tile = np.asarray(tile, dtype=np.int64)
+    problem = np.searchsorted(starts, tile, side="right") - 1
+    return problem, tile - starts[problem]
+
+
+def multi_problem_schedule(problem_shapes, block_m: int, block_n: int, num_programs: int,
+                           order: str = "grouped", group_size_m: int = 8) -> np.ndarray:
+    """Schedule of the grouped (multi-problem) kernels (``grouped_matmul``, ``grouped_mm``).
+
+    The tiles of all problems are laid end to end (problem 0's tiles, then problem 1's, ...,
+    each problem's own tiles in ``order``); ``num_programs`` programs stride over that list
+    exactly like :func:`persistent_schedule`.  Returns ``[total_tiles, 6]`` int64 rows with
+    columns :data:`SCHEDULE_FIELDS`.
+    """
+    _check_ints(num_programs=num_programs)
+    if num_programs < 1:
+        raise ValueError(f"num_programs must be >= 1, got {num_programs}")
+    _check_order(order, group_size_m)
+    starts = problem_tile_starts(problem_shapes, block_m, block_n)
+    tiles = np.arange(starts[-1], dtype=np.int64)
+    problem, local = locate_problem_np(tiles, starts)
+    out = np.empty((len(tiles), len(SCHEDULE_FIELDS)), dtype=np.int64)
+    out[:, 0] = tiles
+    out[:, 1] = tiles % num_programs
+    out[:, 2] = tiles // num_programs
+    out[:, 3] = problem
+    for g, shape in enumerate(problem_shapes):
+        sel = problem == g
+        if not sel.any():
+            continue
+        num_pid_m, num_pid_n = cdiv(int(shape[0]), block_m), cdiv(int(shape[1]), block_n)
+        pm, pn = tile_coords_np(local[sel], num_pid_m, num_pid_n, order, group_size_m)
+        out[sel, 4], out[sel, 5] = pm, pn
+    return out
+
+
+# ----------------------------------------------------------------------------- Stream-K: splitting the last wave along K
+# A persistent kernel's last wave is partial when the tile count is not a multiple of the
+# program count (512 tiles on 132 SMs: 3 full waves, then 116 tiles while 16 SMs idle).
+# Stream-K (Osama et al., PPoPP 2023) hands out the *K iterations* of those last tiles instead:
+# ``sk_tiles * k_tiles`` iterations split evenly over all programs, so every program finishes
+# together.  A tile cut between programs is finished by the program holding its first K
+# iteration, which adds the partial sums the others left in a workspace.
+
+
+#: fewest K iterations per tile for the default split: each partial sum handed over costs about
+#: as much as 5 K iterations (H100, 128x256 tiles: a 128 KiB round trip through L2), so short K
+#: loops lose more to the hand-over than they gain from idle SMs (PERF_NOTES.md entry 14)
+STREAMK_MIN_K_TILES = 64
+
+
+def streamk_default_tiles(num_tiles: int, num_programs: int, k_tiles: int) -> int:
+    """How many tiles the Stream-K kernel splits along K when not told: all of them when they
+    would keep at most half of the programs busy and each has at least
+    :data:`STREAMK_MIN_K_TILES` K iterations (few tiles, long K), else none.
+
+    Measured on an H100 with 128x256 tiles, times from CUDA graphs (PERF_NOTES.md entry 14):
+    splitting gains at 512 x 512 x 16384 (8 tiles of 256 iterations: 88 us against 148 unsplit)
+    and 1024 x 1024 x 8192 (32 of 128: 56 against 79), loses at 1280^3 (50 of 20: 29 against 18),
+    and splitting a multi-wave problem's partial last wave loses too (4096^3, 116 of 512 tiles
+    split: 242 against 212), so those are left to ``sk_tiles``."""
+    return num_tiles if 2 * num_tiles <= num_programs and k_tiles >= STREAMK_MIN_K_TILES else 0
+
+
+#: columns of ``streamk_segments``' rows (and of ``streamk.trace_streamk_segments``)
+STREAMK_FIELDS = ("program", "tile", "k_first", "k_end")
+
+
+def streamk_segments(num_tiles: int, k_tiles: int, num_programs: int, sk_tiles: int | None = None) -> np.ndarray:
+    """numpy mirror of the Stream-K kernel's schedule: who computes which K range of which tile.
+
+    Tiles ``0 .. num_tiles - sk_tiles - 1`` are data-parallel: program ``p`` computes tiles
+    ``p, p + num_programs, ...`` over all ``k_tiles`` K blocks, exactly as
+    :func:`persistent_schedule`.  The last ``sk_tiles`` tiles (default
+    :func:`streamk_default_tiles`) form ``sk_tiles * k_tiles`` K
+    iterations, split by :func:`streamk_range`.  Returns an int64 array
+    ``[num_tiles - sk_tiles + 2 * num_programs, 4]`` with columns :data:`STREAMK_FIELDS`: row
+    ``t`` for data-parallel tile ``t``; rows ``dp + 2 * p`` and ``dp + 2 * p + 1`` for program
+    ``p``'s (at most two) Stream-K segments, in the order it runs them; ``-1`` rows where a
+    program has fewer.  A segment with ``k_first == 0`` finishes its tile (epilogue and store).
+    """
+    _check_ints(num_tiles=num_tiles, k_tiles=k_tiles, num_programs=num_programs,
+                **({} if sk_tiles is None else {"sk_tiles": sk_tiles}))
+    if num_programs < 1 or k_tiles < 1 or num_tiles < 0:
+        raise ValueError(f"need num_programs >= 1, k_tiles >= 1, num_tiles >= 0; got {num_programs}, {k_tiles}, {num_tiles}")
+    if sk_tiles is None:
+        sk_tiles = streamk_default_tiles(num_tiles, num_programs, k_tiles)
+    if not 0 <= sk_tiles <= min(num_tiles, num_programs):
+        raise ValueError(f"sk_tiles must be in [0, min(num_tiles, num_programs)] = [0, {min(num_tiles, num_programs)}], "
+                         f"got {sk_tiles}: a program's share of the split is then under one tile of K iterations")
+    dp_tiles = num_tiles - sk_tiles
+    out = np.full((dp_tiles + 2 * num_programs, len(STREAMK_FIELDS)), -1, dtype=np.int64)
+    tiles = np.arange(dp_tiles)
+    out[:dp_tiles] = np.stack([tiles % num_programs, tiles, np.zeros_like(tiles), np.full_like(tiles, k_tiles)], axis=1)
+    total = sk_tiles * k_tiles
+    for p in range(num_programs):
+        share = num_programs - 1 - p
+        it, end = share * total // num_programs, (share + 1) * total // num_programs
+        row = dp_tiles + 2 * p
+        while it < end:
+            t, k_first = divmod(it, k_tiles)
+            k_end = min(k_tiles, k_first + end - it)
+            out[row] = (p, dp_tiles + t, k_first, k_end)
+            row += 1
+            it += k_end - k_first
+    return out
