@@ -15,11 +15,27 @@ prints them in a terminal).  This module reads files only: it needs neither torc
 from __future__ import annotations
 
 import json
+import os
 import re
+import sys
 from pathlib import Path
 
-#: where the committed copy lives: <repository>/images/bench
-BENCH_DIR = Path(__file__).resolve().parents[1] / "images" / "bench"
+#: set to a folder to read committed results from there instead
+RESULTS_DIR_ENV = "GEMM_KERNELS_RESULTS_DIR"
+
+
+def _bench_dir() -> Path:
+    """Where the committed copy lives: $GEMM_KERNELS_RESULTS_DIR if set; the source checkout's
+    images/bench (an editable install, the bench writing new results); else the copy a normal
+    install puts under <prefix>/share/gemm-kernels/bench (pyproject.toml's data-files)."""
+    if os.environ.get(RESULTS_DIR_ENV):
+        return Path(os.environ[RESULTS_DIR_ENV])
+    checkout = Path(__file__).resolve().parents[1] / "images" / "bench"
+    installed = Path(sys.prefix) / "share" / "gemm-kernels" / "bench"
+    return checkout if checkout.is_dir() or not installed.is_dir() else installed
+
+
+BENCH_DIR = _bench_dir()
 RESULTS_MD = "results.md"
 META_JSON = "meta.json"
 

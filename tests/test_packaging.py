@@ -1,7 +1,10 @@
-"""pyproject.toml and environment.yml must install the same things."""
+"""Packaging: pyproject.toml and environment.yml install the same things, every import is declared,
+and a normal (non-editable) install works on its own."""
 
+import os
 import pathlib
 import re
+import sys
 import tomllib
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -55,3 +58,80 @@ def test_readme_links_every_notebook_and_only_existing_ones():
     linked = set(re.findall(r"\((notebooks/\d\d_[a-z0-9_]+\.ipynb)\)", (root / "README.md").read_text()))
     present = {f"notebooks/{p.name}" for p in (root / "notebooks").glob("[0-9][0-9]_*.ipynb")}
     assert linked == present, f"README links {sorted(linked - present)} that do not exist; misses {sorted(present - linked)}"
+
+
+# ---------------------------------------------------------------- a normal install
+#: import name -> the distribution that provides it, for the package's third-party imports
+DISTRIBUTIONS = {"torch": "torch", "triton": "triton", "numpy": "numpy", "matplotlib": "matplotlib", "PIL": "pillow",
+                 "ipywidgets": "ipywidgets", "tqdm": "tqdm", "nbformat": "nbformat"}
+#: imported only inside try/except or functions that run in Jupyter (ipywidgets brings IPython)
+OPTIONAL = {"IPython"}
+
+
+def _third_party_imports():
+    import ast
+
+    found = {}
+    for path in (ROOT / "gemm_kernels").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                names = [node.module]
+            for name in names:
+                top = name.split(".")[0]
+                if top not in sys.stdlib_module_names and top != "gemm_kernels":
+                    found.setdefault(top, path.relative_to(ROOT))
+    return found
+
+
+def test_every_import_is_declared():
+    declared = {re.split(r"[<>=!~ ;\[]", r)[0].lower() for r in tomllib.loads(
+        (ROOT / "pyproject.toml").read_text())["project"]["dependencies"]}
+    for module, where in _third_party_imports().items():
+        if module in OPTIONAL:
+            continue
+        assert module in DISTRIBUTIONS, f"{where} imports {module}: add it to DISTRIBUTIONS and to pyproject.toml"
+        assert DISTRIBUTIONS[module] in declared, f"{where} imports {module} but pyproject.toml does not declare " \
+                                                  f"{DISTRIBUTIONS[module]}"
+
+
+def test_installed_wheel_imports_everything_and_finds_committed_results(tmp_path):
+    """`pip install .` (not editable) into a fresh venv: every module imports from the installed
+    copy, and the committed GPU results are found (they travel as data files)."""
+    import subprocess
+    import sysconfig
+    import venv
+
+    wheel_dir = tmp_path / "wheel"
+    build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+                            "-w", str(wheel_dir), str(ROOT)], capture_output=True, text=True, timeout=300)
+    assert build.returncode == 0, build.stderr[-2000:]
+    env_dir = tmp_path / "env"
+    venv.create(env_dir, with_pip=False)
+    python = env_dir / "bin" / "python"
+    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True).stdout.strip()
+    # the dependencies (torch, triton, ...) come from this test's environment, the package from the wheel
+    (pathlib.Path(site) / "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    install = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--prefix", str(env_dir),
+                              *map(str, wheel_dir.glob("*.whl"))], capture_output=True, text=True, timeout=300)
+    assert install.returncode == 0, install.stderr[-2000:]
+    code = """
+import importlib, pkgutil, pathlib, sys
+import gemm_kernels
+assert pathlib.Path(gemm_kernels.__file__).is_relative_to(sys.prefix), gemm_kernels.__file__
+names = [m.name for m in pkgutil.walk_packages(gemm_kernels.__path__, "gemm_kernels.")]
+for name in names:
+    if not name.endswith("__main__"):
+        importlib.import_module(name)
+from gemm_kernels import results
+committed = results.load_committed("square")
+assert committed and committed["csv"] and committed["csv"].exists(), results.BENCH_DIR
+print(len(names), "modules;", results.BENCH_DIR)
+"""
+    proc = subprocess.run([str(python), "-c", code], capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                          env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "share/gemm-kernels/bench" in proc.stdout

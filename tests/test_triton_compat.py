@@ -1,0 +1,244 @@
+"""gemm_kernels._triton_compat: every use of a Triton internal has a public fallback that works.
+
+* BoundLaunch: the argument list it keeps is the one Triton's launcher gets; a plan's repeated
+  runs go through it (GPU), skipping Triton's Python launch path; without the internals (forced
+  by GEMM_KERNELS_TRITON_INTERNALS=0, or because they moved) it launches the public way.
+* TunedKernel's remembered choice, the compile view's specialisation: same answers both ways.
+"""
+
+import os
+import subprocess
+import sys
+import warnings
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+
+from gemm_kernels import DEVICE, grouped_matmul_ref, runtime
+from gemm_kernels.kernels import configs
+from gemm_kernels.kernels import grouped
+from gemm_kernels import _triton_compat
+from gemm_kernels._triton_compat import BoundLaunch, ordered_arguments, resolve_grid
+from gemm_kernels.testing import assert_close
+
+
+@triton.jit
+def _scale_kernel(x_ptr, out_ptr, n, factor, BLOCK: tl.constexpr, SHIFT: tl.constexpr = 0.0):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) * factor + SHIFT, mask=mask)
+
+
+def test_arguments_follow_the_signature_with_defaults():
+    x, out = torch.randn(5), torch.empty(5)
+    args = ordered_arguments(_scale_kernel, (x, out), {"BLOCK": 8, "factor": 2.0, "n": 5})
+    assert args[:2] == [x, out] and args[2:] == [5, 2.0, 8, 0.0]  # signature order, SHIFT's default
+
+
+def test_arguments_of_the_grouped_kernel_are_its_parameters_in_order():
+    names = grouped._grouped_matmul_kernel.arg_names
+    values = {name: i for i, name in enumerate(names)}
+    shuffled = dict(reversed(list(values.items())))  # keyword order must not matter
+    assert ordered_arguments(grouped._grouped_matmul_kernel, (), shuffled) == list(range(len(names)))
+
+
+@pytest.mark.parametrize("kwargs, pattern", [
+    ({"n": 5, "factor": 2.0}, r"_scale_kernel: missing a required argument: 'BLOCK'"),
+    ({"n": 5, "factor": 2.0, "BLOCK": 8, "num_warps": 4}, r"_scale_kernel: .*'num_warps'"),
+])
+def test_a_missing_or_unknown_argument_is_named(kwargs, pattern):
+    with pytest.raises(TypeError, match=pattern):
+        ordered_arguments(_scale_kernel, (torch.zeros(1), torch.zeros(1)), kwargs)
+
+
+def test_grid_resolution():
+    assert resolve_grid((7,), {}) == (7, 1, 1)
+    assert resolve_grid(lambda meta: (meta["n"] // meta["BLOCK"], 2), {"n": 64, "BLOCK": 16}) == (4, 2, 1)
+    for bad in [(), (0,), (1, 2, 3, 4), (-3, 1)]:
+        with pytest.raises(ValueError, match="a launch grid needs 1 to 3 positive sizes"):
+            resolve_grid(bad, {})
+
+
+def test_the_interpreter_binds_nothing():
+    if runtime.on_gpu():
+        pytest.skip("on a GPU bind() returns a BoundLaunch (test_gpu_* below)")
+    tuned = configs.TunedKernel(_scale_kernel, [triton.Config({"BLOCK": 16})], key=["n"])
+    x = torch.randn(20, device=DEVICE)
+    assert tuned.bind((2,), x, torch.empty_like(x), 20, 3.0) is None
+
+
+@pytest.mark.gpu
+def test_gpu_bound_launch_equals_a_normal_launch_and_follows_the_inputs():
+    x = torch.randn(1000, device=DEVICE)
+    out = torch.empty_like(x)
+    launch = BoundLaunch(_scale_kernel, lambda meta: (triton.cdiv(meta["n"], meta["BLOCK"]),), (x, out),
+                         {"n": 999, "factor": 3.0, "BLOCK": 128, "SHIFT": 1.0}, {"num_warps": 4})
+    assert launch.grid == (8, 1, 1)
+    for _ in range(2):  # new values in the same tensors: each call reads them
+        x.copy_(torch.randn(1000, device=DEVICE))
+        out.fill_(float("nan"))
+        launch()
+        torch.testing.assert_close(out[:999], x[:999] * 3.0 + 1.0)
+        assert out[999:].isnan().all()  # n = 999: the last element is never written
+
+
+@pytest.mark.gpu
+def test_gpu_bound_launch_refuses_another_current_device(monkeypatch):
+    x = torch.randn(64, device=DEVICE)
+    launch = BoundLaunch(_scale_kernel, (1,), (x, torch.empty_like(x)), {"n": 64, "factor": 1.0, "BLOCK": 64})
+    monkeypatch.setattr(launch, "_current_device", lambda: launch._device + 1)
+    with pytest.raises(RuntimeError, match=r"bound on cuda:\d+ but cuda:\d+ is the current device"):
+        launch()
+
+
+@pytest.mark.gpu
+def test_gpu_bound_launch_calls_the_profiler_hooks(monkeypatch):
+    from triton import knobs
+
+    seen = []
+    # the hook gets Triton's LazyDict of the launch, as from a normal launch
+    monkeypatch.setattr(knobs.runtime, "launch_enter_hook", lambda metadata: seen.append(metadata.get()))
+    x = torch.randn(64, device=DEVICE)
+    BoundLaunch(_scale_kernel, (1,), (x, torch.empty_like(x)), {"n": 64, "factor": 1.0, "BLOCK": 64})()
+    torch.cuda.synchronize()
+    assert [m["name"] for m in seen] == ["_scale_kernel"]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tma", [False, True])
+def test_gpu_plan_reruns_never_enter_tritons_launch_path(tma, monkeypatch):
+    """After the first run a plan launches through its BoundLaunch: Triton's JIT launch and the
+    autotuner are made to fail, and the second run is still right (fresh values, poisoned C)."""
+    if tma and not runtime.supports_tma():
+        pytest.skip("TMA needs sm_90+")
+    gen = torch.Generator().manual_seed(5)
+    shapes = [(129, 72, 40), (8, 264, 128), (200, 16, 8)]  # ragged, multiples of 8 (TMA-readable rows)
+    group_a = [torch.randn(M, K, generator=gen).to(DEVICE, torch.float16) for M, _, K in shapes]
+    group_b = [torch.randn(K, N, generator=gen).to(DEVICE, torch.float16) for _, N, K in shapes]
+    plan = grouped.GroupedMatmulPlan(group_a, group_b, tma=tma)
+    plan.run()
+    assert isinstance(plan._bound, BoundLaunch)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a bound plan must not go through Triton's Python launch path")
+
+    monkeypatch.setattr(grouped._grouped_matmul_kernel, "run", refuse)
+    monkeypatch.setattr(grouped._grouped_matmul_tuned.autotuner, "run", refuse)
+    for a in group_a:
+        a.copy_(torch.randn(a.shape, generator=gen).to(DEVICE, a.dtype))
+    for c in plan.outputs:
+        c.fill_(float("nan"))
+    for c, ref in zip(plan.run(), grouped_matmul_ref(group_a, group_b, out_dtype=torch.float64)):
+        assert_close(c, ref, torch.float16)
+
+
+# ---------------------------------------------------------------- the public fallbacks
+@pytest.fixture
+def fresh_compat(monkeypatch):
+    """Forget which internals failed before (the set is per process), and restore it afterwards."""
+    monkeypatch.setattr(_triton_compat, "_disabled", set())
+    return _triton_compat
+
+
+@pytest.mark.parametrize("internals", ["1", "0"])
+def test_tuned_kernel_is_right_with_and_without_the_remembered_choice(monkeypatch, fresh_compat, internals):
+    monkeypatch.setenv(_triton_compat.INTERNALS_ENV, internals)
+    tuned = configs.TunedKernel(_scale_kernel, [triton.Config({"BLOCK": 16})], key=["n"])
+    x = torch.randn(40, device=DEVICE)
+    for factor in (2.0, 3.0):
+        out = torch.empty_like(x)
+        tuned[(3,)](x, out, 40, factor)
+        torch.testing.assert_close(out, x * factor)
+    assert bool(tuned.chosen) == (internals == "1")  # without the internal, every launch asks the autotuner
+
+
+def test_a_moved_best_config_falls_back_with_one_warning(monkeypatch, fresh_compat):
+    tuned = configs.TunedKernel(_scale_kernel, [triton.Config({"BLOCK": 16})], key=["n"])
+    real_run = tuned.autotuner.run
+
+    def run_and_rename(*args, **kwargs):  # a Triton whose autotuner keeps its choice elsewhere
+        result = real_run(*args, **kwargs)
+        tuned.autotuner.best_config = "renamed"
+        return result
+
+    monkeypatch.setattr(tuned.autotuner, "run", run_and_rename)
+    x = torch.randn(20, device=DEVICE)
+    out = torch.empty_like(x)
+    with pytest.warns(RuntimeWarning, match="best_config"):
+        tuned[(2,)](x, out, 20, 2.0)
+    torch.testing.assert_close(out, x * 2.0)
+    assert not tuned.chosen and "best_config" in _triton_compat._disabled
+
+
+def test_a_moved_specialisation_helper_falls_back(monkeypatch, fresh_compat):
+    import triton._C.libtriton as libtriton
+
+    expected = [_triton_compat.specialize(v) for v in (torch.zeros(8, dtype=torch.float16), 256, 255, 1)]
+    monkeypatch.setattr(libtriton, "native_specialize_impl", None, raising=False)
+    with pytest.warns(RuntimeWarning, match="specialize"):
+        got = [_triton_compat.specialize(v) for v in (torch.zeros(8, dtype=torch.float16), 256, 255, 1)]
+    assert got == expected
+
+
+@pytest.mark.skipif(runtime.on_gpu(), reason="on a GPU the fast path binds (test_gpu_* below)")
+def test_bound_launch_of_an_interpreted_kernel_uses_the_public_launch(fresh_compat):
+    """The interpreter has no compiled kernel to keep: BoundLaunch says so once and launches the public way."""
+    x = torch.randn(100, device=DEVICE)
+    out = torch.empty_like(x)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        launch = BoundLaunch(_scale_kernel, (2,), (x, out), {"n": 100, "factor": 2.0, "BLOCK": 64})
+    assert not launch.fast and any("launcher" in str(w.message) for w in caught)
+    launch()
+    torch.testing.assert_close(out, x * 2.0)
+
+
+def test_everything_runs_with_every_internal_switched_off(tmp_path):
+    """CI's run of the public fallbacks: a fresh process with GEMM_KERNELS_TRITON_INTERNALS=0 runs
+    a tuned kernel twice, a grouped plan twice and a compile-view build, with no warning about
+    internals (none is tried) and right answers."""
+    code = """
+import warnings
+warnings.simplefilter("error", RuntimeWarning)
+import torch
+import gemm_kernels as gk
+from gemm_kernels.lab.compile_view import registered_examples
+a, b = torch.randn(40, 24).to(gk.DEVICE), torch.randn(24, 56).to(gk.DEVICE)
+for _ in range(2):
+    torch.testing.assert_close(gk.matmul(a, b), a @ b, atol=1e-2, rtol=1e-2)
+plan = gk.GroupedMatmulPlan([a, a[:7]], [b, b[:, :9]])
+for _ in range(2):
+    c0, c1 = plan.run()
+torch.testing.assert_close(c1, a[:7] @ b[:, :9], atol=1e-2, rtol=1e-2)
+example = registered_examples()[0]
+assert example.compile(90).highlights()["wgmma"] > 0
+print("ok")
+"""
+    env = {**os.environ, _triton_compat.INTERNALS_ENV: "0"}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env,
+                          cwd=tmp_path)
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr[-3000:]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("how", ["switched_off", "launcher_moved"])
+def test_gpu_plan_runs_without_the_fast_launch(monkeypatch, fresh_compat, how):
+    """The fallback a Triton upgrade would leave: the plan still runs right, through kernel[grid]."""
+    if how == "switched_off":
+        monkeypatch.setenv(_triton_compat.INTERNALS_ENV, "0")
+    else:  # a compiled kernel without the C launcher entry point the fast path calls
+        real_warmup = grouped._grouped_matmul_kernel.warmup
+        monkeypatch.setattr(grouped._grouped_matmul_kernel, "warmup",
+                            lambda *a, **k: type("Moved", (), {"result": None})() and real_warmup(*a, **k) and object())
+    gen = torch.Generator().manual_seed(7)
+    shapes = [(129, 72, 40), (8, 264, 128)]
+    group_a = [torch.randn(M, K, generator=gen).to(DEVICE, torch.float16) for M, _, K in shapes]
+    group_b = [torch.randn(K, N, generator=gen).to(DEVICE, torch.float16) for _, N, K in shapes]
+    plan = grouped.GroupedMatmulPlan(group_a, group_b)
+    for _ in range(2):
+        outs = plan.run()
+    assert not plan._bound.fast
+    for c, ref in zip(outs, grouped_matmul_ref(group_a, group_b, out_dtype=torch.float64)):
+        assert_close(c, ref, torch.float16)
