@@ -224,7 +224,7 @@ def _epilogue(acc, c_desc, c_smem, c_ptr, bias_ptr, off_m, off_n, M, N, stride_c
 
 
 @gluon.jit
-def _consumer(c_desc, a_bufs, b_bufs, c_bufs, ready_bars, empty_bars, c_ptr, bias_ptr, trace_ptr, M, N, K, stride_cm,
+def _consumer(c_desc, a_bufs, b_bufs, c_bufs, ready_bars, empty_bars, turn_bars, c_ptr, bias_ptr, trace_ptr, M, N, K, stride_cm,
               SCHEDULE: gl.constexpr, WG_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
               STAGES: gl.constexpr, EPI_SPLIT: gl.constexpr, A_COL_MAJOR: gl.constexpr, B_COL_MAJOR: gl.constexpr,
               C_TMA: gl.constexpr, HAS_BIAS: gl.constexpr, ACTIVATION: gl.constexpr, TRACE: gl.constexpr,
@@ -245,12 +245,21 @@ def _consumer(c_desc, a_bufs, b_bufs, c_bufs, ready_bars, empty_bars, c_ptr, bia
     my_tiles = gl.cdiv(num_pid_m * num_pid_n - pid, num_programs)
     c_smem = c_bufs.index(CONSUMER)
     for t in range(FIRST, my_tiles, STEP):
+        if PINGPONG:
+            # Our turn on the tensor cores: wait until the other consumer's main loop (of the tile
+            # before ours) is done.  Besides ordering the main loops, this keeps every ready-barrier
+            # wait at most one phase ahead, which a parity wait needs: without it, consumer 1 would
+            # wait on ring positions a whole tile ahead and pass on an older phase of the same parity.
+            # Consumer 0's first wait (parity 1 on a fresh barrier) passes at once.
+            mbarrier.wait(turn_bars.index(CONSUMER), ((t // 2) & 1) ^ (CONSUMER == 0))
         if TRACE:
             start = _globaltimer()
         tile = pid + t * num_programs
         pid_m, pid_n = _tile_grouped(tile, num_pid_m, num_pid_n, GROUP_M)
         acc = _mainloop(a_bufs, b_bufs, ready_bars, empty_bars, t * k_tiles, k_tiles, PART, A_PARTS,
                         WG_M, BLOCK_N, STAGES, A_COL_MAJOR, B_COL_MAJOR)
+        if PINGPONG:  # the other consumer's turn, while we run the epilogue
+            mbarrier.arrive(turn_bars.index(1 - CONSUMER))
         _epilogue(acc, c_desc, c_smem, c_ptr, bias_ptr, pid_m * TILE_M + PART * WG_M, pid_n * BLOCK_N,
                   M, N, stride_cm, WG_M, BLOCK_N, EPI_SPLIT, C_TMA, HAS_BIAS, ACTIVATION)
         if TRACE:  # one row per (tile, consumer): TRACE_FIELDS
@@ -288,6 +297,9 @@ def _matmul_ws_kernel(a_desc, b_desc, c_desc, c_ptr, bias_ptr, trace_ptr, M, N, 
         c_bufs = a_bufs  # unused: C goes out through pointer stores
     ready_bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty_bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    turn_bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())  # pingpong: whose main loop
+    mbarrier.init(turn_bars.index(0), count=1)
+    mbarrier.init(turn_bars.index(1), count=1)
     for i in gl.static_range(STAGES):
         mbarrier.init(ready_bars.index(i), count=1)  # the producer's expect + the TMA bytes
         mbarrier.init(empty_bars.index(i), count=A_PARTS)  # every consumer that read the slot
@@ -295,10 +307,10 @@ def _matmul_ws_kernel(a_desc, b_desc, c_desc, c_ptr, bias_ptr, trace_ptr, M, N, 
     # default partition (this kernel's 4 warps) = consumer 0; workers: consumer 1 (4 warps), producer (1 warp)
     # (The argument tuples are written out: a tuple assigned to a name turns its constexprs into tensors.)
     gl.warp_specialize([
-        (_consumer, (c_desc, a_bufs, b_bufs, c_bufs, ready_bars, empty_bars, c_ptr, bias_ptr, trace_ptr, M, N, K,
+        (_consumer, (c_desc, a_bufs, b_bufs, c_bufs, ready_bars, empty_bars, turn_bars, c_ptr, bias_ptr, trace_ptr, M, N, K,
                      stride_cm, SCHEDULE, WG_M, BLOCK_N, BLOCK_K, STAGES, EPI_SPLIT, A_COL_MAJOR, B_COL_MAJOR, C_TMA,
                      HAS_BIAS, ACTIVATION, TRACE, GROUP_SIZE_M, 0)),
-        (_consumer, (c_desc, a_bufs, b_bufs, c_bufs, ready_bars, empty_bars, c_ptr, bias_ptr, trace_ptr, M, N, K,
+        (_consumer, (c_desc, a_bufs, b_bufs, c_bufs, ready_bars, empty_bars, turn_bars, c_ptr, bias_ptr, trace_ptr, M, N, K,
                      stride_cm, SCHEDULE, WG_M, BLOCK_N, BLOCK_K, STAGES, EPI_SPLIT, A_COL_MAJOR, B_COL_MAJOR, C_TMA,
                      HAS_BIAS, ACTIVATION, TRACE, GROUP_SIZE_M, 1)),
         (_producer, (a_desc, b_desc, a_bufs, b_bufs, ready_bars, empty_bars, M, N, K,
