@@ -57,7 +57,7 @@ from gemm_kernels import runtime
 from gemm_kernels._validate import check_int
 from gemm_kernels.epilogue import LEAKY_RELU_SLOPE, _TAIL_COEFFS, activation_ref
 from gemm_kernels.matmul import _check_matmul_inputs
-from gemm_kernels.persistent import tma_layout
+from gemm_kernels.persistent import tma_aligned, tma_layout
 from gemm_kernels.tiles import cdiv, tile_coords_np
 # ----------------------------------------------------------------------------------------------
 
@@ -161,9 +161,9 @@ def _producer(a_desc, b_desc, a_bufs, b_bufs, ready_bars, empty_bars, M, N, K,
 
 
 @gluon.jit
-def _mainloop(a_bufs, b_bufs, ready_bars, empty_bars, q0, k_tiles, PART: gl.constexpr, A_PARTS: gl.constexpr,
+def _mainloop(a_bufs, b_bufs, ready_bars, empty_bars, turn_bar, q0, k_tiles, PART: gl.constexpr, A_PARTS: gl.constexpr,
               WG_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-              A_COL_MAJOR: gl.constexpr, B_COL_MAJOR: gl.constexpr):
+              A_COL_MAJOR: gl.constexpr, B_COL_MAJOR: gl.constexpr, PINGPONG: gl.constexpr):
     """fp32 [WG_M, BLOCK_N] sum over the K blocks at ring positions q0 .. q0 + k_tiles - 1."""
     acc = gl.zeros([WG_M, BLOCK_N], gl.float32, _acc_layout(WG_M, BLOCK_N))
     for kk in range(k_tiles):
@@ -180,6 +180,10 @@ def _mainloop(a_bufs, b_bufs, ready_bars, empty_bars, q0, k_tiles, PART: gl.cons
         # Keep one wgmma in flight: once only this one is pending, the previous slot is read.
         acc = warpgroup_mma_wait(1, deps=(acc,))
         mbarrier.arrive(empty_bars.index((q + STAGES - 1) % STAGES), pred=kk > 0)
+    if PINGPONG:
+        # Every ready wait of this tile is behind us and its last wgmma is queued: the other
+        # consumer may start issuing now, its wgmmas queue behind ours (no bubble on the tensor cores).
+        mbarrier.arrive(turn_bar)
     acc = warpgroup_mma_wait(0, deps=(acc,))
     mbarrier.arrive(empty_bars.index((q0 + k_tiles - 1) % STAGES))
     return acc
@@ -256,10 +260,8 @@ def _consumer(c_desc, a_bufs, b_bufs, c_bufs, ready_bars, empty_bars, turn_bars,
             start = _globaltimer()
         tile = pid + t * num_programs
         pid_m, pid_n = _tile_grouped(tile, num_pid_m, num_pid_n, GROUP_M)
-        acc = _mainloop(a_bufs, b_bufs, ready_bars, empty_bars, t * k_tiles, k_tiles, PART, A_PARTS,
-                        WG_M, BLOCK_N, STAGES, A_COL_MAJOR, B_COL_MAJOR)
-        if PINGPONG:  # the other consumer's turn, while we run the epilogue
-            mbarrier.arrive(turn_bars.index(1 - CONSUMER))
+        acc = _mainloop(a_bufs, b_bufs, ready_bars, empty_bars, turn_bars.index(1 - CONSUMER), t * k_tiles, k_tiles,
+                        PART, A_PARTS, WG_M, BLOCK_N, STAGES, A_COL_MAJOR, B_COL_MAJOR, PINGPONG)
         _epilogue(acc, c_desc, c_smem, c_ptr, bias_ptr, pid_m * TILE_M + PART * WG_M, pid_n * BLOCK_N,
                   M, N, stride_cm, WG_M, BLOCK_N, EPI_SPLIT, C_TMA, HAS_BIAS, ACTIVATION)
         if TRACE:  # one row per (tile, consumer): TRACE_FIELDS
@@ -325,6 +327,8 @@ def _matmul_ws_kernel(a_desc, b_desc, c_desc, c_ptr, bias_ptr, trace_ptr, M, N, 
 CONFIGS = {
     "pingpong": dict(SCHEDULE="pingpong", WG_M=128, BLOCK_N=128, BLOCK_K=64, STAGES=5, EPI_SPLIT=1),
     "cooperative": dict(SCHEDULE="cooperative", WG_M=64, BLOCK_N=256, BLOCK_K=64, STAGES=4, EPI_SPLIT=2),
+    # cuBLAS's tile on this GPU (nvjet ..._256x128_64x4_..._coopA): 2 x 128 rows, 4 x 48 KiB + 2 x 16 KiB
+    "cooperative_256x128": dict(SCHEDULE="cooperative", WG_M=128, BLOCK_N=128, BLOCK_K=64, STAGES=4, EPI_SPLIT=2),
 }
 DEFAULT_SCHEDULE = "pingpong"
 #: 12 warps (3 warpgroups, the producer's rounded up) x 32 threads x MAXNREG <= 64 Ki registers;
@@ -457,8 +461,8 @@ def trace_ws_tiles(M, N, K=64, *, schedule=DEFAULT_SCHEDULE, num_programs=None, 
     (ns) at the start of the tile's main loop and after its store was issued.  Poisoned with -1
     first, so a row no warpgroup wrote shows.  Compare columns 0-5 with :func:`ws_schedule`."""
     config = CONFIGS[schedule]
-    a = torch.randn(M, K, device=runtime.DEVICE).to(dtype)
-    b = torch.randn(K, N, device=runtime.DEVICE).to(dtype)
+    a = tma_aligned(torch.randn(M, K, device=runtime.DEVICE).to(dtype))  # any M, N, K: rows padded to 16 bytes
+    b = tma_aligned(torch.randn(K, N, device=runtime.DEVICE).to(dtype))
     rows = cdiv(M, _tile_m(config)) * cdiv(N, config["BLOCK_N"]) * (2 if config["SCHEDULE"] == "cooperative" else 1)
     trace = torch.full((rows, len(TRACE_FIELDS)), -1, dtype=torch.int64, device=runtime.DEVICE)
     _launch(a, b, schedule=schedule, num_programs=num_programs, trace=trace)
