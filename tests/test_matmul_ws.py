@@ -164,7 +164,7 @@ def test_schedule_mirror_is_matmul_tma_order(schedule, M, N, programs):
 
 
 def test_schedule_mirror_uses_the_grouped_order():
-    rows = ws.ws_schedule(1024, 2048, num_programs=132)  # 8 x 16 tiles of 128 x 128: one group of 8 rows
+    rows = ws.ws_schedule(1024, 2048, schedule="pingpong", num_programs=132)  # 8 x 16 tiles of 128 x 128: one group of 8 rows
     np.testing.assert_array_equal(rows[:10, 4], [0, 1, 2, 3, 4, 5, 6, 7, 0, 1])
     np.testing.assert_array_equal(rows[:10, 5], [0, 0, 0, 0, 0, 0, 0, 0, 1, 1])
 

@@ -12,13 +12,17 @@ lower-level language where layouts, shared memory, barriers and warps are explic
 
 Two ways to share the work between the consumers (``SCHEDULE``):
 
-``pingpong``     each consumer owns whole tiles, alternating (local tiles 0, 2, 4... and
-                 1, 3, 5...).  The producer fills the ring in tile order, so consumer 1's main
-                 loop can only start when consumer 0 is ``STAGES`` steps from the end of its
-                 own: the two main loops alternate and each epilogue runs while the other
-                 warpgroup keeps the tensor cores busy.
-``cooperative``  both consumers work on every tile, each on half its rows; the epilogues
-                 coincide, but the producer already loads the next tile meanwhile.
+``pingpong``     each consumer owns whole 128 x 128 tiles, alternating (a program's local
+                 tiles 0, 2, 4... and 1, 3, 5...).  A pair of *turn* mbarriers orders the main
+                 loops (CUTLASS's "order barrier"): a consumer starts its main loop when the other
+                 has queued its last wgmma, then runs its epilogue while the other keeps the
+                 tensor cores busy.  The turns are needed for correctness too: a parity wait
+                 cannot tell phase p from p + 2, and without them consumer 1 waited on ring
+                 positions a whole tile ahead and passed on an old phase.
+``cooperative``  both consumers work on every 128 x 256 tile, each on 64 of its rows (one
+                 m64n256k16 wgmma per k-step); the epilogues coincide, but the producer already
+                 loads the next tile meanwhile.  The default: measured faster than pingpong at
+                 8192^3 and on the large LLM shapes (WS_NOTES.md).
 
 Tiles are visited in the grouped order of ``tiles.tile_grouped`` (``GROUP_SIZE_M``
 super-grouping), program ``pid`` taking tiles ``pid, pid + P, pid + 2P, ...``: the schedule of
@@ -330,7 +334,7 @@ CONFIGS = {
     # cuBLAS's tile on this GPU (nvjet ..._256x128_64x4_..._coopA): 2 x 128 rows, 4 x 48 KiB + 2 x 16 KiB
     "cooperative_256x128": dict(SCHEDULE="cooperative", WG_M=128, BLOCK_N=128, BLOCK_K=64, STAGES=4, EPI_SPLIT=2),
 }
-DEFAULT_SCHEDULE = "pingpong"
+DEFAULT_SCHEDULE = "cooperative"  # measured: WS_NOTES.md, entry 4
 #: 12 warps (3 warpgroups, the producer's rounded up) x 32 threads x MAXNREG <= 64 Ki registers;
 #: setmaxnreg then moves registers from the producer to the consumers (40 + 232 + 232 = 3 x 168).
 MAXNREG = 168
@@ -423,7 +427,7 @@ def _launch(a, b, *, activation=None, bias=None, schedule=None, num_programs=Non
 
 
 def matmul_ws(a, b, *, activation=None, bias=None):
-    """``activation(a @ b + bias)`` with the warp-specialized Gluon kernel (ping-pong consumers).
+    """``activation(a @ b + bias)`` with the warp-specialized Gluon kernel (DEFAULT_SCHEDULE).
 
     a: [M, K], b: [K, N], fp16 or bf16, each row- or column-major with 16-byte aligned base and
     other stride (``b = weight.t()`` of an ``nn.Linear`` is fine): the rules and errors of
