@@ -1,0 +1,503 @@
+"""A persistent, warp-specialized Hopper GEMM written in Gluon: ``C = act(A @ B + bias)``.
+
+``matmul_tma`` leaves the schedule to Triton's compiler: every warp loads, multiplies and runs
+the epilogue in turn, so each tile's epilogue (bias, GELU, the store) stalls the tensor cores.
+Here the schedule is written out by hand with Gluon (``triton.experimental.gluon``), Triton's
+lower-level language where layouts, shared memory, barriers and warps are explicit:
+
+* a **producer** warp issues TMA loads of A and B blocks into a ring of ``STAGES`` shared
+  memory slots; each slot has a ``ready`` mbarrier (the TMA unit completes it when the bytes
+  have landed) and an ``empty`` one (the consumers arrive on it when their wgmma has read it);
+* two **consumer** warpgroups run ``warpgroup_mma`` (wgmma) on the slots, then the epilogue.
+
+Two ways to share the work between the consumers (``SCHEDULE``):
+
+``pingpong``     each consumer owns whole 128 x 128 tiles, alternating (a program's local
+                 tiles 0, 2, 4... and 1, 3, 5...).  A pair of *turn* mbarriers orders the main
+                 loops (CUTLASS's "order barrier"): a consumer starts its main loop when the other
+                 has queued its last wgmma, then runs its epilogue while the other keeps the
+                 tensor cores busy.  The turns are needed for correctness too: a parity wait
+                 cannot tell phase p from p + 2, and without them consumer 1 waited on ring
+                 positions a whole tile ahead and passed on an old phase.
+``cooperative``  both consumers work on every 128 x 256 tile, each on 64 of its rows (one
+                 m64n256k16 wgmma per k-step); the epilogues coincide, but the producer already
+                 loads the next tile meanwhile.  The default: measured faster than pingpong at
+                 8192^3 and on the large LLM shapes (WS_NOTES.md).
+
+Tiles are visited in the grouped order of ``tiles.tile_grouped`` (``GROUP_SIZE_M``
+super-grouping), program ``pid`` taking tiles ``pid, pid + P, pid + 2P, ...``: the schedule of
+``matmul_tma``.  ``ws_schedule`` is its numpy mirror; ``trace_ws_tiles`` runs the kernel with
+TRACE on and returns which warpgroup ran which tile, and when (``%globaltimer``).
+
+Every ring position ``q`` (the q-th K block this program loads) maps to slot ``q % STAGES``
+and barrier phase ``(q // STAGES) & 1``; ``q`` is computed from the tile and K indices, never
+carried from one loop to the next, so the producer and both consumers agree by construction.
+
+Needs an sm_90 GPU (wgmma exists on Hopper only); fp16 and bf16 (fp32 would need tf32 wgmma
+with K-major operands: use ``matmul_tma``).  Any M, N, K: TMA zero-fills the loads past the
+edges and clips the stores.  Same input contract and errors as ``matmul_tma``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait,
+)
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+# Triton 3.6 (the GPU machine's) names the TMA copies async_copy_global_to_shared and
+# async_copy_shared_to_global; newer Triton renamed them async_load / async_store and made the
+# old names raise.  Same arguments in the forms used here.
+_tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
+_tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
+
+# --- the package helpers this module uses (one block, to re-point when the package moves) ---
+from gemm_kernels import runtime
+from gemm_kernels._validate import check_int
+from gemm_kernels.epilogue import LEAKY_RELU_SLOPE, _TAIL_COEFFS, activation_ref
+from gemm_kernels.matmul import _check_matmul_inputs
+from gemm_kernels.persistent import tma_aligned, tma_layout
+from gemm_kernels.tiles import cdiv, tile_coords_np
+# ----------------------------------------------------------------------------------------------
+
+#: the super-grouping of the tile order (as ``matmul_tma``'s default)
+GROUP_SIZE_M = 8
+SCHEDULES = ("pingpong", "cooperative")
+#: columns of ``trace_ws_tiles``' result: one row per (tile, warpgroup that worked on it)
+TRACE_FIELDS = ("tile", "program", "consumer", "step", "pid_m", "pid_n", "start_ns", "end_ns")
+
+# exact-GELU tail polynomial, shared with epilogue.gelu_erf (same numbers, same error bound)
+_Q0, _Q1, _Q2, _Q3, _Q4, _Q5, _Q6 = (gl.constexpr(c) for c in _TAIL_COEFFS)
+_SLOPE = gl.constexpr(LEAKY_RELU_SLOPE)
+
+
+# ----------------------------------------------------------------------------- device helpers
+@gluon.jit
+def _tile_grouped(tile, num_pid_m, num_pid_n, GROUP_M: gl.constexpr):
+    """tiles.tile_grouped, line for line (a Gluon kernel cannot call a @triton.jit function)."""
+    num_pid_in_group = GROUP_M * num_pid_n
+    first_pid_m = (tile // num_pid_in_group) * GROUP_M
+    rows_in_group = gl.minimum(num_pid_m - first_pid_m, GROUP_M)
+    pid_in_group = tile % num_pid_in_group
+    return first_pid_m + pid_in_group % rows_in_group, pid_in_group // rows_in_group
+
+
+@gluon.jit
+def _activation(x, ACTIVATION: gl.constexpr):
+    """epilogue.apply_activation on the fp32 accumulator: NaN stays NaN in every branch."""
+    if ACTIVATION == "relu":
+        x = gl.where(x < 0, 0.0, x)
+    elif ACTIVATION == "leaky_relu":
+        x = gl.where(x >= 0, x, _SLOPE * x)
+    elif ACTIVATION == "gelu":  # epilogue.gelu_erf: x * Phi(x), Phi(-|x|) = q(|x|)^-16
+        t = gl.abs(x)
+        q = _Q6 * t + _Q5
+        q = q * t + _Q4
+        q = q * t + _Q3
+        q = q * t + _Q2
+        q = q * t + _Q1
+        q = q * t + _Q0
+        tail = gl.fdiv(1.0, q, ieee_rounding=False)
+        tail = tail * tail
+        tail = tail * tail
+        tail = tail * tail
+        tail = tail * tail
+        x = x * gl.where(x >= 0, 1.0 - tail, tail)
+    return x
+
+
+@gluon.jit
+def _globaltimer():
+    return gl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=gl.int64, is_pure=False, pack=1)
+
+
+@gluon.constexpr_function
+def _acc_layout(WG_M, BLOCK_N):
+    """wgmma accumulator layout of one warpgroup: 4 warps down M, one m64nNk16 instruction wide."""
+    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16])
+
+
+# ----------------------------------------------------------------------------- partitions
+@gluon.jit
+def _producer(a_desc, b_desc, a_bufs, b_bufs, ready_bars, empty_bars, M, N, K,
+              SCHEDULE: gl.constexpr, WG_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
+              STAGES: gl.constexpr, A_COL_MAJOR: gl.constexpr, B_COL_MAJOR: gl.constexpr, GROUP_M: gl.constexpr):
+    """One warp: walk this program's tiles and K blocks in order, one TMA load per ring position."""
+    A_PARTS: gl.constexpr = 2 if SCHEDULE == "cooperative" else 1  # A rows per slot, in WG_M blocks
+    TILE_M: gl.constexpr = A_PARTS * WG_M
+    slot_bytes: gl.constexpr = A_PARTS * a_desc.block_type.nbytes + b_desc.block_type.nbytes
+
+    pid = gl.program_id(0)
+    num_programs = gl.num_programs(0)
+    num_pid_m = gl.cdiv(M, TILE_M)
+    num_pid_n = gl.cdiv(N, BLOCK_N)
+    k_tiles = gl.cdiv(K, BLOCK_K)
+    my_tiles = gl.cdiv(num_pid_m * num_pid_n - pid, num_programs)
+    for t in range(my_tiles):
+        pid_m, pid_n = _tile_grouped(pid + t * num_programs, num_pid_m, num_pid_n, GROUP_M)
+        off_m = pid_m * TILE_M
+        off_n = pid_n * BLOCK_N
+        for kk in range(k_tiles):
+            q = t * k_tiles + kk
+            s = q % STAGES
+            # Wait until the consumers gave slot s back.  A fresh barrier counts as having
+            # completed phase "-1", so the first lap (parity 1) passes at once.
+            mbarrier.wait(empty_bars.index(s), ((q // STAGES) & 1) ^ 1)
+            ready = ready_bars.index(s)
+            mbarrier.expect(ready, slot_bytes)
+            off_k = kk * BLOCK_K
+            for part in gl.static_range(A_PARTS):
+                if A_COL_MAJOR:  # A^T is the contiguous one: described as [K, M]
+                    _tma_load(a_desc, [off_k, off_m + part * WG_M], ready,
+                                                    a_bufs.index(s * A_PARTS + part))
+                else:
+                    _tma_load(a_desc, [off_m + part * WG_M, off_k], ready,
+                                                    a_bufs.index(s * A_PARTS + part))
+            if B_COL_MAJOR:  # B^T contiguous (an nn.Linear weight): described as [N, K]
+                _tma_load(b_desc, [off_n, off_k], ready, b_bufs.index(s))
+            else:
+                _tma_load(b_desc, [off_k, off_n], ready, b_bufs.index(s))
+
+
+@gluon.jit
+def _mainloop(a_bufs, b_bufs, ready_bars, empty_bars, turn_bar, q0, k_tiles, PART: gl.constexpr, A_PARTS: gl.constexpr,
+              WG_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+              A_COL_MAJOR: gl.constexpr, B_COL_MAJOR: gl.constexpr, PINGPONG: gl.constexpr):
+    """fp32 [WG_M, BLOCK_N] sum over the K blocks at ring positions q0 .. q0 + k_tiles - 1."""
+    acc = gl.zeros([WG_M, BLOCK_N], gl.float32, _acc_layout(WG_M, BLOCK_N))
+    for kk in range(k_tiles):
+        q = q0 + kk
+        s = q % STAGES
+        mbarrier.wait(ready_bars.index(s), (q // STAGES) & 1)
+        a = a_bufs.index(s * A_PARTS + PART)
+        if A_COL_MAJOR:
+            a = a.permute((1, 0))  # wgmma reads 16-bit operands in either orientation
+        b = b_bufs.index(s)
+        if B_COL_MAJOR:
+            b = b.permute((1, 0))
+        acc = warpgroup_mma(a, b, acc, is_async=True)
+        # Keep one wgmma in flight: once only this one is pending, the previous slot is read.
+        acc = warpgroup_mma_wait(1, deps=(acc,))
+        mbarrier.arrive(empty_bars.index((q + STAGES - 1) % STAGES), pred=kk > 0)
+    if PINGPONG:
+        # Every ready wait of this tile is behind us and its last wgmma is queued: the other
+        # consumer may start issuing now, its wgmmas queue behind ours (no bubble on the tensor cores).
+        mbarrier.arrive(turn_bar)
+    acc = warpgroup_mma_wait(0, deps=(acc,))
+    mbarrier.arrive(empty_bars.index((q0 + k_tiles - 1) % STAGES))
+    return acc
+
+
+@gluon.jit
+def _epilogue(acc, c_desc, c_smem, c_ptr, bias_ptr, off_m, off_n, M, N, stride_cm,
+              WG_M: gl.constexpr, BLOCK_N: gl.constexpr, EPI_SPLIT: gl.constexpr, C_TMA: gl.constexpr,
+              HAS_BIAS: gl.constexpr, ACTIVATION: gl.constexpr):
+    """Bias, activation, cast and store of one [WG_M, BLOCK_N] accumulator."""
+    acc_layout: gl.constexpr = _acc_layout(WG_M, BLOCK_N)
+    dtype: gl.constexpr = c_ptr.dtype.element_ty
+    offs_n = off_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, acc_layout))
+    if HAS_BIAS:
+        bias = gl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0).to(gl.float32)
+        acc = acc + gl.expand_dims(bias, 0)
+    acc = _activation(acc, ACTIVATION)
+    if C_TMA:
+        # The hardware clips the rows/columns past M and N.  Before c_smem is written again, the
+        # previous store from it (one tile ago, long overlapped by the main loop) must be done.
+        if EPI_SPLIT == 1:
+            tma.store_wait(0)
+            c_smem.store(acc.to(dtype))
+            fence_async_shared()
+            _tma_store(c_desc, [off_m, off_n], c_smem)
+        else:  # two halves, each through half the shared memory
+            halves = acc.reshape([WG_M, 2, BLOCK_N // 2]).permute((0, 2, 1))
+            left, right = halves.split()
+            tma.store_wait(0)
+            c_smem.store(left.to(dtype))
+            fence_async_shared()
+            _tma_store(c_desc, [off_m, off_n], c_smem)
+            tma.store_wait(0)
+            c_smem.store(right.to(dtype))
+            fence_async_shared()
+            _tma_store(c_desc, [off_m, off_n + BLOCK_N // 2], c_smem)
+    else:  # C's rows are not 16-byte aligned: masked pointer stores
+        offs_m = off_m + gl.arange(0, WG_M, layout=gl.SliceLayout(1, acc_layout))
+        ptrs = c_ptr + gl.expand_dims(offs_m, 1) * stride_cm + gl.expand_dims(offs_n, 0)
+        mask = (gl.expand_dims(offs_m, 1) < M) & (gl.expand_dims(offs_n, 0) < N)
+        gl.store(ptrs, acc.to(dtype), mask=mask)
+
+
+@gluon.jit
+def _consumer(c_desc, a_bufs, b_bufs, c_bufs, ready_bars, empty_bars, turn_bars, c_ptr, bias_ptr, trace_ptr, M, N, K, stride_cm,
+              SCHEDULE: gl.constexpr, WG_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
+              STAGES: gl.constexpr, EPI_SPLIT: gl.constexpr, A_COL_MAJOR: gl.constexpr, B_COL_MAJOR: gl.constexpr,
+              C_TMA: gl.constexpr, HAS_BIAS: gl.constexpr, ACTIVATION: gl.constexpr, TRACE: gl.constexpr,
+              GROUP_M: gl.constexpr, CONSUMER: gl.constexpr):
+    """One warpgroup: main loop and epilogue of its tiles (pingpong) or tile halves (cooperative)."""
+    PINGPONG: gl.constexpr = SCHEDULE == "pingpong"
+    A_PARTS: gl.constexpr = 1 if PINGPONG else 2
+    TILE_M: gl.constexpr = A_PARTS * WG_M
+    PART: gl.constexpr = 0 if PINGPONG else CONSUMER  # which WG_M rows of the slot's A are ours
+    FIRST: gl.constexpr = CONSUMER if PINGPONG else 0
+    STEP: gl.constexpr = 2 if PINGPONG else 1
+
+    pid = gl.program_id(0)
+    num_programs = gl.num_programs(0)
+    num_pid_m = gl.cdiv(M, TILE_M)
+    num_pid_n = gl.cdiv(N, BLOCK_N)
+    k_tiles = gl.cdiv(K, BLOCK_K)
+    my_tiles = gl.cdiv(num_pid_m * num_pid_n - pid, num_programs)
+    c_smem = c_bufs.index(CONSUMER)
+    for t in range(FIRST, my_tiles, STEP):
+        if PINGPONG:
+            # Our turn on the tensor cores: wait until the other consumer's main loop (of the tile
+            # before ours) is done.  Besides ordering the main loops, this keeps every ready-barrier
+            # wait at most one phase ahead, which a parity wait needs: without it, consumer 1 would
+            # wait on ring positions a whole tile ahead and pass on an older phase of the same parity.
+            # Consumer 0's first wait (parity 1 on a fresh barrier) passes at once.
+            mbarrier.wait(turn_bars.index(CONSUMER), ((t // 2) & 1) ^ (CONSUMER == 0))
+        if TRACE:
+            start = _globaltimer()
+        tile = pid + t * num_programs
+        pid_m, pid_n = _tile_grouped(tile, num_pid_m, num_pid_n, GROUP_M)
+        acc = _mainloop(a_bufs, b_bufs, ready_bars, empty_bars, turn_bars.index(1 - CONSUMER), t * k_tiles, k_tiles,
+                        PART, A_PARTS, WG_M, BLOCK_N, STAGES, A_COL_MAJOR, B_COL_MAJOR, PINGPONG)
+        _epilogue(acc, c_desc, c_smem, c_ptr, bias_ptr, pid_m * TILE_M + PART * WG_M, pid_n * BLOCK_N,
+                  M, N, stride_cm, WG_M, BLOCK_N, EPI_SPLIT, C_TMA, HAS_BIAS, ACTIVATION)
+        if TRACE:  # one row per (tile, consumer): TRACE_FIELDS
+            row = trace_ptr + (tile * A_PARTS + PART) * 8
+            gl.store(row, tile.to(gl.int64))
+            gl.store(row + 1, pid.to(gl.int64))
+            gl.store(row + 2, gl.to_tensor(CONSUMER).to(gl.int64))
+            gl.store(row + 3, gl.to_tensor(t).to(gl.int64))
+            gl.store(row + 4, pid_m.to(gl.int64))
+            gl.store(row + 5, pid_n.to(gl.int64))
+            gl.store(row + 6, start)
+            gl.store(row + 7, _globaltimer())
+    if C_TMA:
+        tma.store_wait(0)
+
+
+@gluon.jit
+def _matmul_ws_kernel(a_desc, b_desc, c_desc, c_ptr, bias_ptr, trace_ptr, M, N, K, stride_cm,
+                      SCHEDULE: gl.constexpr, WG_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
+                      STAGES: gl.constexpr, EPI_SPLIT: gl.constexpr,
+                      A_COL_MAJOR: gl.constexpr, B_COL_MAJOR: gl.constexpr, C_TMA: gl.constexpr,
+                      HAS_BIAS: gl.constexpr, ACTIVATION: gl.constexpr, TRACE: gl.constexpr,
+                      GROUP_SIZE_M: gl.constexpr, PRODUCER_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr):
+    gl.static_assert(SCHEDULE == "pingpong" or SCHEDULE == "cooperative")
+    A_PARTS: gl.constexpr = 2 if SCHEDULE == "cooperative" else 1
+    dtype: gl.constexpr = a_desc.dtype
+
+    # Every buffer and barrier, allocated together: the ring (STAGES slots of A and B blocks),
+    # one C staging buffer per consumer, and the ring's two barriers per slot.
+    a_bufs = gl.allocate_shared_memory(dtype, [STAGES * A_PARTS] + a_desc.block_type.shape, a_desc.layout)
+    b_bufs = gl.allocate_shared_memory(dtype, [STAGES] + b_desc.block_type.shape, b_desc.layout)
+    if C_TMA:
+        c_bufs = gl.allocate_shared_memory(dtype, [2] + c_desc.block_type.shape, c_desc.layout)
+    else:
+        c_bufs = a_bufs  # unused: C goes out through pointer stores
+    ready_bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty_bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    turn_bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())  # pingpong: whose main loop
+    mbarrier.init(turn_bars.index(0), count=1)
+    mbarrier.init(turn_bars.index(1), count=1)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready_bars.index(i), count=1)  # the producer's expect + the TMA bytes
+        mbarrier.init(empty_bars.index(i), count=A_PARTS)  # every consumer that read the slot
+
+    # default partition (this kernel's 4 warps) = consumer 0; workers: consumer 1 (4 warps), producer (1 warp)
+    # (The argument tuples are written out: a tuple assigned to a name turns its constexprs into tensors.)
+    gl.warp_specialize([
+        (_consumer, (c_desc, a_bufs, b_bufs, c_bufs, ready_bars, empty_bars, turn_bars, c_ptr, bias_ptr, trace_ptr, M, N, K,
+                     stride_cm, SCHEDULE, WG_M, BLOCK_N, BLOCK_K, STAGES, EPI_SPLIT, A_COL_MAJOR, B_COL_MAJOR, C_TMA,
+                     HAS_BIAS, ACTIVATION, TRACE, GROUP_SIZE_M, 0)),
+        (_consumer, (c_desc, a_bufs, b_bufs, c_bufs, ready_bars, empty_bars, turn_bars, c_ptr, bias_ptr, trace_ptr, M, N, K,
+                     stride_cm, SCHEDULE, WG_M, BLOCK_N, BLOCK_K, STAGES, EPI_SPLIT, A_COL_MAJOR, B_COL_MAJOR, C_TMA,
+                     HAS_BIAS, ACTIVATION, TRACE, GROUP_SIZE_M, 1)),
+        (_producer, (a_desc, b_desc, a_bufs, b_bufs, ready_bars, empty_bars, M, N, K,
+                     SCHEDULE, WG_M, BLOCK_N, BLOCK_K, STAGES, A_COL_MAJOR, B_COL_MAJOR, GROUP_SIZE_M)),
+    ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
+
+
+# ----------------------------------------------------------------------------- configs
+#: Tile shapes per schedule.  WG_M rows per consumer warpgroup: a pingpong tile is WG_M x BLOCK_N,
+#: a cooperative one 2*WG_M x BLOCK_N.  Shared memory (fp16): pingpong 5 x 32 KiB ring + 2 x 32 KiB
+#: C = 224 KiB; cooperative 4 x 48 KiB + 2 x 16 KiB = 224 KiB (of 227 KiB).
+CONFIGS = {
+    "pingpong": dict(SCHEDULE="pingpong", WG_M=128, BLOCK_N=128, BLOCK_K=64, STAGES=5, EPI_SPLIT=1),
+    "cooperative": dict(SCHEDULE="cooperative", WG_M=64, BLOCK_N=256, BLOCK_K=64, STAGES=4, EPI_SPLIT=2),
+    # cuBLAS's tile on this GPU (nvjet ..._256x128_64x4_..._coopA): 2 x 128 rows, 4 x 48 KiB + 2 x 16 KiB
+    "cooperative_256x128": dict(SCHEDULE="cooperative", WG_M=128, BLOCK_N=128, BLOCK_K=64, STAGES=4, EPI_SPLIT=2),
+}
+DEFAULT_SCHEDULE = "cooperative"  # measured: WS_NOTES.md, entry 4
+#: 12 warps (3 warpgroups, the producer's rounded up) x 32 threads x MAXNREG <= 64 Ki registers;
+#: setmaxnreg then moves registers from the producer to the consumers (40 + 232 + 232 = 3 x 168).
+MAXNREG = 168
+PRODUCER_REGS = 40
+CONSUMER_REGS = 232
+
+_GL_DTYPES = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16}
+
+
+def _tile_m(config) -> int:
+    return config["WG_M"] * (2 if config["SCHEDULE"] == "cooperative" else 1)
+
+
+def _require_hopper() -> None:
+    cap = runtime.RUNTIME.capability
+    if runtime.on_gpu() and cap is not None and cap[0] == 9:
+        return
+    where = (f"this {runtime.gpu_name()} is sm_{cap[0]}{cap[1]}" if runtime.on_gpu() and cap
+             else f"this machine has no usable CUDA GPU ({runtime.RUNTIME.reason})")
+    raise RuntimeError("matmul_ws needs an sm_90 (Hopper: H100/H200) GPU: it is a Gluon kernel built on wgmma "
+                       f"(warpgroup_mma), TMA and mbarriers, and does not run in Triton's interpreter; {where}. "
+                       "Use matmul_tma (sm_90+) or matmul_persistent (any GPU, or the interpreter) instead.")
+
+
+def _kernel_args(a, b, c, bias, trace, config, *, activation, group_size_m=GROUP_SIZE_M):
+    """Descriptors and arguments of ``_matmul_ws_kernel`` (host side; no GPU needed)."""
+    M, K = a.shape
+    N = b.shape[1]
+    a_col_major, stride_a = tma_layout(a, "a")
+    b_col_major, stride_b = tma_layout(b, "b")
+    wg_m, bn, bk = config["WG_M"], config["BLOCK_N"], config["BLOCK_K"]
+    dtype = _GL_DTYPES[a.dtype]
+    a_block = [bk, wg_m] if a_col_major else [wg_m, bk]
+    b_block = [bn, bk] if b_col_major else [bk, bn]
+
+    def desc(t, shape, stride, block):
+        return TensorDescriptor(t, shape, [stride, 1], block, gl.NVMMASharedLayout.get_default_for(block, dtype))
+
+    a_desc = desc(a, [K, M] if a_col_major else [M, K], stride_a, a_block)
+    b_desc = desc(b, [N, K] if b_col_major else [K, N], stride_b, b_block)
+    # C is ours, contiguous: TMA stores need its rows 16-byte aligned (a single row has no row stride)
+    itemsize = c.element_size()
+    c_tma = c.data_ptr() % runtime.TMA_ALIGN_BYTES == 0 and (N * itemsize % runtime.TMA_ALIGN_BYTES == 0 or M == 1)
+    c_desc = None
+    if c_tma:
+        stride_c = c.stride(0) if M > 1 else runtime.tma_row_length(N, itemsize)
+        c_desc = desc(c, [M, N], stride_c, [wg_m, bn // config["EPI_SPLIT"]])
+    return dict(
+        a_desc=a_desc, b_desc=b_desc, c_desc=c_desc, c_ptr=c, bias_ptr=bias if bias is not None else c,
+        trace_ptr=trace if trace is not None else c, M=M, N=N, K=K, stride_cm=c.stride(0),
+        **config, A_COL_MAJOR=a_col_major, B_COL_MAJOR=b_col_major, C_TMA=c_tma,
+        HAS_BIAS=bias is not None, ACTIVATION=activation, TRACE=trace is not None, GROUP_SIZE_M=group_size_m,
+        PRODUCER_REGS=PRODUCER_REGS, CONSUMER_REGS=CONSUMER_REGS,
+    )
+
+
+def _check_ws_inputs(a, b, activation, bias):
+    """matmul_tma's contract (shapes, dtypes, devices, TMA layout), fp32 refused; returns bias."""
+    bias, _ = _check_matmul_inputs(a, b, "grouped", GROUP_SIZE_M, activation, bias)
+    if a.dtype not in _GL_DTYPES:
+        raise TypeError(f"matmul_ws takes float16 or bfloat16 inputs, got {str(a.dtype).replace('torch.', '')}: "
+                        "fp32 would need tf32 wgmma, which reads K-major operands only; use matmul_tma for fp32")
+    if bias is not None and bias.dtype != a.dtype:
+        bias = bias.to(a.dtype)
+    if min(a.shape[0], a.shape[1], b.shape[1]) > 0:
+        tma_layout(a, "a")
+        tma_layout(b, "b")
+    return bias
+
+
+def _launch(a, b, *, activation=None, bias=None, schedule=None, num_programs=None, trace=None, config=None):
+    bias = _check_ws_inputs(a, b, activation, bias)
+    config = dict(config or CONFIGS[schedule or DEFAULT_SCHEDULE])
+    if config["SCHEDULE"] not in SCHEDULES:
+        raise ValueError(f"SCHEDULE must be one of {SCHEDULES}, got {config['SCHEDULE']!r}")
+    _require_hopper()
+    M, K = a.shape
+    N = b.shape[1]
+    if M == 0 or N == 0 or K == 0:  # no tile, or an empty sum: zero (then bias and activation), like torch
+        acc = torch.zeros((M, N), device=a.device, dtype=torch.float32)
+        if bias is not None:
+            acc += bias.float()
+        return activation_ref(acc, activation).to(a.dtype)
+    c = torch.empty((M, N), device=a.device, dtype=a.dtype)
+    num_tiles = cdiv(M, _tile_m(config)) * cdiv(N, config["BLOCK_N"])
+    programs = min(num_tiles, runtime.num_sms() if num_programs is None else check_int(num_programs, "num_programs"))
+    _matmul_ws_kernel[(programs,)](**_kernel_args(a, b, c, bias, trace, config, activation=activation),
+                                   num_warps=4, maxnreg=MAXNREG)
+    return c
+
+
+def matmul_ws(a, b, *, activation=None, bias=None):
+    """``activation(a @ b + bias)`` with the warp-specialized Gluon kernel (DEFAULT_SCHEDULE).
+
+    a: [M, K], b: [K, N], fp16 or bf16, each row- or column-major with 16-byte aligned base and
+    other stride (``b = weight.t()`` of an ``nn.Linear`` is fine): the rules and errors of
+    ``matmul_tma``.  ``activation``: None, "relu", "leaky_relu" (slope 0.01) or "gelu" (exact);
+    ``bias``: shape [N].  Both are applied to the fp32 accumulator before the single store.
+    Needs an sm_90 GPU (RuntimeError otherwise, no silent fallback).
+    """
+    return _launch(a, b, activation=activation, bias=bias)
+
+
+# ----------------------------------------------------------------------------- schedule mirror and trace
+def ws_schedule(M: int, N: int, *, schedule: str = DEFAULT_SCHEDULE, num_programs: int, group_size_m: int = GROUP_SIZE_M,
+                config=None) -> np.ndarray:
+    """numpy mirror of the kernel's schedule: int64 rows of the first six TRACE_FIELDS
+    ``(tile, program, consumer, step, pid_m, pid_n)``, one per (tile, consumer that worked on it),
+    sorted by tile (cooperative: two rows per tile, consumers 0 and 1)."""
+    config = config or CONFIGS[schedule]
+    num_pid_m, num_pid_n = cdiv(M, _tile_m(config)), cdiv(N, config["BLOCK_N"])
+    num_tiles = num_pid_m * num_pid_n
+    programs = min(num_programs, num_tiles)
+    tile = np.arange(num_tiles)
+    program, step = tile % programs, tile // programs
+    pid_m, pid_n = tile_coords_np(tile, num_pid_m, num_pid_n, "grouped", group_size_m)
+    if config["SCHEDULE"] == "pingpong":
+        rows = [np.stack([tile, program, step % 2, step, pid_m, pid_n], axis=1)]
+    else:
+        rows = [np.stack([tile, program, np.full_like(tile, c), step, pid_m, pid_n], axis=1) for c in (0, 1)]
+        rows = [np.stack(rows, axis=1).reshape(-1, 6)]
+    return rows[0].astype(np.int64)
+
+
+def trace_ws_tiles(M, N, K=64, *, schedule=DEFAULT_SCHEDULE, num_programs=None, dtype=torch.float16):
+    """Run the kernel with TRACE on: an int64 ``[rows, 8]`` tensor of TRACE_FIELDS, one row per
+    (tile, consumer warpgroup), sorted by tile; ``start_ns``/``end_ns`` are ``%globaltimer`` readings
+    (ns) at the start of the tile's main loop and after its store was issued.  Poisoned with -1
+    first, so a row no warpgroup wrote shows.  Compare columns 0-5 with :func:`ws_schedule`."""
+    config = CONFIGS[schedule]
+    a = tma_aligned(torch.randn(M, K, device=runtime.DEVICE).to(dtype))  # any M, N, K: rows padded to 16 bytes
+    b = tma_aligned(torch.randn(K, N, device=runtime.DEVICE).to(dtype))
+    rows = cdiv(M, _tile_m(config)) * cdiv(N, config["BLOCK_N"]) * (2 if config["SCHEDULE"] == "cooperative" else 1)
+    trace = torch.full((rows, len(TRACE_FIELDS)), -1, dtype=torch.int64, device=runtime.DEVICE)
+    _launch(a, b, schedule=schedule, num_programs=num_programs, trace=trace)
+    return trace.cpu()
+
+
+# ----------------------------------------------------------------------------- compile without a GPU
+def compile_ws(*, dtype=torch.float16, schedule=DEFAULT_SCHEDULE, a_col_major=False, b_col_major=False,
+               activation=None, has_bias=False, c_tma=True, trace=False, size=512, target=90):
+    """Compile ``_matmul_ws_kernel`` for ``sm_{target}`` as ``matmul_ws`` would launch it on
+    ``size``-cubed inputs, without a GPU; returns ``triton.compile``'s result (``.asm["ttgir"]``,
+    ``["ptx"]``, ``.metadata``).  The interpreter must be off (``triton.knobs.runtime.interpret``)."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import make_backend
+    from triton.runtime.jit import create_function_from_signature
+
+    n = size if c_tma else size - 3  # 2 * (size - 3) bytes per row: not 16-byte aligned
+    a = torch.empty(size, size, dtype=dtype)
+    b = torch.empty(size, size, dtype=dtype)
+    a = a.t().contiguous().t() if a_col_major else a
+    b = (b.t().contiguous().t() if b_col_major else b)[:, :n]  # ragged n: a view of aligned rows
+    c = torch.empty(size, n, dtype=dtype)
+    bias = torch.empty(n, dtype=dtype) if has_bias else None
+    tr = torch.empty(1, 8, dtype=torch.int64) if trace else None
+    args = _kernel_args(a, b, c, bias, tr, CONFIGS[schedule], activation=activation)
+    kwargs = dict(num_warps=4, maxnreg=MAXNREG)
+    kernel = _matmul_ws_kernel
+    gpu_target = GPUTarget("cuda", target, 32)
+    backend = make_backend(gpu_target)
+    binder = create_function_from_signature(kernel.signature, kernel.params, backend)
+    bound, specialization, options = binder(**args, **kwargs)
+    options, signature, constexprs, attrs = kernel._pack_args(backend, kwargs, bound, specialization, options)
+    src = gluon._runtime.GluonASTSource(kernel, signature, constexprs, attrs)
+    return triton.compile(src, target=gpu_target, options=options.__dict__)

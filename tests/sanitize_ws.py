@@ -1,0 +1,32 @@
+"""matmul_ws on a few ragged shapes, for compute-sanitizer (memcheck, racecheck) on an sm_90 GPU.
+
+    compute-sanitizer --tool memcheck python3 tests/sanitize_ws.py
+    compute-sanitizer --tool racecheck python3 tests/sanitize_ws.py
+
+Small shapes (the tools slow kernels down 10-100x), program counts that give every program
+several tiles (ring laps, turn barriers), every config, transposed B, bias + GELU, unaligned C rows.
+"""
+
+import torch
+
+from gemm_kernels import matmul_ref
+from gemm_kernels.kernels import matmul_ws as ws
+from gemm_kernels.persistent import tma_aligned
+from gemm_kernels.testing import TOLERANCES, rel_err
+
+torch.manual_seed(0)
+checks = bad = 0
+for name in ws.CONFIGS:
+    for (M, N, K, programs) in [(129, 257, 200, 3), (300, 130, 520, 2), (1, 61, 72, 1), (517, 384, 64, 5)]:
+        for dtype in (torch.float16, torch.bfloat16):
+            a = tma_aligned(torch.randn(M, K, device="cuda").to(dtype))
+            w = torch.randn(N, K, device="cuda").to(dtype)  # b = w.t(): nn.Linear weight layout
+            bias = torch.randn(N, device="cuda").to(dtype)
+            out = ws._launch(a, w.t(), activation="gelu", bias=bias, schedule=name, num_programs=programs)
+            err = rel_err(out, matmul_ref(a, w.t(), activation="gelu", bias=bias, out_dtype=torch.float64))
+            checks += 1
+            bad += not err <= TOLERANCES[dtype]
+            if not err <= TOLERANCES[dtype]:
+                print(f"BAD {name} {M}x{N}x{K} {dtype}: rel_err {err:.3g}")
+torch.cuda.synchronize()
+print(f"sanitize_ws: {checks} checks, {bad} bad")

@@ -1,0 +1,270 @@
+"""matmul_ws (warp-specialized Gluon GEMM): what it compiles to, its contract, its schedule, its results.
+
+CPU-only machines run the compile-structure tests (sm_90 PTX and TTGIR built without a GPU, in a
+subprocess so the interpreter set by ``import gemm_kernels`` stays out of the way), the input
+errors, the RuntimeError for a missing Hopper GPU and the schedule mirror.  The ``gpu`` tests
+compare with a float64 reference on an sm_90 GPU; ``conftest`` fills every ``torch.empty`` with
+NaN, so an output element the kernel never wrote fails.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import torch
+
+from gemm_kernels import DEVICE, matmul_ref, runtime, tiles
+from gemm_kernels.kernels import matmul_ws as ws
+from gemm_kernels.persistent import tma_aligned
+from gemm_kernels.testing import assert_close, random_matrix
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HOPPER = runtime.on_gpu() and runtime.RUNTIME.capability is not None and runtime.RUNTIME.capability[0] == 9
+needs_hopper = pytest.mark.skipif(not HOPPER, reason="matmul_ws runs on an sm_90 (Hopper) GPU only")
+
+
+# ----------------------------------------------------------------------------- compile structure (CPU)
+_COMPILE_SCRIPT = textwrap.dedent("""
+    import json, sys, torch, triton
+    from gemm_kernels.kernels import matmul_ws as ws
+    triton.knobs.runtime.interpret = False   # import gemm_kernels turned the interpreter on (no GPU)
+    out = {}
+    for name, kw in json.loads(sys.argv[1]).items():
+        if "dtype" in kw:
+            kw["dtype"] = getattr(torch, kw["dtype"])
+        k = ws.compile_ws(**kw)
+        ptx, ttgir = k.asm["ptx"], k.asm["ttgir"]
+        count = lambda s, text=ptx: text.count(s)
+        out[name] = dict(
+            shared=int(k.metadata.shared),
+            wgmma=count("wgmma.mma_async.sync.aligned"),
+            tma_load=count("cp.async.bulk.tensor.2d.shared::"),  # ::cluster on 3.6, ::cta on newer
+            tma_store=count("cp.async.bulk.tensor.2d.global.shared"),
+            mbarrier_wait=count("mbarrier.try_wait"),
+            mbarrier_tx=count("mbarrier.arrive.expect_tx"),
+            setmaxnreg=sorted(set(int(l.split()[-1].rstrip(";")) for l in ptx.splitlines() if "setmaxnreg" in l)),
+            warp_specialize=count("ttg.warp_specialize", ttgir),
+            partitions=[l.split("num_warps(")[1].split(")")[0] for l in ttgir.splitlines()
+                        if l.strip().startswith("partition") and "num_warps(" in l],
+            requested_regs=[l.split("requestedRegisters = array<i32: ")[1].split(">")[0] for l in ttgir.splitlines()
+                            if "requestedRegisters" in l],
+            st_global=count("st.global"),
+            globaltimer=count("%globaltimer"),
+            warpgroup_mma=count("ttng.warp_group_dot", ttgir),
+        )
+    print("RESULT" + json.dumps(out))
+""")
+
+VARIANTS = {
+    "pingpong": dict(schedule="pingpong"),
+    "cooperative": dict(schedule="cooperative"),
+    "pingpong_linear_gelu_bias": dict(schedule="pingpong", b_col_major=True, activation="gelu", has_bias=True,
+                                      dtype="bfloat16"),
+    "pingpong_a_t_ragged_c_trace": dict(schedule="pingpong", a_col_major=True, c_tma=False, trace=True),
+    "cooperative_linear_relu": dict(schedule="cooperative", b_col_major=True, activation="relu", has_bias=True),
+}
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    """Every VARIANTS entry compiled for sm_90 in one subprocess (about a second each)."""
+    env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    proc = subprocess.run([sys.executable, "-c", _COMPILE_SCRIPT, json.dumps(VARIANTS)], capture_output=True,
+                          text=True, env=env, timeout=600)
+    line = next((l for l in proc.stdout.splitlines() if l.startswith("RESULT")), None)
+    assert line is not None, f"compile failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+    return json.loads(line[len("RESULT"):])
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+def test_compiles_to_warp_specialized_wgmma_and_tma(compiled, name):
+    info = compiled[name]
+    cfg = ws.CONFIGS[VARIANTS[name]["schedule"]]
+    # one warp_specialize region: consumer 0 is the default partition (the kernel's 4 warps),
+    # then consumer 1 (4 warps) and the producer (1 warp)
+    assert info["warp_specialize"] == 1
+    assert info["partitions"] == ["4", "1"]
+    assert info["requested_regs"] == [f"{ws.CONSUMER_REGS}, {ws.PRODUCER_REGS}"]
+    assert ws.CONSUMER_REGS in info["setmaxnreg"] and ws.PRODUCER_REGS in info["setmaxnreg"]
+    # wgmma: per consumer and K block, (WG_M / 64) x (BLOCK_K / 16) instructions of m64 x BLOCK_N x k16
+    per_consumer = cfg["WG_M"] // 64 * cfg["BLOCK_K"] // 16
+    assert info["wgmma"] == 2 * per_consumer
+    # TMA loads: A (one per consumer half when cooperative) and B, in the producer (ptxas input may
+    # hold a copy more, depending on how the compiler laid out the loop)
+    a_parts = 2 if cfg["SCHEDULE"] == "cooperative" else 1
+    assert info["tma_load"] >= a_parts + 1
+    assert info["mbarrier_tx"] >= 1 and info["mbarrier_wait"] >= 2  # ready (consumers), empty (producer)
+    if VARIANTS[name].get("c_tma", True):
+        assert info["tma_store"] == 2 * cfg["EPI_SPLIT"]  # per consumer, one per epilogue chunk
+    else:
+        assert info["tma_store"] == 0 and info["st_global"] > 0  # pointer stores for unaligned C rows
+    assert info["globaltimer"] == (2 * 2 if VARIANTS[name].get("trace") else 0)  # start, end per consumer
+    assert info["shared"] <= 232448  # H100's 227 KiB per block
+
+
+# ----------------------------------------------------------------------------- contract (CPU and GPU)
+def _ab(M, N, K, dtype=torch.float16):
+    return random_matrix(M, K, dtype), random_matrix(K, N, dtype)
+
+
+@pytest.mark.parametrize("make,err,words", [
+    (lambda: (torch.zeros(4, 4, 4, dtype=torch.float16), torch.zeros(4, 4, dtype=torch.float16)), ValueError, "a must be 2-D"),
+    (lambda: _ab(16, 16, 16)[:1] + (random_matrix(24, 16),), ValueError, "inner dimensions"),
+    (lambda: (random_matrix(16, 16), random_matrix(16, 16, torch.bfloat16)), TypeError, "share one dtype"),
+    (lambda: (random_matrix(16, 16, torch.float32), random_matrix(16, 16, torch.float32)), TypeError, "use matmul_tma"),
+    (lambda: (random_matrix(16, 24), random_matrix(24, 13)), ValueError, "b cannot be read by TMA"),
+    (lambda: (random_matrix(16, 13), tma_aligned(random_matrix(13, 16))), ValueError, "a cannot be read by TMA"),
+    (lambda: ([[1.0]], random_matrix(16, 16)), TypeError, "a must be a torch.Tensor"),
+])
+def test_input_errors_name_the_tensor(make, err, words):
+    a, b = make()
+    with pytest.raises(err, match=words):
+        ws.matmul_ws(a, b)
+
+
+def test_epilogue_argument_errors():
+    a, b = _ab(16, 16, 16)
+    with pytest.raises(ValueError, match="activation must be one of"):
+        ws.matmul_ws(a, b, activation="swish")
+    with pytest.raises(ValueError, match=r"bias must have shape \[N\] = \[16\]"):
+        ws.matmul_ws(a, b, bias=torch.zeros(15, dtype=torch.float16, device=DEVICE))
+
+
+@pytest.mark.skipif(HOPPER, reason="this machine has the sm_90 GPU matmul_ws needs")
+def test_clear_runtime_error_without_hopper():
+    a, b = _ab(64, 64, 64)
+    with pytest.raises(RuntimeError, match=r"needs an sm_90 \(Hopper.*matmul_tma"):
+        ws.matmul_ws(a, b)
+
+
+# ----------------------------------------------------------------------------- schedule mirror (CPU)
+@pytest.mark.parametrize("schedule", ws.SCHEDULES)
+@pytest.mark.parametrize("M,N,programs", [(1000, 1000, 132), (4096, 4096, 132), (129, 257, 3), (1, 1, 132)])
+def test_schedule_mirror_is_matmul_tma_order(schedule, M, N, programs):
+    """Same tiles, programs, steps and grouped coordinates as tiles.persistent_schedule; pingpong
+    hands a program's tiles to its consumers alternately, cooperative gives each tile to both."""
+    cfg = ws.CONFIGS[schedule]
+    rows = ws.ws_schedule(M, N, schedule=schedule, num_programs=programs)
+    ref = tiles.persistent_schedule(M, N, ws._tile_m(cfg), cfg["BLOCK_N"], programs)
+    per_tile = 1 if schedule == "pingpong" else 2
+    assert rows.shape == (len(ref) * per_tile, 6)
+    idx = [tiles.SCHEDULE_FIELDS.index(f) for f in ("tile", "program", "step", "pid_m", "pid_n")]
+    np.testing.assert_array_equal(rows[::per_tile][:, [0, 1, 3, 4, 5]], ref[:, idx])
+    if schedule == "pingpong":
+        np.testing.assert_array_equal(rows[:, 2], rows[:, 3] % 2)
+    else:
+        np.testing.assert_array_equal(rows[:, 2], np.tile([0, 1], len(ref)))
+    grid = np.zeros((tiles.cdiv(M, ws._tile_m(cfg)), tiles.cdiv(N, cfg["BLOCK_N"])), int)
+    np.add.at(grid, (rows[:, 4], rows[:, 5]), 1)
+    assert (grid == per_tile).all()
+
+
+def test_schedule_mirror_uses_the_grouped_order():
+    rows = ws.ws_schedule(1024, 2048, schedule="pingpong", num_programs=132)  # 8 x 16 tiles of 128 x 128: one group of 8 rows
+    np.testing.assert_array_equal(rows[:10, 4], [0, 1, 2, 3, 4, 5, 6, 7, 0, 1])
+    np.testing.assert_array_equal(rows[:10, 5], [0, 0, 0, 0, 0, 0, 0, 0, 1, 1])
+
+
+# ----------------------------------------------------------------------------- GPU
+SHAPES = [(1, 1, 1), (1, 257, 127), (127, 1, 257), (127, 127, 127), (257, 1000, 127), (1000, 257, 1000),
+          (1000, 1000, 1000), (2049, 1031, 520), (384, 512, 4096)]
+
+
+def _aligned(M, N, K, dtype):
+    """Random a, b in 16-byte aligned rows (any M, N, K: TMA's stride rule, as in matmul_tma's tests)."""
+    return tma_aligned(random_matrix(M, K, dtype)), tma_aligned(random_matrix(K, N, dtype))
+
+
+@pytest.mark.gpu
+@needs_hopper
+@pytest.mark.parametrize("schedule", ws.SCHEDULES)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "M{}-N{}-K{}".format(*s))
+@pytest.mark.usefixtures("seed")
+def test_ragged_shapes(shape, dtype, schedule):
+    a, b = _aligned(*shape, dtype)
+    out = ws._launch(a, b, schedule=schedule)
+    assert out.shape == shape[:2] and out.dtype == dtype and out.is_contiguous()
+    assert_close(out, matmul_ref(a, b, out_dtype=torch.float64), dtype, what=f"{schedule} {shape}")
+
+
+@pytest.mark.gpu
+@needs_hopper
+@pytest.mark.parametrize("schedule", ws.SCHEDULES)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("activation", [None, "relu", "leaky_relu", "gelu"])
+@pytest.mark.parametrize("with_bias", [False, True])
+@pytest.mark.usefixtures("seed")
+def test_fused_epilogue(activation, with_bias, dtype, schedule):
+    M, N, K = 300, 520, 264
+    a, b = _aligned(M, N, K, dtype)
+    bias = torch.randn(N).to(DEVICE, dtype) if with_bias else None
+    out = ws._launch(a, b, activation=activation, bias=bias, schedule=schedule)
+    assert_close(out, matmul_ref(a, b, activation=activation, bias=bias, out_dtype=torch.float64), dtype)
+
+
+@pytest.mark.gpu
+@needs_hopper
+@pytest.mark.parametrize("layout", ["b_t", "a_t", "both_t"])
+@pytest.mark.parametrize("schedule", ws.SCHEDULES)
+@pytest.mark.usefixtures("seed")
+def test_transposed_operands(layout, schedule):
+    """b = weight.t() of an nn.Linear (weight [N, K]), and column-major A: TMA reads the transpose."""
+    M, N, K, dtype = 328, 1000, 776, torch.bfloat16  # every row and column 16-byte aligned in bf16
+    a = random_matrix(M, K, dtype, transposed=layout in ("a_t", "both_t"))
+    b = random_matrix(K, N, dtype, transposed=layout in ("b_t", "both_t"))
+    bias = torch.randn(N).to(DEVICE, dtype)
+    out = ws._launch(a, b, activation="gelu", bias=bias, schedule=schedule)
+    assert_close(out, matmul_ref(a, b, activation="gelu", bias=bias, out_dtype=torch.float64), dtype)
+
+
+@pytest.mark.gpu
+@needs_hopper
+@pytest.mark.parametrize("n", [61, 127, 1001])  # rows of 122 / 254 / 2002 bytes: C goes out through pointer stores
+def test_unaligned_c_rows(n):
+    a = random_matrix(200, 128, torch.float16)
+    w = random_matrix(n, 128, torch.float16)  # [N, K]: b = w.t() is TMA-readable for any N
+    out = ws.matmul_ws(a, w.t(), activation="relu")
+    assert_close(out, matmul_ref(a, w.t(), activation="relu", out_dtype=torch.float64))
+
+
+@pytest.mark.gpu
+@needs_hopper
+@pytest.mark.parametrize("num_programs", [1, 3, 7, 1000])
+@pytest.mark.parametrize("schedule", ws.SCHEDULES)
+def test_program_counts(num_programs, schedule):
+    a, b = _aligned(700, 900, 136, torch.float16)
+    out = ws._launch(a, b, num_programs=num_programs, schedule=schedule)
+    assert_close(out, matmul_ref(a, b, out_dtype=torch.float64))
+
+
+@pytest.mark.gpu
+@needs_hopper
+def test_empty_and_k0():
+    a, b = _ab(0, 16, 16)
+    assert ws.matmul_ws(a, b).shape == (0, 16)
+    a, b = random_matrix(5, 0, torch.float16), random_matrix(0, 7, torch.float16)
+    bias = torch.randn(7).to(DEVICE, torch.float16)
+    out = ws.matmul_ws(a, b, bias=bias, activation="relu")
+    torch.testing.assert_close(out, torch.relu(bias).expand(5, 7))
+
+
+@pytest.mark.gpu
+@needs_hopper
+@pytest.mark.parametrize("schedule", ws.SCHEDULES)
+@pytest.mark.parametrize("M,N,programs", [(1000, 1000, None), (129, 257, 3), (2048, 2048, 7)])
+def test_trace_equals_mirror(schedule, M, N, programs):
+    """The kernel's own record of (tile, program, consumer, step, pid_m, pid_n) == ws_schedule;
+    and each warpgroup's tiles follow one another in time."""
+    trace = ws.trace_ws_tiles(M, N, 256, schedule=schedule, num_programs=programs).numpy()
+    ref = ws.ws_schedule(M, N, schedule=schedule, num_programs=programs or runtime.num_sms())
+    np.testing.assert_array_equal(trace[:, :6], ref)
+    assert (trace[:, 6] > 0).all() and (trace[:, 7] > trace[:, 6]).all()
+    for (program, consumer) in {(int(r[1]), int(r[2])) for r in trace}:
+        mine = trace[(trace[:, 1] == program) & (trace[:, 2] == consumer)]
+        mine = mine[np.argsort(mine[:, 3])]
+        assert (mine[1:, 6] >= mine[:-1, 7]).all()  # a warpgroup starts a tile after its previous one ended
