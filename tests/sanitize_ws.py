@@ -11,7 +11,7 @@ import torch
 
 from gemm_kernels import matmul_ref
 from gemm_kernels.kernels import matmul_ws as ws
-from gemm_kernels.persistent import tma_aligned
+from gemm_kernels.kernels.tma import tma_aligned
 from gemm_kernels.testing import TOLERANCES, rel_err
 
 torch.manual_seed(0)

@@ -17,9 +17,10 @@ import numpy as np
 import pytest
 import torch
 
-from gemm_kernels import DEVICE, matmul_ref, runtime, tiles
+from gemm_kernels import DEVICE, matmul_ref, runtime
+from gemm_kernels.models import tiles
 from gemm_kernels.kernels import matmul_ws as ws
-from gemm_kernels.persistent import tma_aligned
+from gemm_kernels.kernels.tma import tma_aligned
 from gemm_kernels.testing import assert_close, random_matrix
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

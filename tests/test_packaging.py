@@ -115,7 +115,9 @@ def test_installed_wheel_imports_everything_and_finds_committed_results(tmp_path
                           capture_output=True, text=True).stdout.strip()
     # the dependencies (torch, triton, ...) come from this test's environment, the package from the wheel
     (pathlib.Path(site) / "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    install = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--prefix", str(env_dir),
+    # --ignore-installed: never uninstall the running environment's own (editable) copy
+    install = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--ignore-installed", "-q",
+                              "--prefix", str(env_dir),
                               *map(str, wheel_dir.glob("*.whl"))], capture_output=True, text=True, timeout=300)
     assert install.returncode == 0, install.stderr[-2000:]
     code = """

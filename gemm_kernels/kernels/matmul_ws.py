@@ -57,12 +57,11 @@ _tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
 _tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
 
 # --- the package helpers this module uses (one block, to re-point when the package moves) ---
-from gemm_kernels import runtime
-from gemm_kernels._validate import check_int
-from gemm_kernels.epilogue import LEAKY_RELU_SLOPE, _TAIL_COEFFS, activation_ref
-from gemm_kernels.matmul import _check_matmul_inputs
-from gemm_kernels.persistent import tma_aligned, tma_layout
-from gemm_kernels.tiles import cdiv, tile_coords_np
+from .. import runtime
+from ..models.tiles import cdiv, tile_coords_np
+from .checks import check_int, check_matmul_inputs as _check_matmul_inputs
+from .epilogue import _TAIL_COEFFS, LEAKY_RELU_SLOPE, activation_ref
+from .tma import tma_aligned, tma_layout
 # ----------------------------------------------------------------------------------------------
 
 #: the super-grouping of the tile order (as ``matmul_tma``'s default)
