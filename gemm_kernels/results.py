@@ -54,7 +54,7 @@ def suite_meta(meta: dict, suite: str) -> dict:
 
 
 def provenance_line(info: dict) -> str:
-    """'NVIDIA H100 80GB HBM3, 2026-11-22, torch 2.x, triton 3.x' from a meta entry."""
+    """'NVIDIA H100 80GB HBM3, <date>, torch 2.x, triton 3.x' from a meta entry."""
     parts = [info.get("device", "unknown device"), info.get("date", "unknown date")]
     parts += [f"{lib} {info[lib]}" for lib in ("torch", "triton") if info.get(lib)]
     return ", ".join(str(p) for p in parts)

@@ -481,7 +481,7 @@ def _derive(rows: list[Row], case: Case, peak: float | None) -> None:
 
 
 def measure_ceilings(timing: TimingSettings) -> dict:
-    """The two ceilings METHOD.md asks for, measured once per run on this GPU: a large
+    """The two ceilings every floor is computed from, measured once per run on this GPU: a large
     bf16 cuBLAS matmul (TFLOP/s) and a large device-to-device copy (bytes read + written)."""
     n = 8192
     a = torch.randn(n, n, device=runtime.DEVICE, dtype=torch.bfloat16)
