@@ -2,18 +2,24 @@
 
 ``python -m gemm_kernels.bench --commit`` (``make bench``) writes, under ``images/bench/``:
 
-* ``<suite>.csv`` and ``<suite>.png`` per suite (``square``, ``order``, ``fusion``,
+* ``<suite>.csv`` and ``<suite>.png`` per suite (``square``, ``order``, ``fusion``, ``stream-k``,
   ``seed-grouped``, ``moe``; ``l2`` from ``python -m gemm_kernels.bench.l2``);
 * ``results.md``: one ``## <suite>`` section per suite, each a markdown table;
 * ``meta.json``: per suite, where and when it was measured (GPU, date, torch/triton
   versions, the command line).
 
 ``show_committed(suite)`` shows one suite's plot, provenance and table in a notebook (or
-prints them in a terminal).  This module reads files only: it needs neither torch nor a GPU.
+prints them in a terminal).  ``committed_value(suite, column, **where)`` reads one measured
+number, so prose that quotes a measurement can print it from the data (or a test can check
+it, ``tests/test_prose_numbers.py``).  ``python -m gemm_kernels.results --readme-table`` prints
+the README's results table, built from the same files.  This module reads files only: it needs
+neither torch nor a GPU.
 """
 
 from __future__ import annotations
 
+import argparse
+import csv
 import json
 import os
 import re
@@ -63,7 +69,7 @@ def suite_meta(meta: dict, suite: str) -> dict:
 
 
 def provenance_line(info: dict) -> str:
-    """'NVIDIA H100 80GB HBM3, 2026-11-22, torch 2.x, triton 3.x' from a meta entry."""
+    """'NVIDIA H100 80GB HBM3, <date>, torch 2.x, triton 3.x' from a meta entry."""
     parts = [info.get("device", "unknown device"), info.get("date", "unknown date")]
     parts += [f"{lib} {info[lib]}" for lib in ("torch", "triton") if info.get(lib)]
     return ", ".join(str(p) for p in parts)
@@ -134,3 +140,110 @@ def show_committed(suite: str, directory: str | Path | None = None) -> dict | No
             print(f"plot: {found['png']}")
         print(table)
     return found
+
+
+# ------------------------------------------------------------------------------ single numbers
+
+
+def committed_rows(suite: str, directory: str | Path | None = None) -> list[dict]:
+    """The rows of ``<suite>.csv`` as dicts of strings (FileNotFoundError when it is not committed)."""
+    path = (Path(directory) if directory is not None else BENCH_DIR) / f"{suite}.csv"
+    with path.open(newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def committed_value(suite: str, column: str = "time_ms", directory: str | Path | None = None, **where):
+    """One cell of a committed suite CSV: the ``column`` of the single row matching ``where``.
+
+    ``committed_value("stream-k", case="1024x1024x8192", provider="tma 128x256")`` is that run's
+    time in ms.  Numbers come back as float, other cells as str.  A filter that matches no row,
+    or several, raises LookupError naming it: a quote must point at exactly one measurement."""
+    rows = committed_rows(suite, directory)
+    unknown = [k for k in where if rows and k not in rows[0]]
+    if unknown or (rows and column not in rows[0]):
+        raise KeyError(f"{suite}.csv has no column {', '.join(unknown or [column])}")
+    found = [r for r in rows if all(r[k] == str(v) for k, v in where.items())]
+    if len(found) != 1:
+        raise LookupError(f"{suite}.csv: {len(found)} rows match {where} (need exactly one)")
+    value = found[0][column]
+    try:
+        return float(value)
+    except ValueError:
+        return value
+
+
+def committed_us(suite: str, directory: str | Path | None = None, **where) -> float:
+    """A committed time in microseconds (the CSVs hold ms)."""
+    return 1e3 * committed_value(suite, "time_ms", directory, **where)
+
+
+# ------------------------------------------------------------------------------ the README's table
+
+#: (suite, dtype, case): the rows of the README's table, one or two per suite
+README_CASES = (
+    ("square", "fp16", "4096x4096x4096"),
+    ("square", "bf16", "4096x4096x4096"),
+    ("square", "fp16", "8192x8192x8192"),
+    ("square", "fp16", "1024x1024x1024"),
+    ("fusion", "fp16", "4096^3 leaky_relu"),
+    ("fusion", "fp16", "4096^3 gelu +bias"),
+    ("stream-k", "fp16", "512x512x16384"),
+    ("stream-k", "fp16", "1024x1024x8192"),
+    ("seed-grouped", "fp16", "4x 512x512x512"),
+    ("seed-grouped", "fp16", "4x 1024x8192x8192"),
+    ("moe", "bf16", "Mixtral-8x7B up T=4096 uniform"),
+    ("moe", "bf16", "DeepSeek-V3 up T=4096 uniform"),
+)
+#: how each suite is timed, as the table says it
+TIMING = {
+    "stream-k": "CUDA graph (GPU time)",
+    "square": "do_bench (GPU + Python launch)",
+    "fusion": "do_bench (GPU + Python launch)",
+    "seed-grouped": "do_bench (GPU + launch)",
+    "moe": "do_bench (GPU + Python launch)",
+}
+
+
+def _us(ms: str) -> str:
+    us = 1e3 * float(ms)
+    return f"{us:.0f} µs" if us >= 100 else f"{us:.1f} µs"
+
+
+def readme_table(directory: str | Path | None = None) -> str:
+    """The README's results table: for a few cases per suite, the vendor baseline (and the kernel
+    it ran, where profiled), our fastest kernel, and their same-run ratio, from the committed CSVs."""
+    lines = ["| suite | case | timed with | vendor baseline | our fastest | ratio |",
+             "|---|---|---|---|---|---|"]
+    for suite, dtype, case in README_CASES:
+        try:
+            rows = [r for r in committed_rows(suite, directory) if r["case"] == case and r["dtype"] == dtype]
+        except FileNotFoundError:
+            continue
+        base = next((r for r in rows if r["provider"] == r["baseline"] and r["time_ms"]), None)
+        ours = [r for r in rows if r["ours"] == "True" and r["ok"] == "True" and r["time_ms"]]
+        if base is None or not ours:
+            continue
+        best = min(ours, key=lambda r: float(r["time_ms"]))
+        kernel = f" (`{base['vendor_kernel']}`)" if base.get("vendor_kernel") else ""
+        ratio = float(base["time_ms"]) / float(best["time_ms"])
+        lines.append(f"| {suite} | {case} {dtype} | {TIMING.get(suite, 'do_bench')} | {base['provider']} "
+                     f"{_us(base['time_ms'])}{kernel} | {best['provider']} {_us(best['time_ms'])} | {ratio:.2f}x |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m gemm_kernels.results", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--readme-table", action="store_true", help="print the README's results table")
+    parser.add_argument("suite", nargs="?", help="a suite to show (its provenance and table)")
+    args = parser.parse_args(argv)
+    if args.readme_table:
+        sys.stdout.write(readme_table())
+        return 0
+    if args.suite:
+        return 0 if show_committed(args.suite) is not None else 1
+    parser.print_help()
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -446,3 +446,69 @@ def test_median_ms_times_cuda_graph_suites_without_launch_overhead(monkeypatch):
     cases = suites.SUITES["stream-k"](suites.SuiteSettings(size_override="full"))
     assert cases and all(c.cuda_graph for c in cases)
     assert not any(c.cuda_graph for c in suites.SUITES["square"](suites.SuiteSettings(size_override="full")))
+
+
+# ------------------------------------------------------------------------------ which vendor kernel
+
+
+@pytest.mark.parametrize("raw, short", [
+    ("nvjet_sm90_hsh_128x64_64x8_1x2_h_bz_NNT", "nvjet_sm90_hsh_128x64_64x8_1x2_h_bz_NNT"),
+    ("void at::native::vectorized_elementwise_kernel<4, at::native::(anonymous namespace)::gelu_kernel"
+     "(at::TensorIteratorBase&)::{lambda()#1}, std::array<char*, 2ul> >(int, std::array<char*, 2ul>)",
+     "at::native::vectorized_elementwise_kernel"),
+    ("void cutlass::Kernel2<cutlass_80_tensorop_s16816gemm_f16_64x64_32x6_tn_align8>"
+     "(cutlass_80_tensorop_s16816gemm_f16_64x64_32x6_tn_align8::Params)",
+     "cutlass_80_tensorop_s16816gemm_f16_64x64_32x6_tn_align8"),
+    ("_ZN7cutlass13device_kernelIN2at4cuda6detail25enable_3x_kernel_for_sm9xINS_4gemm6kernel13GemmUniversalI"
+     "NS5_40KernelPtrArrayTmaWarpSpecializedPingpongEEENS9_4SM904GMMA28MMA_64x128x16_F32BF16BF16_SSILNSW_5MajorE0E",
+     "cutlass GemmUniversal (KernelPtrArrayTmaWarpSpecializedPingpong, MMA_64x128x16_F32BF16BF16_SS)"),
+])
+def test_short_kernel_name_keeps_what_names_the_kernel(raw, short):
+    assert core.short_kernel_name(raw) == short
+    assert core.short_kernel_name(short) == short  # idempotent: merging short names again changes nothing
+
+
+def test_vendor_kernel_label_orders_and_counts_repeats():
+    assert core.vendor_kernel_label([]) == ""
+    assert core.vendor_kernel_label(["nvjet_a_splitK", "void cublasLt::splitKreduce_kernel<float>(int)"]) == \
+        "nvjet_a_splitK + cublasLt::splitKreduce_kernel"
+    assert core.vendor_kernel_label(["nvjet_b"] * 4) == "nvjet_b x4"
+
+
+@pytest.mark.skipif(runtime.on_gpu(), reason="the CPU answer; the GPU profiles for real (bench runs)")
+def test_vendor_kernel_is_empty_off_the_gpu():
+    assert core.vendor_kernel_of(lambda: None) == ""
+
+
+def test_run_case_names_the_baselines_kernel_only(fake_timer, monkeypatch):
+    monkeypatch.setattr(core, "vendor_kernel_of", lambda fn: "nvjet_fake_128x64")
+    case = suites.square_suite(suites.SuiteSettings(dtype=torch.float16))[0]
+    rows = core.run_case(case, core.TimingSettings(1, 1, rounds=1), peak=None)
+    named = {r.provider: r.vendor_kernel for r in rows if r.vendor_kernel}
+    assert named == {"cuBLAS": "nvjet_fake_128x64"}
+    untimed = core.run_case(case, None, peak=None)  # correctness-only runs profile nothing
+    assert not any(r.vendor_kernel for r in untimed)
+
+
+def test_vendor_kernel_merge_fills_the_csv_meta_and_table(tmp_path):
+    from gemm_kernels.bench import vendor_kernels
+
+    cases = [("4096x4096x4096", 4096)]
+    times = {("4096x4096x4096", p): t for p, t in (("cuBLAS", 1.0), ("tma", 0.98))}
+    bench_dir = tmp_path / "bench"
+    report.write_csv(_synthetic_rows("square", cases, ["cuBLAS", "tma"], "cuBLAS", times), bench_dir / "square.csv")
+    report.update_meta(bench_dir, "square", {"device": "NVIDIA H100 80GB HBM3", "date": "d"})
+    before = report.read_csv(bench_dir / "square.csv")
+    assert all(r["vendor_kernel"] == "" for r in before)
+    names = tmp_path / "vendor_kernels.csv"
+    vendor_kernels.write([{"suite": "square", "case": "4096x4096x4096", "dtype": "fp16", "provider": "cuBLAS",
+                           "vendor_kernel": "nvjet_sm90_hsh_256x128_64x4_1x2_h_bz_coopA_NNT"}], names)
+    filled = vendor_kernels.merge(names, bench_dir, {"device": "NVIDIA H100", "date": "d2"})
+    assert filled == {"square": 1}
+    after = report.read_csv(bench_dir / "square.csv")
+    assert [r["vendor_kernel"] for r in after] == ["nvjet_sm90_hsh_256x128_64x4_1x2_h_bz_coopA_NNT", ""]
+    for key in ("time_ms", "speedup", "rel_err", "ok"):  # the timings stay as measured
+        assert [r[key] for r in after] == [r[key] for r in before]
+    assert report.read_meta(bench_dir)["suites"]["square"]["vendor_kernel"]["device"] == "NVIDIA H100"
+    section = results.extract_section((bench_dir / "results.md").read_text(), "square")
+    assert "cuBLAS ran" in section and "`nvjet_sm90_hsh_256x128_64x4_1x2_h_bz_coopA_NNT`" in section

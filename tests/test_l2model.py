@@ -142,3 +142,48 @@ def test_bad_arguments():
         l2_traffic(s, block_k=0, K=64)
     with pytest.raises(ValueError, match="l2_bytes"):
         l2_traffic(s, block_k=16, K=64, l2_bytes=-1)
+
+
+# ------------------------------------------------------------------------------ effective capacity
+
+
+def test_effective_l2_bytes_full_or_half():
+    from gemm_kernels.models.l2model import PARTITION_DUPLICATED_FRACTION, effective_l2_bytes
+
+    assert effective_l2_bytes() == H100_L2_BYTES
+    assert effective_l2_bytes(duplicated=True) == H100_L2_BYTES * PARTITION_DUPLICATED_FRACTION == 25 * 2**20
+    assert effective_l2_bytes(1000, duplicated=True) == 500
+    for bad in (-1, float("inf"), float("nan")):
+        with pytest.raises(ValueError, match="l2_bytes"):
+            effective_l2_bytes(bad)
+
+
+def test_effective_fraction_is_the_same_as_a_smaller_cache():
+    from gemm_kernels.models.l2model import H100_PROGRAMS_IN_FLIGHT
+
+    # 4096^3: A and B (64 MiB) fit in 50 MiB of L2 across waves only with all of it
+    s = tile_schedule(4096, 4096, 128, 128, "row_major", programs_in_flight=H100_PROGRAMS_IN_FLIGHT)
+    half = l2_traffic(s, block_k=64, K=4096, l2_bytes=H100_L2_BYTES, effective_fraction=0.5)
+    smaller = l2_traffic(s, block_k=64, K=4096, l2_bytes=H100_L2_BYTES // 2)
+    full = l2_traffic(s, block_k=64, K=4096, l2_bytes=H100_L2_BYTES)
+    assert half.totals() == smaller.totals()
+    compulsory = 2 * 4096 * 4096 * 2
+    assert full.totals()["dram_read_bytes"] == compulsory  # every block fetched once
+    assert half.totals()["dram_read_bytes"] > 2 * compulsory  # half the cache: re-reads across waves
+    unlimited = l2_traffic(s, block_k=64, K=4096, effective_fraction=0.5)  # no capacity: nothing to scale
+    assert unlimited.totals() == l2_traffic(s, block_k=64, K=4096).totals()
+    for bad in (0, -0.5, 1.5, float("nan")):
+        with pytest.raises(ValueError, match="effective_fraction"):
+            l2_traffic(s, block_k=64, K=4096, l2_bytes=H100_L2_BYTES, effective_fraction=bad)
+
+
+def test_h100_programs_in_flight_is_two_per_sm_as_in_the_ncu_table():
+    import csv
+    from pathlib import Path
+
+    from gemm_kernels.models.l2model import H100_PROGRAMS_IN_FLIGHT
+
+    assert H100_PROGRAMS_IN_FLIGHT == 2 * H100_NUM_SMS
+    table = Path(__file__).resolve().parents[1] / "images" / "bench" / "l2.csv"
+    with table.open(newline="") as f:
+        assert {int(r["programs_in_flight"]) for r in csv.DictReader(f)} == {H100_PROGRAMS_IN_FLIGHT}

@@ -50,6 +50,31 @@ def test_full_tiles_assumption_damage_is_reported_exactly():
     assert not any(d.reads_changed for d in report.values())
 
 
+def test_contiguous_c_ragged_n_overwrites_c_itself():
+    """ldc = N: the columns >= N of row i are row i + 1, so the unmasked stores of a ragged N land
+    inside C (wrong values), where the padded buffers showed right values and clobbered neighbours."""
+    M, N, K = 64, 50, 64
+    padded = teaching.sentinel_group([(M, N, K)])
+    contiguous = teaching.sentinel_group([(M, N, K)], contiguous=True)
+    assert contiguous.group_c[0].stride() == (N, 1) and contiguous.group_a[0].stride() == (K, 1)
+    for group in (padded, contiguous):
+        teaching.pointer_array_matmul(group.group_a, group.group_b, group.group_c, num_programs=4)
+    (kept,) = teaching.damage_report(padded)
+    assert not kept.wrong.any() and kept.clobbered.any()
+    (hit,) = teaching.damage_report(contiguous)
+    spill = triton.cdiv(N, teaching.BLOCKS["BLOCK_N"]) * teaching.BLOCKS["BLOCK_N"] - N  # 14 columns past N
+    rows, cols = np.nonzero(hit.wrong)
+    assert len(rows) > 0 and rows.min() >= 1 and cols.max() < spill  # the next row's first 14 elements
+    assert int(hit.clobbered.sum()) <= spill  # only the last row's spill leaves C
+    assert "elements of C wrong" in hit.describe()
+
+
+def test_contiguous_group_with_full_tiles_is_right():
+    group = teaching.sentinel_group([(64, 64, 64), (32, 96, 32)], contiguous=True)
+    teaching.pointer_array_matmul(group.group_a, group.group_b, group.group_c, num_programs=3)
+    assert all(d.ok for d in teaching.damage_report(group))
+
+
 def test_masks_fix_it_and_the_walk_is_the_mirror():
     group = teaching.sentinel_group(SHAPES, dtype=torch.bfloat16)
     _, trace = teaching.pointer_array_matmul(group.group_a, group.group_b, group.group_c, masks=_right_masks,
@@ -130,3 +155,13 @@ def test_expert_load_from_the_kernel_trace_equals_the_mirror():
     assert from_trace["tiles"].sum() == sum(from_trace["tiles_per_expert"])
     fig = drawings.draw_expert_load(counts, 40, 16, 16, 5, trace=trace)
     assert len(fig.axes) == 2
+
+
+def test_expert_load_title_promises_only_what_the_bars_show():
+    few = drawings.draw_expert_load([5, 0, 40, 9], N=64, block_m=16, block_n=32, num_programs=3)
+    labels = [t.get_text() for t in few.axes[0].texts]
+    assert "number on top" in few.axes[0].get_title() and labels == ["2", "0", "6", "2"]
+    many = drawings.draw_expert_load([3] * 40 + [0] * 24, N=64, block_m=16, block_n=32, num_programs=8)
+    assert not many.axes[0].texts  # 64 experts: no numbers on the bars...
+    assert "number on top" not in many.axes[0].get_title()  # ...and the title does not promise them
+    assert "80 tiles of 16x32 in all, at most 2 per expert" in many.axes[0].get_title()

@@ -5,11 +5,14 @@ Suites (``--suite``, comma-separated or ``all``):
 * ``square``: single square GEMMs, fp16 and bf16, 256..8192 plus points of the seed notes' sweep;
 * ``order``: row-major vs grouped program order (GROUP_SIZE_M 4/8/16);
 * ``fusion``: matmul + activation (+ bias) fused vs torch.matmul then the activation;
+* ``stream-k``: few-tile, long-K shapes, cuBLAS vs ``matmul_tma`` vs ``matmul_streamk``, timed from
+  CUDA graphs (GPU time);
 * ``seed-grouped``: the seed tutorial 08's two tables, with the seed's own kernels (``--seed-tutorial``);
 * ``moe``: ragged MoE expert GEMMs of Mixtral-8x7B, DeepSeek-V3 and DeepSeek-V2-Lite.
 
 Every cell is checked against a float64 reference once and, on a CUDA GPU, timed
-(``do_bench`` median).  Outputs in ``--out`` (default ``bench-results/``): ``<suite>.csv``,
+(``do_bench`` median; host-timed, so a call's Python launch is included) and the vendor
+baseline's kernel named (``torch.profiler``, the ``vendor_kernel`` column).  Outputs in ``--out`` (default ``bench-results/``): ``<suite>.csv``,
 ``<suite>.png``, ``results.md``, ``meta.json``.  ``--commit`` also copies them into
 ``images/bench/`` (the committed copy notebooks and README show); ``--publish DIR`` copies an
 earlier run's directory there (e.g. results fetched from a GPU machine).
@@ -74,8 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"copy an earlier run's results from DIR into {BENCH_DIR.relative_to(REPO_ROOT)}/ and exit")
     p.add_argument("--dtype", choices=sorted(DTYPES), help="run every suite in this dtype (default: per suite)")
     p.add_argument("--seed-tutorial", metavar="PATH",
-                   help="the saved page of Triton's tutorial 08 (the seed); default: .carry/seeds/, "
-                        "../shared/seeds/ or $GEMM_BENCH_SEED_TUTORIAL")
+                   help="the saved page of Triton's tutorial 08 (the seed); default: $GEMM_BENCH_SEED_TUTORIAL, "
+                        "seeds/ or ../shared/seeds/")
     p.add_argument("--seed", type=int, default=0, help="base of the random seeds (default 0)")
     p.add_argument("--warmup", type=int, default=25, help="do_bench warm-up, ms (default 25)")
     p.add_argument("--rep", type=int, default=100, help="do_bench repetition time, ms (default 100)")

@@ -8,9 +8,11 @@ same thing.  For every case the runner
 2. runs each provider once with ``torch.empty`` poisoned with NaN (an element a kernel
    never writes then shows as a non-finite error) and records ``rel_err`` =
    ||out - ref|| / ||ref|| against :data:`gemm_kernels.testing.TOLERANCES`;
-3. on a GPU, times each provider with ``triton.testing.do_bench`` (median, L2 flushed
-   between repetitions), the vendor baseline twice (first and last) so every case
-   carries its own noise estimate;
+3. on a GPU, names the GPU kernels one call of the vendor baseline launches (``torch.profiler``:
+   which cuBLAS kernel a comparison is against, in the ``vendor_kernel`` column), then times
+   each provider with ``triton.testing.do_bench`` (median, L2 flushed between repetitions),
+   all providers once per round over several rounds, so every case carries the baseline's
+   spread as its noise estimate;
 4. turns times into TFLOP/s (2*M*N*K summed over the problems), % of the GPU's dense
    peak and the speed-up over the baseline measured in the same run.
 """
@@ -155,6 +157,7 @@ class Case:
 COLUMNS = (
     "suite", "panel", "case", "x", "dtype", "provider", "ours", "baseline", "time_ms", "tflops", "pct_peak",
     "speedup", "baseline_spread", "gb_s", "rel_err", "tol", "ok", "flops", "min_bytes", "params", "note",
+    "vendor_kernel",
 )
 
 
@@ -181,6 +184,7 @@ class Row:
     min_bytes: int = 0
     params: str = ""
     note: str = ""
+    vendor_kernel: str = ""               # baseline rows on a GPU: the kernels one call launched
 
     @property
     def failed(self) -> bool:
@@ -241,6 +245,100 @@ def poisoned_empty():
 def synchronize() -> None:
     if runtime.on_gpu():
         torch.cuda.synchronize()
+
+
+# --- which vendor kernel ----------------------------------------------------------------
+
+
+def short_kernel_name(name: str) -> str:
+    """A GPU kernel's name without what only repeats its signature.
+
+    cuBLAS's Hopper kernels are named for their design (``nvjet_sm90_hsh_256x128_64x4_1x2_h_bz_coopA_NNT``:
+    tile 256x128, K step 64, 4 stages, a 1x2 cluster, cooperative) and are kept whole; C++ template
+    kernels (torch's elementwise kernels) keep their function name only, without ``void``, template
+    arguments and parameter list; CUTLASS's generic launchers (``cutlass::Kernel2<...>``) are named
+    by their first template argument, the GEMM they launch; mangled CUTLASS 3 names are summarised
+    by :func:`_mangled_cutlass_summary`."""
+    name = name.strip()
+    if name.startswith("_Z"):  # a mangled C++ name (CUTLASS 3 kernels, e.g. torch._grouped_mm's)
+        return _mangled_cutlass_summary(name)
+    if name.startswith(("cutlass GemmUniversal (", "cutlass kernel (")):  # already summarised
+        return name
+    if name.startswith("void "):
+        name = name[len("void "):]
+    depth, cut, first_arg_end = 0, None, None
+    for i, ch in enumerate(name):
+        if ch in "<(" and depth == 0 and cut is None:
+            cut = i
+        if ch in "<(":
+            depth += 1
+        elif ch in ">)":
+            depth -= 1
+        if cut is not None and name[cut] == "<" and first_arg_end is None and (
+                (ch == "," and depth == 1) or (ch == ">" and depth == 0)):
+            first_arg_end = i
+    if cut is None:
+        return name
+    function = name[:cut]
+    if function.startswith("cutlass::") and first_arg_end is not None:  # generic launcher: the GEMM is its argument
+        return name[cut + 1:first_arg_end].strip()
+    return function
+
+
+def _mangled_cutlass_summary(name: str) -> str:
+    """A mangled CUTLASS 3 kernel name cut to what tells kernels apart: its kernel schedule
+    (``KernelTmaWarpSpecializedCooperative``, ``...Pingpong``) and its wgmma instruction shape
+    (``MMA_64x256x16_F32BF16BF16_SS``); other mangled names keep their first 80 characters."""
+    import re
+
+    schedule = re.search(r"(Kernel\w*?(?:Cooperative|Pingpong|WarpSpecialized))(?=E|I|N)", name)
+    mma = re.search(r"(MMA_\d+x\d+x\d+_\w+?_(?:SS|RS))", name)
+    if "cutlass" not in name or not (schedule or mma):
+        return name[:80]
+    found = ", ".join(m.group(1) for m in (schedule, mma) if m)
+    return f"cutlass {'GemmUniversal' if 'GemmUniversal' in name else 'kernel'} ({found})"
+
+
+def gpu_kernel_names(fn: Callable[[], object]) -> list[str]:
+    """Names of the GPU kernels one call of ``fn`` launches, in launch order (``torch.profiler``).
+
+    ``fn`` runs once before the profiled call, so a library's first-call set-up (cuBLAS picks and
+    loads its kernel then) is not what gets named; memory copies and memsets are left out."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    kernels = [e for e in prof.events()
+               if e.device_type == torch.autograd.DeviceType.CUDA
+               and not e.name.startswith(("Memcpy", "Memset", "cudaMemcpy", "cudaMemset"))]
+    kernels.sort(key=lambda e: e.time_range.start)
+    return [e.name for e in kernels]
+
+
+def vendor_kernel_label(names: list[str]) -> str:
+    """The ``vendor_kernel`` cell: short names in launch order, a repeated one counted once
+    with its count (a loop of 4 GEMMs: ``name x4``), joined by `` + ``."""
+    shorts: list[str] = []
+    counts: dict[str, int] = {}
+    for n in map(short_kernel_name, names):
+        if n not in counts:
+            shorts.append(n)
+        counts[n] = counts.get(n, 0) + 1
+    return " + ".join(n if counts[n] == 1 else f"{n} x{counts[n]}" for n in shorts)
+
+
+def vendor_kernel_of(fn: Callable[[], object]) -> str:
+    """:func:`vendor_kernel_label` of one call of ``fn``; a note in parentheses when profiling failed,
+    and empty off a GPU (the interpreter runs no GPU kernels to name)."""
+    if not runtime.on_gpu():
+        return ""
+    try:
+        return vendor_kernel_label(gpu_kernel_names(fn))
+    except Exception as exc:  # naming the kernel is provenance, never a reason to lose the timings
+        return f"(not profiled: {_first_line(exc, 120)})"
 
 
 # --- timing -----------------------------------------------------------------------------
@@ -337,6 +435,8 @@ def run_case(case: Case, timing: TimingSettings | None, peak: float | None) -> l
             row.note = "; ".join(s for s in (_first_line(exc), row.note) if s)
             continue
         if timing is not None:
+            if p.name == case.baseline:
+                row.vendor_kernel = vendor_kernel_of(p.fn)
             timed.append((row, p.fn))
     if timing is not None:
         _time_interleaved(timed, case, timing)
@@ -381,7 +481,7 @@ def _derive(rows: list[Row], case: Case, peak: float | None) -> None:
 
 
 def measure_ceilings(timing: TimingSettings) -> dict:
-    """The two ceilings METHOD.md asks for, measured once per run on this GPU: a large
+    """The two ceilings every floor is computed from, measured once per run on this GPU: a large
     bf16 cuBLAS matmul (TFLOP/s) and a large device-to-device copy (bytes read + written)."""
     n = 8192
     a = torch.randn(n, n, device=runtime.DEVICE, dtype=torch.bfloat16)

@@ -55,6 +55,7 @@ def read_csv(path: Path) -> list[dict]:
                 row[k] = int(float(row[k])) if row[k] not in ("", None) else 0
             row["ok"] = {"True": True, "False": False}.get(row.get("ok"))
             row["ours"] = row.get("ours") != "False"
+            row["vendor_kernel"] = row.get("vendor_kernel") or ""  # CSVs written before the column existed
             out.append(row)
     return out
 
@@ -102,6 +103,11 @@ def suite_markdown(suite: str, rows: list[dict], meta: dict | None = None, ours:
             lines += [f"Timed with {method}.", ""]
         if meta.get("incomplete"):
             lines += [f"**Incomplete run**: {meta['incomplete']}.", ""]
+        profiled = meta.get("vendor_kernel")
+        if profiled:
+            lines += [f"Vendor kernels named by `torch.profiler` over one call of the baseline on "
+                      f"{provenance_line(profiled)}"
+                      + (f" (`{profiled['command']}`)" if profiled.get("command") else "") + ".", ""]
     if not rows:
         return "\n".join(lines + ["(no rows)", ""])
     timed = any(r["time_ms"] is not None for r in rows)
@@ -115,10 +121,12 @@ def suite_markdown(suite: str, rows: list[dict], meta: dict | None = None, ours:
                   "reference on tiny sizes in Triton's interpreter.", ""]
     providers = list(OrderedDict.fromkeys(r["provider"] for r in rows))
     panels = list(OrderedDict.fromkeys(r["panel"] for r in rows))
+    named = any(r.get("vendor_kernel") for r in rows)
     for panel in panels:
         in_panel = [r for r in rows if r["panel"] == panel]
         lines += [f"**{panel}**", ""]
-        header = ["case", *providers] + (["best of ours", "baseline noise"] if timed else [])
+        header = ["case", *providers] + (["best of ours", "baseline noise"] if timed else []) \
+            + ([f"{baseline} ran"] if named else [])
         lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         for case in OrderedDict.fromkeys(r["case"] for r in in_panel):
             by_provider = {r["provider"]: r for r in in_panel if r["case"] == case}
@@ -128,6 +136,9 @@ def suite_markdown(suite: str, rows: list[dict], meta: dict | None = None, ours:
                                if r["baseline_spread"] is not None), None)
                 cells += [_best_of_ours(list(by_provider.values()), ours),
                           f"{100 * spread:.1f}%" if spread is not None else "n/a"]
+            if named:
+                kernel = next((r["vendor_kernel"] for r in by_provider.values() if r.get("vendor_kernel")), "")
+                cells.append(f"`{kernel}`" if kernel else "")
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
     notes = OrderedDict()

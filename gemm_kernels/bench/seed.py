@@ -58,9 +58,8 @@ def default_seed_paths(repo_root: Path) -> list[Path]:
     if os.environ.get(SEED_ENV):
         paths.append(Path(os.environ[SEED_ENV]))
     paths += [
-        repo_root / ".carry" / "seeds" / SEED_TUTORIAL_NAME,   # carried to the GPU machine
-        repo_root / ".carry" / SEED_TUTORIAL_NAME,
-        repo_root.parent / "shared" / "seeds" / SEED_TUTORIAL_NAME,  # the project's workspace
+        repo_root / "seeds" / SEED_TUTORIAL_NAME,  # git-ignored: put the saved page here
+        repo_root.parent / "shared" / "seeds" / SEED_TUTORIAL_NAME,  # a folder shared beside the checkout
     ]
     return paths
 

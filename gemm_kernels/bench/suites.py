@@ -281,7 +281,7 @@ def _streamk_fixed_config():
 
 
 #: suites timed with do_bench_cudagraph (core.median_ms): their small problems run in ~30-100 us,
-#: less than a Python launch of our kernels (~100 us, PERF_NOTES.md entry 13), so do_bench would
+#: less than a Python launch of our kernels (~100 us, PERF_NOTES.md), so do_bench would
 #: time the host instead of the schedule they are about
 CUDA_GRAPH_SUITES = ("stream-k",)
 

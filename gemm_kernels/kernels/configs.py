@@ -236,8 +236,7 @@ class _AutotunedLaunch:
 #: Autotune key of the single-GEMM kernels: the sizes, the tile order and the epilogue (never
 #: pointers: a pointer key would re-tune on every call).  The epilogue is in it because the
 #: best config for a plain product can be a poor one once a GELU's registers join the tile's
-#: (measured: a config tuned on leaky_relu ran fused GELU 6x slower at 8192^3, PERF_NOTES.md
-#: entry 9).  Triton adds the arguments' dtypes itself.
+#: (measured: a config tuned on leaky_relu ran fused GELU 6x slower at 8192^3, PERF_NOTES.md).  Triton adds the arguments' dtypes itself.
 SINGLE_GEMM_KEY = ["M", "N", "K", "GROUPED", "HAS_BIAS", "ACTIVATION"]
 
 
@@ -288,7 +287,7 @@ def persistent_configs(gpu: bool | None = None):
     (the compile view builds Hopper code on a CPU machine)."""
     if not (runtime.on_gpu() if gpu is None else gpu):
         return _interpreter(**PERSISTENT_LOOP_DEFAULTS)
-    # Measured on an H100 (2026-11-22, 4096^3 / 8192^3 fp16 and bf16): 128x256x64, 3 stages,
+    # Measured on an H100 (4096^3 / 8192^3 fp16 and bf16): 128x256x64, 3 stages,
     # 8 warps led (0.89-1.02x cuBLAS); 128x128 tiles trailed by 10-15%.  The smaller ones are
     # for small or thin problems, where 128x256 tiles leave most SMs idle.
     return _tuning_list([
@@ -362,7 +361,7 @@ def moe_configs(gpu: bool | None = None):
     ``gpu=True`` gives the GPU list even in the interpreter (for the compile view)."""
     if not (runtime.on_gpu() if gpu is None else gpu):
         return _interpreter(GROUP_SIZE_M=INTERPRETER_GROUP_SIZE_M)
-    # H100 sweep over Mixtral / DeepSeek-V3 / DeepSeek-V2-Lite shapes (2026-11-22): 128x256x64
+    # H100 sweep over Mixtral / DeepSeek-V3 / DeepSeek-V2-Lite shapes: 128x256x64
     # won most rows (up to 1.26x torch._grouped_mm); 64-row tiles won where experts get few
     # rows; 64x64 tiles never won (0.4-0.9x) and were dropped.
     return _tuning_list([

@@ -52,7 +52,7 @@ def gelu_erf(x):
 
     Six FMAs, one approximate reciprocal and four squarings per element, where libdevice's
     ``erff`` (``tl.math.erf``) costs about twice as many instructions: in a GEMM epilogue
-    every one of them runs while the tensor cores wait (PERF_NOTES.md, entry 8).  The error is
+    every one of them runs while the tensor cores wait (PERF_NOTES.md).  The error is
     far below the fp16/bf16 rounding of the result.  Large |x|: the reciprocal underflows to 0,
     so GELU(x) is exactly x (x > 0) or 0 (x < 0); NaN stays NaN, as in torch."""
     t = tl.abs(x)

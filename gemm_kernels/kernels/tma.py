@@ -67,7 +67,9 @@ def load_block(desc, off_0, off_1, COL_MAJOR: tl.constexpr, batch=0, BATCHED: tl
     """Block ``[off_0:, off_1:]`` of a matrix read through ``desc``.  A column-major matrix (a
     transposed view) is described as the array it really is, so its block is loaded at
     ``[off_1, off_0]`` and transposed back; for 16-bit types that transpose is a free
-    shared-memory view for wgmma (the TTGIR shows one ``ttg.memdesc_trans``, no data moved).
+    shared-memory view for wgmma (the TTGIR shows one ``ttg.memdesc_trans``, no data moved,
+    no ``tt.trans``), because 16-bit wgmma reads either major-ness from shared memory; fp8 and
+    tf32 wgmma want K-major operands, so there the same view would cost a real transpose.
     ``BATCHED``: ``desc`` is 3-D, one matrix per ``batch`` index (MoE weights)."""
     if BATCHED:
         if COL_MAJOR:

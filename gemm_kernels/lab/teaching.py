@@ -25,6 +25,9 @@ this kernel stays inside allocated memory (it never reaches more than one block 
 A's and B's padding holds NaN, so a stray read poisons the sums it enters; C's padding holds
 :data:`C_SENTINEL`, so a stray write shows as a changed sentinel.  :func:`damage_report`
 says, per problem, which elements of C are wrong and which elements around C were overwritten.
+That layout shows where stray accesses go, not what they do to ordinary tensors:
+``sentinel_group(..., contiguous=True)`` keeps every matrix contiguous (``ldc = N``) with padding
+rows below only, and there a ragged N's stray stores land in the next row of C itself.
 :meth:`SentinelGroup.lend_outputs` lends the same C views to a launcher that allocates its own
 outputs (``grouped_matmul``), so its stores can be inspected the same way.
 
@@ -281,14 +284,23 @@ class SentinelGroup:
             torch.empty = real_empty
 
 
-def sentinel_group(shapes, *, dtype=torch.float16, pad: int | None = None, seed: int = 0) -> SentinelGroup:
+def sentinel_group(shapes, *, dtype=torch.float16, pad: int | None = None, seed: int = 0,
+                   contiguous: bool = False) -> SentinelGroup:
     """Random A_i [M, K], B_i [K, N] (values in [-1, 1)) for each ``(M, N, K)`` of ``shapes``, each
     a view in the top-left corner of a buffer with ``pad`` extra rows and columns (default: one
     block, the most any unmasked access of :func:`pointer_array_matmul` can stray), filled with
-    NaN; C_i likewise, filled with :data:`C_SENTINEL`."""
-    pad = max(BLOCKS.values()) if pad is None else pad
-    if pad < max(BLOCKS.values()):
-        raise ValueError(f"pad must be at least one block ({max(BLOCKS.values())}), got {pad}")
+    NaN; C_i likewise, filled with :data:`C_SENTINEL`.
+
+    ``contiguous=True`` builds the other case, the one of ordinary tensors (and of tutorial 08,
+    whose leading dimension is the row length): every matrix is contiguous, its rows back to back
+    (``ldc = N``), and only rows are added below it (enough to catch every stray access past its
+    last element).  Then a column past the right edge of row ``i`` *is* the start of row ``i + 1``:
+    stray reads of A and B pick up real values of the next row, not NaN, and stray stores land
+    inside C itself, so ragged N makes the values of C wrong."""
+    block = max(BLOCKS.values())
+    pad = block if pad is None else pad
+    if pad < block:
+        raise ValueError(f"pad must be at least one block ({block}), got {pad}")
     gen = torch.Generator().manual_seed(seed)
     group = SentinelGroup(list(shapes), [], [], [], [], [], [])
     for M, N, K in shapes:
@@ -297,7 +309,11 @@ def sentinel_group(shapes, *, dtype=torch.float16, pad: int | None = None, seed:
             (K, N, AB_SENTINEL, group.group_b, group.b_buffers, True),
             (M, N, C_SENTINEL, group.group_c, group.c_buffers, False),
         ):
-            buf = torch.full((rows + pad, cols + pad), fill, dtype=dtype)
+            if contiguous:  # rows of exactly `cols`; below: a block of rows plus a block of elements
+                shape = (rows + pad + triton.cdiv(block, max(cols, 1)), cols)
+            else:
+                shape = (rows + pad, cols + pad)
+            buf = torch.full(shape, fill, dtype=dtype)
             if random:
                 buf[:rows, :cols] = torch.rand((rows, cols), generator=gen, dtype=torch.float32) * 2 - 1
             buf = buf.to(runtime.DEVICE)

@@ -30,23 +30,30 @@ Assumptions, and where the model is optimistic
 * **Lockstep waves.**  Real programs drift apart, and the next wave starts SM by SM as
   programs finish, so waves blur.  Merging same-wave loads into one fetch is the
   optimistic side of this: drifting programs may each miss.
-* **Ideal LRU of the whole capacity for A and B.**  Real L2s are set-associative with
-  hashed sets, not perfectly LRU, also hold C writes and everything else, and (H100) are
-  split into two partitions whose "far" half costs extra: the usable capacity is smaller
-  than ``l2_bytes``.  Optimistic.
+* **Ideal LRU of ``l2_bytes`` for A and B.**  Real L2s are set-associative with hashed sets,
+  not perfectly LRU, and also hold C writes and everything else.  An H100's 50 MiB L2 is
+  two partitions, each serving the SMs near it; a line that SMs on both sides read can be
+  held once in each, so when every block is read from both halves only about half the
+  capacity holds distinct data.  :func:`effective_l2_bytes` gives both settings
+  (``duplicated=False``: all of it; ``True``: :data:`PARTITION_DUPLICATED_FRACTION` of it),
+  and ``l2_traffic(..., effective_fraction=)`` applies one.  The truth lies in between and
+  depends on which SMs read what; either way the model stays optimistic.
 * **Bytes, not cache lines.**  Ragged edge blocks count their true bytes; sectors and
   128-byte lines are ignored.  When several problems of different K share a wave,
   progress is measured as the fraction of each program's own K loop.
-* ``programs_in_flight`` must be SMs x programs per SM for the kernel's occupancy.
+* ``programs_in_flight`` must be SMs x programs per SM for the kernel's occupancy:
+  :data:`H100_PROGRAMS_IN_FLIGHT` for notebook 03's kernel (128x128x64 fp16 blocks, 3
+  stages: 96 KiB of shared memory, so two programs fit in an SM's 228 KiB).
 
 Validated against hardware counters in a later notebook; treat numbers as a model.
 
 Typical use::
 
     from gemm_kernels.models.schedule import tile_schedule
-    from gemm_kernels.models.l2model import l2_traffic, H100_L2_BYTES, H100_NUM_SMS
-    s = tile_schedule(8192, 8192, 128, 128, "grouped", 8, programs_in_flight=H100_NUM_SMS)
+    from gemm_kernels.models.l2model import l2_traffic, H100_L2_BYTES, H100_PROGRAMS_IN_FLIGHT
+    s = tile_schedule(8192, 8192, 128, 128, "grouped", 8, programs_in_flight=H100_PROGRAMS_IN_FLIGHT)
     t = l2_traffic(s, block_k=64, K=8192, l2_bytes=H100_L2_BYTES)
+    half = l2_traffic(s, block_k=64, K=8192, l2_bytes=H100_L2_BYTES, effective_fraction=0.5)
     print(t.summary())
 """
 
@@ -65,6 +72,23 @@ from .tiles import cdiv
 H100_L2_BYTES = 50 * 2**20
 #: Streaming multiprocessors of an H100 SXM.
 H100_NUM_SMS = 132
+#: Programs of ``_matmul_kernel`` with 128x128x64 fp16 blocks and 3 stages resident at once on an
+#: H100: 96 KiB of shared memory each, two per SM (the compiled kernel's occupancy, the same number
+#: ``python -m gemm_kernels.bench.l2`` derives from registers and shared memory for its ncu table).
+H100_PROGRAMS_IN_FLIGHT = 2 * H100_NUM_SMS
+#: The share of the L2 that holds distinct data when every line is held in both partitions.
+PARTITION_DUPLICATED_FRACTION = 0.5
+
+
+def effective_l2_bytes(l2_bytes: float = H100_L2_BYTES, *, duplicated: bool = False) -> float:
+    """The capacity the model should assume for A and B.
+
+    ``duplicated=False``: all of ``l2_bytes`` (one cache, the model's optimistic default).
+    ``duplicated=True``: :data:`PARTITION_DUPLICATED_FRACTION` of it, for a partitioned L2 (the
+    H100's two halves) where every block is read by SMs of both halves and so held twice."""
+    if not 0 <= l2_bytes < float("inf"):
+        raise ValueError(f"l2_bytes must be finite and >= 0, got {l2_bytes}")
+    return l2_bytes * (PARTITION_DUPLICATED_FRACTION if duplicated else 1.0)
 
 _A, _B = 0, 1
 # cap on the (accesses x row/column-blocks) boolean matrices built per chunk
@@ -329,7 +353,7 @@ def _reuse_spans(acc_wave, acc_id, prev, panel_bytes, num_waves):
 
 
 def l2_traffic(schedule: Schedule, block_k: int, K: int | None = None, l2_bytes: float | None = None,
-               element_bytes: int = 2) -> L2Traffic:
+               element_bytes: int = 2, effective_fraction: float = 1.0) -> L2Traffic:
     """A and B block loads, L2 hits and DRAM misses per wave of ``schedule``.
 
     Parameters
@@ -342,10 +366,16 @@ def l2_traffic(schedule: Schedule, block_k: int, K: int | None = None, l2_bytes:
         :data:`H100_L2_BYTES` for an H100.  To think in blocks, pass
         ``n_blocks * BLOCK_M * BLOCK_K * element_bytes``.
     element_bytes : bytes per element of A and B (2 for fp16/bf16).
+    effective_fraction : the share of ``l2_bytes`` that holds distinct A and B data, in (0, 1]:
+        1 (default) for one ideal cache, :data:`PARTITION_DUPLICATED_FRACTION` (0.5) for an H100
+        whose two partitions each hold a copy (see :func:`effective_l2_bytes`).
 
     Example (the seed notes' 9x9 blocks, 9 programs in flight, K loop of 9 blocks)::
 
         s = tile_schedule(9 * 64, 9 * 64, 64, 64, "row_major", programs_in_flight=9)
         l2_traffic(s, block_k=64, K=9 * 64).upto(0)["misses"]   # 90 (grouped, GROUP_SIZE_M=3: 54)
     """
-    return reuse_profile(schedule, block_k, K, element_bytes).traffic(l2_bytes)
+    if not 0 < effective_fraction <= 1:
+        raise ValueError(f"effective_fraction must be in (0, 1], got {effective_fraction}")
+    capacity = None if l2_bytes is None else l2_bytes * effective_fraction
+    return reuse_profile(schedule, block_k, K, element_bytes).traffic(capacity)

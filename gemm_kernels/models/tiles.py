@@ -177,7 +177,7 @@ def multi_problem_schedule(problem_shapes, block_m: int, block_n: int, num_progr
 
 #: fewest K iterations per tile for the default split: each partial sum handed over costs about
 #: as much as 5 K iterations (H100, 128x256 tiles: a 128 KiB round trip through L2), so short K
-#: loops lose more to the hand-over than they gain from idle SMs (PERF_NOTES.md entry 14)
+#: loops lose more to the hand-over than they gain from idle SMs (PERF_NOTES.md)
 STREAMK_MIN_K_TILES = 64
 
 
@@ -186,11 +186,13 @@ def streamk_default_tiles(num_tiles: int, num_programs: int, k_tiles: int) -> in
     would keep at most half of the programs busy and each has at least
     :data:`STREAMK_MIN_K_TILES` K iterations (few tiles, long K), else none.
 
-    Measured on an H100 with 128x256 tiles, times from CUDA graphs (PERF_NOTES.md entry 14):
-    splitting gains at 512 x 512 x 16384 (8 tiles of 256 iterations: 88 us against 148 unsplit)
-    and 1024 x 1024 x 8192 (32 of 128: 56 against 79), loses at 1280^3 (50 of 20: 29 against 18),
-    and splitting a multi-wave problem's partial last wave loses too (4096^3, 116 of 512 tiles
-    split: 242 against 212), so those are left to ``sk_tiles``."""
+    Measured on an H100 with 128x256 tiles, times from CUDA graphs (``images/bench/stream-k.csv``,
+    "stream_k 128x256 tail split" against "tma 128x256"): splitting gains at 512 x 512 x 16384
+    (8 tiles of 256 iterations: 84.8 us against 147 unsplit) and 1024 x 1024 x 8192 (32 of 128:
+    54.4 against 78.1), loses at 1280^3 (50 of 20: 28.7 against 17.6), and splitting a multi-wave
+    problem's partial last wave loses too (4096^3, 116 of 512 tiles split: 236 against 207 us), so
+    those are left to ``sk_tiles``.  ``tests/test_prose_numbers.py`` checks these numbers against
+    the CSV."""
     return num_tiles if 2 * num_tiles <= num_programs and k_tiles >= STREAMK_MIN_K_TILES else 0
 
 

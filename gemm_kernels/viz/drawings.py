@@ -909,7 +909,8 @@ def expert_load(counts, N: int, block_m: int, block_n: int, num_programs: int, t
 def draw_expert_load(counts, N: int, block_m: int, block_n: int, num_programs: int, trace=None,
                      title: str | None = None, dpi: float = 100) -> Figure:
     """Load imbalance of a MoE grouped GEMM.  Left: rows routed to each expert, labelled with its
-    tiles (``cdiv(rows, BLOCK_M) * cdiv(N, BLOCK_N)``).  Right: tiles each program computes,
+    tiles (``cdiv(rows, BLOCK_M) * cdiv(N, BLOCK_N)``) when there are at most 32 experts (the title
+    gives the total and the largest otherwise).  Right: tiles each program computes,
     stacked by expert (same colours).  See :func:`expert_load` for ``trace``."""
     load = expert_load(counts, N, block_m, block_n, num_programs, trace)
     E = len(load["rows"])
@@ -926,7 +927,10 @@ def draw_expert_load(counts, N: int, block_m: int, block_n: int, num_programs: i
         left.set_xticks(x)
     left.set_xlabel("expert", fontsize=9)
     left.set_ylabel("rows (routed tokens)", fontsize=9)
-    left.set_title(f"rows per expert (number on top: tiles of {block_m}x{block_n})", fontsize=9)
+    tiles_note = (f"number on top: tiles of {block_m}x{block_n}" if E <= 32 else
+                  f"{int(np.sum(load['tiles_per_expert']))} tiles of {block_m}x{block_n} in all, "
+                  f"at most {int(np.max(load['tiles_per_expert'], initial=0))} per expert")
+    left.set_title(f"rows per expert ({tiles_note})", fontsize=9)
     bottom = np.zeros(num_programs)
     p = np.arange(num_programs)
     for e in range(E):

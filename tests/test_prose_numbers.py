@@ -1,0 +1,152 @@
+"""Numbers quoted in prose match the committed measurements they come from.
+
+Every claim below renders a phrase from ``images/bench/*.csv`` (through
+``gemm_kernels.results.committed_value``) and checks that the prose still says exactly that.
+When a suite is re-run and its numbers move, this test names the sentence to update; a
+notebook cell that prints from the CSVs instead needs no entry here.  Whitespace is compared
+loosely (line breaks in markdown are free)."""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from gemm_kernels.models import tiles
+from gemm_kernels.results import committed_rows, committed_us, committed_value, readme_table
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = ROOT / "notebooks"
+
+
+def _squash(text: str) -> str:
+    return re.sub(r"\s+", " ", text)
+
+
+def markdown_of(notebook: str) -> str:
+    cells = json.loads((NOTEBOOKS / notebook).read_text())["cells"]
+    return _squash("\n\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown"))
+
+
+def streamk_us(case: str, provider: str) -> float:
+    return committed_us("stream-k", case=case, dtype="fp16", provider=provider)
+
+
+def order_gain(case: str) -> str:
+    """Grouped (GROUP_SIZE_M = 8) over row-major, signed percent, from the order suite."""
+    row_major = committed_value("order", case=case, provider="row_major")
+    grouped = committed_value("order", case=case, provider="grouped g=8")
+    return f"{100 * (row_major / grouped - 1):+.1f}%"
+
+
+def l2_row(M: int, order: str) -> dict:
+    (row,) = [r for r in committed_rows("l2") if int(r["M"]) == M and int(r["N"]) == M and r["order"] == order]
+    return {k: float(v) for k, v in row.items() if k not in ("order", "ok")}
+
+
+def vendor_kernel(suite: str, case: str) -> str:
+    """The vendor's main kernel (the first one launched) of a case."""
+    (base,) = [r for r in committed_rows(suite) if r["case"] == case and r["provider"] == r["baseline"]]
+    return base["vendor_kernel"].split(" + ")[0]
+
+
+TAIL, UNSPLIT = "stream_k 128x256 tail split", "tma 128x256"
+
+
+def claims():
+    """(where, phrase) pairs: the phrase, rendered from the data, must appear there."""
+    nb05, nb03, nb06, nb07, nb04 = (f"notebooks/{n}" for n in (
+        "05_persistent_tma.ipynb", "03_grouped_l2_ordering.ipynb", "06_grouped_gemm.ipynb",
+        "07_moe_grouped_mm.ipynb", "04_kernel_fusion.ipynb"))
+    few = (f"1024 × 1024 × 8192 took {streamk_us('1024x1024x8192', TAIL):.1f} µs split against "
+           f"{streamk_us('1024x1024x8192', UNSPLIT):.1f} µs unsplit")
+    few_long = f"512 × 512 × 16384 {streamk_us('512x512x16384', TAIL):.1f} against {streamk_us('512x512x16384', UNSPLIT):.0f}"
+    big = f"{streamk_us('4096x4096x4096', TAIL):.0f} against {streamk_us('4096x4096x4096', UNSPLIT):.0f} µs"
+    yield nb05, few
+    yield nb05, few_long
+    yield nb05, f"The 4096³ tail split loses, {big}"
+    yield nb05, f"`{vendor_kernel('stream-k', '1024x1024x8192')}`, 128 × 64 tiles"
+    yield nb05, "`nvjet_sm90_hsh_128x64_64x8_1x2_h_bz_splitK_NNT` followed by `cublasLt::splitKreduce_kernel`"
+    assert committed_value("stream-k", "vendor_kernel", case="512x512x16384", provider="cuBLAS") == \
+        "nvjet_sm90_hsh_128x64_64x8_1x2_h_bz_splitK_NNT + cublasLt::splitKreduce_kernel"
+    # the same measurements in the docstring of the default split rule
+    doc = "gemm_kernels/models/tiles.py:streamk_default_tiles"
+    yield doc, (f"8 tiles of 256 iterations: {streamk_us('512x512x16384', TAIL):.1f} us against "
+                f"{streamk_us('512x512x16384', UNSPLIT):.0f} unsplit")
+    yield doc, (f"32 of 128: {streamk_us('1024x1024x8192', TAIL):.1f} against "
+                f"{streamk_us('1024x1024x8192', UNSPLIT):.1f}")
+    yield doc, (f"50 of 20: {streamk_us('1280x1280x1280', TAIL):.1f} against "
+                f"{streamk_us('1280x1280x1280', UNSPLIT):.1f}")
+    yield doc, f"split: {big.replace(' µs', ' us')}"
+
+    yield nb03, f"ranged from {order_gain('2048x2048x2048')} at 2048³"
+    yield nb03, f"to {order_gain('8192x8192x8192')} at 8192³"
+    rm, gr = l2_row(8192, "row_major"), l2_row(8192, "grouped")
+    yield nb03, f"fell from {rm['hw_dram_read_mb']:,.0f} MB to {gr['hw_dram_read_mb']:,.0f} MB"
+    yield nb03, f"{rm['hw_time_us']:,.0f} µs against {gr['hw_time_us']:,.0f} µs"
+    yield nb03, f"rises from {rm['hw_read_hit_rate_pct']:.0f}% (row-major) to {gr['hw_read_hit_rate_pct']:.0f}% (grouped)"
+    yield nb03, f"({rm['model_dram_read_mb']:,.0f} MB predicted, {rm['hw_dram_read_mb']:,.0f} MB read)"
+    r4, g4 = l2_row(4096, "row_major"), l2_row(4096, "grouped")
+    yield nb03, (f"every block fetched once ({r4['model_dram_read_mb']:.0f} MB), while the hardware read "
+                 f"{r4['hw_dram_read_mb']:.0f} MB (row-major) and {g4['hw_dram_read_mb']:.0f} MB (grouped)")
+
+    whole = committed_us("seed-grouped", case="4x 128x128x128", dtype="fp16", provider="grouped_matmul")
+    plan = committed_us("seed-grouped", case="4x 128x128x128", dtype="fp16", provider="grouped_matmul plan")
+    yield nb06, f"took {whole:.0f} µs, against {plan:.1f} µs for a plan's launch"
+
+    mixtral = [r for r in committed_rows("moe") if r["case"].startswith("Mixtral")]
+    cases = sorted({r["case"] for r in mixtral})
+    loop_wins = sum(min((r for r in mixtral if r["case"] == c), key=lambda r: float(r["time_ms"]))["provider"]
+                    == "per-expert loop" for c in cases)
+    yield nb07, f"fastest** in {loop_wins} of the {len(cases)} rows"
+    ms = {p: committed_value("moe", case="Mixtral-8x7B up T=4096 uniform", provider=p)
+          for p in ("per-expert loop", "grouped_mm", "torch._grouped_mm")}
+    yield nb07, (f"{ms['per-expert loop']:.2f} ms against {ms['grouped_mm']:.2f} for `grouped_mm` and "
+                 f"{ms['torch._grouped_mm']:.2f} for `torch._grouped_mm`")
+
+    yield nb04, f"`{vendor_kernel('fusion', '4096^3 gelu +bias')}`, a **cooperative** kernel"
+
+
+def text_of(where: str) -> str:
+    if ":" in where:  # a docstring: path:function
+        path, name = where.split(":")
+        tree = ast.parse((ROOT / path).read_text())
+        (node,) = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == name]
+        return _squash(ast.get_docstring(node))
+    if where.endswith(".ipynb"):
+        return markdown_of(Path(where).name)
+    return _squash((ROOT / where).read_text())
+
+
+CLAIMS = list(claims())
+
+
+@pytest.mark.parametrize("where, phrase", CLAIMS, ids=[f"{w.split('/')[-1]}:{p[:40]}" for w, p in CLAIMS])
+def test_prose_quotes_the_committed_numbers(where, phrase):
+    assert _squash(phrase) in text_of(where), (
+        f"{where} should say (from the committed CSVs): {phrase!r}; a suite was re-run or the prose changed")
+
+
+def test_streamk_default_rule_still_matches_the_quoted_outcomes():
+    """The docstring's numbers justify the rule: it splits exactly the shapes where splitting won."""
+    for case, tiles_, k_tiles in (("512x512x16384", 8, 256), ("1024x1024x8192", 32, 128), ("1280x1280x1280", 50, 20)):
+        won = streamk_us(case, TAIL) < streamk_us(case, UNSPLIT)
+        assert (tiles.streamk_default_tiles(tiles_, 132, k_tiles) > 0) == won, case
+
+
+def test_readme_table_is_generated_from_the_committed_data():
+    readme = (ROOT / "README.md").read_text()
+    assert readme_table() in readme, "README's results table is stale: paste `python -m gemm_kernels.results --readme-table`"
+
+
+def test_committed_value_needs_exactly_one_row():
+    with pytest.raises(LookupError, match="2 rows"):  # fp16 and bf16
+        committed_value("square", case="4096x4096x4096", provider="cuBLAS")
+    with pytest.raises(LookupError, match="0 rows"):
+        committed_value("square", case="4096x4096x4096", dtype="fp16", provider="no such kernel")
+    with pytest.raises(KeyError, match="no column"):
+        committed_value("square", "no_such_column", case="4096x4096x4096", dtype="fp16", provider="cuBLAS")
+    assert committed_value("square", case="4096x4096x4096", dtype="fp16", provider="cuBLAS") > 0
