@@ -174,8 +174,10 @@ class OutOfBounds(IndexError):
         a = self.access
         where = f"line {a.line}" + (f" of {a.function}" if a.function and a.function != a.kernel else "")
         code = f": {a.code.strip()}" if a.code else ""
+        if "called_from" in a.extra:
+            code += f"\n  called from {a.extra['called_from']}"
         lane = f"lane {self.first_lane[0] if len(self.first_lane) == 1 else self.first_lane}"
-        program = ", ".join(map(str, a.program[:max(1, max((i + 1 for i, p in enumerate(a.program) if p), default=1))]))
+        program = ", ".join(map(str, a.program))
         head = (f"{a.kernel}: {a.kind} through {a.pointer} at {where}{code}\n"
                 f"  program_id {program}: {self.lanes} of {self.active_lanes} active lanes "
                 f"(block {'x'.join(map(str, self.block_shape)) or 'scalar'}) address memory outside "
@@ -184,8 +186,8 @@ class OutOfBounds(IndexError):
             return head + f"; {lane} addresses {a.extra.get('address', '?')}, inside no tensor argument"
         address = a.region.start + self.first_offset * a.region.itemsize
         detail = f"; first: {lane} -> {a.region.describe_offset(address)}"
-        hint = ("\n  every lane past the edge needs mask=... on this "
-                f"{a.kind} (masked-off lanes are never {'read' if a.kind == 'load' else 'written'})")
+        hint = (f"\n  check the offsets and loop bounds that lead here, and the mask of this {a.kind}: "
+                f"masked-off lanes are never {'read' if a.kind == 'load' else 'written'}")
         return head + detail + hint
 
     def picture(self, dpi: float = 100):
@@ -314,7 +316,9 @@ def run_checked(kernel, grid, *args, reachable: Sequence[torch.Tensor] | dict = 
         with compat.interpreting(), monitor:
             twin.run(grid=grid3, warmup=False, **cpu_named)
     except interpreter_error as err:
-        cause = err.__cause__ or err
+        cause = err
+        while isinstance(cause, interpreter_error) and cause.__cause__ is not None:  # one wrap per jit call level
+            cause = cause.__cause__
         if isinstance(cause, OutOfBounds):
             raise cause.with_traceback(None) from None
         raise _learner_error(cause, monitor.kernel, builder) from None
@@ -348,14 +352,22 @@ def _internal(filename: str) -> bool:
     return filename.startswith(_TRITON_DIR) or filename == _THIS_FILE
 
 
-def _user_frame():
-    """(filename, line, function) of the innermost frame of the kernel's own code."""
+def _user_frames(kernel: str):
+    """(filename, line, function) of the innermost frame of the kernel's own code, and of the line
+    in the kernel itself that led there when the access happened in a helper it called (or None)."""
     frame = sys._getframe(2)
-    while frame is not None and _internal(frame.f_code.co_filename):
+    inner = None
+    while frame is not None:
+        if not _internal(frame.f_code.co_filename):
+            here = (frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name)
+            if inner is None:
+                inner = here
+                if here[2] == kernel:
+                    return inner, None
+            elif here[2] == kernel:
+                return inner, here
         frame = frame.f_back
-    if frame is None:
-        return None, None, None
-    return frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name
+    return inner or (None, None, None), None
 
 
 # ----------------------------------------------------------------------------- the monitor
@@ -416,7 +428,7 @@ class _Monitor:
             raise OutOfBounds(self._access(kind, addr, active, bad, origin))
 
     def _access(self, kind, addr, active, bad, origin) -> _Access:
-        filename, line, function = _user_frame()
+        (filename, line, function), caller = _user_frames(self.kernel)
         code = linecache.getline(filename, line) if filename else None
         first_address = int(addr[tuple(np.argwhere(bad)[0])]) if addr.ndim else int(addr)
         region = None
@@ -431,9 +443,14 @@ class _Monitor:
             pointer = "a pointer (the kernel has no tensor arguments)"
         offsets = ((addr.astype(np.int64) - region.start) // region.itemsize) if region is not None \
             else np.zeros(addr.shape, dtype=np.int64)
-        program = tuple(getattr(self.builder, "grid_idx", (0, 0, 0)))
+        grid = tuple(getattr(self.builder, "grid_dim", (1, 1, 1)))
+        dims = max((i + 1 for i, g in enumerate(grid) if g > 1), default=1)
+        program = tuple(getattr(self.builder, "grid_idx", (0, 0, 0)))[:dims]
+        extra = {"address": hex(first_address)}
+        if caller is not None:
+            extra["called_from"] = f"line {caller[1]} of {caller[2]}: {linecache.getline(caller[0], caller[1]).strip()}"
         return _Access(self.kernel, kind, pointer, region, program, filename, line, code, function,
-                       np.array(offsets), np.array(active), np.array(bad), {"address": hex(first_address)})
+                       np.array(offsets), np.array(active), np.array(bad), extra)
 
     # -- the wrapped builder methods
     def __enter__(self):
@@ -579,7 +596,7 @@ def draw_access(access: _Access, dpi: float = 100):
         for r in range(rows):
             if ch >= R.pt(7):
                 R.text(str(first[r]), x0 - 4, y0 + (r + 0.5) * ch, 7, color="#555555", ha="right")
-    program = ", ".join(map(str, a.program[: 3 if a.program[2] else 2 if a.program[1] else 1]))
+    program = ", ".join(map(str, a.program))
     R.text(f"{a.kernel}: {a.kind} through {a.pointer}, line {a.line}, program_id {program}",
            R.width / 2, 4, 10, color="black", va="top")
     region = a.region
