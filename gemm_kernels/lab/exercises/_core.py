@@ -170,10 +170,27 @@ class AnswerRaised(Exception):
 
     def __init__(self, what: str, exc: BaseException):
         self.what, self.exc = what, exc
-        frames = traceback.extract_tb(exc.__traceback__)
-        # the innermost frame is usually the learner's own line: name it
+        frames = [f for f in traceback.extract_tb(exc.__traceback__) if not _internal_file(f.filename)]
+        # the innermost frame outside Triton and the checked run is usually the learner's own line: name it
         where = f" (line {frames[-1].lineno}: {frames[-1].line.strip()})" if frames and frames[-1].line else ""
         super().__init__(f"{what} raised {type(exc).__name__}: {exc}{where}")
+
+
+def _internal_file(filename: str) -> bool:
+    """Files whose lines are never the learner's: Triton's, the checked run's, Triton internals' wrappers."""
+    import os
+
+    import triton
+
+    triton_dir = os.path.dirname(triton.__file__)
+    here = os.path.dirname(os.path.dirname(__file__))  # gemm_kernels/lab
+    return (filename.startswith(triton_dir) or filename == os.path.join(here, "checked.py")
+            or filename.endswith(os.path.join("gemm_kernels", "_triton_compat.py")))
+
+
+#: what the stub of a student copy raises (``raise NotImplementedError("your turn")``), as Triton
+#: quotes it when it wraps the error (InterpreterError repr, CompilationError source line)
+_STUB_QUOTES = ('NotImplementedError("your turn")', "NotImplementedError('your turn')", "NotImplementedError()")
 
 
 def is_stub_value(value) -> bool:
@@ -186,7 +203,10 @@ def is_stub_error(exc: BaseException) -> bool:
     seen = set()
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
-        if isinstance(exc, NotImplementedError) or "NotImplementedError" in str(exc):
+        text = str(exc)
+        if isinstance(exc, NotImplementedError) and text.strip() in ("", "your turn"):
+            return True
+        if any(quote in text for quote in _STUB_QUOTES) or text.rstrip().endswith("raise NotImplementedError"):
             return True
         exc = exc.__cause__ or exc.__context__
     return False
@@ -228,6 +248,10 @@ def exercise(title: str, *, hints: Hints, praise: str = "correct, well done."):
         def check(answer=None, *args, **kwargs) -> CheckResult:
             if is_stub_value(answer):
                 return _not_attempted(title)
+            if not callable(answer):
+                return CheckResult(title, WRONG, f"expected a function (the one the exercise asks you to write), got "
+                                   f"{type(answer).__name__}: {_short(_safe_repr(answer), 80)}",
+                                   hints=hints, hint_level=0)
             try:
                 result = _run_body(body, title, praise, answer, args, kwargs)
             except Exception as exc:  # noqa: BLE001  (a check never raises into the notebook)
@@ -289,9 +313,16 @@ def out_of_bounds_result(title: str, err, what: str | None) -> CheckResult:
     return CheckResult(title, WRONG, head, [line.strip() for line in str(err).splitlines()], picture=picture)
 
 
-def _short(exc: BaseException, limit: int = 300) -> str:
+def _short(exc, limit: int = 300) -> str:
     text = str(exc)
     return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _safe_repr(value) -> str:
+    try:
+        return repr(value)
+    except Exception:  # noqa: BLE001  (a repr that fails, or an int too long to print)
+        return f"<{type(value).__name__}>"
 
 
 def _not_attempted(title: str) -> CheckResult:

@@ -133,7 +133,8 @@ def check_wave_block_fetches(wave_block_fetches):
 
 
 @triton.jit
-def _record_tiles_kernel(out_ptr, owner_ptr, num_pid_m, num_pid_n, TILE_FN: tl.constexpr, GROUP_SIZE: tl.constexpr):
+def _record_tiles_kernel(out_ptr, owner_ptr, owner_stride, num_pid_m, num_pid_n, TILE_FN: tl.constexpr,
+                         GROUP_SIZE: tl.constexpr):
     """Each program stores the tile the learner's TILE_FN maps its pid to, and writes its pid into
     that tile of a [num_pid_m, num_pid_n] owner grid, as a kernel stores its C tile: a tile outside
     the grid is an out-of-bounds store (a checked run stops it)."""
@@ -141,7 +142,7 @@ def _record_tiles_kernel(out_ptr, owner_ptr, num_pid_m, num_pid_n, TILE_FN: tl.c
     pid_m, pid_n = TILE_FN(pid, num_pid_m, num_pid_n, GROUP_SIZE)
     tl.store(out_ptr + 2 * pid, pid_m)
     tl.store(out_ptr + 2 * pid + 1, pid_n)
-    tl.store(owner_ptr + pid_m * num_pid_n + pid_n, pid)
+    tl.store(owner_ptr + pid_m * owner_stride + pid_n, pid)
 
 
 def run_tile_fn(tile_fn, num_pid_m: int, num_pid_n: int, group_size: int) -> np.ndarray:
@@ -149,8 +150,12 @@ def run_tile_fn(tile_fn, num_pid_m: int, num_pid_n: int, group_size: int) -> np.
     returns the ``[num_programs, 2]`` tiles they report (-1 where a program stored nothing)."""
     n = num_pid_m * num_pid_n
     out = torch.full((n, 2), -1, dtype=torch.int32, device=runtime.DEVICE)
-    owner = torch.full((num_pid_m, num_pid_n), -1, dtype=torch.int32, device=runtime.DEVICE)
-    _record_tiles_kernel[(n,)](out, owner, num_pid_m, num_pid_n, TILE_FN=tile_fn, GROUP_SIZE=group_size)
+    # the owner grid is a view with GROUP_SIZE spare columns after each row: a pid_n past the last
+    # column lands there, outside the view, instead of on the next row's first tiles
+    owner = torch.full((num_pid_m, num_pid_n + group_size), -1, dtype=torch.int32, device=runtime.DEVICE)
+    owner = owner[:, :num_pid_n]
+    _record_tiles_kernel[(n,)](out, owner, owner.stride(0), num_pid_m, num_pid_n, TILE_FN=tile_fn,
+                               GROUP_SIZE=group_size)
     return out.cpu().numpy()
 
 
