@@ -11,8 +11,12 @@ TORCH_CPU_SPEC ?= torch==2.13.0
 TORCH_PIP_ARGS ?=
 PYTEST_ARGS ?=
 LAB_ARGS ?=
+# a port for `make lab` / `make lab-student` (default: the first free one from 8888)
+LAB_PORT ?=
+# `make student FORCE=1`: back changed student copies up (NAME.ipynb.bak-N), then write fresh ones
+FORCE ?=
 
-.PHONY: setup lab test test-gpu sanitize student images bench bench-quick clean
+.PHONY: setup lab lab-student test test-gpu sanitize student images bench bench-quick clean
 
 setup: $(STAMP)
 
@@ -28,8 +32,11 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e ".[test]"
 	@touch $(STAMP)
 
-lab: $(STAMP)  ## open JupyterLab on notebooks/
-	$(BIN)/jupyter lab --notebook-dir=notebooks $(LAB_ARGS)
+lab: $(STAMP)  ## JupyterLab on notebooks/ (prints the URL to open; --allow-root only as root)
+	$(BIN)/python -m gemm_kernels.lab.student --lab notebooks $(if $(LAB_PORT),--port $(LAB_PORT)) $(LAB_ARGS)
+
+lab-student: $(STAMP)  ## JupyterLab on student/: makes the student copies that are missing, never overwrites one
+	$(BIN)/python -m gemm_kernels.lab.student --serve $(if $(LAB_PORT),--port $(LAB_PORT)) $(LAB_ARGS)
 
 test: $(STAMP)  ## unit tests + every notebook (nbmake), on the CPU interpreter unless a GPU is present
 	$(BIN)/python -m pytest -n 2 --nbmake --nbmake-timeout=600 -p no:cacheprovider $(PYTEST_ARGS)
@@ -40,8 +47,8 @@ test-gpu: $(STAMP)  ## only the tests that need a CUDA GPU
 sanitize: $(STAMP)  ## every kernel on ragged shapes under compute-sanitizer memcheck (needs a CUDA GPU)
 	GEMM_KERNELS_AUTOTUNE=0 compute-sanitizer --tool memcheck --error-exitcode 1 $(BIN)/python tests/sanitize_kernels.py
 
-student: $(STAMP)  ## student copies of the notebooks (solutions removed) in student/
-	$(BIN)/python -m gemm_kernels.lab.student
+student: $(STAMP)  ## student copies of the notebooks (solutions removed) in student/; keeps a copy you changed
+	$(BIN)/python -m gemm_kernels.lab.student $(if $(FORCE),--force)
 
 images: $(STAMP)  ## regenerate the schedule/pointer pictures images/*.png from gemm_kernels.viz.drawings (deterministic)
 	$(BIN)/python -m gemm_kernels.viz.images

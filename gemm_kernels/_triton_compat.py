@@ -195,3 +195,126 @@ def ast_source(jit_fn, signature: dict, constexprs: dict, attrs: dict):
         except Exception as err:
             _give_up("compile_attrs", err)
     return triton.compiler.ASTSource(fn=jit_fn, signature=signature, constexprs=constexprs)
+
+
+# ----------------------------------------------------------------------------- checked runs
+# ``gemm_kernels.lab.checked.run_checked`` runs a kernel in Triton's interpreter with every load
+# and store checked first.  Triton has no public hook for that, so it relies on the interpreter's
+# internals: ``triton.runtime.interpreter.interpreter_builder`` (the object whose ``create_*``
+# methods execute every IR operation on numpy arrays: ``create_masked_load``,
+# ``create_masked_store``, ``create_addptr``, ...; wrapped on the instance for one launch),
+# ``InterpretedFunction`` (an interpreted twin of a ``JITFunction``, built on the fly when the
+# process runs compiled kernels), ``InterpreterError`` (how the interpreter wraps an exception
+# raised inside a kernel) and ``KernelInterface.__getitem__`` (``kernel[grid]``, redirected while
+# an exercise check runs).  There is no public fallback: without them :func:`interpreter_internals`
+# raises a RuntimeError that says what is missing.
+
+#: the builder methods a checked run wraps; every one must exist for a checked run
+CHECKED_BUILDER_METHODS = (
+    "create_masked_load", "create_masked_store", "create_atomic_rmw", "create_atomic_cas",
+    "create_descriptor_load", "create_descriptor_store", "create_make_tensor_descriptor",
+    "create_addptr", "create_splat", "create_broadcast", "create_expand_dims", "create_reshape",
+    "create_trans", "create_select", "create_cat", "create_join", "create_bitcast", "create_int_to_ptr",
+)
+
+
+def interpreter_internals():
+    """``(interpreter_builder, InterpretedFunction, InterpreterError)`` of this Triton, after checking
+    that the builder has every method a checked run wraps; RuntimeError naming what is missing."""
+    import triton
+
+    try:
+        from triton.runtime.errors import InterpreterError
+        from triton.runtime.interpreter import InterpretedFunction, interpreter_builder
+    except ImportError as err:
+        raise RuntimeError(f"checked runs need Triton's interpreter (triton.runtime.interpreter: "
+                           f"interpreter_builder, InterpretedFunction); Triton {triton.__version__} has no "
+                           f"usable one ({err}). Launch the kernel with kernel[grid](...) instead.") from None
+    missing = [m for m in CHECKED_BUILDER_METHODS if not callable(getattr(interpreter_builder, m, None))]
+    if missing:
+        raise RuntimeError(f"checked runs wrap the interpreter builder's {', '.join(missing)}, which Triton "
+                           f"{triton.__version__} does not have. Launch the kernel with kernel[grid](...) instead.")
+    return interpreter_builder, InterpretedFunction, InterpreterError
+
+
+def jit_source_function(kernel):
+    """The Python function behind a ``@triton.jit`` kernel (compiled or interpreted), or None."""
+    from triton.runtime.jit import JITFunction
+
+    try:
+        from triton.runtime.interpreter import InterpretedFunction
+    except ImportError:  # pragma: no cover  (every supported Triton has it)
+        InterpretedFunction = ()  # noqa: N806
+    if isinstance(kernel, (JITFunction, InterpretedFunction)):
+        return kernel.fn
+    return None
+
+
+class interpreting:
+    """While active, ``@triton.jit`` functions run in the interpreter even in a process whose
+    kernels are compiled: the knob ``triton.knobs.runtime.interpret`` is on, and calling a
+    ``JITFunction`` from interpreted code (a helper such as ``tl.cdiv``) runs its interpreted twin.
+    A no-op in a process that interprets already."""
+
+    def __enter__(self):
+        from triton import knobs
+        from triton.runtime.jit import JITFunction
+
+        _, InterpretedFunction, _ = interpreter_internals()  # noqa: N806
+        self._knob = knobs.runtime.interpret
+        knobs.runtime.interpret = True
+        self._call = JITFunction.__call__
+        twins: dict = {}
+
+        def call_interpreted(jit_fn, *args, **kwargs):
+            twin = twins.get(jit_fn.fn)
+            if twin is None:
+                twin = twins[jit_fn.fn] = InterpretedFunction(jit_fn.fn).rewrite()
+            return twin(*args, **kwargs)
+
+        JITFunction.__call__ = call_interpreted
+        return self
+
+    def __exit__(self, *exc):
+        from triton import knobs
+        from triton.runtime.jit import JITFunction
+
+        JITFunction.__call__ = self._call
+        knobs.runtime.interpret = self._knob
+        return False
+
+
+def interpreted_twin(kernel):
+    """An interpreted version of the ``@triton.jit`` kernel (itself when it is interpreted already)."""
+    _, InterpretedFunction, _ = interpreter_internals()  # noqa: N806
+    if isinstance(kernel, InterpretedFunction):
+        return kernel
+    return InterpretedFunction(kernel.fn)
+
+
+class redirect_launches:
+    """While active, ``kernel[grid](*args, **kwargs)`` of every plain ``@triton.jit`` kernel calls
+    ``launch(kernel, grid, *args, **kwargs)`` instead (autotuned kernels launch as usual)."""
+
+    def __init__(self, launch: Callable):
+        self._launch = launch
+
+    def __enter__(self):
+        from triton.runtime.jit import KernelInterface
+
+        self._getitem = KernelInterface.__getitem__
+        original, launch = self._getitem, self._launch
+
+        def getitem(kernel, grid):
+            if jit_source_function(kernel) is None:
+                return original(kernel, grid)
+            return lambda *args, **kwargs: launch(kernel, grid, *args, **kwargs)
+
+        KernelInterface.__getitem__ = getitem
+        return self
+
+    def __exit__(self, *exc):
+        from triton.runtime.jit import KernelInterface
+
+        KernelInterface.__getitem__ = self._getitem
+        return False

@@ -495,3 +495,47 @@ def test_start_here_runs_clean(lab, browser_context):
         notebook.wait_widgets_rendered()
         notebook.screenshot("page")
         assert not notebook.page_errors, notebook.page_errors
+
+
+# A learner's first kernel with no mask at all, and the exercise check that runs it: the check's
+# checked run stops it before it touches memory, and the kernel process must survive to run more.
+FAILING_EXERCISE_CELLS = [
+    "import gemm_kernels as gk\n\nimport torch\nimport triton\nimport triton.language as tl\n\n"
+    "from gemm_kernels.lab.exercises.start_here import check_axpy",
+    "@triton.jit\ndef axpy_kernel(x_ptr, y_ptr, out_ptr, alpha, n, BLOCK: tl.constexpr):\n"
+    "    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)\n"
+    "    tl.store(out_ptr + offsets, alpha * tl.load(x_ptr + offsets) + tl.load(y_ptr + offsets))\n\n\n"
+    "def axpy(alpha, x, y):\n    out = torch.empty_like(x)\n"
+    "    axpy_kernel[(triton.cdiv(x.numel(), 1024),)](x, y, out, alpha, x.numel(), BLOCK=1024)\n    return out",
+    "check_axpy(axpy)",
+    "print('the kernel is alive:', 6 * 7)",
+]
+
+
+def test_a_failing_exercise_is_explained_and_the_kernel_stays_alive(lab, browser_context):
+    import nbformat
+
+    name = "90_failing_exercise.ipynb"
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(s) for s in FAILING_EXERCISE_CELLS])
+    nb.metadata["kernelspec"] = {"display_name": "Python 3", "language": "python", "name": "python3"}
+    nbformat.write(nb, lab.root / "notebooks" / name)
+    notebook = NotebookPage(lab, browser_context, name)
+    try:
+        state = notebook.run_all()  # no error output anywhere: the check returns feedback, it does not raise
+        assert state["connected"] and state["kernel"] == "idle", state
+        page = notebook.page
+        feedback = page.locator(".jp-OutputArea-output", has_text="left its tensor").first
+        feedback.scroll_into_view_if_needed()
+        text = feedback.inner_text()
+        assert "axpy_kernel: load through x_ptr" in text and "active lanes" in text, text
+        picture = feedback.locator("img").first
+        assert picture.evaluate("img => img.complete && img.naturalWidth > 0"), "the picture of the bad lanes"
+        alive = page.locator(".jp-OutputArea-output", has_text="the kernel is alive: 42")
+        assert alive.count() == 1, "the cell after the failing check did not run"
+        notebook.screenshot("failing-exercise", feedback)
+        assert not notebook.page_errors, notebook.page_errors
+    except BaseException:
+        notebook.screenshot("failure")
+        raise
+    finally:
+        notebook.close()

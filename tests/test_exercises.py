@@ -1,6 +1,9 @@
 """Every exercise check, down each of its three paths: not attempted, wrong (with a precise
 explanation), correct.  The correct answers are the notebooks' own solutions, run in-process
-(one source of truth: the code a learner sees in the solution notebook)."""
+(one source of truth: the code a learner sees in the solution notebook).  Every exercise whose
+answer runs a kernel gets a missing-mask answer (OutOfBounds feedback with its picture, no
+crash); every check gets answers of the wrong type (feedback, never a traceback); the hints come
+in steps."""
 
 from __future__ import annotations
 
@@ -15,7 +18,8 @@ import triton
 import triton.language as tl
 
 from gemm_kernels import DEVICE
-from gemm_kernels.lab.exercises import CORRECT, NOT_ATTEMPTED, WRONG, CheckResult
+from gemm_kernels.kernels.tiles import tile_grouped
+from gemm_kernels.lab.exercises import CORRECT, NOT_ATTEMPTED, WRONG, CheckResult, reset_hints
 from gemm_kernels.lab.exercises import grouped_gemm as grouped_ex
 from gemm_kernels.lab.exercises import grouped_l2_ordering as ordering
 from gemm_kernels.lab.exercises import kernel_fusion as fusion
@@ -37,9 +41,9 @@ CHECKS = {
     "02_naive_tiling.ipynb": ["one_program", "row_major_launch_order", "my_matmul"],
     "03_grouped_l2_ordering.ipynb": ["column_grouped_tile", "wave_block_fetches", "column_grouped_triton"],
     "04_kernel_fusion.ipynb": ["activation_pass_bytes", "variant_reference", "gelu_tanh"],
-    "05_persistent_tma.ipynb": ["waves_and_tail", "persistent_tiles", "tma_view"],
-    "06_grouped_gemm.ipynb": ["bounds_masks", "program_tiles"],
-    "07_moe_grouped_mm.ipynb": ["offs_from_counts", "tiles_per_expert", "padded_rows"],
+    "05_persistent_tma.ipynb": ["waves_and_tail", "persistent_tiles", "tma_view", "persistent_loop"],
+    "06_grouped_gemm.ipynb": ["bounds_masks", "program_tiles", "find_tile"],
+    "07_moe_grouped_mm.ipynb": ["offs_from_counts", "tiles_per_expert", "padded_rows", "expert_rows_kernel"],
 }
 
 
@@ -85,6 +89,25 @@ def jit_masks_stub(rows, cols, ks, M, N, K):
     raise NotImplementedError("your turn")
 
 
+@triton.jit
+def jit_persistent_stub(a_ptr, b_ptr, c_ptr, trace_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                        stride_cm, stride_cn, NUM_PROGRAMS: tl.constexpr, GROUP_SIZE_M: tl.constexpr,
+                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    raise NotImplementedError("your turn")
+
+
+@triton.jit
+def jit_find_tile_stub(tile, tile_starts_ptr, sizes_ptr, num_problems, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    raise NotImplementedError("your turn")
+
+
+@triton.jit
+def jit_moe_stub(x_ptr, w_ptr, out_ptr, offs_ptr, N, K, stride_xt, stride_xk, stride_we, stride_wk, stride_wn,
+                 stride_ot, stride_on, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    expert = tl.program_id(0)
+    raise NotImplementedError("your turn")
+
+
 ALL_CHECKS = {
     "launch_stats": start_here.check_launch_stats,
     "axpy": start_here.check_axpy,
@@ -108,8 +131,13 @@ ALL_CHECKS = {
     "offs_from_counts": moe_ex.check_offs_from_counts,
     "tiles_per_expert": moe_ex.check_tiles_per_expert,
     "padded_rows": moe_ex.check_padded_rows,
+    "persistent_loop": persistent_ex.check_persistent_loop,
+    "find_tile": grouped_ex.check_find_tile,
+    "expert_rows_kernel": moe_ex.check_expert_rows_kernel,
 }
-JIT_ANSWERS = {"column_grouped_triton": jit_tile_stub, "gelu_tanh": jit_stub, "bounds_masks": jit_masks_stub}
+JIT_ANSWERS = {"column_grouped_triton": jit_tile_stub, "gelu_tanh": jit_stub, "bounds_masks": jit_masks_stub,
+               "persistent_loop": jit_persistent_stub, "find_tile": jit_find_tile_stub,
+               "expert_rows_kernel": jit_moe_stub}
 
 
 # ----------------------------------------------------------------------------- correct
@@ -157,14 +185,14 @@ def test_an_answer_that_crashes_is_explained_not_raised(name):
 
 
 def test_a_value_instead_of_a_function_is_explained():
-    assert_wrong(start_here.check_launch_stats(42), "expected a function, got int")
+    assert_wrong(start_here.check_launch_stats(42), "expected a function", "got int: 42")
 
 
 # ----------------------------------------------------------------------------- wrong: 00
 def test_launch_stats_wrong():
     result = start_here.check_launch_stats(lambda n, block: (n // block, 0))
     assert_wrong(result, "n=1000, BLOCK=256: expected 4 programs with 24 idle lanes, got 3 programs with 0 idle lanes",
-                 "hint:")
+                 "hint 1 (nudge):")
     # n=1024 is a multiple of the block: that case is right and must not be listed
     assert "n=1024," not in str(result)
     assert_wrong(start_here.check_launch_stats(lambda n, block: n // block), "expected a pair")
@@ -183,7 +211,8 @@ def test_axpy_missing_the_last_block_is_reported_as_never_written(solutions):
         kernel[(x.numel() // 1024,)](x, y, out, alpha, x.numel(), BLOCK=1024)
         return out
 
-    assert_wrong(start_here.check_axpy(floor_grid), "never written?", "n=1,")
+    # n=1: a grid of 0 programs; a checked launch refuses it by name (Triton would run nothing)
+    assert_wrong(start_here.check_axpy(floor_grid), "raised ValueError: every launch grid size must be at least 1")
 
 
 def test_axpy_writing_into_y():
@@ -300,8 +329,8 @@ def test_my_matmul_that_misses_tiles(solutions):
         return c
 
     result = tiling.check_my_matmul(floor_grid)
-    assert_wrong(result, "M=1, N=1, K=1: 1 of 1 elements wrong", "got nan (never written?)",
-                 "M=20, N=36, K=40: 720 of 720 elements wrong")
+    # M=1, N=1: a grid of 0 programs, refused by name (Triton would run nothing), at the learner's line
+    assert_wrong(result, "raised ValueError: every launch grid size must be at least 1", "kernel[((M // 32)")
 
 
 def test_my_matmul_wrong_region():
@@ -498,9 +527,11 @@ def test_bounds_masks_forgetting_k_reads_past_a_and_b():
                  "k 40 >= K = 40")
 
 
-def test_bounds_masks_with_an_unmasked_store_clobbers_the_sentinels():
-    assert_wrong(grouped_ex.check_bounds_masks(_masks_without_store), "c_mask has", "stores past the end of C",
-                 "run on sentinel buffers", "outside C overwritten")
+def test_bounds_masks_with_an_unmasked_store_is_stopped_before_it_writes():
+    result = grouped_ex.check_bounds_masks(_masks_without_store)
+    assert_wrong(result, "c_mask has", "stores past the end of C", "left its tensor",
+                 "_pointer_array_kernel: store through C[", "address memory outside C[")
+    assert result.picture is not None
 
 
 def test_program_tiles_restarting_every_problem():
@@ -529,3 +560,270 @@ def test_tiles_per_expert_rounding_down_and_empty_experts():
 def test_padded_rows_counting_full_and_empty_experts():
     assert_wrong(moe_ex.check_padded_rows(lambda counts, bm: sum(bm - c % bm for c in counts)),
                  "has no padding")
+
+
+# ----------------------------------------------------------------------------- missing masks: checked, drawn, no crash
+def assert_out_of_bounds(result: CheckResult, *fragments: str):
+    """The feedback of a kernel stopped by a checked run: the report and its picture."""
+    assert_wrong(result, "left its tensor (stopped before it touched memory)", "active lanes", *fragments)
+    assert result.picture is not None and result.picture.startswith(b"\x89PNG")
+    assert "data:image/png;base64," in result._repr_html_()
+
+
+@triton.jit
+def axpy_no_mask_kernel(x_ptr, y_ptr, out_ptr, alpha, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offsets, alpha * tl.load(x_ptr + offsets) + tl.load(y_ptr + offsets))
+
+
+def axpy_no_mask(alpha, x, y):
+    out = torch.empty_like(x)
+    axpy_no_mask_kernel[(triton.cdiv(x.numel(), 1024),)](x, y, out, alpha, x.numel(), BLOCK=1024)
+    return out
+
+
+def test_axpy_without_a_mask_is_stopped_and_drawn():
+    assert_out_of_bounds(start_here.check_axpy(axpy_no_mask), "axpy_no_mask_kernel: load through x_ptr",
+                         "1023 of 1024 active lanes", "element 1 (x_ptr has 1 element: 0..0)")
+
+
+@triton.jit
+def transpose_no_mask_kernel(x_ptr, out_ptr, M, N, sxm, sxn, som, son, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    block = tl.load(x_ptr + rows[:, None] * sxm + cols[None, :] * sxn)
+    tl.store(out_ptr + cols[None, :] * som + rows[:, None] * son, block)
+
+
+def transpose_no_mask(x):
+    M, N = x.shape
+    out = torch.empty((N, M), dtype=x.dtype, device=x.device)
+    transpose_no_mask_kernel[(triton.cdiv(M, 16), triton.cdiv(N, 16))](
+        x, out, M, N, x.stride(0), x.stride(1), out.stride(0), out.stride(1), BLOCK_M=16, BLOCK_N=16)
+    return out
+
+
+def test_transpose_without_a_mask_is_stopped_and_drawn():
+    # the first case is x[:1, :1] of a 40x66 buffer: lane (0, 1) reads x's neighbour in the same storage
+    assert_out_of_bounds(pointers.check_transpose(transpose_no_mask), "load through x_ptr",
+                         "255 of 256 active lanes", "index (0, 1) (x_ptr is 1x1)")
+
+
+def my_matmul_without_store_mask(solutions):
+    @triton.jit
+    def kernel(a_ptr, b_ptr, c_ptr, M, N, K, sam, sak, sbk, sbn, scm, scn,
+               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+        pid = tl.program_id(0)
+        num_pid_n = tl.cdiv(N, BLOCK_N)
+        rows = (pid // num_pid_n) * BLOCK_M + tl.arange(0, BLOCK_M)
+        cols = (pid % num_pid_n) * BLOCK_N + tl.arange(0, BLOCK_N)
+        ks = tl.arange(0, BLOCK_K)
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for k in range(0, K, BLOCK_K):
+            a = tl.load(a_ptr + rows[:, None] * sam + (k + ks)[None, :] * sak,
+                        mask=(rows[:, None] < M) & ((k + ks)[None, :] < K), other=0.0)
+            b = tl.load(b_ptr + (k + ks)[:, None] * sbk + cols[None, :] * sbn,
+                        mask=((k + ks)[:, None] < K) & (cols[None, :] < N), other=0.0)
+            acc = tl.dot(a, b, acc)
+        tl.store(c_ptr + rows[:, None] * scm + cols[None, :] * scn, acc.to(tl.float16))
+
+    def my_matmul(a, b):
+        M, K = a.shape
+        N = b.shape[1]
+        c = torch.empty((M, N), dtype=torch.float16, device=a.device)
+        kernel[(triton.cdiv(M, 16) * triton.cdiv(N, 16),)](a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0),
+                                                          b.stride(1), c.stride(0), c.stride(1),
+                                                          BLOCK_M=16, BLOCK_N=16, BLOCK_K=16)
+        return c
+    return my_matmul
+
+
+def test_my_matmul_without_a_store_mask_is_stopped_and_drawn(solutions):
+    assert_out_of_bounds(tiling.check_my_matmul(my_matmul_without_store_mask(solutions)),
+                         "kernel: store through c_ptr", "255 of 256 active lanes", "(c_ptr is 1x1)")
+
+
+@triton.jit
+def column_grouped_without_min(pid, num_pid_m, num_pid_n, GROUP_SIZE: tl.constexpr):
+    in_group = GROUP_SIZE * num_pid_m
+    first_n = (pid // in_group) * GROUP_SIZE
+    pid_n = first_n + (pid % in_group) % GROUP_SIZE  # the short last group is not clamped
+    pid_m = (pid % in_group) // GROUP_SIZE
+    return pid_m, pid_n
+
+
+def test_column_grouped_triton_without_the_clamp_is_stopped_and_drawn():
+    assert_out_of_bounds(ordering.check_column_grouped_triton(column_grouped_without_min),
+                         "_record_tiles_kernel: store through owner_ptr", "index (0, 5) (owner_ptr is 4x5")
+
+
+@triton.jit
+def persistent_past_the_last_tile(a_ptr, b_ptr, c_ptr, trace_ptr, M, N, K, stride_am, stride_ak, stride_bk,
+                                  stride_bn, stride_cm, stride_cn, NUM_PROGRAMS: tl.constexpr,
+                                  GROUP_SIZE_M: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                                  BLOCK_K: tl.constexpr):
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    for tile in range(tl.program_id(0), num_pid_m * num_pid_n + NUM_PROGRAMS, NUM_PROGRAMS):  # one step too many
+        pid_m, pid_n = tile_grouped(tile, num_pid_m, num_pid_n, GROUP_SIZE_M)
+        persistent_ex.matmul_tile(a_ptr, b_ptr, c_ptr, trace_ptr, tile, pid_m, pid_n, M, N, K, stride_am, stride_ak,
+                                  stride_bk, stride_bn, stride_cm, stride_cn, BLOCK_M, BLOCK_N, BLOCK_K)
+
+
+def test_persistent_loop_past_the_last_tile_is_stopped_and_drawn():
+    assert_out_of_bounds(persistent_ex.check_persistent_loop(persistent_past_the_last_tile),
+                         "store through trace_ptr", "called from line", "of persistent_past_the_last_tile",
+                         "index (12, 0) (trace_ptr is 12x4)")
+
+
+@triton.jit
+def persistent_row_major(a_ptr, b_ptr, c_ptr, trace_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                         stride_cm, stride_cn, NUM_PROGRAMS: tl.constexpr, GROUP_SIZE_M: tl.constexpr,
+                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    for tile in range(tl.program_id(0), tl.cdiv(M, BLOCK_M) * num_pid_n, NUM_PROGRAMS):
+        persistent_ex.matmul_tile(a_ptr, b_ptr, c_ptr, trace_ptr, tile, tile // num_pid_n, tile % num_pid_n, M, N, K,
+                                  stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+                                  BLOCK_M, BLOCK_N, BLOCK_K)
+
+
+def test_persistent_loop_in_row_major_order_names_the_wrong_tiles():
+    assert_wrong(persistent_ex.check_persistent_loop(persistent_row_major),
+                 "program 1, step 0 (tile index 1) computed tile (0, 1), expected tile (1, 0)")
+
+
+@triton.jit
+def find_tile_one_past(tile, tile_starts_ptr, sizes_ptr, num_problems, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    problem = 0
+    for g in range(num_problems + 1):
+        if tl.load(tile_starts_ptr + g + 1) <= tile:  # reads tile_starts[num_problems + 1]: one past the end
+            problem = g + 1
+    local = tile - tl.load(tile_starts_ptr + problem)
+    num_pid_n = tl.cdiv(tl.load(sizes_ptr + 3 * problem + 1), BLOCK_N)
+    return problem, local // num_pid_n, local % num_pid_n
+
+
+@triton.jit
+def find_tile_without_the_offset(tile, tile_starts_ptr, sizes_ptr, num_problems, BLOCK_M: tl.constexpr,
+                                 BLOCK_N: tl.constexpr):
+    problem = 0
+    for g in range(num_problems):
+        if tl.load(tile_starts_ptr + g) <= tile:
+            problem = g
+    num_pid_n = tl.cdiv(tl.load(sizes_ptr + 3 * problem + 1), BLOCK_N)
+    return problem, tile // num_pid_n, tile % num_pid_n  # the global index, not the problem's own
+
+
+def test_find_tile_reading_past_tile_starts_is_stopped_and_drawn():
+    assert_out_of_bounds(grouped_ex.check_find_tile(find_tile_one_past), "load through tile_starts",
+                         "called from line", "element 5 (tile_starts has 5 elements: 0..4)")
+
+
+def test_find_tile_without_the_problem_offset_names_the_wrong_tiles():
+    assert_wrong(grouped_ex.check_find_tile(find_tile_without_the_offset), "computed problem 2 tile (")
+
+
+@triton.jit
+def moe_kernel(x_ptr, w_ptr, out_ptr, offs_ptr, N, K, stride_xt, stride_xk, stride_we, stride_wk, stride_wn,
+               stride_ot, stride_on, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+               ROWS_MASK: tl.constexpr, START_FROM_OFFS: tl.constexpr):
+    expert = tl.program_id(0)
+    if START_FROM_OFFS:
+        row_start = tl.load(offs_ptr + expert - 1, mask=expert > 0, other=0)
+    else:
+        row_start = expert * 0
+    row_end = tl.load(offs_ptr + expert)
+    rows = row_start + tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.program_id(2) * BLOCK_N + tl.arange(0, BLOCK_N)
+    ks = tl.arange(0, BLOCK_K)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, K, BLOCK_K):
+        x = tl.load(x_ptr + rows[:, None] * stride_xt + (k + ks)[None, :] * stride_xk,
+                    mask=(rows[:, None] < row_end) & ((k + ks)[None, :] < K), other=0.0)
+        w = tl.load(w_ptr + expert * stride_we + (k + ks)[:, None] * stride_wk + cols[None, :] * stride_wn,
+                    mask=((k + ks)[:, None] < K) & (cols[None, :] < N), other=0.0)
+        acc = tl.dot(x, w, acc)
+    if ROWS_MASK:
+        mask = (rows[:, None] < row_end) & (cols[None, :] < N)
+    else:
+        mask = (rows[:, None] >= 0) & (cols[None, :] < N)
+    tl.store(out_ptr + rows[:, None] * stride_ot + cols[None, :] * stride_on, acc.to(out_ptr.dtype.element_ty),
+             mask=mask)
+
+
+class _Bound:
+    """``kernel[grid](...)`` with some constexprs fixed, as a learner's kernel would have them written in."""
+
+    def __init__(self, kernel, **fixed):
+        self.kernel, self.fixed = kernel, fixed
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: self.kernel[grid](*args, **kwargs, **self.fixed)
+
+    def __call__(self, *args, **kwargs):  # like a JITFunction: only launched, never called
+        raise RuntimeError("launch it with kernel[grid](...)")
+
+
+def moe_kernel_with(store_rows_mask: bool, first_row_from_offs: bool = True):
+    return _Bound(moe_kernel, ROWS_MASK=store_rows_mask, START_FROM_OFFS=first_row_from_offs)
+
+
+def test_expert_store_without_the_row_mask_is_stopped_and_drawn():
+    assert_out_of_bounds(moe_ex.check_expert_rows_kernel(moe_kernel_with(store_rows_mask=False)),
+                         "store through out_ptr", "program_id 1, 2, 0", "(out_ptr is 60x24)")
+
+
+def test_expert_rows_starting_at_zero_names_the_experts():
+    assert_wrong(moe_ex.check_expert_rows_kernel(moe_kernel_with(True, first_row_from_offs=False)),
+                 "expert 2 (rows 20..26): rows 20..26")
+
+
+# ----------------------------------------------------------------------------- answers of the wrong type
+class _Meta:
+    def __repr__(self):
+        return "meta"
+
+
+def _odd_values():
+    return {
+        "a tuple": (1, 2, 3),
+        "a dict": {"programs": 3},
+        "a tensor that requires grad": torch.ones(3, requires_grad=True),
+        "a meta tensor": torch.empty(3, 3, device="meta"),
+        "10**400": 10**400,
+    }
+
+
+@pytest.mark.parametrize("name", list(ALL_CHECKS))
+@pytest.mark.parametrize("kind", list(_odd_values()))
+def test_an_answer_of_the_wrong_type_gets_feedback_not_a_traceback(name, kind):
+    value = _odd_values()[kind]
+    as_answer = ALL_CHECKS[name](value)
+    assert isinstance(as_answer, CheckResult) and as_answer.status == WRONG, str(as_answer)
+    returned = ALL_CHECKS[name](lambda *args, **kwargs: _odd_values()[kind])
+    assert isinstance(returned, CheckResult) and returned.status == WRONG, str(returned)
+    assert str(returned) and returned._repr_html_()
+
+
+# ----------------------------------------------------------------------------- hints in steps
+def test_hints_come_in_steps_and_the_solution_only_on_request():
+    reset_hints()
+    check = start_here.check_launch_stats
+    wrong = lambda n, block: (n // block, 0)  # noqa: E731
+    first, second, third = check(wrong), check(wrong), check(wrong)
+    nudge, approach, solution = check.hints.nudge, check.hints.approach, check.hints.solution
+    assert nudge in str(first) and approach not in str(first) and solution not in str(first)
+    assert "(n + block - 1) // block" not in str(first)  # never the formula on the first wrong answer
+    assert nudge in str(second) and approach in str(second) and solution not in str(second)
+    assert solution not in str(third) and "check_launch_stats.hint(level=3)" in str(third)
+    assert solution in str(check.hint(level=3)) and nudge in str(check.hint(1))
+    assert "show a solution" in first._repr_html_()  # the button: a <details> that opens on a click
+    assert first.show_hint(2).text == approach
+    reset_hints()
+    assert approach not in str(check(wrong))
+
+
+def test_every_check_has_three_distinct_hint_steps():
+    for name, check in ALL_CHECKS.items():
+        levels = [check.hint(level).text for level in (1, 2, 3)]
+        assert len(set(levels)) == 3 and all(levels), name

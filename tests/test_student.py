@@ -1,8 +1,19 @@
 """Student copies: solutions out, stubs in, and the copies still run (every check then says
-"not attempted yet")."""
+"not attempted yet"); a learner's changed copy is never overwritten; `make lab` serves (as root
+too) and every picture a notebook shows loads under it."""
 
 from __future__ import annotations
 
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import nbformat
@@ -13,7 +24,8 @@ from gemm_kernels.lab import student
 from gemm_kernels.lab.exercises import NOT_ATTEMPTED
 from gemm_kernels.lab.student import BEGIN, END, STUB, MarkerError, strip_solutions
 
-NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+REPO = Path(__file__).resolve().parents[1]
+NOTEBOOKS = REPO / "notebooks"
 PATHS = student.notebook_paths(NOTEBOOKS)
 
 
@@ -145,3 +157,103 @@ def test_a_student_notebook_runs_top_to_bottom(tmp_path):
         assert "not attempted yet" in shown, (cell.source, cell.outputs)
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
     assert not errors
+
+
+# ----------------------------------------------------------------------------- the student flow and the lab
+def test_make_student_never_overwrites_a_changed_copy(tmp_path, capsys):
+    """make, edit, make again: the edit survives (and is reported); FORCE backs it up first."""
+    assert student.main([str(NOTEBOOKS), str(tmp_path)]) == 0
+    target = tmp_path / PATHS[0].name
+    nb = read_nb(target)
+    stub_cell = next(c for c in nb.cells if c.cell_type == "code" and STUB in c.source)
+    stub_cell.source = stub_cell.source.replace(STUB, "return 42  # my answer")
+    nbformat.write(nb, target)
+    edited = target.read_text()
+    capsys.readouterr()
+
+    assert student.main([str(NOTEBOOKS), str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert target.read_text() == edited
+    assert f"kept {target}" in out and "your work" in out
+    assert f"wrote {tmp_path / PATHS[1].name}" in out  # unchanged copies are simply written again
+
+    assert student.main([str(NOTEBOOKS), str(tmp_path), "--force"]) == 0
+    out = capsys.readouterr().out
+    backup = tmp_path / f"{target.name}.bak-1"
+    assert backup.read_text() == edited and "return 42  # my answer" in backup.read_text()
+    assert f"backed up your copy {target.name} as {backup.name}" in out
+    assert "return 42" not in target.read_text()
+
+
+def test_lab_allows_root_only_for_root(tmp_path):
+    as_root = student.lab_command(tmp_path, 8888, "t0k", uid=0)
+    as_user = student.lab_command(tmp_path, 8888, "t0k", uid=1000)
+    assert "--allow-root" in as_root and "--allow-root" not in as_user
+    assert f"--ServerApp.root_dir={tmp_path}" in as_user and "--IdentityProvider.token=t0k" in as_user
+
+
+def _markdown_images(nb):
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            yield from re.findall(r"!\[[^\]]*\]\(([^)\s]+)", cell.source)
+            yield from re.findall(r"<img[^>]*src=[\"']([^\"']+)", cell.source)
+
+
+@pytest.mark.parametrize("path", PATHS, ids=lambda p: p.name)
+def test_every_markdown_image_loads_under_make_lab(path):
+    """`make lab` serves notebooks/ (and make lab-student serves student/): an image path must stay inside it."""
+    for src in _markdown_images(read_nb(path)):
+        if src.startswith(("http://", "https://", "data:")):
+            continue
+        resolved = (NOTEBOOKS / src).resolve()
+        assert NOTEBOOKS.resolve() in resolved.parents, f"{path.name}: {src} is outside the lab's root notebooks/"
+        assert resolved.is_file(), f"{path.name}: {src} does not exist"
+
+
+def test_make_lab_serves_as_root_and_says_which_url_to_open(tmp_path):
+    """`make lab` on a free port (as root in CI's containers: --allow-root is added): the URL it
+    prints opens the lab, and the notebooks are there."""
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    port = student.free_port(20000 + os.getpid() % 20000)
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    for var, sub in [("JUPYTER_CONFIG_DIR", "config"), ("JUPYTER_DATA_DIR", "data"),
+                     ("JUPYTER_RUNTIME_DIR", "runtime"), ("IPYTHONDIR", "ipython")]:
+        env[var] = str(tmp_path / sub)
+    # STAMP= and BIN=: this environment's Python, not a fresh .venv
+    command = ["make", "-s", "-C", str(REPO), "lab", "STAMP=", f"BIN={Path(sys.executable).parent}",
+               f"LAB_PORT={port}", "LAB_ARGS=--ServerApp.ip=127.0.0.1"]
+    log = tmp_path / "lab.log"
+    with open(log, "wb") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                   env=env, start_new_session=True)
+    try:
+        url, deadline = None, time.monotonic() + 60
+        while time.monotonic() < deadline:
+            match = re.search(r"open (http://127\.0\.0\.1:\d+/lab\?token=\w+)", log.read_text(errors="replace"))
+            if match:
+                url = match.group(1)
+                try:
+                    with urllib.request.urlopen(url, timeout=5) as response:
+                        page = response.read().decode()
+                    break
+                except (urllib.error.URLError, ConnectionError, OSError):
+                    pass
+            if process.poll() is not None:
+                pytest.fail(f"make lab exited with {process.returncode}:\n{log.read_text(errors='replace')}")
+            time.sleep(0.5)
+        else:
+            pytest.fail(f"make lab did not serve within 60 s:\n{log.read_text(errors='replace')}")
+        assert f":{port}/" in url and "JupyterLab" in page
+        token = url.rsplit("token=", 1)[1]
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/contents/{PATHS[0].name}?content=0&token={token}",
+                                    timeout=5) as response:
+            assert json.loads(response.read())["name"] == PATHS[0].name
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=10)
+

@@ -2,7 +2,9 @@
 
 Each ``check_<name>(answer)`` returns a :class:`~gemm_kernels.lab.exercises._core.CheckResult`:
 "not attempted yet" for an untouched stub, a precise explanation for a wrong answer
-(which elements, tiles or programs, expected vs got), or "correct".  It never raises.
+(which elements, tiles or programs, expected vs got; for a kernel that leaves its tensor, the
+checked run's report and a picture of the bad lanes), or "correct".  It never raises.
+``check_<name>.hint(level)`` gives the hints in steps: 1 a nudge, 2 the approach, 3 a solution.
 
 =========================  ==========================================
 notebook                   module
@@ -18,6 +20,6 @@ notebook                   module
 =========================  ==========================================
 """
 
-from ._core import CORRECT, NOT_ATTEMPTED, WRONG, CheckResult
+from ._core import CORRECT, NOT_ATTEMPTED, WRONG, CheckResult, Hints, reset_hints
 
-__all__ = ["CORRECT", "NOT_ATTEMPTED", "WRONG", "CheckResult"]
+__all__ = ["CORRECT", "NOT_ATTEMPTED", "WRONG", "CheckResult", "Hints", "reset_hints"]

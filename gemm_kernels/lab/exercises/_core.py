@@ -12,10 +12,21 @@
 A check body is an ordinary function that calls the learner's code through :func:`call`
 (which turns a stub into "not attempted" and an exception into a readable "wrong") and
 returns the list of problems it found (empty when everything matched).
+
+While a check runs, every ``kernel[grid](...)`` is a checked run
+(:func:`gemm_kernels.lab.checked.run_checked`): a missing or wrong mask gets the precise
+report of :class:`~gemm_kernels.lab.checked.OutOfBounds` and its picture, never a crash.
+Whatever the learner's code returns or raises, the check returns a result: answers of the
+wrong type (a dict, a meta tensor, ``10**400``, ...) get "wrong" with what was expected.
+
+Hints come in three steps (:class:`Hints`): the first wrong answer shows a *nudge*, the next
+ones the *approach*; the *solution* only on request, ``check_xxx.hint(level=3)`` or the
+"show a solution" button under the feedback.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import functools
 import html
@@ -36,13 +47,66 @@ _ICONS = {NOT_ATTEMPTED: "[ ]", WRONG: "[x]", CORRECT: "[ok]"}
 _COLOURS = {NOT_ATTEMPTED: "#6c757d", WRONG: "#b02a37", CORRECT: "#146c43"}
 
 
+@dataclass(frozen=True)
+class Hints:
+    """Three steps of help for one exercise: a nudge (where to look), the approach (how to go
+    about it, not the formula), and a solution (shown only on request)."""
+
+    nudge: str
+    approach: str
+    solution: str
+
+    def level(self, level: int) -> str:
+        return (self.nudge, self.approach, self.solution)[_hint_index(level)]
+
+
+def _hint_index(level) -> int:
+    try:
+        return min(max(int(level), 1), 3) - 1
+    except (TypeError, ValueError, OverflowError):
+        return 0
+
+
+_HINT_NAMES = ("nudge", "approach", "solution")
+
+#: wrong answers so far, per exercise title, in this process (how much of the hints to show)
+_wrong_attempts: dict[str, int] = {}
+
+
+def reset_hints() -> None:
+    """Forget the wrong attempts: the next wrong answer of every exercise shows the nudge again."""
+    _wrong_attempts.clear()
+
+
+@dataclass
+class Hint:
+    """One hint, shown as text or as a small box in Jupyter (``check_xxx.hint(level=2)``)."""
+
+    exercise: str
+    level: int
+    text: str
+
+    def __str__(self) -> str:
+        return f"hint {self.level} ({_HINT_NAMES[self.level - 1]}) for {self.exercise}: {self.text}"
+
+    __repr__ = __str__
+
+    def _repr_html_(self) -> str:
+        return (f'<div style="border-left: 4px solid #0d6efd; padding: 4px 8px; font-family: monospace; '
+                f'white-space: pre-wrap">{html.escape(str(self))}</div>')
+
+
 @dataclass
 class CheckResult:
     exercise: str
     status: str
     message: str
     details: list[str] = field(default_factory=list)
-    hint: str | None = None
+    hints: Hints | None = None
+    #: how many hint steps this result shows (1: the nudge, 2: nudge and approach)
+    hint_level: int = 0
+    #: a PNG picture of what went wrong (the block of lanes of an out-of-bounds access)
+    picture: bytes | None = None
 
     @property
     def passed(self) -> bool:
@@ -52,14 +116,30 @@ class CheckResult:
     def attempted(self) -> bool:
         return self.status != NOT_ATTEMPTED
 
+    @property
+    def hint(self) -> str | None:
+        """The most detailed hint this result shows (None when it shows none)."""
+        if self.hints is None or self.status != WRONG or self.hint_level < 1:
+            return None
+        return self.hints.level(self.hint_level)
+
+    def show_hint(self, level: int = 3) -> Hint | None:
+        """Hint ``level`` (1 nudge, 2 approach, 3 solution) of this exercise."""
+        return None if self.hints is None else Hint(self.exercise, _hint_index(level) + 1, self.hints.level(level))
+
     def lines(self) -> list[str]:
         shown = self.details[:MAX_DETAILS]
         out = [f"{_ICONS[self.status]} {self.exercise}: {self.message}"]
         out += [f"    {d}" for d in shown]
         if len(self.details) > len(shown):
             out.append(f"    ... and {len(self.details) - len(shown)} more")
-        if self.hint and self.status == WRONG:
-            out.append(f"    hint: {self.hint}")
+        if self.picture is not None and self.status == WRONG:
+            out.append("    (the picture of the failing block is shown below in Jupyter: result.picture holds the PNG)")
+        if self.hints is not None and self.status == WRONG:
+            for level in range(1, self.hint_level + 1):
+                out.append(f"    hint {level} ({_HINT_NAMES[level - 1]}): {self.hints.level(level)}")
+            more = "the next hint after another try, or " if self.hint_level < 2 else ""
+            out.append(f"    stuck? {more}check_{self.exercise}.hint(level=3) shows a solution")
         return out
 
     def __str__(self) -> str:
@@ -70,8 +150,15 @@ class CheckResult:
     def _repr_html_(self) -> str:
         colour = _COLOURS[self.status]
         body = "<br>".join(html.escape(line).replace("    ", "&nbsp;" * 4) for line in self.lines())
+        extra = ""
+        if self.picture is not None and self.status == WRONG:
+            data = base64.b64encode(self.picture).decode("ascii")
+            extra += f'<br><img alt="the failing block" style="max-width: 100%" src="data:image/png;base64,{data}">'
+        if self.hints is not None and self.status == WRONG:
+            extra += ('<details style="margin-top: 4px"><summary style="cursor: pointer">show a solution '
+                      f'(hint 3)</summary>{html.escape(self.hints.solution)}</details>')
         return (f'<div style="border-left: 4px solid {colour}; padding: 4px 8px; '
-                f'font-family: monospace; white-space: pre-wrap">{body}</div>')
+                f'font-family: monospace; white-space: pre-wrap">{body}{extra}</div>')
 
 
 class _NotAttempted(Exception):
@@ -83,10 +170,27 @@ class AnswerRaised(Exception):
 
     def __init__(self, what: str, exc: BaseException):
         self.what, self.exc = what, exc
-        frames = traceback.extract_tb(exc.__traceback__)
-        # the innermost frame is usually the learner's own line: name it
+        frames = [f for f in traceback.extract_tb(exc.__traceback__) if not _internal_file(f.filename)]
+        # the innermost frame outside Triton and the checked run is usually the learner's own line: name it
         where = f" (line {frames[-1].lineno}: {frames[-1].line.strip()})" if frames and frames[-1].line else ""
         super().__init__(f"{what} raised {type(exc).__name__}: {exc}{where}")
+
+
+def _internal_file(filename: str) -> bool:
+    """Files whose lines are never the learner's: Triton's, the checked run's, Triton internals' wrappers."""
+    import os
+
+    import triton
+
+    triton_dir = os.path.dirname(triton.__file__)
+    here = os.path.dirname(os.path.dirname(__file__))  # gemm_kernels/lab
+    return (filename.startswith(triton_dir) or filename == os.path.join(here, "checked.py")
+            or filename.endswith(os.path.join("gemm_kernels", "_triton_compat.py")))
+
+
+#: what the stub of a student copy raises (``raise NotImplementedError("your turn")``), as Triton
+#: quotes it when it wraps the error (InterpreterError repr, CompilationError source line)
+_STUB_QUOTES = ('NotImplementedError("your turn")', "NotImplementedError('your turn')", "NotImplementedError()")
 
 
 def is_stub_value(value) -> bool:
@@ -99,7 +203,10 @@ def is_stub_error(exc: BaseException) -> bool:
     seen = set()
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
-        if isinstance(exc, NotImplementedError) or "NotImplementedError" in str(exc):
+        text = str(exc)
+        if isinstance(exc, NotImplementedError) and text.strip() in ("", "your turn"):
+            return True
+        if any(quote in text for quote in _STUB_QUOTES) or text.rstrip().endswith("raise NotImplementedError"):
             return True
         exc = exc.__cause__ or exc.__context__
     return False
@@ -130,29 +237,92 @@ def _fmt_args(args) -> str:
     return "(" + ", ".join(one(a) for a in args) + ")"
 
 
-def exercise(title: str, *, hint: str | None = None, praise: str = "correct, well done."):
-    """Turn a check body ``body(answer, ...) -> list[str]`` into a check that never raises."""
+def exercise(title: str, *, hints: Hints, praise: str = "correct, well done."):
+    """Turn a check body ``body(answer, ...) -> list[str]`` into a check that never raises.
+
+    The body runs with ``torch.empty`` NaN-poisoned and every kernel launch checked
+    (:func:`gemm_kernels.lab.checked.checked_launches`).  The check gets ``check.hint(level)``."""
 
     def decorate(body):
         @functools.wraps(body)
         def check(answer=None, *args, **kwargs) -> CheckResult:
             if is_stub_value(answer):
                 return _not_attempted(title)
+            if not callable(answer):
+                return CheckResult(title, WRONG, f"expected a function (the one the exercise asks you to write), got "
+                                   f"{type(answer).__name__}: {_short(_safe_repr(answer), 80)}",
+                                   hints=hints, hint_level=0)
             try:
-                with poisoned_empty():
-                    problems = body(answer, *args, **kwargs)
-            except _NotAttempted:
-                return _not_attempted(title)
-            except AnswerRaised as exc:
-                return CheckResult(title, WRONG, str(exc), hint=hint)
-            if problems:
-                return CheckResult(title, WRONG, f"not yet: {_count(problems)}", list(problems), hint)
-            return CheckResult(title, CORRECT, praise)
+                result = _run_body(body, title, praise, answer, args, kwargs)
+            except Exception as exc:  # noqa: BLE001  (a check never raises into the notebook)
+                result = CheckResult(title, WRONG, "your answer could not be checked: "
+                                     f"{type(exc).__name__}: {_short(exc)}")
+            if result.status == WRONG:
+                _wrong_attempts[title] = _wrong_attempts.get(title, 0) + 1
+                result.hints, result.hint_level = hints, min(_wrong_attempts[title], 2)
+            elif result.status == CORRECT:
+                result.hints = hints
+            return result
+
+        def hint(level: int = 1) -> Hint:
+            """Hint ``level`` for this exercise: 1 a nudge, 2 the approach, 3 a solution."""
+            index = _hint_index(level)
+            return Hint(title, index + 1, hints.level(index + 1))
 
         check.title = title
+        check.hints = hints
+        check.hint = hint
         return check
 
     return decorate
+
+
+def _run_body(body, title, praise, answer, args, kwargs) -> CheckResult:
+    from ..checked import OutOfBounds, checked_launches
+
+    try:
+        with poisoned_empty(), checked_launches():
+            problems = body(answer, *args, **kwargs)
+    except _NotAttempted:
+        return _not_attempted(title)
+    except AnswerRaised as exc:
+        if isinstance(exc.exc, OutOfBounds):
+            return out_of_bounds_result(title, exc.exc, exc.what)
+        return CheckResult(title, WRONG, str(exc))
+    except OutOfBounds as exc:
+        return out_of_bounds_result(title, exc, None)
+    if isinstance(problems, CheckResult):
+        return problems
+    problems = list(problems or [])
+    if problems:
+        return CheckResult(title, WRONG, f"not yet: {_count(problems)}", problems)
+    return CheckResult(title, CORRECT, praise)
+
+
+def out_of_bounds_result(title: str, err, what: str | None) -> CheckResult:
+    """The feedback for a kernel stopped by a checked run: the report, line by line, and its picture."""
+    try:
+        from ..checked import picture_png
+
+        picture = picture_png(err, dpi=80)
+    except Exception:  # noqa: BLE001  (no matplotlib: the words still say it all)
+        picture = None
+    head = "a load or store of your kernel left its tensor (stopped before it touched memory)"
+    if what:
+        head += f", in {what}"
+    return CheckResult(title, WRONG, head, [line.strip() for line in str(err).splitlines()], picture=picture)
+
+
+def _short(exc, limit: int = 300) -> str:
+    text = str(exc)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _safe_repr(value) -> str:
+    try:
+        return repr(value)
+    except Exception:  # noqa: BLE001  (a repr that fails, or an int too long to print)
+        return f"<{type(value).__name__}>"
 
 
 def _not_attempted(title: str) -> CheckResult:

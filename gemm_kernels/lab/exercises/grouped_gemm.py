@@ -1,13 +1,23 @@
-"""Checks for notebook 06 (grouped GEMM): the masks that fix the "assume full tiles" kernel, and
-which tiles of which problems one program of the grouped launch computes."""
+"""Checks for notebook 06 (grouped GEMM): the masks that fix the "assume full tiles" kernel,
+which tiles of which problems one program of the grouped launch computes, and the device-side
+lookup tile -> (problem, pid_m, pid_n) inside a grouped kernel (:func:`run_grouped_lookup`)."""
 
 from __future__ import annotations
 
 import numpy as np
+import torch
+import triton
+import triton.language as tl
 
 from .. import teaching
-from ...models.tiles import multi_problem_schedule
-from ._core import call, exercise
+from ... import runtime
+from ...kernels.epilogue import mma_operand, widen_for_dot
+from ...kernels.grouped import TL_DTYPES
+from ...kernels.tiles import record_tile
+from ...models.tiles import multi_problem_schedule, problem_tile_starts
+from ..checked import OutOfBounds, checked_launches
+from ._core import Hints, call, exercise, out_of_bounds_result
+from .persistent_tma import compare_schedule
 
 # ----------------------------------------------------------------------------- exercise 1
 #: (row0, col0, k0, M, N, K): the blocks a tile loads and stores, inside and across every edge
@@ -48,9 +58,12 @@ def _mask_problems(name, got, expected, index_names, limits, matrix, case):
     return lines
 
 
-@exercise("bounds_masks",
-          hint="a lane may touch memory only inside its matrix: a_mask = (rows[:, None] < M) & (ks[None, :] < K), "
-               "b_mask = (ks[:, None] < K) & (cols[None, :] < N), c_mask = (rows[:, None] < M) & (cols[None, :] < N)")
+@exercise("bounds_masks", hints=Hints(
+    nudge="each of the three blocks has two index vectors: which limit does each index have?",
+    approach="A's block is indexed by (rows, ks), B's by (ks, cols), C's by (rows, cols); a lane is inside when both "
+             "of its indices are below their limits; broadcast a column of one comparison against a row of the other",
+    solution="a_mask = (rows[:, None] < M) & (ks[None, :] < K); b_mask = (ks[:, None] < K) & (cols[None, :] < N); "
+             "c_mask = (rows[:, None] < M) & (cols[None, :] < N); return a_mask, b_mask, c_mask"))
 def check_bounds_masks(bounds_masks):
     problems = []
     for row0, col0, k0, M, N, K in MASK_CASES:
@@ -64,12 +77,26 @@ def check_bounds_masks(bounds_masks):
             ("c_mask", got[2], expected[2], ((row0, "row"), (col0, "column")), (("M", M), ("N", N)), "C"),
         ]:
             problems += _mask_problems(name, g, e, idx, limits, matrix, case)
-    # end to end: the kernel with these masks, on views inside sentinel-filled buffers
+    # end to end: the kernel with these masks, on views inside sentinel-filled buffers, checked: the
+    # kernel reaches A, B and C through pointer arrays, so their views are named as reachable
     group = teaching.sentinel_group(SENTINEL_SHAPES)
-    call(teaching.pointer_array_matmul, group.group_a, group.group_b, group.group_c, masks=bounds_masks,
-         what="pointer_array_matmul(..., masks=bounds_masks)")
+    try:
+        with checked_launches(reachable=_views(group.group_a, group.group_b, group.group_c)):
+            teaching.pointer_array_matmul(group.group_a, group.group_b, group.group_c, masks=bounds_masks)
+    except OutOfBounds as err:
+        result = out_of_bounds_result("bounds_masks", err, "pointer_array_matmul(..., masks=bounds_masks)")
+        result.details = problems + result.details
+        return result
     problems += [f"run on sentinel buffers: {d.describe()}" for d in teaching.damage_report(group) if not d.ok]
     return problems
+
+
+def _views(group_a, group_b, group_c) -> dict:
+    """{name: tensor} of every problem's A, B and C, as a checked run names them."""
+    out = {}
+    for g, (a, b, c) in enumerate(zip(group_a, group_b, group_c)):
+        out.update({f"A[{g}]": a, f"B[{g}]": b, f"C[{g}]": c})
+    return out
 
 
 # ----------------------------------------------------------------------------- exercise 2
@@ -101,10 +128,13 @@ def _restarting_walk(shapes, block_m, block_n, num_programs, pid):
     return out
 
 
-@exercise("program_tiles",
-          hint="lay the tiles of all problems end to end (problem 0's tiles first, each problem row-major); "
-               "program pid computes global tiles pid, pid + NUM_PROGRAMS, ...; a problem of tiles [first, end) "
-               "maps global tile t to local tile t - first, then (local // num_pid_n, local % num_pid_n)")
+@exercise("program_tiles", hints=Hints(
+    nudge="the programs do not start again at each problem: think of all the problems' tiles laid end to end",
+    approach="number the tiles of every problem in one sequence (problem 0's first, each problem row-major); program "
+             "pid takes every NUM_PROGRAMS-th of them from pid on; translate each global tile back into its problem "
+             "and the tile inside that problem",
+    solution="starts = running sum of cdiv(M, BM) * cdiv(N, BN); for t in range(pid, total, NUM_PROGRAMS): g = last "
+             "problem with starts[g] <= t; local = t - starts[g]; n = cdiv(N_g, BN); yield (g, local // n, local % n)"))
 def check_program_tiles(program_tiles):
     problems = []
     for shapes, bm, bn, programs in WALK_CASES:
@@ -137,4 +167,103 @@ def check_program_tiles(program_tiles):
                                 f"problem {e[0]} tile ({e[1]}, {e[2]}), got problem {g[0]} tile ({g[1]}, {g[2]})")
         if len(wrong) > 2:
             problems.append(f"{case}: {len(wrong) - 2} more programs walk the wrong tiles")
+    return problems
+
+
+# ----------------------------------------------------------------------------- exercise 3: the lookup inside the kernel
+#: block sizes of the grouped kernel the learner's lookup runs in
+LOOKUP_BLOCKS = {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16}
+
+
+@triton.jit
+def _grouped_lookup_kernel(a_ptrs, b_ptrs, c_ptrs, sizes, tile_starts, num_problems, trace_ptr,
+                           DTYPE: tl.constexpr, NUM_PROGRAMS: tl.constexpr, FIND_TILE: tl.constexpr,
+                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                           WIDEN: tl.constexpr):
+    """A grouped GEMM whose tile -> (problem, pid_m, pid_n) lookup is the learner's FIND_TILE:
+    program p computes global tiles p, p + NUM_PROGRAMS, ... (contiguous rows: lds = N or K)."""
+    total = tl.load(tile_starts + num_problems)
+    for tile in range(tl.program_id(0), total, NUM_PROGRAMS):
+        problem, pid_m, pid_n = FIND_TILE(tile, tile_starts, sizes, num_problems, BLOCK_M, BLOCK_N)
+        record_tile(trace_ptr, tile, tl.program_id(0), problem, pid_m, pid_n)
+        M = tl.load(sizes + 3 * problem)
+        N = tl.load(sizes + 3 * problem + 1)
+        K = tl.load(sizes + 3 * problem + 2)
+        a_ptr = tl.load(a_ptrs + problem).to(tl.pointer_type(DTYPE))
+        b_ptr = tl.load(b_ptrs + problem).to(tl.pointer_type(DTYPE))
+        c_ptr = tl.load(c_ptrs + problem).to(tl.pointer_type(DTYPE))
+        rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            ks = k0 + tl.arange(0, BLOCK_K)
+            a = tl.load(a_ptr + rows[:, None] * K + ks[None, :], mask=(rows[:, None] < M) & (ks[None, :] < K),
+                        other=0.0)
+            b = tl.load(b_ptr + ks[:, None] * N + cols[None, :], mask=(ks[:, None] < K) & (cols[None, :] < N),
+                        other=0.0)
+            acc = tl.dot(mma_operand(a, WIDEN), mma_operand(b, WIDEN), acc)
+        tl.store(c_ptr + rows[:, None] * N + cols[None, :], acc.to(DTYPE), mask=(rows[:, None] < M) & (cols[None, :] < N))
+
+
+def run_grouped_lookup(find_tile, shapes, num_programs: int, *, seed: int = 0):
+    """Run the grouped kernel with ``find_tile`` on random fp16 problems of ``shapes`` ((M, N, K)
+    each); returns ``(group_a, group_b, group_c, trace)``, trace int32 [tiles, 4] on the CPU with
+    (program, problem, pid_m, pid_n) per global tile (-1: not recorded)."""
+    gen = torch.Generator().manual_seed(seed)
+    dtype = torch.float16
+    group_a = [torch.randn(M, K, generator=gen).to(runtime.DEVICE, dtype) for M, N, K in shapes]
+    group_b = [torch.randn(K, N, generator=gen).to(runtime.DEVICE, dtype) for M, N, K in shapes]
+    group_c = [torch.full((M, N), float("nan"), dtype=dtype, device=runtime.DEVICE) for M, N, K in shapes]
+    starts = problem_tile_starts(shapes, LOOKUP_BLOCKS["BLOCK_M"], LOOKUP_BLOCKS["BLOCK_N"])
+    total = int(starts[-1])
+    trace = torch.full((max(total, 1), 4), -1, dtype=torch.int32, device=runtime.DEVICE)
+
+    def pointers(group):
+        return torch.tensor([t.data_ptr() for t in group], dtype=torch.int64).to(runtime.DEVICE)
+
+    sizes = torch.tensor(list(shapes), dtype=torch.int32).to(runtime.DEVICE)
+    tile_starts = torch.tensor(starts, dtype=torch.int32).to(runtime.DEVICE)
+    with checked_launches(reachable=_views(group_a, group_b, group_c)):
+        _grouped_lookup_kernel[(num_programs,)](
+            pointers(group_a), pointers(group_b), pointers(group_c), sizes, tile_starts, len(shapes), trace,
+            DTYPE=TL_DTYPES[dtype], NUM_PROGRAMS=num_programs, FIND_TILE=find_tile,
+            WIDEN=widen_for_dot(dtype), **LOOKUP_BLOCKS)
+    return group_a, group_b, group_c, trace[:total].cpu()
+
+
+#: (problem shapes (M, N, K), programs): ragged problems with an empty one in the middle and at
+#: the end, one problem, many small ones
+LOOKUP_CASES = [
+    ([(40, 20, 16), (0, 16, 16), (17, 33, 8), (16, 16, 16)], 3),
+    ([(33, 40, 24)], 4),
+    ([(16, 16, 16)] * 5 + [(0, 32, 16)], 2),
+]
+
+
+@exercise("find_tile", hints=Hints(
+    nudge="tile_starts[g] is the first global tile of problem g (tile_starts[num_problems] is the total): which g "
+          "owns a given tile?",
+    approach="the tile's problem is the last g with tile_starts[g] <= tile (an empty problem owns no tile, so the "
+             "next one wins); subtract that problem's first tile and split the rest row-major with its cdiv(N, "
+             "BLOCK_N) tile columns (N from sizes[3 * g + 1])",
+    solution="problem = 0; for g in range(num_problems): if tl.load(tile_starts_ptr + g) <= tile: problem = g  -- "
+             "then local = tile - tl.load(tile_starts_ptr + problem); num_pid_n = tl.cdiv(tl.load(sizes_ptr + 3 * "
+             "problem + 1), BLOCK_N); return problem, local // num_pid_n, local % num_pid_n"))
+def check_find_tile(find_tile):
+    problems = []
+    bm, bn = LOOKUP_BLOCKS["BLOCK_M"], LOOKUP_BLOCKS["BLOCK_N"]
+    for shapes, programs in LOOKUP_CASES:
+        case = f"problems {', '.join(f'{M}x{N}x{K}' for M, N, K in shapes)} in {bm}x{bn} tiles, {programs} programs"
+        a, b, c, trace = call(run_grouped_lookup, find_tile, shapes, programs, what=f"the grouped kernel ({case})")
+        expected = multi_problem_schedule(shapes, bm, bn, programs, "row_major")
+        problems += compare_schedule(trace.numpy(), expected, case, problem_names=True)
+        for g, (ag, bg, cg) in enumerate(zip(a, b, c)):
+            ref = ag.double() @ bg.double()
+            bad = ~torch.isclose(cg.double(), ref, atol=5e-2, rtol=1e-2)
+            if bad.any():
+                rows, cols = torch.nonzero(bad, as_tuple=True)
+                problems.append(f"{case}: problem {g}: {int(bad.sum())} of {bad.numel()} elements of C wrong (rows "
+                                f"{int(rows.min())}..{int(rows.max())}, cols {int(cols.min())}..{int(cols.max())})")
+        if problems:
+            break
     return problems

@@ -13,7 +13,7 @@ from ... import runtime
 from ...models.l2model import l2_traffic
 from ...models.schedule import tile_schedule
 from ...models.tiles import tile_coords_np
-from ._core import AnswerRaised, call, exercise
+from ._core import AnswerRaised, Hints, call, exercise
 
 # (num_pid_m, num_pid_n, GROUP_SIZE_N): a square grid, a ragged last group, a group wider than the
 # grid, groups of one column (= column-major), a wide grid
@@ -65,10 +65,15 @@ def _as_pair(value, case: str):
     return pm, pn
 
 
-@exercise("column_grouped_tile",
-          hint="swap the roles of M and N in the grouped mapping: num_pid_in_group = GROUP_SIZE_N * num_pid_m, "
-               "first_pid_n = group * GROUP_SIZE_N, cols = min(num_pid_n - first_pid_n, GROUP_SIZE_N), and inside "
-               "the group walk along a row first: pid_n = first_pid_n + (pid % num_pid_in_group) % cols")
+@exercise("column_grouped_tile", hints=Hints(
+    nudge="this is the grouped order of the notebook with the roles of rows and columns swapped: which group does "
+          "pid fall in, and where is it inside that group?",
+    approach="a group is GROUP_SIZE_N tile columns times all num_pid_m rows; find the group and its first column; "
+             "the last group may be narrower (take the minimum); inside the group, consecutive pids move along a "
+             "row of tiles (across the group's columns) before going down",
+    solution="in_group = GROUP_SIZE_N * num_pid_m; first_n = (pid // in_group) * GROUP_SIZE_N; "
+             "cols = min(num_pid_n - first_n, GROUP_SIZE_N); pid_n = first_n + (pid % in_group) % cols; "
+             "pid_m = (pid % in_group) // cols; return pid_m, pid_n"))
 def check_column_grouped_tile(column_grouped_tile):
     problems = []
     for num_pid_m, num_pid_n, group in COLUMN_GROUP_CASES:
@@ -98,10 +103,12 @@ def first_wave(num_pid_m, num_pid_n, order, group, in_flight):
     return s, np.stack([s.pid_m[rows], s.pid_n[rows]], axis=1)
 
 
-@exercise("wave_block_fetches",
-          hint="every tile (pid_m, pid_n) reads all k_blocks blocks of A's row-block pid_m and of B's column-block "
-               "pid_n, but a block that several programs of the wave read is fetched from DRAM once: "
-               "(distinct pid_m + distinct pid_n) * k_blocks")
+@exercise("wave_block_fetches", hints=Hints(
+    nudge="two programs of one wave that share a tile row read the same blocks of A: how often does DRAM deliver "
+          "a block that several of them read?",
+    approach="count the distinct A row-blocks and the distinct B column-blocks the wave's tiles touch; each of "
+             "them streams k_blocks blocks from DRAM once",
+    solution="return (len(np.unique(tiles[:, 0])) + len(np.unique(tiles[:, 1]))) * k_blocks"))
 def check_wave_block_fetches(wave_block_fetches):
     problems = []
     for num_pid_m, num_pid_n, order, group, in_flight, k_blocks in FETCH_CASES:
@@ -126,12 +133,16 @@ def check_wave_block_fetches(wave_block_fetches):
 
 
 @triton.jit
-def _record_tiles_kernel(out_ptr, num_pid_m, num_pid_n, TILE_FN: tl.constexpr, GROUP_SIZE: tl.constexpr):
-    """Each program stores the tile the learner's TILE_FN maps its pid to."""
+def _record_tiles_kernel(out_ptr, owner_ptr, owner_stride, num_pid_m, num_pid_n, TILE_FN: tl.constexpr,
+                         GROUP_SIZE: tl.constexpr):
+    """Each program stores the tile the learner's TILE_FN maps its pid to, and writes its pid into
+    that tile of a [num_pid_m, num_pid_n] owner grid, as a kernel stores its C tile: a tile outside
+    the grid is an out-of-bounds store (a checked run stops it)."""
     pid = tl.program_id(0)
     pid_m, pid_n = TILE_FN(pid, num_pid_m, num_pid_n, GROUP_SIZE)
     tl.store(out_ptr + 2 * pid, pid_m)
     tl.store(out_ptr + 2 * pid + 1, pid_n)
+    tl.store(owner_ptr + pid_m * owner_stride + pid_n, pid)
 
 
 def run_tile_fn(tile_fn, num_pid_m: int, num_pid_n: int, group_size: int) -> np.ndarray:
@@ -139,13 +150,22 @@ def run_tile_fn(tile_fn, num_pid_m: int, num_pid_n: int, group_size: int) -> np.
     returns the ``[num_programs, 2]`` tiles they report (-1 where a program stored nothing)."""
     n = num_pid_m * num_pid_n
     out = torch.full((n, 2), -1, dtype=torch.int32, device=runtime.DEVICE)
-    _record_tiles_kernel[(n,)](out, num_pid_m, num_pid_n, TILE_FN=tile_fn, GROUP_SIZE=group_size)
+    # the owner grid is a view with GROUP_SIZE spare columns after each row: a pid_n past the last
+    # column lands there, outside the view, instead of on the next row's first tiles
+    owner = torch.full((num_pid_m, num_pid_n + group_size), -1, dtype=torch.int32, device=runtime.DEVICE)
+    owner = owner[:, :num_pid_n]
+    _record_tiles_kernel[(n,)](out, owner, owner.stride(0), num_pid_m, num_pid_n, TILE_FN=tile_fn,
+                               GROUP_SIZE=group_size)
     return out.cpu().numpy()
 
 
-@exercise("column_grouped_triton",
-          hint="the same arithmetic as column_grouped_tile, with tl.minimum instead of min; "
-               "return pid_m, pid_n")
+@exercise("column_grouped_triton", hints=Hints(
+    nudge="you wrote this mapping in Python already: what has to change for it to run inside a kernel?",
+    approach="the same integer arithmetic on pid, num_pid_m and num_pid_n; Python's min becomes tl.minimum; return "
+             "the pair (pid_m, pid_n). A tile outside the grid is stopped by the checked run, with its lanes drawn",
+    solution="in_group = GROUP_SIZE * num_pid_m; first_n = (pid // in_group) * GROUP_SIZE; "
+             "cols = tl.minimum(num_pid_n - first_n, GROUP_SIZE); pid_n = first_n + (pid % in_group) % cols; "
+             "pid_m = (pid % in_group) // cols; return pid_m, pid_n"))
 def check_column_grouped_triton(column_grouped_triton):
     problems = []
     for num_pid_m, num_pid_n, group in COLUMN_GROUP_CASES:

@@ -12,7 +12,7 @@ import triton
 import triton.language as tl
 
 from ... import runtime
-from ._core import call, exercise, fmt
+from ._core import Hints, call, exercise, fmt
 
 # ----------------------------------------------------------------------------- the harness
 _ELEMENTWISE_BLOCK = 1024
@@ -42,9 +42,11 @@ def apply_elementwise(fn, x: torch.Tensor) -> torch.Tensor:
 BYTES_CASES = [(4096, 4096, 2), (8192, 1024, 2), (1000, 3000, 4), (1, 1, 2)]
 
 
-@exercise("activation_pass_bytes",
-          hint="a separate activation kernel has to read all of C from DRAM and write the result back: "
-               "M * N elements, each read once and written once")
+@exercise("activation_pass_bytes", hints=Hints(
+    nudge="a separate activation kernel starts after the GEMM has written C: what must it move between DRAM and "
+          "the GPU?",
+    approach="it reads every element of C once and writes every result once; count elements, then bytes",
+    solution="return 2 * M * N * bytes_per_element"))
 def check_activation_pass_bytes(activation_pass_bytes):
     problems = []
     for M, N, nbytes in BYTES_CASES:
@@ -80,9 +82,12 @@ def leaky_relu_variant(x):
 VARIANT_POINTS = [-3.0, -1.5, -1.0, -0.75, -0.5, -0.01, 0.0, 0.01, 0.5, 2.0]
 
 
-@exercise("variant_reference",
-          hint="read leaky_relu_variant line by line: what does the select see, and what does it return "
-               "for a positive input?")
+@exercise("variant_reference", hints=Hints(
+    nudge="read leaky_relu_variant line by line: what does the select see, and what does it return for a positive "
+          "input?",
+    approach="the variant shifts x by 1 before the select and never shifts it back: the select compares and "
+             "returns the shifted value; write that in torch",
+    solution="y = x + 1; return torch.where(y >= 0, y, 0.01 * y)"))
 def check_variant_reference(variant_reference):
     x = torch.tensor(VARIANT_POINTS, dtype=torch.float32, device=runtime.DEVICE)
     expected = apply_elementwise(leaky_relu_variant, x).double().cpu()
@@ -102,9 +107,11 @@ def check_variant_reference(variant_reference):
 GELU_RANGE = (-8.0, 8.0, 1601)
 
 
-@exercise("gelu_tanh",
-          hint="gelu_tanh(x) = 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x**3))); "
-               "Triton has tl.sigmoid, and tanh(u) = 2 * sigmoid(2u) - 1")
+@exercise("gelu_tanh", hints=Hints(
+    nudge="compare with torch.nn.functional.gelu(x, approximate='tanh'): which formula does its documentation give?",
+    approach="0.5 * x * (1 + tanh(u)) with u = sqrt(2/pi) * (x + 0.044715 * x**3); Triton's tl has no tanh here, "
+             "but tanh(u) can be written with tl.sigmoid",
+    solution="u = 0.7978845608028654 * (x + 0.044715 * x * x * x); return 0.5 * x * (1 + (2 * tl.sigmoid(2 * u) - 1))"))
 def check_gelu_tanh(gelu_tanh):
     x = torch.linspace(*GELU_RANGE, dtype=torch.float32, device=runtime.DEVICE)
     got = call(apply_elementwise, gelu_tanh, x, what="a kernel calling gelu_tanh").double().cpu()

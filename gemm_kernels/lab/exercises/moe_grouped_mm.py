@@ -1,13 +1,16 @@
 """Checks for notebook 07 (MoE grouped_mm): ``offs`` from per-expert counts, the tiles each
-expert costs, and the rows a tile computes only to throw away."""
+expert costs, the rows a tile computes only to throw away, and a kernel's expert lookup from
+``offs`` with the store that stops at the expert's last row (:func:`run_expert_kernel`)."""
 
 from __future__ import annotations
 
 import numpy as np
 import torch
 
+from ... import runtime
+from ...kernels.moe import grouped_mm_ref
 from ...models.tiles import cdiv, problem_tile_starts
-from ._core import call, exercise
+from ._core import Hints, call, exercise
 
 #: rows routed to each expert: skewed with idle experts, uniform, one busy expert, a single expert,
 #: every expert idle but one at the end
@@ -27,9 +30,10 @@ def offs_ref(counts) -> torch.Tensor:
     return torch.cumsum(torch.as_tensor(counts, dtype=torch.int64), 0).to(torch.int32)
 
 
-@exercise("offs_from_counts",
-          hint="offs[e] is the row *after* expert e's last row: torch.cumsum(counts, 0), one entry per expert "
-               "(offs[-1] == T), converted to int32 with .to(torch.int32)")
+@exercise("offs_from_counts", hints=Hints(
+    nudge="offs[e] is the row just after expert e's last row: what is offs[-1], and what is offs[0]?",
+    approach="a running total of the counts, one entry per expert (no leading 0), in the int32 that grouped_mm takes",
+    solution="return torch.cumsum(counts, 0).to(torch.int32)"))
 def check_offs_from_counts(offs_from_counts):
     problems = []
     for counts in COUNT_CASES:
@@ -68,9 +72,10 @@ def tiles_per_expert_ref(counts, N, block_m, block_n) -> np.ndarray:
     return np.diff(problem_tile_starts([(int(c), N) for c in counts], block_m, block_n))
 
 
-@exercise("tiles_per_expert",
-          hint="an expert with c rows is a c x N GEMM: cdiv(c, BLOCK_M) tile rows times cdiv(N, BLOCK_N) tile "
-               "columns; an expert with no rows has no tiles at all")
+@exercise("tiles_per_expert", hints=Hints(
+    nudge="an expert with c rows is its own small GEMM: how many tiles does a c x N output need?",
+    approach="tile rows and tile columns each round up; an expert with no rows has none",
+    solution="return [cdiv(c, BLOCK_M) * cdiv(N, BLOCK_N) for c in counts]"))
 def check_tiles_per_expert(tiles_per_expert):
     problems = []
     for counts in COUNT_CASES:
@@ -113,9 +118,11 @@ def padded_rows_ref(counts, block_m) -> int:
     return int(sum(cdiv(c, block_m) * block_m - c for c in counts))
 
 
-@exercise("padded_rows",
-          hint="an expert with c rows gets cdiv(c, BLOCK_M) tile rows of BLOCK_M rows each: "
-               "cdiv(c, BLOCK_M) * BLOCK_M - c of them are padding (0 for an expert with no rows)")
+@exercise("padded_rows", hints=Hints(
+    nudge="only an expert's last tile row can be partly empty: how many of its BLOCK_M rows hold no token?",
+    approach="per expert, the rows its tile rows cover minus the rows it really has; sum over the experts (an "
+             "expert with no rows has no tile, hence no padding)",
+    solution="return sum(cdiv(c, BLOCK_M) * BLOCK_M - c for c in counts)"))
 def check_padded_rows(padded_rows):
     problems = []
     for counts in COUNT_CASES:
@@ -138,4 +145,66 @@ def check_padded_rows(padded_rows):
                 why = " (an expert with no rows has no tile, hence no padding)"
             per = [cdiv(c, bm) * bm - c for c in counts]
             problems.append(f"{case}: expected {expected} padded rows (per expert {per}), got {got}{why}")
+    return problems
+
+
+# ----------------------------------------------------------------------------- exercise 4: the expert's rows in a kernel
+#: block sizes the check launches the learner's kernel with
+EXPERT_BLOCKS = {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16}
+
+
+def run_expert_kernel(kernel, x: torch.Tensor, w: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
+    """Launch ``kernel`` (the notebook's ``moe_tile_kernel`` signature) on a grid of (experts,
+    tile rows of the busiest expert, tile columns); returns the output (NaN where nothing was stored)."""
+    T, K = x.shape
+    E, _, N = w.shape
+    out = torch.full((T, N), float("nan"), dtype=x.dtype, device=x.device)
+    counts = torch.diff(offs.to(torch.int64).cpu(), prepend=torch.zeros(1, dtype=torch.int64))
+    grid = (E, max(1, cdiv(int(counts.max()), EXPERT_BLOCKS["BLOCK_M"])), cdiv(N, EXPERT_BLOCKS["BLOCK_N"]))
+    kernel[grid](x, w, out, offs, N, K, x.stride(0), x.stride(1), w.stride(0), w.stride(1), w.stride(2),
+                 out.stride(0), out.stride(1), **EXPERT_BLOCKS)
+    return out
+
+
+#: (counts per expert, N, K): ragged with idle experts (first, middle, last), one expert, every
+#: count a multiple of BLOCK_M
+EXPERT_CASES = [([20, 0, 7, 33, 0], 24, 16), ([5], 17, 8), ([0, 16, 32], 16, 24), ([3, 18, 1, 0, 9], 20, 40)]
+
+
+@exercise("expert_rows_kernel", hints=Hints(
+    nudge="program_id(0) is the expert: where do its rows start and end in x and out, given offs?",
+    approach="offs[e] is the row after expert e's last row, so its rows are [offs[e - 1], offs[e]) with 0 before "
+             "expert 0 (a load masked on e > 0 never touches offs[-1]); the store keeps only rows below that end "
+             "and columns below N",
+    solution="row_start = tl.load(offs_ptr + expert - 1, mask=expert > 0, other=0); row_end = tl.load(offs_ptr + "
+             "expert); ... mask = (rows[:, None] < row_end) & (cols[None, :] < N)"))
+def check_expert_rows_kernel(kernel):
+    problems = []
+    gen = torch.Generator().manual_seed(7)
+    dtype = torch.float16
+    for counts, N, K in EXPERT_CASES:
+        T, E = sum(counts), len(counts)
+        x = torch.randn(T, K, generator=gen).to(runtime.DEVICE, dtype)
+        w = torch.randn(E, K, N, generator=gen).to(runtime.DEVICE, dtype)
+        offs = offs_ref(counts).to(runtime.DEVICE)
+        case = f"counts {counts}, N={N}, K={K}"
+        out = call(run_expert_kernel, kernel, x, w, offs, what=f"your kernel ({case})")
+        ref = grouped_mm_ref(x, w, offs, out_dtype=torch.float64).cpu()
+        got = out.double().cpu()
+        bad = ~torch.isclose(got, ref, atol=5e-2, rtol=1e-2)
+        if not bad.any():
+            continue
+        for e in range(E):
+            start, end = int(sum(counts[:e])), int(sum(counts[:e + 1]))
+            rows = torch.nonzero(bad[start:end].any(1)).flatten()
+            if not len(rows):
+                continue
+            never = bool(torch.isnan(got[start:end][rows]).all())
+            problems.append(f"{case}: expert {e} (rows {start}..{end - 1}): rows "
+                            f"{start + int(rows.min())}..{start + int(rows.max())} "
+                            + ("never written: check the expert's first row and the store mask" if never else
+                               "wrong: an expert's tile computed other rows, or another expert's tile wrote over them")
+                            + f" ({int(bad[start:end].sum())} elements)")
+        if problems:
+            break
     return problems

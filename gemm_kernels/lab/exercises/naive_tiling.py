@@ -10,7 +10,7 @@ from ... import runtime
 from ...kernels.matmul import matmul_ref
 from ...testing import TOLERANCES, rel_err
 from ...models.tiles import cdiv, launch_order_grid
-from ._core import call, compare_arrays, exercise
+from ._core import Hints, call, compare_arrays, exercise
 
 # (M, N, K, BLOCK_M, BLOCK_N, BLOCK_K, pid): an exact fit, a ragged corner tile, an inside tile of
 # the same ragged problem, a 1x1 problem, a K much longer than BLOCK_K
@@ -38,10 +38,12 @@ def one_program_ref(A: np.ndarray, B: np.ndarray, pid: int, block_m: int, block_
     return a_pad[rows] @ b_pad[:, cols]
 
 
-@exercise("one_program",
-          hint="pid_m, pid_n = pid // num_pid_n, pid % num_pid_n; then for k in range(0, K, BLOCK_K) load "
-               "BLOCK_M x BLOCK_K of A and BLOCK_K x BLOCK_N of B, each lane outside the matrix set to 0 "
-               "(what mask= and other=0 do), and acc += a @ b")
+@exercise("one_program", hints=Hints(
+    nudge="first find which tile program pid owns (row-major order), then think of the K loop one block at a time",
+    approach="turn pid into (pid_m, pid_n); start a BLOCK_M x BLOCK_N zero accumulator; for each K block take the "
+             "A and B blocks, with every element outside the matrices read as 0 (zero-pad them), and add their product",
+    solution="pid_m, pid_n = pid // cdiv(N, BLOCK_N), pid % cdiv(N, BLOCK_N); pad A and B with zeros to whole blocks; "
+             "acc = sum over k0 in range(0, K, BLOCK_K) of A_pad[rows, k0:k0+BLOCK_K] @ B_pad[k0:k0+BLOCK_K, cols]"))
 def check_one_program(one_program):
     problems = []
     rng = np.random.default_rng(2)
@@ -73,9 +75,11 @@ def check_one_program(one_program):
 LAUNCH_ORDER_CASES = [(3, 5), (5, 3), (1, 4), (4, 1), (9, 9)]
 
 
-@exercise("row_major_launch_order",
-          hint="program pid computes tile (pid // num_pid_n, pid % num_pid_n): "
-               "the tile in row m, column n is computed by program m * num_pid_n + n")
+@exercise("row_major_launch_order", hints=Hints(
+    nudge="row-major: the programs fill the first row of tiles, then the second...",
+    approach="the answer is a num_pid_m x num_pid_n grid whose entry at (m, n) is the program that computes tile "
+             "(m, n); count how many programs come before row m, then add the column",
+    solution="return np.arange(num_pid_m * num_pid_n).reshape(num_pid_m, num_pid_n)  (entry m * num_pid_n + n)"))
 def check_row_major_launch_order(row_major_launch_order):
     problems = []
     for num_pid_m, num_pid_n in LAUNCH_ORDER_CASES:
@@ -99,9 +103,13 @@ def check_row_major_launch_order(row_major_launch_order):
 MATMUL_CASES = [(1, 1, 1), (20, 36, 40), (33, 17, 70), (64, 48, 16)]
 
 
-@exercise("my_matmul",
-          hint="one program per C tile: offsets from pid_m/pid_n, a K loop that masks the last "
-               "partial K block with other=0, an fp32 accumulator, and a store masked on M and N")
+@exercise("my_matmul", hints=Hints(
+    nudge="one program per tile of C: which loads and which store can run past an edge when M, N or K is ragged?",
+    approach="pid -> (pid_m, pid_n); rows and columns of the tile; an fp32 accumulator; a K loop whose A and B loads "
+             "are masked (other=0) on M/K and K/N; a store masked on M and N",
+    solution="see notebook 02's solution cell: a = tl.load(a_ptr + rm[:, None]*sam + rk[None, :]*sak, "
+             "mask=(rm[:, None] < M) & (rk[None, :] < K), other=0.0), b likewise, acc += tl.dot(a, b); "
+             "tl.store(c_ptr + rm[:, None]*scm + rn[None, :]*scn, acc, mask=(rm[:, None] < M) & (rn[None, :] < N))"))
 def check_my_matmul(my_matmul):
     problems = []
     gen = torch.Generator().manual_seed(3)

@@ -1,15 +1,21 @@
 """Checks for notebook 05 (persistent kernels and TMA): waves and the idle programs of the last
-one, the tiles one persistent program walks, and which tensors a TMA descriptor can read."""
+one, the tiles one persistent program walks, which tensors a TMA descriptor can read, and the
+persistent tile loop of a real kernel (with :func:`matmul_tile`, the one-tile helper it calls)."""
 
 from __future__ import annotations
 
 import numpy as np
 import torch
+import triton
+import triton.language as tl
 
 from ... import runtime
+from ...kernels.matmul import matmul_ref
+from ...kernels.tiles import record_tile
 from ...kernels.tma import tma_aligned, tma_layout
 from ...models.tiles import cdiv, persistent_schedule
-from ._core import call, exercise
+from ...testing import TOLERANCES, rel_err
+from ._core import Hints, call, compare_arrays, exercise
 
 # ----------------------------------------------------------------------------- exercise 1
 # (M, N, BLOCK_M, BLOCK_N, number of SMs): H100-sized squares, a single partial wave, an exact
@@ -35,9 +41,13 @@ def waves_ref(M: int, N: int, block_m: int, block_n: int, num_sms: int) -> tuple
     return waves, waves * num_sms - tiles
 
 
-@exercise("waves_and_tail",
-          hint="tiles = cdiv(M, BLOCK_M) * cdiv(N, BLOCK_N); the GPU runs them num_sms at a time, so "
-               "waves = cdiv(tiles, num_sms), and the last wave leaves waves * num_sms - tiles SMs idle")
+@exercise("waves_and_tail", hints=Hints(
+    nudge="first count the tiles (ragged edges need tiles too), then think of the GPU running num_sms of them at "
+          "a time",
+    approach="tiles from cdiv in each dimension; waves is the tile count divided by num_sms, rounded up; the idle "
+             "SMs of the last wave are the slots of all waves minus the tiles",
+    solution="tiles = cdiv(M, BLOCK_M) * cdiv(N, BLOCK_N); waves = cdiv(tiles, num_sms); "
+             "return waves, waves * num_sms - tiles"))
 def check_waves_and_tail(waves_and_tail):
     problems = []
     for M, N, bm, bn, sms in WAVE_CASES:
@@ -86,10 +96,13 @@ def _as_tiles(value, case):
         return f"{case}: expected a list of (pid_m, pid_n) pairs, got {value!r}"
 
 
-@exercise("persistent_tiles",
-          hint="program pid takes tile indices pid, pid + NUM_PROGRAMS, ... below num_pid_m * num_pid_n, and "
-               "maps each with the grouped order: tiles.tile_coords_np(t, num_pid_m, num_pid_n, 'grouped', "
-               "GROUP_SIZE_M) (the same mapping the kernel calls)")
+@exercise("persistent_tiles", hints=Hints(
+    nudge="a persistent program does not compute one tile: which tile indices does program pid take, and in which "
+          "order do tile indices become (pid_m, pid_n)?",
+    approach="walk the tile indices from pid in steps of NUM_PROGRAMS while they are below the tile count, and map "
+             "each one with the grouped order (the same mapping the kernel calls)",
+    solution="return [tuple(int(v) for v in tiles.tile_coords_np(t, num_pid_m, num_pid_n, 'grouped', GROUP_SIZE_M)) "
+             "for t in range(pid, num_pid_m * num_pid_n, NUM_PROGRAMS)]"))
 def check_persistent_tiles(persistent_tiles):
     problems = []
     for num_pid_m, num_pid_n, programs, group in WALK_CASES:
@@ -158,10 +171,14 @@ def _describe(x: torch.Tensor) -> str:
             f"address % 16 = {x.data_ptr() % 16}")
 
 
-@exercise("tma_view",
-          hint="TMA reads rows: one stride must be 1 (row-major: stride(1) == 1, described as [rows, cols]; "
-               "column-major: stride(0) == 1, described as [cols, rows]); the other stride times the element "
-               "size, and the address of the first element, must be multiples of 16 bytes")
+@exercise("tma_view", hints=Hints(
+    nudge="TMA copies whole rows of memory: which stride must be 1, and what does it ask of the other stride and of "
+          "the first address?",
+    approach="decide the layout from which stride is 1 (row-major or column-major); then the other stride in bytes "
+             "and the data pointer must both be multiples of 16; anything else cannot be described",
+    solution="if x.stride(1) == 1: col_major, outer = False, x.stride(0) elif x.stride(0) == 1: col_major, outer = "
+             "True, x.stride(1) else: return False; if (outer * x.element_size()) % 16 or x.data_ptr() % 16: return "
+             "False; return col_major, outer"))
 def check_tma_view(tma_view):
     problems = []
     for text, make in TMA_CASES:
@@ -188,4 +205,113 @@ def check_tma_view(tma_view):
                    if col_major else f"row-major: a descriptor over [{x.shape[0]}, {x.shape[1]}]")
             problems.append(f"{text} ({_describe(x)}): expected {expected} ({how}, outer stride {outer} elements), "
                             f"got {got_pair}")
+    return problems
+
+
+# ----------------------------------------------------------------------------- exercise 4: the persistent loop
+#: the trace a persistent kernel records per tile it computes: (program, problem, pid_m, pid_n)
+TRACE_FIELDS = ("program", "problem", "pid_m", "pid_n")
+
+
+@triton.jit
+def matmul_tile(a_ptr, b_ptr, c_ptr, trace_ptr, tile, pid_m, pid_n, M, N, K,
+                stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """Compute and store C's tile (pid_m, pid_n) (every load and the store masked), and record
+    (program, 0, pid_m, pid_n) in row ``tile`` of the int32 [tiles, 4] trace."""
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    ks = tl.arange(0, BLOCK_K)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, K, BLOCK_K):
+        a = tl.load(a_ptr + rows[:, None] * stride_am + (k + ks)[None, :] * stride_ak,
+                    mask=(rows[:, None] < M) & ((k + ks)[None, :] < K), other=0.0)
+        b = tl.load(b_ptr + (k + ks)[:, None] * stride_bk + cols[None, :] * stride_bn,
+                    mask=((k + ks)[:, None] < K) & (cols[None, :] < N), other=0.0)
+        acc = tl.dot(a, b, acc)
+    tl.store(c_ptr + rows[:, None] * stride_cm + cols[None, :] * stride_cn, acc.to(c_ptr.dtype.element_ty),
+             mask=(rows[:, None] < M) & (cols[None, :] < N))
+    record_tile(trace_ptr, tile, tl.program_id(0), 0, pid_m, pid_n)
+
+
+#: the block sizes the check launches the learner's persistent kernel with
+PERSISTENT_BLOCKS = {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16}
+
+
+def run_persistent(kernel, a: torch.Tensor, b: torch.Tensor, num_programs: int, group_size_m: int):
+    """Launch ``kernel`` (the notebook's ``my_persistent_kernel`` signature) on ``min(num_programs,
+    tiles)`` programs; returns ``(c, trace)``, trace an int32 [tiles, 4] CPU tensor (-1: not recorded)."""
+    M, K = a.shape
+    N = b.shape[1]
+    c = torch.empty((M, N), dtype=a.dtype, device=a.device)
+    tiles = cdiv(M, PERSISTENT_BLOCKS["BLOCK_M"]) * cdiv(N, PERSISTENT_BLOCKS["BLOCK_N"])
+    trace = torch.full((tiles, len(TRACE_FIELDS)), -1, dtype=torch.int32, device=a.device)
+    programs = min(num_programs, tiles)
+    kernel[(programs,)](a, b, c, trace, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+                        c.stride(0), c.stride(1), NUM_PROGRAMS=programs, GROUP_SIZE_M=group_size_m,
+                        **PERSISTENT_BLOCKS)
+    return c, trace.cpu()
+
+
+#: (M, N, K, programs, GROUP_SIZE_M): ragged everywhere, more programs than tiles, one tile, a
+#: short last group, groups of one row
+PERSISTENT_CASES = [(40, 56, 24, 4, 2), (16, 16, 16, 4, 2), (33, 17, 40, 3, 2), (70, 20, 16, 5, 4), (50, 50, 8, 4, 1)]
+
+
+def compare_schedule(trace: np.ndarray, expected: np.ndarray, case: str, problem_names: bool = False) -> list[str]:
+    """Lines naming the tiles a traced run computed differently from the mirror's schedule
+    (``expected``: rows of ``models.tiles`` SCHEDULE_FIELDS; ``trace``: rows of TRACE_FIELDS,
+    indexed by tile; -1 where nothing was recorded)."""
+    lines = []
+
+    def tile_name(problem, m, n):
+        return f"problem {problem} tile ({m}, {n})" if problem_names else f"tile ({m}, {n})"
+
+    for row, (tile, program, step, problem, pm, pn) in enumerate(expected.tolist()):
+        got = trace[row].tolist()
+        if got == [program, problem, pm, pn]:
+            continue
+        if got[0] < 0:
+            lines.append(f"{case}: tile index {tile} ({tile_name(problem, pm, pn)}) was never computed; "
+                         f"program {program} should take it at step {step}")
+        elif got[0] != program:
+            lines.append(f"{case}: tile index {tile} was computed by program {got[0]}, expected program {program} "
+                         f"(tile index {tile} = program + step * NUM_PROGRAMS)")
+        else:
+            lines.append(f"{case}: program {program}, step {step} (tile index {tile}) computed "
+                         f"{tile_name(*got[1:])}, expected {tile_name(problem, pm, pn)}")
+        if len(lines) >= 4:
+            lines.append(f"{case}: ... (stopping after 4 wrong tiles)")
+            break
+    return lines
+
+
+@exercise("persistent_loop", hints=Hints(
+    nudge="a persistent program keeps taking tiles until none are left: which tile indices belong to program pid?",
+    approach="from tl.program_id(0), step by NUM_PROGRAMS up to the number of tiles (cdiv(M, BLOCK_M) * "
+             "cdiv(N, BLOCK_N)); map each tile index to (pid_m, pid_n) with the grouped order and hand it to "
+             "matmul_tile",
+    solution="pid = tl.program_id(0); num_pid_m = tl.cdiv(M, BLOCK_M); num_pid_n = tl.cdiv(N, BLOCK_N); "
+             "for tile in range(pid, num_pid_m * num_pid_n, NUM_PROGRAMS): pid_m, pid_n = tile_grouped(tile, "
+             "num_pid_m, num_pid_n, GROUP_SIZE_M); matmul_tile(a_ptr, b_ptr, c_ptr, trace_ptr, tile, pid_m, pid_n, "
+             "M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn, BLOCK_M, BLOCK_N, BLOCK_K)"))
+def check_persistent_loop(kernel):
+    problems = []
+    gen = torch.Generator().manual_seed(5)
+    dtype = torch.float16
+    for M, N, K, programs, group in PERSISTENT_CASES:
+        a = torch.randn(M, K, generator=gen).to(runtime.DEVICE, dtype)
+        b = torch.randn(K, N, generator=gen).to(runtime.DEVICE, dtype)
+        tiles = cdiv(M, PERSISTENT_BLOCKS["BLOCK_M"]) * cdiv(N, PERSISTENT_BLOCKS["BLOCK_N"])
+        case = (f"M={M}, N={N}, K={K}, {tiles} tiles of 16x16, {min(programs, tiles)} programs, "
+                f"GROUP_SIZE_M={group}")
+        c, trace = call(run_persistent, kernel, a, b, programs, group, what=f"your kernel ({case})")
+        expected = persistent_schedule(M, N, 16, 16, min(programs, tiles), "grouped", group)
+        problems += compare_schedule(trace.numpy(), expected, case)
+        ref = matmul_ref(a, b, out_dtype=torch.float64)
+        if not rel_err(c, ref) <= TOLERANCES[dtype]:
+            problems += compare_arrays(ref.cpu(), c.double().cpu(), case, atol=1e-2, rtol=1e-2,
+                                       index_names=("row", "col"))
+        if problems:
+            break
     return problems

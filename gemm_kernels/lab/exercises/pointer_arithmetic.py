@@ -6,7 +6,7 @@ import numpy as np
 import torch
 
 from ... import runtime
-from ._core import call, compare_arrays, exercise
+from ._core import Hints, call, compare_arrays, exercise
 
 
 def block_offsets_ref(pid_m, pid_n, block_m, block_n, stride_m, stride_n) -> np.ndarray:
@@ -33,9 +33,12 @@ OFFSET_CASES = [
 ]
 
 
-@exercise("block_offsets",
-          hint="rows = pid_m * BLOCK_M + arange(BLOCK_M), cols likewise; "
-               "offsets = rows[:, None] * stride_m + cols[None, :] * stride_n")
+@exercise("block_offsets", hints=Hints(
+    nudge="which rows and which columns does block (pid_m, pid_n) cover? Each gets its own 1-D range first.",
+    approach="build the block's row indices and column indices as two ranges, then combine them into a 2-D grid "
+             "by broadcasting a column vector against a row vector, each index multiplied by its stride",
+    solution="rows = pid_m * BLOCK_M + np.arange(BLOCK_M); cols = pid_n * BLOCK_N + np.arange(BLOCK_N); "
+             "return rows[:, None] * stride_m + cols[None, :] * stride_n"))
 def check_block_offsets(block_offsets):
     problems = []
     for desc, pm, pn, bm, bn, sm, sn in OFFSET_CASES:
@@ -57,9 +60,13 @@ MASK_CASES = [
 ]
 
 
-@exercise("block_mask",
-          hint="a lane is valid when its row < M *and* its column < N: "
-               "(rows[:, None] < M) & (cols[None, :] < N)")
+@exercise("block_mask", hints=Hints(
+    nudge="a lane may be past the bottom edge, past the right edge, or both: which conditions must hold for it "
+          "to be inside?",
+    approach="compute the block's rows and columns as in block_offsets, compare each with its limit, and combine "
+             "the two comparisons with a logical and, broadcast to the block's shape",
+    solution="rows = pid_m * BLOCK_M + np.arange(BLOCK_M); cols = pid_n * BLOCK_N + np.arange(BLOCK_N); "
+             "return (rows[:, None] < M) & (cols[None, :] < N)"))
 def check_block_mask(block_mask):
     problems = []
     for M, N, pm, pn, bm, bn in MASK_CASES:
@@ -88,9 +95,15 @@ def _transpose_inputs():
     yield "20x33 every other column (strides (66, 2))", base()[:20, ::2]
 
 
-@exercise("transpose",
-          hint="load a block of x at (rows, cols) with x's strides and a mask, "
-               "store it at (cols, rows) of the output with the output's strides and the transposed mask")
+@exercise("transpose", hints=Hints(
+    nudge="element (i, j) of x goes to (j, i) of the output: which addresses does one program read, and which does "
+          "it write?",
+    approach="one program per block of x: load it with x's strides and a 2-D mask, then store the same values at "
+             "the output's addresses for (column, row), using the output's strides and the same mask",
+    solution="rows = pid_m * BM + tl.arange(0, BM); cols = pid_n * BN + tl.arange(0, BN); "
+             "mask = (rows[:, None] < M) & (cols[None, :] < N); "
+             "x = tl.load(x_ptr + rows[:, None] * sxm + cols[None, :] * sxn, mask=mask); "
+             "tl.store(out_ptr + cols[None, :] * som + rows[:, None] * son, x, mask=mask)"))
 def check_transpose(transpose):
     problems = []
     for desc, x in _transpose_inputs():

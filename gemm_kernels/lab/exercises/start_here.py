@@ -6,7 +6,7 @@ import torch
 
 from ... import runtime
 from ...models.tiles import cdiv
-from ._core import call, compare_arrays, exercise
+from ._core import Hints, call, compare_arrays, exercise
 
 #: (n, BLOCK) pairs: exact multiples, one element over, a single element, and big blocks
 LAUNCH_CASES = [(1000, 256), (1024, 256), (1025, 256), (1, 128), (5000, 1024), (4096, 4096)]
@@ -18,9 +18,11 @@ def launch_stats_ref(n: int, block: int) -> tuple[int, int]:
     return programs, programs * block - n
 
 
-@exercise("launch_stats",
-          hint="one program per BLOCK elements, rounded up: cdiv(n, BLOCK) = (n + BLOCK - 1) // BLOCK; "
-               "every lane past n in the last program is idle (masked off)")
+@exercise("launch_stats", hints=Hints(
+    nudge="how many blocks of BLOCK elements does it take to cover n elements when the last block may be partial?",
+    approach="round the division up (n // BLOCK alone drops the partial block); the last program's idle lanes are "
+             "the lanes of all programs minus the n elements",
+    solution="programs = (n + block - 1) // block; idle = programs * block - n; return programs, idle"))
 def check_launch_stats(launch_stats):
     problems = []
     for n, block in LAUNCH_CASES:
@@ -42,9 +44,14 @@ AXPY_SIZES = [1, 7, 1000, 4099]
 AXPY_ALPHAS = [2.5, -1.0]
 
 
-@exercise("axpy",
-          hint="copy the add kernel: load x and y with the same offsets and mask, store alpha * x + y; "
-               "the launcher allocates the output and launches cdiv(n, BLOCK) programs")
+@exercise("axpy", hints=Hints(
+    nudge="start from add_kernel: what changes when the output is alpha * x + y instead of x + y?",
+    approach="the kernel computes offsets and mask exactly as add_kernel does, loads x and y with that mask and "
+             "stores alpha * x + y with it too; the launcher makes a new output and launches cdiv(n, BLOCK) programs",
+    solution="offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK); mask = offsets < n; "
+             "x = tl.load(x_ptr + offsets, mask=mask); y = tl.load(y_ptr + offsets, mask=mask); "
+             "tl.store(out_ptr + offsets, alpha * x + y, mask=mask)  -- launcher: out = torch.empty_like(x); "
+             "axpy_kernel[(triton.cdiv(n, 1024),)](x, y, out, alpha, n, BLOCK=1024); return out"))
 def check_axpy(axpy):
     problems = []
     gen = torch.Generator().manual_seed(4)

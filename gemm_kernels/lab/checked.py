@@ -1,0 +1,638 @@
+"""Checked runs: a ``@triton.jit`` kernel in Triton's interpreter, every load and store checked first.
+
+``run_checked(kernel, grid, *args, **kwargs)`` does what ``kernel[grid](*args, **kwargs)`` does,
+in the interpreter, except that before any load or store touches memory it checks every lane the
+mask leaves active: its address must lie inside the tensor its pointer was derived from.  Lanes
+the mask switches off may hold any address (they are never dereferenced).  A violation raises
+:class:`OutOfBounds` *before* the access: the message names the kernel, the pointer argument, load
+or store, the source line, the program id, how many lanes, and the first offending element against
+the tensor's size; ``err.picture()`` draws the block with the offending lanes marked.
+
+Without it, a missing mask in the interpreter reads or writes whatever the process has at that
+address: garbage, a segmentation fault or a corrupted heap; on a GPU, an illegal address that
+poisons the CUDA context.  Learner code therefore runs only through here (every exercise check
+does: :func:`checked_launches`).
+
+**Which tensor a pointer belongs to.**  A pointer is followed from the kernel argument it starts
+as: every pointer operation of the interpreter (``+``, broadcasting, ``tl.where``, reshapes, ...)
+passes the argument on to its result.  A pointer the kernel made from an integer (a pointer array
+loaded from memory, ``int.to(tl.pointer_type(...))``) is matched by value when it equals the first
+address of a known tensor, else it has no known origin and may address any known tensor.  The
+known tensors are the kernel's tensor arguments and ``reachable`` (the tensors a pointer array
+points at).  "Inside" means: one of the tensor's own elements, for a strided view too (a view's
+neighbours in the same storage are outside it), with the whole element inside.
+
+**Tensors on a GPU** are copied to the CPU (one copy per storage, so views stay views of each
+other), the kernel runs on the copies, and what it wrote is copied back, also when a violation
+stops it part way (what the earlier programs stored, as on a GPU).  Learner code never reaches the
+GPU unchecked.  The interpreter runs even when the package runs compiled kernels.
+
+Cost: a few numpy comparisons per load and store, on top of the interpreter's own work: 0.9x to
+1.2x the time of a plain interpreted launch on the exercises' sizes (an axpy of 4099 elements, a
+16x16x16-blocked fp16 matmul of 33x17x70 and 64x48x16; Triton 3.9 interpreter, noisy 2-core CPU).
+
+triton-viz's sanitizer was considered as the engine instead: its 3.0 release does not import with
+Triton 3.9 (it wraps interpreter builder methods this Triton no longer has), and it brings z3,
+pyarrow, flask and cairo as dependencies of a symbolic checker, too heavy for a teaching install.
+"""
+
+from __future__ import annotations
+
+import inspect
+import linecache
+import numbers
+import sys
+import types
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .. import _triton_compat as compat
+
+__all__ = ["OutOfBounds", "run_checked", "checked_launches"]
+
+#: keyword arguments ``kernel[grid](...)`` accepts that are launch options, not kernel parameters
+LAUNCH_OPTIONS = frozenset({"num_warps", "num_stages", "num_ctas", "maxnreg", "enable_fp_fusion",
+                            "launch_cooperative_grid", "launch_pdl", "debug", "sanitize_overflow"})
+#: strided views up to this many elements of span get an exact "is this one of my elements" map
+MAX_MEMBERSHIP_MAP = 1 << 26
+#: the handle attribute that carries a pointer's origin (indices into the launch's regions)
+_ORIGIN = "gemm_kernels.origin"
+
+_TRITON_DIR = str(Path(__import__("triton").__file__).parent)
+_THIS_FILE = __file__
+
+
+# ----------------------------------------------------------------------------- the tensors
+@dataclass
+class Region:
+    """The memory of one tensor a kernel may touch."""
+
+    name: str                 # the kernel parameter (``y_ptr``) or ``reachable[2]``
+    tensor: torch.Tensor      # the CPU tensor the kernel runs on
+    start: int = 0            # address of element 0
+    span: int = 0             # bytes from start to the end of the last element
+    itemsize: int = 1
+    member: np.ndarray | None = None  # for strided views: True at the element offsets the view owns
+
+    @classmethod
+    def of(cls, name: str, tensor: torch.Tensor) -> Region:
+        itemsize = tensor.element_size()
+        if tensor.numel() == 0:
+            return cls(name, tensor, tensor.data_ptr(), 0, itemsize)
+        span_elems = 1 + sum((s - 1) * abs(st) for s, st in zip(tensor.shape, tensor.stride()))
+        member = None
+        if span_elems != tensor.numel() and span_elems <= MAX_MEMBERSHIP_MAP:
+            member = np.zeros(span_elems, dtype=bool)
+            offsets = np.zeros((), dtype=np.int64)
+            for size, stride in zip(tensor.shape, tensor.stride()):
+                offsets = offsets[..., None] + np.arange(size, dtype=np.int64) * stride
+            member[offsets.ravel()] = True
+        return cls(name, tensor, tensor.data_ptr(), span_elems * itemsize, itemsize, member)
+
+    def contains(self, addr: np.ndarray, nbytes: int) -> np.ndarray:
+        """Per address: does the ``nbytes``-wide access at it lie on one of this tensor's elements?"""
+        off = addr.astype(np.int64) - self.start  # addresses are far below 2**63
+        inside = (off >= 0) & (off + nbytes <= self.span)
+        if self.member is not None and inside.any():
+            on_element = off % self.itemsize == 0
+            index = np.where(inside, off // self.itemsize, 0)
+            inside &= on_element & self.member[index]
+        return inside
+
+    def distance(self, address: int) -> int:
+        off = address - self.start
+        return 0 if 0 <= off < self.span else (-off if off < 0 else off - self.span + 1)
+
+    def describe_offset(self, address: int) -> str:
+        """``element 1000 (y_ptr has 1000 elements, 0..999)``, with the index in the tensor's shape
+        when the offset decodes into one."""
+        t = self.tensor
+        off = address - self.start
+        if t.dim() <= 1:
+            size = f"{self.name} has {t.numel()} element{'s' * (t.numel() != 1)}" + (f": 0..{t.numel() - 1}" if t.numel() else "")
+        else:
+            size = f"{self.name} is {'x'.join(map(str, t.shape))}" + ("" if t.is_contiguous() else
+                                                                    f" with strides {tuple(t.stride())}")
+        if off % self.itemsize:
+            return f"byte {off} from its start, not on an element ({size})"
+        element = off // self.itemsize
+        text = f"element {element}"
+        index = _decode(element, tuple(t.shape), tuple(t.stride()))
+        if index is not None and t.dim() > 1:
+            text += f" = index {index}"
+        return f"{text} ({size})"
+
+
+def _decode(element: int, shape: tuple, stride: tuple):
+    """The index whose offset is ``element``, decoded largest stride first; an index may run past
+    the shape (column 7 of a 7-column view: the padding after a row, the point of the message)."""
+    if element < 0 or any(s <= 0 for s in stride) or not shape:
+        return None
+    order = sorted(range(len(shape)), key=lambda d: -stride[d])
+    index = [0] * len(shape)
+    rest = element
+    for n, d in enumerate(order):
+        index[d], rest = divmod(rest, stride[d])
+    return tuple(index) if rest == 0 else None
+
+
+# ----------------------------------------------------------------------------- the error
+@dataclass
+class _Access:
+    kernel: str
+    kind: str                  # "load", "store", "atomic"
+    pointer: str               # ``y_ptr``, or a description when the origin is unknown
+    region: Region | None      # the tensor the lanes should stay in (None: no tensor known)
+    program: tuple
+    filename: str | None
+    line: int | None
+    code: str | None
+    function: str | None
+    offsets: np.ndarray        # element offset of every lane from the region's start (int64)
+    active: np.ndarray         # the mask, broadcast to the block
+    bad: np.ndarray            # active lanes outside
+    extra: dict = field(default_factory=dict)
+
+
+class OutOfBounds(IndexError):
+    """An active lane of a load or store addressed memory outside its tensor (see
+    :func:`run_checked`).  ``picture()`` draws the block: lanes in bounds, masked off, outside."""
+
+    def __init__(self, access: _Access):
+        self.access = access
+        a = access
+        self.kernel, self.kind, self.pointer, self.program = a.kernel, a.kind, a.pointer, a.program
+        self.line, self.code = a.line, a.code
+        self.lanes = int(a.bad.sum())
+        self.active_lanes = int(a.active.sum())
+        self.block_shape = tuple(a.bad.shape)
+        first = tuple(int(i) for i in np.argwhere(a.bad)[0]) if a.bad.ndim else ()
+        self.first_lane = first
+        self.first_offset = int(a.offsets[first]) if a.region is not None else None
+        super().__init__(self._message())
+
+    def _message(self) -> str:
+        a = self.access
+        where = f"line {a.line}" + (f" of {a.function}" if a.function and a.function != a.kernel else "")
+        code = f": {a.code.strip()}" if a.code else ""
+        if "called_from" in a.extra:
+            code += f"\n  called from {a.extra['called_from']}"
+        lane = f"lane {self.first_lane[0] if len(self.first_lane) == 1 else self.first_lane}"
+        program = ", ".join(map(str, a.program))
+        head = (f"{a.kernel}: {a.kind} through {a.pointer} at {where}{code}\n"
+                f"  program_id {program}: {self.lanes} of {self.active_lanes} active lanes "
+                f"(block {'x'.join(map(str, self.block_shape)) or 'scalar'}) address memory outside "
+                f"{a.pointer if a.region is None else a.region.name}")
+        if a.region is None:
+            return head + f"; {lane} addresses {a.extra.get('address', '?')}, inside no tensor argument"
+        address = a.region.start + self.first_offset * a.region.itemsize
+        detail = f"; first: {lane} -> {a.region.describe_offset(address)}"
+        hint = (f"\n  check the offsets and loop bounds that lead here, and the mask of this {a.kind}: "
+                f"masked-off lanes are never {'read' if a.kind == 'load' else 'written'}")
+        return head + detail + hint
+
+    def picture(self, dpi: float = 100):
+        """The block of lanes of the failing access: blue in bounds, grey masked off, red outside
+        (labelled with their element offsets when the block is small enough): a Figure."""
+        return draw_access(self.access, dpi=dpi)
+
+
+# ----------------------------------------------------------------------------- running
+def _check_grid(grid, named: dict) -> tuple[int, int, int]:
+    if callable(grid):
+        grid = grid(named)
+    if isinstance(grid, numbers.Integral) and not isinstance(grid, bool):
+        grid = (grid,)
+    if not isinstance(grid, (tuple, list)) or not 1 <= len(grid) <= 3:
+        raise TypeError(f"the launch grid must be a tuple of 1 to 3 positive ints (or a function of the "
+                        f"arguments returning one), got {grid!r}")
+    for g in grid:
+        if isinstance(g, bool) or not isinstance(g, numbers.Integral):
+            raise TypeError(f"every launch grid size must be an int, got {g!r} ({type(g).__name__}) in {tuple(grid)}")
+        if g < 1:
+            raise ValueError(f"every launch grid size must be at least 1, got {tuple(grid)} (a launch of no "
+                             "programs does nothing: skip it instead)")
+    grid = tuple(int(g) for g in grid)
+    return grid + (1,) * (3 - len(grid))
+
+
+def _kernel_name(kernel) -> str:
+    fn = compat.jit_source_function(kernel)
+    return fn.__name__ if fn is not None else repr(kernel)
+
+
+def _tensors_in(value):
+    """The tensors an argument holds: itself, a tuple's members, a host TensorDescriptor's base."""
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, tuple):
+        for v in value:
+            yield from _tensors_in(v)
+    elif hasattr(value, "base") and isinstance(getattr(value, "base", None), torch.Tensor):
+        yield value.base
+
+
+class _HostCopies:
+    """CPU twins of the tensors of a launch: one copy per storage, views rebuilt on it."""
+
+    def __init__(self):
+        self.storages: dict = {}  # storage data_ptr -> (device storage, cpu storage)
+
+    def to_cpu(self, value):
+        if isinstance(value, torch.Tensor):
+            if value.device.type == "cpu" and not value.requires_grad:
+                return value
+            with torch.no_grad():
+                t = value.detach()
+                if t.device.type == "cpu":
+                    return t
+                key = t.untyped_storage().data_ptr()
+                if key not in self.storages:
+                    self.storages[key] = (t.untyped_storage(), t.untyped_storage().cpu())
+                cpu = torch.empty(0, dtype=t.dtype)
+                cpu.set_(self.storages[key][1], t.storage_offset(), t.size(), t.stride())
+                return cpu
+        if isinstance(value, tuple) and not hasattr(value, "_fields"):
+            return tuple(self.to_cpu(v) for v in value)
+        if type(value).__name__ == "TensorDescriptor" and isinstance(getattr(value, "base", None), torch.Tensor):
+            import dataclasses
+
+            return dataclasses.replace(value, base=self.to_cpu(value.base))
+        return value
+
+    def copy_back(self):
+        with torch.no_grad():
+            for device_storage, cpu_storage in self.storages.values():
+                device_storage.copy_(cpu_storage)
+
+
+def _bind(kernel, args, kwargs) -> inspect.BoundArguments:
+    fn = compat.jit_source_function(kernel)
+    try:
+        bound = inspect.signature(fn).bind(*args, **kwargs)
+    except TypeError as exc:
+        params = ", ".join(inspect.signature(fn).parameters)
+        raise TypeError(f"{fn.__name__}({params}): {exc}") from None
+    bound.apply_defaults()
+    return bound
+
+
+def run_checked(kernel, grid, *args, reachable: Sequence[torch.Tensor] | dict = (), **kwargs) -> None:
+    """``kernel[grid](*args, **kwargs)`` in the interpreter, every load and store checked first.
+
+    ``kernel``: a ``@triton.jit`` function.  ``grid``: 1 to 3 positive ints, or a function of the
+    arguments by name returning them (as in ``kernel[grid]``).  ``reachable``: tensors the kernel
+    reaches through pointers it loads from memory (pointer arrays), as a sequence or a
+    ``{name: tensor}`` dict.  Launch options (``num_warps=...``) are accepted and ignored.
+
+    Raises :class:`OutOfBounds` before an access outside its tensor; TypeError/ValueError for a
+    non-kernel, arguments that do not fit its parameters, or a bad grid; an exception raised by the
+    kernel's own code comes out as itself, its traceback cut to the kernel's lines and a note
+    naming the program.  Results land in the tensor arguments as with a normal launch."""
+    if compat.jit_source_function(kernel) is None:
+        raise TypeError(f"run_checked needs a @triton.jit kernel, got {type(kernel).__name__} {kernel!r}"
+                        + (" (an autotuned kernel: pass the @triton.jit function inside it, kernel.fn, "
+                           "with a config's meta-parameters)" if hasattr(kernel, "configs") else ""))
+    kwargs = {k: v for k, v in kwargs.items() if k not in LAUNCH_OPTIONS}
+    bound = _bind(kernel, args, kwargs)
+    named = dict(bound.arguments)
+    grid3 = _check_grid(grid, named)
+    builder, _, interpreter_error = compat.interpreter_internals()
+
+    host = _HostCopies()
+    cpu_named = {name: host.to_cpu(value) for name, value in named.items()}
+    regions: list[Region] = []
+    for name, value in cpu_named.items():
+        for n, t in enumerate(_tensors_in(value)):
+            regions.append(Region.of(name if n == 0 else f"{name}[{n}]", t))
+    extra = reachable.items() if isinstance(reachable, dict) else ((f"reachable[{i}]", t) for i, t in enumerate(reachable))
+    for name, t in extra:
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"reachable must hold tensors, got {type(t).__name__} for {name}")
+        regions.append(Region.of(name, host.to_cpu(t)))
+
+    twin = compat.interpreted_twin(kernel)
+    monitor = _Monitor(builder, regions, _kernel_name(kernel))
+    try:
+        with compat.interpreting(), monitor:
+            twin.run(grid=grid3, warmup=False, **cpu_named)
+    except interpreter_error as err:
+        cause = err
+        while isinstance(cause, interpreter_error) and cause.__cause__ is not None:  # one wrap per jit call level
+            cause = cause.__cause__
+        if isinstance(cause, OutOfBounds):
+            raise cause.with_traceback(None) from None
+        raise _learner_error(cause, monitor.kernel, builder) from None
+    finally:
+        host.copy_back()
+
+
+def _learner_error(exc: BaseException, kernel: str, builder) -> BaseException:
+    """The learner's exception with its traceback cut to the learner's own frames and a note."""
+    frames = []
+    tb = exc.__traceback__
+    while tb is not None:
+        if not _internal(tb.tb_frame.f_code.co_filename):
+            frames.append(tb)
+        tb = tb.tb_next
+    new_tb = None
+    for tb in reversed(frames):
+        new_tb = types.TracebackType(new_tb, tb.tb_frame, tb.tb_lasti, tb.tb_lineno)
+    program = getattr(builder, "grid_idx", None)
+    where = ""
+    if frames:
+        last = frames[-1]
+        code = linecache.getline(last.tb_frame.f_code.co_filename, last.tb_lineno).strip()
+        where = f", line {last.tb_lineno}: {code}"
+    if hasattr(exc, "add_note"):
+        exc.add_note(f"raised inside the kernel {kernel}, program_id {program}{where}")
+    return exc.with_traceback(new_tb)
+
+
+def _internal(filename: str) -> bool:
+    return filename.startswith(_TRITON_DIR) or filename == _THIS_FILE
+
+
+def _user_frames(kernel: str):
+    """(filename, line, function) of the innermost frame of the kernel's own code, and of the line
+    in the kernel itself that led there when the access happened in a helper it called (or None)."""
+    frame = sys._getframe(2)
+    inner = None
+    while frame is not None:
+        if not _internal(frame.f_code.co_filename):
+            here = (frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name)
+            if inner is None:
+                inner = here
+                if here[2] == kernel:
+                    return inner, None
+            elif here[2] == kernel:
+                return inner, here
+        frame = frame.f_back
+    return inner or (None, None, None), None
+
+
+# ----------------------------------------------------------------------------- the monitor
+class _Monitor:
+    """Wraps the interpreter builder's pointer and memory operations for one launch."""
+
+    def __init__(self, builder, regions: list[Region], kernel: str):
+        self.builder, self.regions, self.kernel = builder, regions, kernel
+        self.by_start: dict[int, tuple] = {}
+        for i, r in enumerate(regions):
+            self.by_start.setdefault(r.start, ())
+            self.by_start[r.start] += (i,)
+        self.all = tuple(range(len(regions)))
+        self._saved: dict = {}
+
+    # -- origins
+    def origin(self, handle) -> tuple | None:
+        """Regions a pointer handle may address (None: unknown, any region)."""
+        attr = getattr(handle, "attr", None)
+        if attr is None:
+            return None
+        found = attr.get(_ORIGIN)
+        if found is None and getattr(handle, "data", None) is not None and handle.data.size == 1 \
+                and _is_pointer(handle):
+            found = self.by_start.get(int(handle.data.reshape(-1)[0]))
+            if found is not None:
+                attr[_ORIGIN] = found
+        return found
+
+    def _propagating(self, method, pointer_args: tuple[int, ...]):
+        def wrapper(*args, **kwargs):
+            result = method(*args, **kwargs)
+            origins = [self.origin(args[i]) for i in pointer_args if i < len(args) and _is_pointer(args[i])]
+            if origins:
+                known = None if any(o is None for o in origins) else tuple(sorted(set().union(*origins)))
+                for r in (result if isinstance(result, tuple) else (result,)):
+                    if known is not None and hasattr(r, "attr"):
+                        r.attr[_ORIGIN] = known
+            return result
+        return wrapper
+
+    # -- checks
+    def check(self, kind: str, ptrs, mask_data, origin: tuple | None = None, from_handle=True):
+        addr = ptrs.data
+        active = np.broadcast_to(np.asarray(mask_data, dtype=bool), addr.shape) if mask_data is not None \
+            else np.ones(addr.shape, dtype=bool)
+        if not active.any():
+            return
+        if from_handle:
+            origin = self.origin(ptrs)
+        nbytes = max(1, ptrs.get_element_ty().primitive_bitwidth // 8)
+        candidates = origin if origin is not None else self.all
+        inside = np.zeros(addr.shape, dtype=bool)
+        for i in candidates:
+            inside |= self.regions[i].contains(addr, nbytes)
+        bad = active & ~inside
+        if bad.any():
+            raise OutOfBounds(self._access(kind, addr, active, bad, origin))
+
+    def _access(self, kind, addr, active, bad, origin) -> _Access:
+        (filename, line, function), caller = _user_frames(self.kernel)
+        code = linecache.getline(filename, line) if filename else None
+        first_address = int(addr[tuple(np.argwhere(bad)[0])]) if addr.ndim else int(addr)
+        region = None
+        if origin is not None:
+            region = min((self.regions[i] for i in origin), key=lambda r: r.distance(first_address))
+            pointer = region.name
+        elif self.regions:
+            nearest = min(self.regions, key=lambda r: r.distance(first_address))
+            pointer = f"a pointer of unknown origin (nearest tensor: {nearest.name})"
+            region = nearest
+        else:
+            pointer = "a pointer (the kernel has no tensor arguments)"
+        offsets = ((addr.astype(np.int64) - region.start) // region.itemsize) if region is not None \
+            else np.zeros(addr.shape, dtype=np.int64)
+        grid = tuple(getattr(self.builder, "grid_dim", (1, 1, 1)))
+        dims = max((i + 1 for i, g in enumerate(grid) if g > 1), default=1)
+        program = tuple(getattr(self.builder, "grid_idx", (0, 0, 0)))[:dims]
+        extra = {"address": hex(first_address)}
+        if caller is not None:
+            extra["called_from"] = f"line {caller[1]} of {caller[2]}: {linecache.getline(caller[0], caller[1]).strip()}"
+        return _Access(self.kernel, kind, pointer, region, program, filename, line, code, function,
+                       np.array(offsets), np.array(active), np.array(bad), extra)
+
+    # -- the wrapped builder methods
+    def __enter__(self):
+        b = self.builder
+        originals = {name: getattr(b, name) for name in compat.CHECKED_BUILDER_METHODS}
+        self._saved = {name: b.__dict__[name] for name in originals if name in b.__dict__}
+        self._patched = list(originals)
+        monitor = self
+
+        def masked_load(ptrs, mask, other, *rest, **kw):
+            monitor.check("load", ptrs, mask.data)
+            return originals["create_masked_load"](ptrs, mask, other, *rest, **kw)
+
+        def masked_store(ptrs, value, mask, *rest, **kw):
+            monitor.check("store", ptrs, mask.data)
+            return originals["create_masked_store"](ptrs, value, mask, *rest, **kw)
+
+        def atomic_rmw(op, ptr, val, mask, *rest, **kw):
+            monitor.check("atomic", ptr, None if mask is None else mask.data)
+            return originals["create_atomic_rmw"](op, ptr, val, mask, *rest, **kw)
+
+        def atomic_cas(ptr, cmp, val, *rest, **kw):
+            monitor.check("atomic", ptr, None)
+            return originals["create_atomic_cas"](ptr, cmp, val, *rest, **kw)
+
+        def make_descriptor(base, *rest, **kw):
+            desc = originals["create_make_tensor_descriptor"](base, *rest, **kw)
+            desc.gemm_kernels_origin = monitor.origin(base)
+            return desc
+
+        def descriptor_access(kind, name):
+            def wrapper(desc, *rest, **kw):
+                indices = rest[1] if kind == "store" else rest[0]
+                ptrs, mask = desc.materialize_pointers(indices)
+                monitor.check(kind, ptrs, mask.data, getattr(desc, "gemm_kernels_origin", None), from_handle=False)
+                return originals[name](desc, *rest, **kw)
+            return wrapper
+
+        wrapped = {
+            "create_masked_load": masked_load,
+            "create_masked_store": masked_store,
+            "create_atomic_rmw": atomic_rmw,
+            "create_atomic_cas": atomic_cas,
+            "create_make_tensor_descriptor": make_descriptor,
+            "create_descriptor_load": descriptor_access("load", "create_descriptor_load"),
+            "create_descriptor_store": descriptor_access("store", "create_descriptor_store"),
+        }
+        propagate = {"create_addptr": (0,), "create_splat": (1,), "create_broadcast": (0,),
+                     "create_expand_dims": (0,), "create_reshape": (0,), "create_trans": (0,),
+                     "create_select": (1, 2), "create_cat": (0, 1), "create_join": (0, 1),
+                     "create_bitcast": (0,), "create_int_to_ptr": (0,)}
+        for name, args in propagate.items():
+            wrapped[name] = self._propagating(originals[name], args)
+        for name, fn in wrapped.items():
+            setattr(b, name, fn)
+        return self
+
+    def __exit__(self, *exc):
+        b = self.builder
+        for name in self._patched:
+            if name in self._saved:
+                setattr(b, name, self._saved[name])
+            else:
+                b.__dict__.pop(name, None)
+        return False
+
+
+def _is_pointer(handle) -> bool:
+    dtype = getattr(handle, "dtype", None)
+    return dtype is not None and (getattr(dtype, "is_ptr", lambda: False)() or
+                                  hasattr(dtype, "element_ty") and getattr(dtype.scalar, "is_ptr", lambda: False)())
+
+
+# ----------------------------------------------------------------------------- launches in a check
+class checked_launches:
+    """While active, every ``kernel[grid](...)`` of a plain ``@triton.jit`` kernel is a
+    :func:`run_checked` (with ``reachable``): learner launchers need no change to be checked."""
+
+    def __init__(self, reachable: Sequence[torch.Tensor] | dict = ()):
+        self.reachable = reachable
+        self._redirect = compat.redirect_launches(self._launch)
+
+    def _launch(self, kernel, grid, *args, **kwargs):
+        return run_checked(kernel, grid, *args, reachable=self.reachable, **kwargs)
+
+    def __enter__(self):
+        self._redirect.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self._redirect.__exit__(*exc)
+
+
+# ----------------------------------------------------------------------------- the picture
+def _as_grid(a: np.ndarray) -> np.ndarray:
+    """A block of any rank as a 2-D grid of lanes (1-D blocks wrap at 32 or 64 lanes)."""
+    if a.ndim == 0:
+        return a.reshape(1, 1)
+    if a.ndim == 1:
+        width = 32 if a.size <= 512 else 64
+        if a.size <= width:
+            return a.reshape(1, -1)
+        rows = -(-a.size // width)
+        pad = np.zeros(rows * width - a.size, dtype=a.dtype)
+        return np.concatenate([a, pad]).reshape(rows, width)
+    return a.reshape(-1, a.shape[-1])
+
+
+def draw_access(access: _Access, dpi: float = 100):
+    """The lanes of one load or store: in bounds (blue), masked off (grey), outside (red); each lane
+    labelled with its element offset from the tensor's start when the cells are big enough, and
+    each row of a wrapped 1-D block with the offset of its first lane."""
+    from matplotlib.figure import Figure
+
+    from ..viz import drawings as d
+
+    a = access
+    shape = a.bad.shape
+    active, bad = a.active.reshape(shape), a.bad
+    colour = np.where(bad[..., None], d._STRAY, np.where(active[..., None], d._IN_BLOCK, d._MASKED))
+    lane = np.arange(bad.size)
+    cells = _as_grid(lane.reshape(shape) if bad.ndim else lane)
+    used = _as_grid(np.ones(shape, dtype=bool) if bad.ndim else np.ones(1, dtype=bool))
+    colours = colour.reshape(-1, 4)[cells.reshape(-1)].reshape(cells.shape + (4,))
+    colours[~used] = (1, 1, 1, 1)
+    rows, cols = cells.shape
+    wrapped = bad.ndim <= 1 and rows > 1
+    cell = int(np.clip(820 * dpi / 100 / max(cols, 1), 8, 40))
+    label_w = int(6 * dpi / 10) if wrapped or bad.ndim == 2 else 0
+    cell = min(cell, int(40 * dpi / 100), max(8, int(520 * dpi / 100 / rows)))
+    fig = Figure(figsize=(9, (rows * cell + 3 * (10 * dpi / 72 + 8) + 70 * dpi / 100) / dpi), dpi=dpi)
+    R = d.RasterFigure(fig)
+    head = 3 * (R.pt(10) + 8) + 4
+    y0, x0, ch, cw = R.fit(rows, cols, (label_w + 12, head, R.width - 2 * label_w - 24, rows * cell), max_cell=cell)
+    px = d.cells_to_pixels(colours, ch, cw, lines=True)
+    labelled = False
+    if a.region is not None:
+        offsets = a.offsets.reshape(-1)[cells.reshape(-1)].reshape(cells.shape)
+        labelled = d.stamp_cell_labels(px, np.where(used, offsets.astype(str), ""), 0, 0, ch, cw)
+    R.paste(px, y0, x0)
+    if a.region is not None and not labelled and (wrapped or bad.ndim == 2):
+        first = a.offsets.reshape(-1)[cells[:, 0]] if wrapped else a.offsets.reshape(-1, shape[-1])[:, 0]
+        for r in range(rows):
+            if ch >= R.pt(7):
+                R.text(str(first[r]), x0 - 4, y0 + (r + 0.5) * ch, 7, color="#555555", ha="right")
+    program = ", ".join(map(str, a.program))
+    R.text(f"{a.kernel}: {a.kind} through {a.pointer}, line {a.line}, program_id {program}",
+           R.width / 2, 4, 10, color="black", va="top")
+    region = a.region
+    size = ("no tensor argument" if region is None else f"{region.name} has {region.tensor.numel()} elements"
+            if region.tensor.dim() <= 1 else f"{region.name} is {'x'.join(map(str, region.tensor.shape))}")
+    lanes = f"block {'x'.join(map(str, shape)) or '1'}" + (f", {cols} lanes per row" if wrapped else "")
+    R.text(f"{int(bad.sum())} of {int(active.sum())} active lanes outside {region.name if region else 'every tensor'}; "
+           f"{size}; {lanes}", R.width / 2, 4 + R.pt(10) + 8, 9, color="black", va="top")
+    if a.code:
+        R.text(a.code.strip()[:110], R.width / 2, 4 + 2 * (R.pt(10) + 8), 9, color="#444444", va="top")
+    legend_y = y0 + rows * ch + 10
+    items = [("in bounds", d._IN_BLOCK), ("masked off (never touched)", d._MASKED), ("outside: the error", d._STRAY)]
+    sw = R.pt(9)
+    total = sum(sw + 6 + d.text_width(t, R.pt(9)) + 18 for t, _ in items)
+    x = (R.width - total) / 2
+    for text, c in items:
+        R.px[legend_y:legend_y + sw, int(x):int(x) + sw] = c
+        R.text(text, x + sw + 6, legend_y + sw / 2, 9, color="black", ha="left")
+        x += sw + 6 + d.text_width(text, R.pt(9)) + 18
+    note = ("numbers: each lane's element offset from the tensor's first element" if labelled else
+            "numbers: element offset of each row's first lane" if a.region is not None and (wrapped or bad.ndim == 2)
+            else "")
+    if note:
+        R.text(note, R.width / 2, legend_y + sw + 8, 8, color="#555555", va="top")
+    R.show()
+    return fig
+
+
+def picture_png(err: OutOfBounds, dpi: float = 100) -> bytes:
+    """``err.picture()`` as PNG bytes (what the exercise feedback embeds)."""
+    from ..viz.drawings import png_bytes
+
+    return png_bytes(err.picture(dpi=dpi))
+
