@@ -6,7 +6,8 @@ Suites (``--suite``, comma-separated or ``all``):
 * ``order``: row-major vs grouped program order (GROUP_SIZE_M 4/8/16);
 * ``fusion``: matmul + activation (+ bias) fused vs torch.matmul then the activation;
 * ``seed-grouped``: the seed tutorial 08's two tables, with the seed's own kernels (``--seed-tutorial``);
-* ``moe``: ragged MoE expert GEMMs of Mixtral-8x7B, DeepSeek-V3 and DeepSeek-V2-Lite.
+* ``moe``: ragged MoE expert GEMMs of eight public MoE models, forward and forward+backward
+  (``python -m gemm_kernels.bench.moe_host``: grouped_mm's host time per call).
 
 Every cell is checked against a float64 reference once and, on a CUDA GPU, timed
 (``do_bench`` median).  Outputs in ``--out`` (default ``bench-results/``): ``<suite>.csv``,

@@ -21,7 +21,7 @@ def grad_enabled_for(*tensors) -> bool:
     torch.compile is tracing (it must see the op, not the Python launch)."""
     if torch.compiler.is_compiling():
         return True
-    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+    return torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors)
 
 
 def activation_grad(dc: torch.Tensor, z: torch.Tensor, activation) -> torch.Tensor:
