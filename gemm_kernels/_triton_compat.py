@@ -94,6 +94,7 @@ class BoundLaunch:
         self._kernel, self._args, self._kwargs = kernel, tuple(args), dict(kwargs or {})
         self._options = dict(options or {})
         self.arguments = ordered_arguments(kernel, self._args, self._kwargs)
+        self._slots = {name: i for i, name in enumerate(kernel.arg_names)}  # parameter -> position
         self.grid = resolve_grid(grid, dict(zip(kernel.arg_names, self.arguments)))
         self.fast = internals_enabled("launcher") and self._bind_launcher()
 
@@ -120,6 +121,22 @@ class BoundLaunch:
         if not self.fast:
             self._kernel[self.grid](*self._args, **self._kwargs, **self._options)
             return
+        self._launch(self.arguments)
+
+    def launch_with(self, **tensors) -> None:
+        """The same launch with some tensor arguments replaced by others, by parameter name
+        (``grouped_mm`` binds one launch per shape and hands each call its fresh tensors).  The
+        compiled kernel is specialised on each pointer's 16-byte alignment and dtype: the
+        replacements must match the bound tensors in both (the caller's cache key says so)."""
+        arguments = list(self.arguments)
+        for name, tensor in tensors.items():
+            arguments[self._slots[name]] = tensor
+        if not self.fast:
+            self._kernel[self.grid](*arguments, **self._options)
+            return
+        self._launch(arguments)
+
+    def _launch(self, arguments) -> None:
         from triton import knobs
 
         if self._current_device() != self._device:  # the kernel was loaded into that device's context
@@ -128,10 +145,10 @@ class BoundLaunch:
         stream = self._current_stream(self._device)
         enter_hook, exit_hook = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
         # profilers (proton) set the hooks and read the launch's metadata: build it only for them
-        metadata = (self.compiled.launch_metadata(self.grid, stream, *self.arguments)
+        metadata = (self.compiled.launch_metadata(self.grid, stream, *arguments)
                     if enter_hook is not None else None)
         self._launcher(*self.grid, stream, self._function, self._packed_metadata, metadata,
-                       enter_hook, exit_hook, *self.arguments)
+                       enter_hook, exit_hook, *arguments)
 
 
 def chosen_config(autotuner):

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from gemm_kernels import DEVICE, grouped_mm, grouped_mm_ref, route_tokens, runtime
-from gemm_kernels.kernels import moe
+from gemm_kernels.kernels import moe, moe_wgrad
 from gemm_kernels.kernels.moe import num_programs_for
 from gemm_kernels.lab.traces import trace_moe_schedule
 from gemm_kernels.testing import assert_close
@@ -83,17 +83,24 @@ def test_unchecked_offs_give_the_same_answer():
     assert torch.equal(grouped_mm(x, w, offs, check_offs=False), grouped_mm(x, w, offs))
 
 
+@pytest.mark.parametrize("check_offs", [None, True, False])
 @pytest.mark.parametrize("tma", [False, True])
-def test_stores_stop_at_the_experts_last_row(tma):
-    """A tile's rows past its expert's end belong to someone else: they must never be written.
-    Here nobody owns rows 21..39 (offs[-1] < T, allowed only unchecked), so they stay NaN (the
-    test suite poisons torch.empty); the last expert's tile spans them with either store."""
+def test_rows_past_the_last_expert_are_zeros(tma, check_offs):
+    """offs[-1] < T (a padded token buffer, dropped tokens): as in torch._grouped_mm, rows no
+    expert owns come out as zeros, on every path (the test suite poisons torch.empty with NaN, so
+    an unwritten row would show).  The last expert's tiles span those rows: its stores must stop."""
     x, w, _ = make_inputs([15, 6, 19], 32, 16, torch.float16)
     offs = torch.tensor([15, 21, 21], dtype=torch.int32, device=DEVICE)
-    out = grouped_mm(x, w, offs, tma=tma, check_offs=False).float().cpu()
-    assert torch.isnan(out[21:]).all(), "rows owned by no expert were written"
-    ref = grouped_mm_ref(x[:21], w, offs, out_dtype=torch.float64)
-    assert_close(out[:21], ref, torch.float16)
+    for _ in range(2):  # the second call takes the bound launch on a GPU
+        out = grouped_mm(x, w, offs, tma=tma, check_offs=check_offs).float().cpu()
+        assert torch.equal(out[21:], torch.zeros(19, 16)), "rows owned by no expert must be zeros"
+        assert_close(out, grouped_mm_ref(x, w, offs, out_dtype=torch.float64), torch.float16)
+
+
+def test_every_row_past_offs_when_no_expert_has_rows():
+    x, w, _ = make_inputs([4, 4], 16, 24, torch.float16)
+    offs = torch.zeros(2, dtype=torch.int32, device=DEVICE)
+    assert torch.equal(grouped_mm(x, w, offs).float().cpu(), torch.zeros(8, 24))
 
 
 def test_tma_auto_choice():
@@ -137,8 +144,9 @@ def test_grid_bound_covers_every_routing():
         T = int(counts.sum())
         if T == 0:
             continue
-        tiles = sum(-(-int(c) // bm) for c in counts)
-        assert min(-(-T // bm) + E, T) >= tiles
+        tail = int(rng.integers(0, 100))  # rows past offs[-1]: one more problem
+        tiles = sum(-(-int(c) // bm) for c in counts) + -(-tail // bm)
+        assert min(-(-(T + tail) // bm) + E + 1, T + tail) >= tiles
 
 
 # ---------------------------------------------------------------- bad input -> clear errors
@@ -165,13 +173,19 @@ def _with(**changes):
     (lambda: _with(offs=torch.tensor([8], dtype=torch.int32, device=DEVICE)), ValueError, r"shape \[E\] = \[2\].*got \[1\]"),
     (lambda: _with(offs=torch.tensor([5, 3], dtype=torch.int32, device=DEVICE)), ValueError,
      r"non-decreasing.*offs\[0\] = 5 > offs\[1\] = 3"),
-    (lambda: _with(offs=torch.tensor([3, 7], dtype=torch.int32, device=DEVICE)), ValueError, r"offs\[-1\] = 7 but x has T = 8 rows"),
+    (lambda: _with(offs=torch.tensor([3, 9], dtype=torch.int32, device=DEVICE)), ValueError,
+     r"offs\[-1\] = 9 but x has only T = 8 rows"),
     (lambda: _with(offs=torch.tensor([-1, 8], dtype=torch.int32, device=DEVICE)), ValueError, r"offs\[0\] = -1 is negative"),
 ])
 def test_bad_inputs(make, exc, pattern):
+    """Refused on the host: shapes and dtypes always; offs' values with check_offs=True (and by
+    default on the CPU, where reading them is free)."""
     x, w, offs = make()
     with pytest.raises(exc, match=pattern):
-        grouped_mm(x, w, offs)
+        grouped_mm(x, w, offs, check_offs=True)
+    if not runtime.on_gpu():
+        with pytest.raises(exc, match=pattern):
+            grouped_mm(x, w, offs)
 
 
 @pytest.mark.skipif(runtime.on_gpu(), reason="on a GPU the cpu/cuda case below covers this")
@@ -194,8 +208,8 @@ def test_bad_options():
     x, w, offs = _good()
     with pytest.raises(TypeError, match="tma must be None, True or False"):
         grouped_mm(x, w, offs, tma="auto")
-    with pytest.raises(TypeError, match="check_offs must be True or False"):
-        grouped_mm(x, w, offs, check_offs=None)
+    with pytest.raises(TypeError, match="check_offs must be None, True or False"):
+        grouped_mm(x, w, offs, check_offs="yes")
 
 
 def test_tma_true_rejects_unaligned_tensors():
@@ -228,6 +242,14 @@ def test_route_tokens_counts_and_offsets():
     assert torch.equal(r.counts, again.counts)
 
 
+def test_route_tokens_huge_skew_picks_the_top_experts():
+    """Weights 1/(e+1)**1100 underflow to 0 in float64; sampled in log space they still rank:
+    every token goes to experts 0 and 1, the heaviest two."""
+    r = route_tokens(1000, 8, 2, skew=1100.0, generator=torch.Generator().manual_seed(0))
+    assert r.counts.tolist() == [1000, 1000, 0, 0, 0, 0, 0, 0]
+    assert (r.experts.sort(dim=1).values == torch.tensor([0, 1])).all()
+
+
 def test_route_tokens_skew_concentrates_load():
     uniform = route_tokens(4000, 16, 2, skew=0.0, generator=torch.Generator().manual_seed(0)).counts
     skewed = route_tokens(4000, 16, 2, skew=1.5, generator=torch.Generator().manual_seed(0)).counts
@@ -240,6 +262,8 @@ def test_route_tokens_validation():
         route_tokens(10, 2, 3)
     with pytest.raises(ValueError, match="skew must be finite and >= 0"):
         route_tokens(10, 4, 1, skew=-1.0)
+    with pytest.raises(TypeError, match="skew must be a number.*str '1'"):
+        route_tokens(10, 4, 1, skew="1")
     assert route_tokens(0, 4, 2).counts.tolist() == [0, 0, 0, 0]
 
 
@@ -312,3 +336,228 @@ def test_gpu_trace_equals_mirror(tma):
                                     num_programs_for(sum(counts), len(counts), 512, bm, bn), "grouped",
                                     blocks["GROUP_SIZE_M"])
     np.testing.assert_array_equal(trace.numpy(), mirror[:, [1, 3, 4, 5]])
+
+
+# ---------------------------------------------------------------- 64-bit offsets
+def test_strides_whose_products_pass_2_to_the_31_are_read_right(tmp_path):
+    """x[t, k] at t + k * 2**28 elements: k * stride passes 2**31 from k = 8 on, where 32-bit
+    offsets wrap (a read far outside x: a crash or garbage).  x is a strided view of a sparse file
+    mapped into memory, so only the pages the kernel touches ever exist (K of them); the
+    gathered copy is small.  On a GPU the same file would have to be copied: CPU only."""
+    if runtime.on_gpu():
+        pytest.skip("the 8 GiB sparse mapping is a CPU interpreter test (a GPU copy would allocate it)")
+    T, K, N, stride = 6, 12, 8, 2**28
+    path = tmp_path / "sparse.bin"
+    elements = (K - 1) * stride + T
+    with open(path, "wb") as f:
+        f.truncate(elements * 2)  # fp16: a sparse file, nothing allocated
+    storage = torch.from_file(str(path), shared=True, size=elements, dtype=torch.float16)
+    x = storage.as_strided((T, K), (1, stride))
+    x.copy_(torch.randn(T, K, generator=torch.Generator().manual_seed(0)).half())  # touches K pages
+    w = torch.randn(2, K, N, generator=torch.Generator().manual_seed(1)).half()
+    offs = torch.tensor([2, 6], dtype=torch.int32)
+    ref = grouped_mm_ref(x.contiguous(), w, offs, out_dtype=torch.float64)
+    assert_close(grouped_mm(x, w, offs, tma=False), ref, torch.float16)
+    # and the weight gradient, reading x transposed through the same strides
+    dy = torch.randn(T, N, generator=torch.Generator().manual_seed(2)).half()
+    assert_close(moe_wgrad.grouped_mm_wgrad(x, dy, offs, tma=False).flatten(0, 1),
+                 moe_wgrad.grouped_mm_wgrad_ref(x.contiguous(), dy, offs).flatten(0, 1), torch.float16)
+
+
+# ---------------------------------------------------------------- the weight gradient kernel
+@pytest.mark.parametrize("tma", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32], ids=str)
+@pytest.mark.parametrize("counts,tail", [([9, 0, 40, 1, 0], 0), ([0, 33, 7], 5), ([0, 0], 3), ([70], 0)])
+def test_wgrad_matches_float64(counts, tail, dtype, tma):
+    """dw[e] = x_eᵀ dy_e: ragged rows (the reduction), idle experts (zeros), rows past offs[-1]
+    (left out of every sum), a single expert; ragged K = 40 and N = 24 (TMA: 16-byte rows)."""
+    x, _, offs = make_inputs(counts + [tail], 40, 24, dtype)
+    offs = offs[:-1].contiguous()
+    dy = torch.randn(x.shape[0], 24, generator=torch.Generator().manual_seed(5)).to(DEVICE, dtype)
+    dw = moe_wgrad.grouped_mm_wgrad(x, dy, offs, tma=tma)
+    assert dw.shape == (len(counts), 40, 24) and dw.dtype == dtype
+    assert_close(dw.flatten(0, 1), moe_wgrad.grouped_mm_wgrad_ref(x, dy, offs).flatten(0, 1), dtype)
+    for e, c in enumerate(counts):
+        if c == 0:
+            assert torch.equal(dw[e].float().cpu(), torch.zeros(40, 24)), f"idle expert {e} must get zeros"
+
+
+def test_wgrad_tile_lookup_visits_every_tile_once():
+    """wgrad_tile's (expert, pid_m, pid_n) over all tiles = every tile of every expert once."""
+    from gemm_kernels.lab.exercises.moe_training import run_wgrad_tile_lookup
+    offs = torch.tensor([3, 3, 40, 41], dtype=torch.int32, device=DEVICE)
+    table = run_wgrad_tile_lookup(moe_wgrad.wgrad_tile, offs, T=45, num_pid_m=3, num_pid_n=5, group_size_m=2)
+    assert sorted(map(tuple, table[:, :3].tolist())) == [(e, m, n) for e in range(4) for m in range(3)
+                                                          for n in range(5)]
+    starts, rows = [0, 3, 3, 40], [3, 0, 37, 1]
+    for expert, _, _, first_row, count in table.tolist():
+        assert (first_row, count) == (starts[expert], rows[expert])
+
+
+# ---------------------------------------------------------------- backward
+def _reference_grads(x, w, offs, dy):
+    x64, w64 = x.detach().double().requires_grad_(), w.detach().double().requires_grad_()
+    from gemm_kernels.lab.moe_training import grouped_mm_torch
+    grouped_mm_torch(x64, w64, offs).backward(dy.double())
+    return x64.grad, w64.grad
+
+
+@pytest.mark.parametrize("w_transposed", [False, True], ids=["w_EKN", "w_view_of_ENK"])
+@pytest.mark.parametrize("tma", [None, False])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32], ids=str)
+def test_backward_matches_float64(dtype, tma, w_transposed):
+    """Ragged rows, an idle expert in the middle and at the end, 7 rows past offs[-1]."""
+    counts = [13, 0, 30, 2, 0]
+    x, w, offs = make_inputs(counts + [7], 32, 48, dtype, w_transposed=w_transposed)
+    w = w[:-1]
+    offs = offs[:-1].contiguous()
+    x, w = x.detach().requires_grad_(), w.detach().requires_grad_()
+    dy = torch.randn(x.shape[0], 48, generator=torch.Generator().manual_seed(9)).to(DEVICE, dtype)
+    out = grouped_mm(x, w, offs, tma=tma)
+    assert out.grad_fn is not None
+    out.backward(dy)
+    ref_dx, ref_dw = _reference_grads(x, w, offs, dy)
+    assert x.grad.shape == x.shape and w.grad.shape == w.shape and x.grad.dtype == w.grad.dtype == dtype
+    assert_close(x.grad, ref_dx, dtype, what="dx")
+    assert_close(w.grad.flatten(0, 1), ref_dw.flatten(0, 1), dtype, what="dw")
+    assert torch.equal(x.grad[45:].float().cpu(), torch.zeros(7, 32)), "rows past offs[-1] get no gradient"
+    assert torch.equal(w.grad[1].float().cpu(), torch.zeros(32, 48)), "an idle expert's weights get zeros"
+
+
+@pytest.mark.filterwarnings("ignore:Input #.*double precision")
+def test_gradcheck_fp32():
+    """torch.autograd.gradcheck in fp32 (the kernels take no fp64; the interpreter's fp32 dot is
+    exact, so finite differences with eps 1e-2 agree to 1e-2)."""
+    if runtime.on_gpu():
+        pytest.skip("fp32 runs TF32 tensor cores on a GPU: finite differences are too coarse there")
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(9, 5, generator=gen, requires_grad=True)
+    w = torch.randn(3, 5, 4, generator=gen, requires_grad=True)
+    offs = torch.tensor([2, 2, 7], dtype=torch.int32)
+    assert torch.autograd.gradcheck(lambda x, w: grouped_mm(x, w, offs), (x, w), eps=1e-2, atol=1e-2, rtol=1e-2,
+                                    fast_mode=True)
+
+
+def test_only_inputs_that_require_grad_get_one():
+    x, w, offs = make_inputs([5, 9], 16, 24, torch.float32)
+    w.requires_grad_()
+    grouped_mm(x, w, offs).sum().backward()
+    assert w.grad is not None and x.grad is None
+    with torch.no_grad():
+        assert not grouped_mm(x, w, offs).requires_grad
+
+
+def test_moe_layer_compiles_without_graph_breaks():
+    """A whole MoE layer (route, gather, grouped_mm, gelu, grouped_mm, scatter) under
+    torch.compile(fullgraph=True): a graph break would raise.  Backend aot_eager: it runs the
+    ops' fake implementations and traces the backward like inductor, without inductor's C++ code
+    generation for the surrounding ops (about 20 s on a 2-core CPU); the graph is the same."""
+    from gemm_kernels.lab.moe_training import make_layer, moe_layer
+    x, _, params = make_layer(40, 32, 48, 6, seed=1)
+    w_up, w_down = params["w_up"].requires_grad_(), params["w_down"].requires_grad_()
+
+    def loss(x, router, w_up, w_down):
+        return moe_layer(x, router, w_up, w_down, 2).square().mean()
+
+    compiled = torch.compile(loss, fullgraph=True, backend="aot_eager")
+    compiled(x, params["router"], w_up, w_down).backward()
+    grads = w_up.grad.clone(), w_down.grad.clone()
+    w_up.grad = w_down.grad = None
+    loss(x, params["router"], w_up, w_down).backward()
+    assert_close(grads[0].flatten(0, 1), w_up.grad.double().flatten(0, 1), torch.float32)
+    assert_close(grads[1].flatten(0, 1), w_down.grad.double().flatten(0, 1), torch.float32)
+
+
+def test_training_matches_torch():
+    """A few SGD steps of the layer: the loss curve with grouped_mm = the torch loop's."""
+    from gemm_kernels.lab.moe_training import grouped_mm_torch, make_layer, train
+    x, target, params = make_layer(48, 32, 48, 6, seed=2)
+    ours = train(x, target, params, top_k=2, steps=3)
+    theirs = train(x, target, params, top_k=2, steps=3, expert_mm=grouped_mm_torch)
+    assert ours[-1] < ours[0]
+    np.testing.assert_allclose(ours, theirs, rtol=1e-3)
+
+
+# ---------------------------------------------------------------- GPU: sync-free, graphs, bad offs, real sizes
+@pytest.mark.gpu
+def test_gpu_default_call_never_syncs():
+    """torch.cuda.set_sync_debug_mode("error") raises on any call that waits for the device."""
+    x, w, offs = make_inputs([300, 0, 129, 64], 256, 512, torch.bfloat16)
+    grouped_mm(x, w, offs)  # first call: tuning and compiling may sync
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        out = grouped_mm(x, w, offs)
+        xg, wg = x.detach().requires_grad_(), w.detach().requires_grad_()
+        grouped_mm(xg, wg, offs).backward(out)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert_close(out, grouped_mm_ref(x, w, offs, out_dtype=torch.float64), torch.bfloat16)
+
+
+@pytest.mark.gpu
+def test_gpu_cuda_graph_capture_and_replay():
+    """grouped_mm's default call captured in a CUDA graph; replays follow new routings written
+    into the same offs buffer (the kernel reads offs on the device)."""
+    counts = [100, 0, 37, 200]
+    x, w, offs = make_inputs(counts, 128, 256, torch.bfloat16)
+    grouped_mm(x, w, offs)  # warm up (tune, compile) outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = grouped_mm(x, w, offs)
+    for new_counts in ([100, 0, 37, 200], [0, 337, 0, 0], [10, 20, 30, 40]):
+        offs.copy_(torch.tensor(np.cumsum(new_counts), dtype=torch.int32))
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert_close(out, grouped_mm_ref(x, w, offs, out_dtype=torch.float64), torch.bfloat16)
+
+
+BAD_OFFS_SCRIPT = """
+import torch, gemm_kernels
+x = torch.randn(64, 32, device="cuda", dtype=torch.float16)
+w = torch.randn(2, 32, 16, device="cuda", dtype=torch.float16)
+offs = torch.tensor({offs}, device="cuda", dtype=torch.int32)
+out = gemm_kernels.grouped_mm(x, w, offs)
+print("launched without a sync", flush=True)
+torch.cuda.synchronize()
+print("NOT REPORTED", flush=True)
+"""
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("offs", [[40, 20], [-3, 10], [10, 65]], ids=["decreasing", "negative", "past_T"])
+def test_gpu_bad_offs_is_reported_without_a_sync(offs, tmp_path):
+    """The default call returns before the device checks offs; the next sync raises the
+    device-side assert with the message.  A device assert ends the CUDA context: a subprocess."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "bad_offs.py"
+    script.write_text(BAD_OFFS_SCRIPT.format(offs=offs))
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert "launched without a sync" in result.stdout
+    assert "NOT REPORTED" not in result.stdout and result.returncode != 0
+    assert "device-side assert" in result.stderr and "grouped_mm: bad offs" in result.stderr, result.stderr[-2000:]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tokens,E,top_k,K,N", [
+    (1024, 8, 2, 4096, 14336),   # Mixtral-8x7B gate/up
+    (1024, 128, 8, 2048, 768),   # Qwen3-30B-A3B gate/up: 64 rows per expert on average
+    (16, 64, 6, 2048, 1408),     # DeepSeek-V2-Lite, a decode-sized batch: most experts idle
+], ids=["mixtral-up", "qwen3-30b-up", "few-tokens"])
+def test_gpu_backward_matches_float64(tokens, E, top_k, K, N):
+    """dx and dw at real sizes against float64 loops (the float64 dw of a 256-expert model would
+    not fit: sizes keep it under 4 GiB)."""
+    routing = route_tokens(tokens, E, top_k, skew=1.0, generator=torch.Generator().manual_seed(0))
+    T = tokens * top_k
+    x = torch.randn(T, K, device=DEVICE, dtype=torch.bfloat16, requires_grad=True)
+    w = torch.randn(E, N, K, device=DEVICE, dtype=torch.bfloat16).transpose(1, 2).requires_grad_()
+    dy = torch.randn(T, N, device=DEVICE, dtype=torch.bfloat16)
+    grouped_mm(x, w, routing.offs).backward(dy)
+    dx_ref = grouped_mm_ref(dy, w.detach().transpose(1, 2), routing.offs, out_dtype=torch.float64)
+    assert_close(x.grad, dx_ref, torch.bfloat16, what="dx")
+    dw_ref = moe_wgrad.grouped_mm_wgrad_ref(x.detach(), dy, routing.offs)
+    assert_close(w.grad.flatten(0, 1), dw_ref.flatten(0, 1), torch.bfloat16, what="dw")

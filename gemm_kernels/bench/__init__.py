@@ -8,7 +8,8 @@ Suites (``--suite``, comma-separated or ``all``):
 * ``stream-k``: few-tile, long-K shapes, cuBLAS vs ``matmul_tma`` vs ``matmul_streamk``, timed from
   CUDA graphs (GPU time);
 * ``seed-grouped``: the seed tutorial 08's two tables, with the seed's own kernels (``--seed-tutorial``);
-* ``moe``: ragged MoE expert GEMMs of Mixtral-8x7B, DeepSeek-V3 and DeepSeek-V2-Lite.
+* ``moe``: ragged MoE expert GEMMs of eight public MoE models, forward and forward+backward
+  (``python -m gemm_kernels.bench.moe_host``: grouped_mm's host time per call).
 
 Every cell is checked against a float64 reference once and, on a CUDA GPU, timed
 (``do_bench`` median; host-timed, so a call's Python launch is included) and the vendor

@@ -499,19 +499,24 @@ class MoeModel:
     ffn: int  # one expert's intermediate size
 
 
-#: Expert shapes of real models (from their published configs):
-#: Mixtral-8x7B: 8 experts, top-2, hidden 4096, ffn 14336;
-#: DeepSeek-V3: 256 routed experts, top-8, hidden 7168, expert ffn 2048;
-#: DeepSeek-V2-Lite: 64 routed experts, top-6, hidden 2048, expert ffn 1408.
+#: Expert shapes of real models, from their published configs (experts, top-k, hidden size, one
+#: expert's intermediate size): Mixtral-8x7B 8/2/4096/14336; DeepSeek-V3 256 routed/8/7168/2048;
+#: DeepSeek-V2-Lite 64 routed/6/2048/1408; Qwen3-30B-A3B 128/8/2048/768; Qwen3-235B-A22B
+#: 128/8/4096/1536; gpt-oss-20b 32/4/2880/2880; gpt-oss-120b 128/4/2880/2880; OLMoE-1B-7B
+#: 64/8/2048/1024.  Gate and up projections have the same shape (hidden -> ffn): "up" stands for both.
 MOE_MODELS = {
     "full": (MoeModel("Mixtral-8x7B", 8, 2, 4096, 14336), MoeModel("DeepSeek-V3", 256, 8, 7168, 2048),
-             MoeModel("DeepSeek-V2-Lite", 64, 6, 2048, 1408)),
-    "quick": (MoeModel("Mixtral-8x7B", 8, 2, 4096, 14336), MoeModel("DeepSeek-V3", 256, 8, 7168, 2048)),
+             MoeModel("DeepSeek-V2-Lite", 64, 6, 2048, 1408), MoeModel("Qwen3-30B-A3B", 128, 8, 2048, 768),
+             MoeModel("Qwen3-235B-A22B", 128, 8, 4096, 1536), MoeModel("gpt-oss-20b", 32, 4, 2880, 2880),
+             MoeModel("gpt-oss-120b", 128, 4, 2880, 2880), MoeModel("OLMoE-1B-7B", 64, 8, 2048, 1024)),
+    "quick": (MoeModel("Mixtral-8x7B", 8, 2, 4096, 14336), MoeModel("Qwen3-30B-A3B", 128, 8, 2048, 768)),
     "cpu": (MoeModel("tiny 8 experts top-2", 8, 2, 64, 96), MoeModel("tiny 64 experts top-6", 64, 6, 32, 48)),
 }
-MOE_TOKENS = {"full": (512, 4096, 16384), "quick": (4096,), "cpu": (37,)}
-#: "up": hidden -> ffn (one of the gate/up projections); "down": ffn -> hidden
+MOE_TOKENS = {"full": (512, 4096, 32768), "quick": (4096,), "cpu": (37,)}
+#: "up": hidden -> ffn (the gate/up projections); "down": ffn -> hidden
 MOE_PROJECTIONS = {"full": ("up", "down"), "quick": ("up",), "cpu": ("up", "down")}
+#: "fwd": the expert GEMM; "fwd+bwd": the GEMM, then dx and dw from a given dy (a training step's share)
+MOE_PASSES = {"full": ("fwd", "fwd+bwd"), "quick": ("fwd", "fwd+bwd"), "cpu": ("fwd", "fwd+bwd")}
 MOE_ROUTINGS = ("uniform", "skewed")
 MOE_DTYPES = (torch.bfloat16,)  # torch._grouped_mm's fast path on sm_90 is bf16-only
 
@@ -550,8 +555,22 @@ def _counts_from_routing(routed, experts: int, rows: int) -> torch.Tensor:
     raise ValueError(f"route_tokens' result sums to {int(t.sum())}, expected {rows} routed rows")
 
 
+def _moe_fwd_bwd(mm, x, w, offs, dy):
+    """One forward and backward of ``mm(x, w, offs)`` with x and w requiring grad: returns
+    [out, dx, dw] (dw split per expert by the checker)."""
+    xg, wg = x.detach().requires_grad_(), w.detach().requires_grad_()
+
+    def run():
+        xg.grad = wg.grad = None
+        out = mm(xg, wg, offs)
+        out.backward(dy)
+        return [out.detach(), xg.grad, wg.grad]
+    return run
+
+
 def moe_suite(settings: SuiteSettings) -> list[Case]:
-    """Ragged MoE expert GEMMs: our grouped_mm vs a per-expert torch loop vs torch._grouped_mm."""
+    """Ragged MoE expert GEMMs: our grouped_mm vs torch._grouped_mm (and a per-expert torch loop),
+    forward, and forward+backward (dx and dw) at default arguments."""
     seeds = _Seeds(settings.seed)
     size = settings.size_class
     cases = []
@@ -562,61 +581,89 @@ def moe_suite(settings: SuiteSettings) -> list[Case]:
                 k, n = (model.hidden, model.ffn) if projection == "up" else (model.ffn, model.hidden)
                 for routing in MOE_ROUTINGS:
                     for tokens in MOE_TOKENS[size]:
-                        rows = tokens * model.top_k
-
-                        def setup(model=model, projection=projection, routing=routing, tokens=tokens,
-                                  dtype=dtype, k=k, n=n, rows=rows, seed=seeds()):
-                            gen = _generator(seed)
-                            key = (model, projection, dtype)
-                            if key not in weights_cache:  # one model's weights at a time
-                                weights_cache.clear()
-                                weights_cache[key] = _moe_weights(model, projection, dtype, _generator(seed + 7))
-                            w = weights_cache[key]
-                            counts = _route(model, tokens, routing, seed)
-                            ends = torch.cumsum(counts, 0)
-                            bounds = list(zip([0] + ends[:-1].tolist(), ends.tolist()))
-                            offs = ends.to(device=runtime.DEVICE, dtype=torch.int32)
-                            x = _randn((rows, k), dtype, gen)
-
-                            def loop():
-                                out = torch.empty((rows, n), device=x.device, dtype=dtype)
-                                for e, (s, t) in enumerate(bounds):
-                                    if t > s:
-                                        torch.mm(x[s:t], w[e], out=out[s:t])
-                                return out
-
-                            def reference():
-                                ref = torch.empty((rows, n), device=x.device, dtype=torch.float32)
-                                for e, (s, t) in enumerate(bounds):
-                                    ref[s:t] = (x[s:t].double() @ w[e].double()).float()
-                                return [ref]
-
-                            def ours():
-                                f = kernel("moe", "grouped_mm")
-                                return (lambda: f(x, w, offs, check_offs=False)), (lambda: f(x, w, offs, check_offs=True))
-
-                            providers = [
-                                Provider("torch._grouped_mm", lambda: torch._grouped_mm(x, w, offs=offs), ours=False,
-                                         note="" if dtype == torch.bfloat16 else
-                                         "its fast path is bf16-only on sm_90: other dtypes may take the fallback"),
-                                lazy_provider("grouped_mm", ours,
-                                              note="timed with check_offs=False; checked with check_offs=True"),
-                                Provider("per-expert loop", loop, ours=False,
-                                         note="torch.mm per expert; expert bounds on the host beforehand (no sync timed)"),
-                            ]
-                            used = int((counts > 0).sum())
-                            # fewest bytes: x read, out written, and only the weights of experts that got rows
-                            min_bytes = (rows * k + used * k * n + rows * n) * (torch.finfo(dtype).bits // 8)
-                            return CaseData(providers, reference, {"experts_used": used, "max_rows": int(counts.max())},
-                                            min_bytes=min_bytes)
-
-                        label = f"{model.name} {projection} T={tokens} {routing}"
-                        # FLOPs count the routed rows only: experts' shapes are (count_e, n, k), summing to rows
-                        cases.append(Case("moe", f"{model.name} {projection} ({routing})", label, tokens, dtype,
-                                          [(rows, n, k)], "torch._grouped_mm", setup,
-                                          {"model": model.name, "experts": model.experts, "top_k": model.top_k,
-                                           "tokens": tokens, "rows": rows, "K": k, "N": n, "routing": routing}))
+                        for moe_pass in MOE_PASSES[size]:
+                            cases.append(_moe_case(model, projection, routing, tokens, moe_pass, dtype, k, n,
+                                                   seeds(), weights_cache))
     return cases
+
+
+def _moe_case(model, projection, routing, tokens, moe_pass, dtype, k, n, seed, weights_cache) -> Case:
+    rows = tokens * model.top_k
+    training = moe_pass == "fwd+bwd"
+
+    def setup():
+        gen = _generator(seed)
+        key = (model, projection, dtype)
+        if key not in weights_cache:  # one model's weights at a time
+            weights_cache.clear()
+            weights_cache[key] = _moe_weights(model, projection, dtype, _generator(seed + 7))
+        w = weights_cache[key]
+        counts = _route(model, tokens, routing, seed)
+        ends = torch.cumsum(counts, 0)
+        bounds = list(zip([0] + ends[:-1].tolist(), ends.tolist()))
+        offs = ends.to(device=runtime.DEVICE, dtype=torch.int32)
+        x = _randn((rows, k), dtype, gen)
+        dy = _randn((rows, n), dtype, gen) if training else None
+
+        def reference():
+            ref = torch.empty((rows, n), device=x.device, dtype=torch.float32)
+            for e, (s, t) in enumerate(bounds):
+                ref[s:t] = (x[s:t].double() @ w[e].double()).float()
+            if not training:
+                return [ref]
+            dx = torch.empty((rows, k), device=x.device, dtype=torch.float32)
+            dws = []
+            for e, (s, t) in enumerate(bounds):
+                dx[s:t] = (dy[s:t].double() @ w[e].double().T).float()
+                dws.append((x[s:t].double().T @ dy[s:t].double()).float())
+            return [ref, dx, *dws]
+
+        def ours():
+            f = kernel("moe", "grouped_mm")
+            if training:
+                return _moe_fwd_bwd(f, x, w, offs, dy), None
+            return (lambda: f(x, w, offs)), (lambda: f(x, w, offs, check_offs=True))
+
+        def torch_mm(a, b, offs):
+            return torch._grouped_mm(a, b, offs=offs)
+
+        if training:
+            providers = [
+                Provider("torch._grouped_mm fwd+bwd", _moe_fwd_bwd(torch_mm, x, w, offs, dy), ours=False),
+                lazy_provider("grouped_mm fwd+bwd", ours, note="default arguments; dw by the ragged-K kernel"),
+            ]
+        else:
+            def loop():
+                out = torch.empty((rows, n), device=x.device, dtype=dtype)
+                for e, (s, t) in enumerate(bounds):
+                    if t > s:
+                        torch.mm(x[s:t], w[e], out=out[s:t])
+                return out
+
+            providers = [
+                Provider("torch._grouped_mm", lambda: torch_mm(x, w, offs), ours=False,
+                         note="" if dtype == torch.bfloat16 else
+                         "its fast path is bf16-only on sm_90: other dtypes may take the fallback"),
+                lazy_provider("grouped_mm", ours, note="timed at default arguments (no host sync); "
+                                                       "checked with check_offs=True"),
+                Provider("per-expert loop", loop, ours=False,
+                         note="torch.mm per expert; expert bounds on the host beforehand (no sync timed)"),
+            ]
+        used = int((counts > 0).sum())
+        # fewest bytes: x read, out written, and only the weights of experts that got rows (the
+        # backward also reads dy and writes dx and the used experts' dw)
+        elements = rows * k + used * k * n + rows * n
+        min_bytes = (3 * elements if training else elements) * (torch.finfo(dtype).bits // 8)
+        return CaseData(providers, reference, {"experts_used": used, "max_rows": int(counts.max())},
+                        min_bytes=min_bytes)
+
+    label = f"{model.name} {projection} T={tokens} {routing}" + (" fwd+bwd" if training else "")
+    baseline = "torch._grouped_mm fwd+bwd" if training else "torch._grouped_mm"
+    # FLOPs count the routed rows only; fwd+bwd is three GEMMs of the same size (out, dx, dw)
+    shapes = [(rows, n, k)] * (3 if training else 1)
+    return Case("moe", f"{model.name} {projection} ({routing}, {moe_pass})", label, tokens, dtype, shapes, baseline,
+                setup, {"model": model.name, "experts": model.experts, "top_k": model.top_k, "tokens": tokens,
+                        "rows": rows, "K": k, "N": n, "routing": routing, "pass": moe_pass})
 
 
 SUITES = {

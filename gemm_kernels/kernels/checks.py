@@ -35,8 +35,10 @@ def check_tensor(x, name: str, ndim: int, dtypes=SUPPORTED_DTYPES) -> None:
 
 
 def check_no_grad(tensors: dict) -> None:
-    """The kernels compute forward products only (no backward): an input that requires grad,
-    with autograd on, would get an output cut off from its graph, gradients silently missing."""
+    """For the launchers without a backward (``matmul_persistent``, ``matmul_streamk``,
+    ``grouped_matmul``): an input that requires grad, with autograd on, would get an output cut
+    off from its graph, gradients silently missing.  (``matmul``, ``matmul_tma`` and
+    ``grouped_mm`` have a backward: they route such calls through autograd before this check.)"""
     if not torch.is_grad_enabled():
         return
     for name, t in tensors.items():

@@ -375,6 +375,21 @@ def moe_configs(gpu: bool | None = None):
     ])
 
 
+def moe_wgrad_configs(gpu: bool | None = None):
+    """Configs for the MoE weight gradient (``moe_wgrad``): dw[e] is a full K x N matrix per
+    expert, its reduction (the expert's tokens) often short, so the list leans on wide tiles
+    and a shallow pipeline.  A starting list, timed on an H100 in PERF_NOTES.md."""
+    if not (runtime.on_gpu() if gpu is None else gpu):
+        return _interpreter(GROUP_SIZE_M=INTERPRETER_GROUP_SIZE_M)
+    return _tuning_list([
+        _cfg(128, 128, 64, 4, 8, GROUP_SIZE_M=8),
+        _cfg(128, 256, 64, 3, 8, GROUP_SIZE_M=8),
+        _cfg(128, 128, 64, 3, 4, GROUP_SIZE_M=8),
+        _cfg(128, 128, 32, 4, 4, GROUP_SIZE_M=8),
+        _cfg(64, 128, 64, 4, 4, GROUP_SIZE_M=8),
+    ])
+
+
 def explicit_config_kwargs(config: triton.Config, kind: str) -> dict:
     """A users ``config=`` for a persistent kernel (``kind``: "persistent" or "tma") -> kernel kwargs:
     its blocks and switches (unset switches off), warps, stages; checked first."""

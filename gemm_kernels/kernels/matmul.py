@@ -15,6 +15,7 @@ import triton.language as tl
 from .. import runtime
 from . import checks, configs
 from .epilogue import activation_ref, bias_and_activation, load_bias, mma_operand, store_tile_masked, widen_for_dot
+from .autograd import grad_enabled_for, matmul_grads
 from .tiles import record_tile, tile_coords
 
 
@@ -86,7 +87,17 @@ def matmul(a, b, *, order="grouped", group_size_m=8, activation=None, bias=None)
     ``"row_major"`` (naive) or ``"grouped"`` (GROUP_SIZE_M super-grouping, L2 friendly).
     ``activation``: None, "relu", "leaky_relu" (slope 0.01) or "gelu"; ``bias``: shape [N].
     Both are applied to the fp32 accumulator before the single store.
+
+    Differentiable in a, b and bias (``dA = dZ Bᵀ``, ``dB = Aᵀ dZ`` through this kernel,
+    ``kernels.autograd``), and a PyTorch custom op (``torch.ops.gemm_kernels.matmul``) that
+    ``torch.compile`` traces without a graph break.
     """
+    if grad_enabled_for(a, b, bias):
+        return torch.ops.gemm_kernels.matmul(a, b, order, group_size_m, activation, bias)
+    return _matmul_forward(a, b, order, group_size_m, activation, bias)
+
+
+def _matmul_forward(a, b, order, group_size_m, activation, bias):
     bias, group_size_m = checks.check_matmul_inputs(a, b, order, group_size_m, activation, bias)
     M, K = a.shape
     N = b.shape[1]
@@ -108,6 +119,37 @@ def matmul(a, b, *, order="grouped", group_size_m=8, activation=None, bias=None)
         WIDEN=widen_for_dot(a.dtype), TRACE=False,
     )
     return c
+
+
+@torch.library.custom_op("gemm_kernels::matmul", mutates_args=())
+def _matmul_op(a: torch.Tensor, b: torch.Tensor, order: str, group_size_m: int, activation: str | None,
+               bias: torch.Tensor | None) -> torch.Tensor:
+    return _matmul_forward(a, b, order, group_size_m, activation, bias)
+
+
+@_matmul_op.register_fake
+def _(a, b, order, group_size_m, activation, bias):
+    with torch.no_grad():  # the op's own inputs may require grad: autograd is above this layer
+        checks.check_matmul_inputs(a, b, order, group_size_m, activation, bias)
+    return a.new_empty((a.shape[0], b.shape[1]))
+
+
+def _setup_backward(ctx, inputs, output):
+    a, b, order, group_size_m, activation, bias = inputs
+    ctx.save_for_backward(a, b, bias)
+    ctx.options = order, group_size_m, activation
+
+
+def _backward(ctx, dc):
+    a, b, bias = ctx.saved_tensors
+    order, group_size_m, activation = ctx.options
+    product = lambda x, y, bias: torch.ops.gemm_kernels.matmul(x, y, order, group_size_m, None, bias)  # noqa: E731
+    da, db, dbias = matmul_grads(product, a, b, bias, activation, dc,
+                                 (ctx.needs_input_grad[0], ctx.needs_input_grad[1], ctx.needs_input_grad[5]))
+    return da, db, None, None, None, dbias
+
+
+_matmul_op.register_autograd(_backward, setup_context=_setup_backward)
 
 
 def matmul_ref(a, b, *, activation=None, bias=None, out_dtype=None):

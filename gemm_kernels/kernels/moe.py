@@ -1,23 +1,34 @@
 """MoE grouped GEMM: ``grouped_mm(x, w, offs)``, tokens sorted by expert times each expert's weights.
 
 ``x [T, K]`` holds the routed tokens, sorted so that expert ``e`` owns rows
-``offs[e-1]:offs[e]`` (``offs`` int32 ``[E]``, cumulative row ends, ``offs[-1] == T``);
+``offs[e-1]:offs[e]`` (``offs`` int32 ``[E]``, cumulative row ends, ``offs[-1] <= T``);
 ``w [E, K, N]`` holds one weight matrix per expert.  ``out[rows of e] = x[rows of e] @ w[e]``:
-the 2-D x 3-D case of ``torch._grouped_mm`` / ``torch.nn.functional.grouped_mm``.
+the 2-D x 3-D case of ``torch._grouped_mm`` / ``torch.nn.functional.grouped_mm``.  Rows past
+``offs[-1]`` (a padded token buffer, dropped tokens) belong to no expert and come out as zeros,
+as in torch.
 
 The design point: ``offs`` is produced on the device by the router, so the host cannot know
 how many tiles each expert has without a sync.  The kernel works it out itself: every program
 loads ``offs`` as a vector of ``E_PAD`` lanes, turns it into tile counts per expert and a
 running sum (``tl.cumsum``), and finds a tile's expert with ``tiles.locate_problem_in_ends``
-(the number of experts whose tiles end at or before it).  The grid is an upper bound,
-``min(num_sms, (cdiv(T, BLOCK_M) + E) * cdiv(N, BLOCK_N))``, known without reading ``offs``;
+(the number of experts whose tiles end at or before it).  Lane ``E`` is the tail, rows
+``offs[-1]:T``: its tiles skip the K loop and store zeros.  The grid is an upper bound,
+``min(num_sms, (cdiv(T, BLOCK_M) + E + 1) * cdiv(N, BLOCK_N))``, known without reading ``offs``;
 programs stride over the device-computed total.  The walk is ``tiles.multi_problem_schedule``
 with problem ``e`` of shape ``(rows_e, N)``, which the TRACE test proves.
+
+No host sync: on a GPU nothing here waits for the device.  Program 0 also checks ``offs``
+(no negative entry, non-decreasing, ``offs[-1] <= T``) and writes 1 (good) or 0 to a flag that
+``torch._assert_async`` reads on the device: a bad ``offs`` stops the stream with a
+device-side assert naming the rule, at the next synchronising call.  ``check_offs=True`` checks
+on the host instead (a sync, and a ValueError naming the bad entry); on the CPU that check is
+free and always on.
 
 Memory safety: stores are masked by the expert's last row (or clipped by a descriptor that
 ends there), so a tile never writes another expert's rows; w is read as a 3-D array, so a tile
 never reads another expert's K rows.  ``offs`` values are also clamped to ``[0, T]`` in the
-kernel, so even unchecked bad offsets cannot make it touch memory outside x, w and out.
+kernel, so even bad offsets cannot make it touch memory outside x, w and out.  Pointer
+offsets are 64-bit wherever a stride times an index can pass 2**31.
 
 TMA (``tma=None`` chooses it when the GPU has TMA and x, w are aligned for it): x through one
 ``[T, K]`` descriptor (rows past an expert's end belong to the next expert, are in bounds and
@@ -25,6 +36,12 @@ their results are never stored), w through one 3-D ``[E, K, N]`` descriptor with
 ``[1, BLOCK_K, BLOCK_N]`` block (or ``[E, N, K]`` when w is a transposed view of ``[E, N, K]``
 weights), out through a per-tile descriptor whose shape ends at the expert's last row.
 Otherwise plain masked pointer loads (any strides).
+
+Training: ``grouped_mm`` is the PyTorch custom op ``gemm_kernels::grouped_mm`` (a fake
+implementation for ``torch.compile``, capturable in CUDA graphs) with a backward:
+``dx = grouped_mm(dy, wᵀ)`` through this kernel with w read transposed, and
+``dw[e] = x_eᵀ · dy_e`` through the weight-gradient kernel of :mod:`.moe_wgrad`, a grouped GEMM
+whose ragged dimension is the reduction.
 """
 
 from __future__ import annotations
@@ -39,7 +56,8 @@ import triton.language as tl
 
 from .. import runtime
 from ..runtime import ensure_tma_allocator
-from . import checks, configs, tma
+from . import checks, configs, moe_wgrad, tma  # noqa: F401  (moe_wgrad registers the wgrad op)
+from .autograd import grad_enabled_for
 from .epilogue import widen_for_dot
 from .grouped import USE_POINTER_PATH
 from .matmul import k_loop_pointers
@@ -52,17 +70,23 @@ from .tiles import locate_problem_in_ends, record_tile, tile_coords
 def _expert_tiles(offs_ptr, T, E, num_pid_n, E_PAD: tl.constexpr, BLOCK_M: tl.constexpr):
     """Per-expert row ranges and cumulative tile counts, from the device-side ``offs``.
 
-    Returns vectors over E_PAD lanes (padding lanes: empty experts): first row, last row + 1,
-    and the running total of tiles (``tile_ends``).  Offsets are clamped to [0, T] and a
-    decreasing pair gives an empty expert, so bad offsets cannot send a tile out of bounds."""
-    experts = tl.arange(0, E_PAD)
-    row_ends = tl.load(offs_ptr + experts, mask=experts < E, other=0)
-    row_starts = tl.load(offs_ptr + experts - 1, mask=(experts > 0) & (experts < E), other=0)
-    row_ends = tl.minimum(tl.maximum(row_ends, 0), T)
-    row_starts = tl.minimum(tl.maximum(row_starts, 0), T)
+    Returns vectors over E_PAD lanes: first row, last row + 1, the running total of tiles
+    (``tile_ends``), and ``offs_ok`` (1 when offs is valid, else 0).  Lane E is the tail (rows
+    ``offs[E-1]:T``, owned by no expert); lanes past it are empty.  Offsets are clamped to
+    [0, T] and a decreasing pair gives an empty expert, so bad offsets cannot send a tile out of
+    bounds."""
+    lanes = tl.arange(0, E_PAD)
+    raw_ends = tl.load(offs_ptr + lanes, mask=lanes < E, other=0)
+    raw_starts = tl.load(offs_ptr + lanes - 1, mask=(lanes > 0) & (lanes <= E), other=0)
+    raw_ends = tl.where(lanes == E, T, raw_ends)
+    # lane e checks offs[e-1] >= 0 and offs[e-1] <= offs[e]; the tail lane checks offs[E-1] <= T
+    bad = (lanes <= E) & ((raw_starts < 0) | (raw_ends < raw_starts) | (raw_ends > T))
+    offs_ok = 1 - tl.max(bad.to(tl.int32), axis=0)
+    row_ends = tl.minimum(tl.maximum(raw_ends, 0), T)
+    row_starts = tl.minimum(tl.maximum(raw_starts, 0), T)
     rows = tl.maximum(row_ends - row_starts, 0)
     tile_ends = tl.cumsum(tl.cdiv(rows, BLOCK_M) * num_pid_n, axis=0)
-    return row_starts, row_starts + rows, tile_ends
+    return row_starts, row_starts + rows, tile_ends, offs_ok
 
 
 @triton.jit
@@ -72,8 +96,15 @@ def _pick(vector, lanes, lane):
 
 
 @triton.jit
+def _wide(stride):
+    """A stride as int64, so that index * stride cannot wrap at 2**31 (Triton types a stride
+    argument int32 when it fits, or makes it the constant 1)."""
+    return tl.cast(stride, tl.int64)
+
+
+@triton.jit
 def _grouped_mm_kernel(
-    x_ptr, w_ptr, out_ptr, offs_ptr, trace_ptr,
+    x_ptr, w_ptr, out_ptr, offs_ptr, ok_ptr, trace_ptr,
     T, N, K, E,
     stride_xt, stride_xk, stride_we, stride_wk, stride_wn, stride_ot, stride_on,
     t_bucket,  # autotune key only: next power of two of T
@@ -83,10 +114,13 @@ def _grouped_mm_kernel(
     WIDEN: tl.constexpr, TRACE: tl.constexpr,
 ):
     num_pid_n = tl.cdiv(N, BLOCK_N)
-    row_starts, row_ends, tile_ends = _expert_tiles(offs_ptr, T, E, num_pid_n, E_PAD, BLOCK_M)
+    row_starts, row_ends, tile_ends, offs_ok = _expert_tiles(offs_ptr, T, E, num_pid_n, E_PAD, BLOCK_M)
     experts = tl.arange(0, E_PAD)
     total_tiles = tl.max(tile_ends, axis=0)
     dtype = out_ptr.dtype.element_ty
+    pid = tl.program_id(0)
+    if pid == 0:  # read by torch._assert_async on the device: no host sync
+        tl.store(ok_ptr, offs_ok)
 
     if USE_TMA:  # the same x and w descriptors serve every tile of this program
         x_desc = tl.make_tensor_descriptor(x_ptr, shape=[T, K], strides=[stride_xt, 1],
@@ -98,7 +132,6 @@ def _grouped_mm_kernel(
             w_desc = tl.make_tensor_descriptor(w_ptr, shape=[E, K, N], strides=[stride_we, stride_wk, 1],
                                                block_shape=[1, BLOCK_K, BLOCK_N])
 
-    pid = tl.program_id(0)
     for tile in range(pid, total_tiles, tl.num_programs(0)):
         expert, local_tile = locate_problem_in_ends(tile, tile_ends)
         row_start = _pick(row_starts, experts, expert)
@@ -108,18 +141,19 @@ def _grouped_mm_kernel(
         if TRACE:  # which program computed which tile of which expert (tests and notebooks read it)
             record_tile(trace_ptr, tile, pid, expert, pid_m, pid_n)
         first_row = row_start + pid_m * BLOCK_M
+        k_len = tl.where(expert < E, K, 0)  # the tail (expert E) has no weights: an empty sum, zeros
 
         if USE_TMA:
-            acc = tma.k_loop(x_desc, w_desc, first_row, pid_n * BLOCK_N, 0, tl.cdiv(K, BLOCK_K), False, W_NK, WIDEN,
-                             BLOCK_M, BLOCK_N, BLOCK_K, b_batch=expert, B_BATCHED=True)
+            acc = tma.k_loop(x_desc, w_desc, first_row, pid_n * BLOCK_N, 0, tl.cdiv(k_len, BLOCK_K), False, W_NK,
+                             WIDEN, BLOCK_M, BLOCK_N, BLOCK_K, b_batch=expert, B_BATCHED=True)
         else:
             # rows past the expert's end wrap inside the expert (columns past N wrap too): loads
             # stay in bounds without an M/N mask, and those results are never stored.
-            # 64-bit row offsets: T * stride_xt and E * stride_we may pass 2**31 at MoE sizes.
             offs_m = (row_start + (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % rows).to(tl.int64)
             offs_n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
-            acc = k_loop_pointers(x_ptr, w_ptr + expert.to(tl.int64) * stride_we, offs_m, offs_n, K,
-                                  stride_xt, stride_xk, stride_wk, stride_wn, BLOCK_M, BLOCK_N, BLOCK_K, WIDEN)
+            acc = k_loop_pointers(x_ptr, w_ptr + expert.to(tl.int64) * stride_we, offs_m, offs_n, k_len,
+                                  _wide(stride_xt), _wide(stride_xk), _wide(stride_wk), _wide(stride_wn),
+                                  BLOCK_M, BLOCK_N, BLOCK_K, WIDEN)
 
         if OUT_TMA:  # shape ends at the expert's last row: the rows after it are clipped
             out_desc = tl.make_tensor_descriptor(out_ptr, shape=[row_end, N], strides=[stride_ot, 1],
@@ -128,7 +162,7 @@ def _grouped_mm_kernel(
         else:
             offs_om = first_row + tl.arange(0, BLOCK_M)
             offs_on = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-            out_ptrs = out_ptr + offs_om.to(tl.int64)[:, None] * stride_ot + offs_on[None, :] * stride_on
+            out_ptrs = out_ptr + offs_om.to(tl.int64)[:, None] * stride_ot + offs_on[None, :] * _wide(stride_on)
             tl.store(out_ptrs, acc.to(dtype), mask=(offs_om[:, None] < row_end) & (offs_on[None, :] < N))
 
 
@@ -139,11 +173,31 @@ _grouped_mm_tuned = configs.TunedKernel(
 
 
 # ----------------------------------------------------------------------------- host side
-def _check_inputs(x, w, offs, check_offs: bool) -> torch.Tensor:
-    """The launch's checks; returns ``offs`` contiguous (the kernel reads ``offs_ptr + e``)."""
+def check_offs_values(ends: list, T: int) -> None:
+    """The eager check of offs (already on the host): ValueError naming the first bad entry."""
+    for e, end in enumerate(ends):
+        if end < 0:
+            raise ValueError(f"offs[{e}] = {end} is negative: offs are cumulative row ends (0 <= offs[e] <= T)")
+        if e and end < ends[e - 1]:
+            raise ValueError(
+                f"offs must be non-decreasing (cumulative row ends per expert), but offs[{e - 1}] = "
+                f"{ends[e - 1]} > offs[{e}] = {end}"
+            )
+    if ends and ends[-1] > T:
+        raise ValueError(f"offs[-1] = {ends[-1]} but x has only T = {T} rows: the experts' rows must lie "
+                         "inside x (offs[-1] <= T; rows past offs[-1] come out as zeros)")
+
+
+#: the device-side check's message (torch._assert_async prints it with the device-side assert)
+BAD_OFFS_MESSAGE = ("grouped_mm: bad offs: an entry is negative, a pair decreases, or offs[-1] > T = rows of x "
+                    "(offs must be int32 cumulative row ends, 0 <= offs[0] <= ... <= offs[-1] <= T); "
+                    "check_offs=True names the entry")
+
+
+def _check_shapes(x, w, offs) -> None:
+    """Everything about x, w and offs but offs' values (the checks the fake implementation runs too)."""
     checks.check_tensor(x, "x", 2)
     checks.check_tensor(w, "w", 3)
-    checks.check_no_grad({"x": x, "w": w})
     T, K = x.shape
     E, Kw, N = w.shape
     if K != Kw:
@@ -161,19 +215,14 @@ def _check_inputs(x, w, offs, check_offs: bool) -> torch.Tensor:
         raise TypeError(f"offs must be int32 (like torch._grouped_mm), got {str(offs.dtype).replace('torch.', '')}")
     if offs.dim() != 1 or offs.shape[0] != E:
         raise ValueError(f"offs must have shape [E] = [{E}] (one row end per expert), got {list(offs.shape)}")
-    if not check_offs:
-        return offs.contiguous()
-    ends = offs.tolist()  # the one host sync: values are checked here, never needed by the launch
-    for e, end in enumerate(ends):
-        if end < 0:
-            raise ValueError(f"offs[{e}] = {end} is negative: offs are cumulative row ends (0 <= offs[e] <= T)")
-        if e and end < ends[e - 1]:
-            raise ValueError(
-                f"offs must be non-decreasing (cumulative row ends per expert), but offs[{e - 1}] = "
-                f"{ends[e - 1]} > offs[{e}] = {end}"
-            )
-    if ends[-1] != T:
-        raise ValueError(f"offs[-1] = {ends[-1]} but x has T = {T} rows: the experts' rows must cover x exactly")
+
+
+def _check_inputs(x, w, offs, check_offs: bool) -> torch.Tensor:
+    """The launch's checks; ``check_offs`` also checks offs' values on the host (a sync on a GPU).
+    Returns ``offs`` contiguous (the kernel reads ``offs_ptr + e``)."""
+    _check_shapes(x, w, offs)
+    if check_offs:
+        check_offs_values(offs.tolist(), x.shape[0])
     return offs.contiguous()
 
 
@@ -214,9 +263,10 @@ def _tma_strides_or_own(t, order, use):
 def num_programs_for(T: int, E: int, N: int, block_m: int, block_n: int) -> int:
     """Programs launched: ``min(num_sms, upper bound of tiles)``, known without reading offs.
 
-    Each expert adds at most one partial row tile, so ``cdiv(T, BLOCK_M) + E`` bounds the
-    tile rows of all experts together."""
-    bound = min(triton.cdiv(T, block_m) + E, T) * triton.cdiv(N, block_n)
+    Each of the E experts and the tail adds at most one partial row tile, so
+    ``cdiv(T, BLOCK_M) + E + 1`` bounds the tile rows of all of them together (and T does:
+    every tile row holds at least one of the T rows)."""
+    bound = min(triton.cdiv(T, block_m) + E + 1, T) * triton.cdiv(N, block_n)
     return max(1, min(runtime.num_sms(), bound))
 
 
@@ -230,42 +280,147 @@ def _launch_args(x, w, offs, out, flags):
         T=T, N=N, K=K, E=E,
         stride_xt=xs[0], stride_xk=xs[1], stride_we=ws[0], stride_wk=ws[1], stride_wn=ws[2],
         stride_ot=os_[0], stride_on=os_[1],
-        t_bucket=triton.next_power_of_2(T), E_PAD=max(2, triton.next_power_of_2(E)),
+        t_bucket=triton.next_power_of_2(T), E_PAD=max(2, triton.next_power_of_2(E + 1)),
         **flags, WIDEN=widen_for_dot(x.dtype),
     )
 
 
-def grouped_mm(x, w, offs, *, tma=None, check_offs=True):
+def _launch_key(x, w, offs, tma, check_offs) -> tuple:
+    """Everything a launch's checks, plan and compiled kernel depend on, except the tensors'
+    addresses (of which only the 16-byte alignment matters): equal keys, equal launches."""
+    return (x.shape, x.stride(), w.shape, w.stride(), x.dtype, w.dtype, offs.dtype, offs.shape, offs.stride(),
+            x.device, w.device, offs.device, x.data_ptr() % 16, w.data_ptr() % 16, offs.data_ptr() % 16, tma,
+            check_offs)
+
+
+class _Launch(NamedTuple):
+    out_shape: tuple
+    bound: object    # a BoundLaunch, or None: an empty problem, nothing to launch (out is zeros)
+    uses_tma: bool   # descriptors made in the kernel need Triton's scratch allocator
+
+
+#: bound launches by _launch_key (GPU only): a repeated call skips the checks and argument handling
+_LAUNCHES: dict = {}
+_MAX_LAUNCHES = 256
+
+
+def _forward(x, w, offs, tma, check_offs):
+    """``grouped_mm``'s forward: ``check_offs`` None (device-side check on a GPU, host check on the
+    CPU), True (host check) or False (none).  On a GPU a repeated shape takes a bound launch."""
+    on_gpu = runtime.on_gpu()
+    device_check = check_offs is None and on_gpu
+    if on_gpu and not check_offs:
+        launch = _LAUNCHES.get(_launch_key(x, w, offs, tma, check_offs))
+        if launch is not None:  # the fast path: no Python checks, no argument binding
+            out = torch.empty(launch.out_shape, device=x.device, dtype=x.dtype)
+            if launch.bound is None:
+                return out.zero_()
+            ok = torch.empty(1, device=x.device, dtype=torch.int32)
+            if launch.uses_tma:
+                ensure_tma_allocator()
+            launch.bound.launch_with(x_ptr=x, w_ptr=w, out_ptr=out, offs_ptr=offs, ok_ptr=ok)
+            if device_check:
+                torch._assert_async(ok, BAD_OFFS_MESSAGE)
+            return out
+    offs = _check_inputs(x, w, offs, check_offs is True or (check_offs is None and not on_gpu))
+    T, K = x.shape
+    N = w.shape[2]
+    out = torch.empty((T, N), device=x.device, dtype=x.dtype)
+    if T == 0 or N == 0 or K == 0:  # no tile, or an empty sum: every row (the tail too) is zero
+        if on_gpu and not check_offs:
+            _remember(x, w, offs, tma, check_offs, _Launch((T, N), None, False))
+        return out.zero_()
+    flags = _plan_tma(x, w, out, tma)
+    uses_tma = flags["USE_TMA"] or flags["OUT_TMA"]
+    if uses_tma:
+        ensure_tma_allocator()
+    args = _launch_args(x, w, offs, out, flags)
+    ok = torch.empty(1, device=x.device, dtype=torch.int32)
+    grid = lambda meta: (num_programs_for(T, w.shape[0], N, meta["BLOCK_M"], meta["BLOCK_N"]),)  # noqa: E731
+    bound = _grouped_mm_tuned.bind(grid, x, w, out, offs, ok, ok, **args, TRACE=False) if on_gpu else None
+    if hasattr(bound, "launch_with"):
+        bound()  # binding may have launched through the autotuner: this launch is the one that counts
+        if not check_offs:
+            _remember(x, w, offs, tma, check_offs, _Launch((T, N), bound, uses_tma))
+    elif bound is not None:  # the autotuner's choice is not readable here: launch through it
+        bound()
+    else:
+        _grouped_mm_tuned[grid](x, w, out, offs, ok, ok, **args, TRACE=False)
+    if device_check:
+        torch._assert_async(ok, BAD_OFFS_MESSAGE)
+    return out
+
+
+def _remember(x, w, offs, tma, check_offs, launch: _Launch) -> None:
+    if len(_LAUNCHES) >= _MAX_LAUNCHES:  # many shapes (e.g. T changing every call): start over
+        _LAUNCHES.clear()
+    _LAUNCHES[_launch_key(x, w, offs, tma, check_offs)] = launch
+
+
+# ----------------------------------------------------------------------------- PyTorch op and backward
+@torch.library.custom_op("gemm_kernels::grouped_mm", mutates_args=())
+def _grouped_mm_op(x: torch.Tensor, w: torch.Tensor, offs: torch.Tensor, tma: bool | None,
+                   check_offs: bool | None) -> torch.Tensor:
+    return _forward(x, w, offs, tma, check_offs)
+
+
+@_grouped_mm_op.register_fake
+def _(x, w, offs, tma, check_offs):
+    _check_shapes(x, w, offs)
+    return x.new_empty((x.shape[0], w.shape[2]))
+
+
+def _setup_backward(ctx, inputs, output):
+    x, w, offs, tma, _ = inputs
+    ctx.save_for_backward(x, w, offs)
+    ctx.tma = tma
+
+
+def _backward(ctx, dy):
+    x, w, offs = ctx.saved_tensors
+    dx = dw = None
+    if ctx.needs_input_grad[0]:  # dx = dy @ w[e]ᵀ per expert: the same kernel, w read transposed
+        dx = torch.ops.gemm_kernels.grouped_mm(dy, w.transpose(1, 2), offs, ctx.tma, False)
+    if ctx.needs_input_grad[1]:  # dw[e] = x_eᵀ dy_e, computed in w's layout
+        if w.stride(1) < w.stride(2):  # w is a transposed view of [E, N, K] weights: dwᵀ[e] = dy_eᵀ x_e
+            dw = torch.ops.gemm_kernels.grouped_mm_wgrad(dy, x, offs, ctx.tma).transpose(1, 2)
+        else:
+            dw = torch.ops.gemm_kernels.grouped_mm_wgrad(x, dy, offs, ctx.tma)
+    return dx, dw, None, None, None
+
+
+_grouped_mm_op.register_autograd(_backward, setup_context=_setup_backward)
+
+
+def grouped_mm(x, w, offs, *, tma=None, check_offs=None):
     """``out[offs[e-1]:offs[e]] = x[offs[e-1]:offs[e]] @ w[e]`` for every expert e, in x's dtype.
 
     x: [T, K] routed tokens sorted by expert; w: [E, K, N] (contiguous, or a transposed view
     ``w_nk.transpose(1, 2)`` of [E, N, K] weights); offs: int32 [E] cumulative row ends on x's
-    device (``offs[-1] == T``; experts with zero rows are fine).  fp16, bf16 or fp32.
+    device, ``0 <= offs[0] <= ... <= offs[-1] <= T`` (experts with zero rows are fine; rows past
+    ``offs[-1]`` come out as zeros, as in ``torch._grouped_mm``).  fp16, bf16 or fp32.
 
     ``tma``: None (default) uses TMA where the GPU has it and x, w are 16-byte aligned for it;
     True insists (RuntimeError before sm_90, ValueError naming the unaligned tensor); False uses
-    pointer loads.  ``check_offs=True`` validates offs on the host, which costs one device-to-host
-    copy (a sync); pass False when offs is known good (benchmarks) and nothing waits.
+    pointer loads.  ``check_offs``: None (default) checks offs without a host sync on a GPU (the
+    kernel flags a bad offs and ``torch._assert_async`` raises a device-side assert at the next
+    synchronising call; capturable in CUDA graphs) and on the host on the CPU, where that is
+    free; True checks on the host (a device-to-host copy: a sync), with a ValueError naming the
+    bad entry; False checks nothing (the kernel still clamps every range into x, so a bad offs
+    gives wrong rows, never out-of-bounds memory).
+
+    Differentiable in x and w (``dx = grouped_mm(dy, wᵀ)``, ``dw[e] = x_eᵀ dy_e``), and a
+    PyTorch custom op (``torch.ops.gemm_kernels.grouped_mm``) that ``torch.compile`` traces
+    without a graph break.
     """
-    if not isinstance(check_offs, bool):
-        raise TypeError(f"check_offs must be True or False, got {check_offs!r}")
+    if check_offs is not None and not isinstance(check_offs, bool):
+        raise TypeError(f"check_offs must be None, True or False, got {check_offs!r}")
     if tma is not None and not isinstance(tma, bool):  # not `in (None, True, False)`: 0 == False
         raise TypeError(f"tma must be None, True or False, got {tma!r}")
-    offs = _check_inputs(x, w, offs, check_offs)
-    T, K = x.shape
-    N = w.shape[2]
-    out = torch.empty((T, N), device=x.device, dtype=x.dtype)
-    if T == 0 or N == 0:
-        return out
-    if K == 0:  # an empty sum: every row of every expert is zero
-        return out.zero_()
-    flags = _plan_tma(x, w, out, tma)
-    if flags["USE_TMA"] or flags["OUT_TMA"]:
-        ensure_tma_allocator()
-    args = _launch_args(x, w, offs, out, flags)
-    grid = lambda meta: (num_programs_for(T, w.shape[0], N, meta["BLOCK_M"], meta["BLOCK_N"]),)  # noqa: E731
-    _grouped_mm_tuned[grid](x, w, out, offs, offs, **args, TRACE=False)
-    return out
+    if grad_enabled_for(x, w):
+        _check_shapes(x, w, offs)
+        return torch.ops.gemm_kernels.grouped_mm(x, w, offs, tma, check_offs)
+    return _forward(x, w, offs, tma, check_offs)
 
 
 def grouped_mm_ref(x, w, offs, *, out_dtype=None):
@@ -298,20 +453,24 @@ def route_tokens(num_tokens: int, num_experts: int, top_k: int, skew: float = 0.
     ``1 / (e + 1) ** skew`` (expert 0 the most popular; ``skew=1`` already leaves the last
     experts of a large model nearly idle).  x for :func:`grouped_mm` then has
     ``num_tokens * top_k`` rows.  ``generator``: a ``torch.Generator`` for reproducible draws.
+
+    The draw is a weighted sample without replacement done in log space (the Gumbel top-k
+    trick: ``top_k`` largest of ``log weight + Gumbel noise``), so a large skew cannot underflow
+    the weights to 0: it tends to experts 0..top_k-1, as the weights say.
     """
     num_tokens = checks.check_int(num_tokens, "num_tokens", minimum=0)
     num_experts = checks.check_int(num_experts, "num_experts")
     top_k = checks.check_int(top_k, "top_k")
     if top_k > num_experts:
         raise ValueError(f"top_k = {top_k} but there are only {num_experts} experts (each token picks distinct ones)")
+    if isinstance(skew, bool) or not isinstance(skew, (int, float)):
+        raise TypeError(f"skew must be a number (0 = uniform, 1 = Zipf), got {type(skew).__name__} {skew!r}")
     if not 0 <= skew < math.inf:
         raise ValueError(f"skew must be finite and >= 0 (0 = uniform), got {skew}")
-    weights = 1.0 / torch.arange(1, num_experts + 1, dtype=torch.float64) ** float(skew)
-    if num_tokens:
-        experts = torch.multinomial(weights.expand(num_tokens, num_experts), top_k, replacement=False,
-                                    generator=generator)
-    else:
-        experts = torch.empty((0, top_k), dtype=torch.int64)
+    log_weights = -float(skew) * torch.log(torch.arange(1, num_experts + 1, dtype=torch.float64))
+    uniform = torch.rand((num_tokens, num_experts), dtype=torch.float64, generator=generator)
+    gumbel = -torch.log(-torch.log(uniform.clamp_(min=1e-300)))  # +inf never: u < 1 always
+    experts = torch.topk(log_weights + gumbel, top_k, dim=1).indices
     counts = torch.bincount(experts.flatten(), minlength=num_experts)
     offs = torch.cumsum(counts, 0).to(torch.int32).to(runtime.DEVICE)
     return Routing(counts=counts, offs=offs, experts=experts)

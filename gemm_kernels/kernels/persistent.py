@@ -25,6 +25,7 @@ import triton.language as tl
 from .. import runtime
 from ..runtime import TMA_ALIGN_BYTES
 from . import checks, configs, tma
+from .autograd import grad_enabled_for, matmul_grads
 from .epilogue import bias_and_activation, load_bias, store_tile_masked, widen_for_dot
 from .matmul import k_loop_pointers, matmul
 from .tiles import record_tile, tile_coords
@@ -199,6 +200,33 @@ def matmul_tma(a, b, *, activation=None, bias=None, order="grouped", group_size_
 
     Needs sm_90+ on a GPU: on an older GPU it raises RuntimeError (no silent fallback, so a
     benchmark never reports pointer-kernel numbers under the TMA name).  Runs in the interpreter.
+
+    Differentiable in a, b and bias: the backward products run through this kernel too
+    (``kernels.autograd``; a gradient whose rows TMA cannot read is copied into aligned rows).
     """
-    return _launch("tma", a, b, activation=activation, bias=bias, order=order,
-                   group_size_m=group_size_m, num_programs=num_programs, config=config)
+    options = dict(order=order, group_size_m=group_size_m, num_programs=num_programs, config=config)
+    if grad_enabled_for(a, b, bias):
+        return _MatmulTma.apply(a, b, bias, activation, options)
+    return _launch("tma", a, b, activation=activation, bias=bias, **options)
+
+
+class _MatmulTma(torch.autograd.Function):
+    """``matmul_tma`` with its backward (``kernels.autograd.matmul_grads``) through ``matmul_tma``."""
+
+    @staticmethod
+    def forward(ctx, a, b, bias, activation, options):
+        ctx.save_for_backward(a, b, bias)
+        ctx.activation, ctx.options = activation, options
+        return _launch("tma", a, b, activation=activation, bias=bias, **options)
+
+    @staticmethod
+    def backward(ctx, dc):
+        a, b, bias = ctx.saved_tensors
+
+        def product(x, y, bias):  # TMA reads any row-/column-major view with 16-byte aligned rows
+            x = x if tma.descriptor_layouts(x) else tma.tma_aligned(x)
+            y = y if tma.descriptor_layouts(y) else tma.tma_aligned(y)
+            return _launch("tma", x, y, activation=None, bias=bias, **ctx.options)
+
+        da, db, dbias = matmul_grads(product, a, b, bias, ctx.activation, dc, ctx.needs_input_grad[:3])
+        return da, db, dbias, None, None

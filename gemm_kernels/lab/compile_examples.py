@@ -124,7 +124,7 @@ def moe_examples():
         out = torch.zeros(T, N, dtype=dtype, device=runtime.DEVICE)
         offs = torch.arange(1, E + 1, dtype=torch.int32, device=runtime.DEVICE) * (T // E)
         flags = moe._plan_tma(x, w, out, tma, check_gpu=False)
-        args = dict(x_ptr=x, w_ptr=w, out_ptr=out, offs_ptr=offs, trace_ptr=offs,
+        args = dict(x_ptr=x, w_ptr=w, out_ptr=out, offs_ptr=offs, ok_ptr=offs, trace_ptr=offs,
                     **{**moe._launch_args(x, w, offs, out, flags), "WIDEN": False}, TRACE=False)
         examples.append(KernelExample(name, moe._grouped_mm_kernel, args, configs.moe_configs(gpu=True)[0],
                                       targets=targets, expect=expect))

@@ -155,8 +155,8 @@ def trace_moe_schedule(x, w, offs, *, tma=False, block_m=None, block_n=None, blo
     group = cfg["GROUP_SIZE_M"] if group_size_m is None else checks.check_int(group_size_m, "group_size_m")
     T, K = x.shape
     E, _, N = w.shape
-    ends = [0] + offs.tolist()
-    total = sum(triton.cdiv(ends[e + 1] - ends[e], bm) for e in range(E)) * triton.cdiv(N, bn)
+    ends = [0] + offs.tolist() + [T]  # the last "problem" is the tail offs[-1]:T, stored as zeros
+    total = sum(triton.cdiv(ends[e + 1] - ends[e], bm) for e in range(E + 1)) * triton.cdiv(N, bn)
     out = torch.empty((T, N), device=x.device, dtype=x.dtype)
     trace = torch.full((total, len(MOE_TRACE_FIELDS)), -1, dtype=torch.int32, device=x.device)
     if total and K:
@@ -165,7 +165,8 @@ def trace_moe_schedule(x, w, offs, *, tma=False, block_m=None, block_n=None, blo
             ensure_tma_allocator()
         programs = num_programs or num_programs_for(T, E, N, bm, bn)
         _grouped_mm_kernel[(programs,)](
-            x, w, out, offs, trace, **_launch_args(x, w, offs, out, flags),
+            x, w, out, offs, torch.empty(1, dtype=torch.int32, device=x.device), trace,
+            **_launch_args(x, w, offs, out, flags),
             BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_SIZE_M=group, TRACE=True,
         )
     return out, trace.cpu()

@@ -1,0 +1,58 @@
+"""``python -m gemm_kernels.bench.moe_host``: grouped_mm's host time per call, and GPU time with and
+without a CUDA graph, on a small MoE problem (8 experts, 512 rows, 256 x 256 weights) where the
+GPU is faster than the host, so the host's Python is what a call costs.
+
+Host time: 2000 calls back to back (the GPU queue absorbs them), wall time per call, then one
+sync.  GPU time: ``do_bench`` and ``do_bench_cudagraph`` medians.  A call that syncs
+(``check_offs=True``) cannot be captured in a graph: that line says so.  GPU only.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+
+def host_us(fn, calls: int = 2000) -> float:
+    for _ in range(20):
+        fn()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    host = (time.perf_counter() - start) / calls * 1e6
+    torch.cuda.synchronize()
+    return host
+
+
+def main() -> None:
+    import gemm_kernels as gk
+    from triton.testing import do_bench, do_bench_cudagraph
+
+    if not gk.on_gpu():
+        raise SystemExit("moe_host measures host time on a CUDA GPU; none here")
+    x = torch.randn(512, 256, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(8, 256, 256, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
+    offs = torch.tensor([64 * (i + 1) for i in range(8)], device="cuda", dtype=torch.int32)
+    calls = {
+        "grouped_mm default": lambda: gk.grouped_mm(x, w, offs),
+        "grouped_mm check_offs=False": lambda: gk.grouped_mm(x, w, offs, check_offs=False),
+        "grouped_mm check_offs=True": lambda: gk.grouped_mm(x, w, offs, check_offs=True),
+        "torch.ops.gemm_kernels.grouped_mm": lambda: torch.ops.gemm_kernels.grouped_mm(x, w, offs, None, None),
+        "torch._grouped_mm": lambda: torch._grouped_mm(x, w, offs=offs),
+    }
+    for name, fn in calls.items():
+        print(f"host time per call, {name}: {host_us(fn):.1f} us", flush=True)
+    for name in ("grouped_mm default", "grouped_mm check_offs=True", "torch._grouped_mm"):
+        fn = calls[name]
+        plain = do_bench(fn, return_mode="median")
+        try:
+            graph = f"{do_bench_cudagraph(fn, return_mode='median') * 1e3:.1f} us"
+        except Exception as exc:  # a host sync inside a capture
+            graph = f"not capturable: {type(exc).__name__}"
+        print(f"{name}: do_bench {plain * 1e3:.1f} us, cuda graph {graph}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,48 @@
+"""Backward of the single-GEMM launchers ``matmul`` and ``matmul_tma``, through the same kernels.
+
+``C = act(Z)``, ``Z = A @ B + bias``.  Given ``dC``: ``dZ = dC * act'(Z)`` (Z recomputed by the
+forward kernel when there is an activation: it is not kept), then ``dA = dZ @ Bᵀ`` and
+``dB = Aᵀ @ dZ``, two more products of the same kernel on transposed views (every kernel reads
+any strides), and ``dbias = dZ`` summed over rows.  ``grad_enabled_for`` says when a launcher
+must take this route.  The MoE backward (``grouped_mm``) lives with its kernels in ``moe.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from .epilogue import LEAKY_RELU_SLOPE
+
+
+def grad_enabled_for(*tensors) -> bool:
+    """True when autograd must record the call: grad mode on and an input requires grad, or
+    torch.compile is tracing (it must see the op, not the Python launch)."""
+    if torch.compiler.is_compiling():
+        return True
+    return torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors)
+
+
+def activation_grad(dc: torch.Tensor, z: torch.Tensor, activation) -> torch.Tensor:
+    """``dC * act'(Z)`` in fp32 (the derivatives of ``epilogue.apply_activation``)."""
+    dc, z = dc.float(), z.float()
+    if activation == "relu":
+        return torch.where(z > 0, dc, 0.0)
+    if activation == "leaky_relu":
+        return torch.where(z >= 0, dc, LEAKY_RELU_SLOPE * dc)
+    if activation == "gelu":
+        return torch.ops.aten.gelu_backward(dc, z)
+    return dc
+
+
+def matmul_grads(product: Callable, a, b, bias, activation, dc, needs_grad) -> tuple:
+    """``(dA, dB, dbias)`` (None where ``needs_grad`` says no) of ``act(a @ b + bias)``.
+    ``product(x, y, bias)`` is the forward kernel's launch, without activation."""
+    dz = dc
+    if activation is not None:
+        dz = activation_grad(dc, product(a, b, bias), activation).to(a.dtype)
+    da = product(dz, b.t(), None) if needs_grad[0] else None
+    db = product(a.t(), dz, None) if needs_grad[1] else None
+    dbias = dz.float().sum(0).to(bias.dtype) if bias is not None and needs_grad[2] else None
+    return da, db, dbias

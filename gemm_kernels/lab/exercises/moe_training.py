@@ -1,0 +1,117 @@
+"""Checks for notebook 09 (MoE training): the work of the weight-gradient kernel per expert, and
+its tile lookup written as a ``@triton.jit`` helper (run in a real kernel, compared with the
+package's ``moe_wgrad.wgrad_tile``)."""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ... import runtime
+from ...models.tiles import cdiv, tile_coords_np
+from ._core import call, exercise
+
+#: (rows per expert, T, num_pid_m, num_pid_n, GROUP_SIZE_M): idle experts first, in the middle
+#: and last, rows past offs[-1], one expert, more row tiles than a group
+LOOKUP_CASES = [
+    ([3, 0, 37, 1], 45, 3, 5, 2),
+    ([0, 0, 9], 9, 2, 2, 1),
+    ([16], 20, 4, 3, 4),
+    ([5, 6, 0, 0, 7, 1, 0], 19, 1, 2, 8),
+]
+
+
+# ----------------------------------------------------------------------------- exercise 1
+def wgrad_work_ref(counts, K, N, block_m, block_n, block_k):
+    """Tiles of dw[e] per expert (the same for all) and K-loop steps of each of its tiles."""
+    tiles = cdiv(K, block_m) * cdiv(N, block_n)
+    return [tiles] * len(counts), [cdiv(c, block_k) for c in counts]
+
+
+WORK_CASES = [([50, 0, 12, 3], 256, 128, 64, 64, 32), ([1000], 64, 64, 64, 64, 64), ([0, 7, 129], 100, 40, 32, 16, 16)]
+
+
+@exercise("wgrad_work",
+          hint="dw[e] is a full K x N matrix whatever the routing: cdiv(K, block_m) * cdiv(N, block_n) tiles "
+               "for every expert; the expert's rows are the reduction, so each tile runs cdiv(rows_e, block_k) "
+               "steps (0 for an idle expert)")
+def check_wgrad_work(wgrad_work):
+    problems = []
+    for counts, K, N, bm, bn, bk in WORK_CASES:
+        case = f"counts {counts}, K={K}, N={N}, blocks {bm}x{bn}x{bk}"
+        got = call(wgrad_work, list(counts), K, N, bm, bn, bk)
+        tiles, steps = wgrad_work_ref(counts, K, N, bm, bn, bk)
+        try:
+            got_tiles, got_steps = [int(v) for v in got[0]], [int(v) for v in got[1]]
+        except (TypeError, ValueError, IndexError):
+            problems.append(f"{case}: expected (tiles per expert, steps per tile), two lists, got {got!r}")
+            continue
+        if got_tiles != tiles:
+            why = " (that follows the routing, as in the forward pass: here the tokens are the reduction)" \
+                if got_tiles == [cdiv(c, bm) * cdiv(N, bn) for c in counts] else ""
+            problems.append(f"{case}: tiles per expert: expected {tiles}, got {got_tiles}{why}")
+        if got_steps != steps:
+            problems.append(f"{case}: K-loop steps per tile: expected {steps}, got {got_steps}")
+    return problems
+
+
+# ----------------------------------------------------------------------------- exercise 2
+@triton.jit
+def _lookup_kernel(out_ptr, offs_ptr, T, num_pid_m, num_pid_n, LOOKUP: tl.constexpr, GROUP_SIZE_M: tl.constexpr):
+    """Program ``tile`` stores what the learner's LOOKUP says of tile ``tile``."""
+    tile = tl.program_id(0)
+    expert, pid_m, pid_n, first_row, rows = LOOKUP(tile, offs_ptr, T, num_pid_m, num_pid_n, GROUP_SIZE_M)
+    base = out_ptr + 5 * tile
+    tl.store(base, expert)
+    tl.store(base + 1, pid_m)
+    tl.store(base + 2, pid_n)
+    tl.store(base + 3, first_row)
+    tl.store(base + 4, rows)
+
+
+def run_wgrad_tile_lookup(lookup, offs: torch.Tensor, T: int, num_pid_m: int, num_pid_n: int,
+                          group_size_m: int) -> torch.Tensor:
+    """Launch one program per tile of every expert, each calling ``lookup(tile, offs_ptr, T,
+    num_pid_m, num_pid_n, GROUP_SIZE_M)``; returns the int32 ``[tiles, 5]`` table of
+    ``(expert, pid_m, pid_n, first_row, rows)`` they stored (-1: nothing stored)."""
+    tiles = offs.shape[0] * num_pid_m * num_pid_n
+    out = torch.full((tiles, 5), -1, dtype=torch.int32, device=runtime.DEVICE)
+    _lookup_kernel[(tiles,)](out, offs.to(runtime.DEVICE), T, num_pid_m, num_pid_n, LOOKUP=lookup,
+                             GROUP_SIZE_M=group_size_m)
+    return out.cpu()
+
+
+def wgrad_tile_table_ref(counts, T, num_pid_m, num_pid_n, group_size_m) -> list[tuple]:
+    """What ``moe_wgrad.wgrad_tile`` returns for every tile, in plain Python."""
+    starts = [sum(counts[:e]) for e in range(len(counts))]
+    table = []
+    for tile in range(len(counts) * num_pid_m * num_pid_n):
+        expert, local = divmod(tile, num_pid_m * num_pid_n)
+        pid_m, pid_n = (int(v) for v in tile_coords_np(local, num_pid_m, num_pid_n, "grouped", group_size_m))
+        table.append((expert, pid_m, pid_n, starts[expert], counts[expert]))
+    return table
+
+
+@exercise("wgrad_tile",
+          hint="step by step: (1) expert = tile // (num_pid_m * num_pid_n); (2) pid_m, pid_n = tile_coords(tile % "
+               "(num_pid_m * num_pid_n), num_pid_m, num_pid_n, True, GROUP_SIZE_M); (3) the rows are "
+               "offs[expert - 1] (0 for expert 0: tl.load(..., mask=expert > 0, other=0)) to offs[expert]; "
+               "return expert, pid_m, pid_n, first_row, row_end - first_row")
+def check_wgrad_tile(wgrad_tile):
+    problems = []
+    for counts, T, num_pid_m, num_pid_n, group in LOOKUP_CASES:
+        case = f"rows per expert {counts}, {num_pid_m}x{num_pid_n} tiles each, GROUP_SIZE_M={group}"
+        offs = torch.cumsum(torch.tensor(counts), 0).to(torch.int32)
+        got = call(run_wgrad_tile_lookup, wgrad_tile, offs, T, num_pid_m, num_pid_n, group,
+                   what=f"a kernel calling wgrad_tile ({case})").tolist()
+        expected = wgrad_tile_table_ref(counts, T, num_pid_m, num_pid_n, group)
+        for tile, (want, have) in enumerate(zip(expected, got)):
+            have = tuple(have)
+            if have == want:
+                continue
+            names = ("expert", "pid_m", "pid_n", "first_row", "rows")
+            wrong = [f"{n} {h} (expected {w})" for n, w, h in zip(names, want, have) if w != h]
+            problems.append(f"{case}: tile {tile}: " + ", ".join(wrong))
+            break  # the first wrong tile of a case says enough
+    return problems
