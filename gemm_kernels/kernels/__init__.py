@@ -3,3 +3,7 @@
 ``configs.py``).  Shared device code: ``tiles.py`` (pid -> tile), ``epilogue.py`` (bias,
 activation, masked store), ``tma.py`` (descriptors, the TMA K loop, the TMA store).
 Kernels never import ``lab``, ``viz`` or ``bench``."""
+
+from .. import runtime
+
+runtime.prepare_interpreter()
