@@ -9,7 +9,7 @@ import pytest
 import torch
 import triton
 
-from gemm_kernels import (DEVICE, grouped_matmul, grouped_mm, grouped_mm_ref, matmul, matmul_persistent, matmul_ref,
+from gemm_kernels import (DEVICE, grouped_matmul, grouped_matmul_ref, grouped_mm, grouped_mm_ref, matmul, matmul_persistent, matmul_ref,
                           matmul_streamk, matmul_tma, route_tokens)
 from gemm_kernels.kernels import streamk
 from gemm_kernels.lab import traces
@@ -262,3 +262,61 @@ def test_launchers_take_numpy_ints():
     a, b = _operands(40, 48, 32)
     out = matmul_persistent(a, b, group_size_m=np.int64(4), num_programs=np.int32(3))
     assert_close(out, matmul_ref(a, b, out_dtype=torch.float64), torch.float16)
+
+
+# ---------------------------------------------------------------- lazy negation, sparse layouts
+def _negated_view(rows, cols, seed):
+    """``z.conj().imag``: a float32 view with torch's lazy negation bit, its memory holding -values."""
+    gen = torch.Generator().manual_seed(seed)
+    z = torch.complex(torch.randn(rows, cols, generator=gen), torch.randn(rows, cols, generator=gen)).to(DEVICE)
+    view = z.conj().imag
+    assert view.is_neg()
+    return view
+
+
+@pytest.mark.parametrize("fn", SINGLE_GEMMS.values(), ids=SINGLE_GEMMS)
+@pytest.mark.parametrize("negated", ["a", "b", "bias", "all"])
+def test_negated_views_keep_their_sign(fn, negated):
+    """The kernels read memory: a lazily negated view came out with the wrong sign."""
+    a, b = (t.float() for t in _operands(40, 48, 64))
+    bias = torch.randn(48).to(DEVICE)
+    if negated in ("a", "all"):
+        a = _negated_view(40, 64, 1)
+    if negated in ("b", "all"):
+        b = _negated_view(64, 48, 2)
+    if negated in ("bias", "all"):
+        bias = _negated_view(1, 48, 3)[0]
+    assert_close(fn(a, b, bias=bias), matmul_ref(a, b, bias=bias, out_dtype=torch.float64), torch.float32)
+
+
+def test_negated_views_in_grouped_matmul_and_the_plan():
+    a, b = _negated_view(40, 64, 1), _negated_view(64, 48, 2)
+    a2, b2 = (t.float() for t in _operands(8, 16, 64))
+    for c, ref in zip(grouped_matmul([a, a2], [b, b2]), grouped_matmul_ref([a, a2], [b, b2], out_dtype=torch.float64)):
+        assert_close(c, ref, torch.float32)
+    # a plan re-reads its inputs' memory on every run: a resolved copy would miss later updates
+    from gemm_kernels import GroupedMatmulPlan
+
+    with pytest.raises(ValueError, match=r"group_b\[0\] is a lazily negated view .*resolve_neg\(\)"):
+        GroupedMatmulPlan([a2], [b])
+
+
+def _dense_to(layout):
+    return {"sparse_coo": lambda t: t.to_sparse(), "sparse_csr": lambda t: t.to_sparse_csr(),
+            "mkldnn": lambda t: t.float().to_mkldnn()}[layout]
+
+
+@pytest.mark.parametrize("layout", ["sparse_coo", "sparse_csr",
+                                    pytest.param("mkldnn", marks=pytest.mark.skipif(DEVICE.type != "cpu",
+                                                                                    reason="mkldnn tensors are CPU only"))])
+def test_sparse_and_mkldnn_inputs_get_a_named_type_error(layout):
+    a, b = (t.float() for t in _operands(16, 32, 32))
+    odd = _dense_to(layout)(a)
+    pattern = rf"^a is a {layout} tensor, but the kernels read dense \(strided\) memory: pass a.to_dense\(\)"
+    for fn in SINGLE_GEMMS.values():
+        with pytest.raises(TypeError, match=pattern):
+            fn(odd, b)
+        with pytest.raises(TypeError, match=r"^bias is a sparse_coo tensor.*pass bias.to_dense\(\)"):
+            fn(a, b, bias=torch.ones(32, device=DEVICE).to_sparse())
+    with pytest.raises(TypeError, match=r"^group_b\[0\] is a " + layout):
+        grouped_matmul([a], [_dense_to(layout)(b)])

@@ -87,6 +87,7 @@ def matmul(a, b, *, order="grouped", group_size_m=8, activation=None, bias=None)
     ``activation``: None, "relu", "leaky_relu" (slope 0.01) or "gelu"; ``bias``: shape [N].
     Both are applied to the fp32 accumulator before the single store.
     """
+    a, b, bias = checks.resolve_lazy_views(a, b, bias)
     bias, group_size_m = checks.check_matmul_inputs(a, b, order, group_size_m, activation, bias)
     M, K = a.shape
     N = b.shape[1]

@@ -180,6 +180,7 @@ def _tile_elements(config) -> int:
 
 
 def _launch_streamk(a, b, *, activation, bias, order, group_size_m, num_programs, config, sk_tiles, trace=None):
+    a, b, bias = checks.resolve_lazy_views(a, b, bias)
     bias, group_size_m = checks.check_matmul_inputs(a, b, order, group_size_m, activation, bias)
     num_programs = checks.check_num_programs(num_programs)
     if num_programs > MAX_PROGRAMS_PER_SM * runtime.num_sms():
