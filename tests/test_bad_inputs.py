@@ -214,6 +214,27 @@ def test_grouped_trace_helpers_check_blocks():
         trace_moe_schedule(x, w, offs, block_n=48)
 
 
+@pytest.mark.parametrize("num_programs, error, message", [
+    (-2, ValueError, r"num_programs must be >= 1, got -2"),
+    (0, ValueError, r"num_programs must be >= 1, got 0"),
+    (2.5, TypeError, r"num_programs must be an int, got float"),
+    (True, TypeError, r"num_programs must be an int, got bool"),
+])
+def test_every_trace_helper_checks_num_programs(num_programs, error, message):
+    """-2 returned uninitialised traces from the grouped/MoE helpers, 2.5 an interpreter error."""
+    from gemm_kernels.lab.traces import trace_grouped_schedule, trace_moe_schedule
+
+    a, b = _operands(40, 48, 32)
+    x, w, offs = _moe_inputs()
+    calls = [lambda: trace_grouped_schedule([a], [b], num_programs=num_programs),
+             lambda: trace_moe_schedule(x, w, offs, num_programs=num_programs),
+             lambda: traces.trace_persistent_tiles(40, 48, 32, num_programs=num_programs),
+             lambda: traces.trace_streamk_segments(40, 48, 32, num_programs=num_programs)]
+    for call in calls:
+        with pytest.raises(error, match=message):
+            call()
+
+
 # ---------------------------------------------------------------- autograd
 def test_inputs_that_require_grad_are_refused_unless_autograd_is_off():
     """Forward-only kernels: an output silently cut off from the autograd graph would be a wrong answer."""
