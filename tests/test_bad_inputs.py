@@ -178,6 +178,50 @@ def test_l2_model_arguments_are_checked(kwargs, error, message):
         l2model.l2_traffic(s, **kwargs)
 
 
+def test_huge_group_size_and_l2_are_the_same_as_their_largest_useful_value():
+    """group_size_m=2**62 and l2_bytes=10**30 overflowed int64 (OverflowError)."""
+    tall = schedule.tile_schedule(64, 80, 16, 16, group_size_m=2**62, programs_in_flight=4)
+    whole = schedule.tile_schedule(64, 80, 16, 16, group_size_m=4, programs_in_flight=4)  # 4 tile rows
+    np.testing.assert_array_equal(tall.table, whole.table)
+    persistent = schedule.tile_schedule(64, 80, 16, 16, "persistent", group_size_m=2**62, programs_in_flight=3)
+    np.testing.assert_array_equal(
+        persistent.table, schedule.tile_schedule(64, 80, 16, 16, "persistent", group_size_m=4, programs_in_flight=3).table)
+    grouped = schedule.grouped_gemm_schedule([(64, 64), (32, 48)], 16, 16, num_programs=3, group_size_m=2**62)
+    assert grouped.num_tiles == 16 + 6
+    huge = l2model.l2_traffic(whole, block_k=16, K=64, l2_bytes=10**30).totals()
+    assert huge == l2model.l2_traffic(whole, block_k=16, K=64, l2_bytes=None).totals()
+
+
+def test_tile_schedule_defaults_to_this_machines_sm_count():
+    from gemm_kernels import num_sms
+
+    assert schedule.tile_schedule(64, 64, 16, 16).programs_in_flight == num_sms()
+    assert schedule.grouped_gemm_schedule([(64, 64)], 16, 16).programs_in_flight == num_sms()
+
+
+@pytest.mark.parametrize("l2_bytes", ["50", [50], True])
+def test_l2_bytes_must_be_a_number(l2_bytes):
+    s = schedule.tile_schedule(64, 64, 16, 16, programs_in_flight=4)
+    with pytest.raises(TypeError, match=r"l2_bytes must be a number of bytes \(or None: unlimited\), got"):
+        l2model.l2_traffic(s, block_k=16, K=64, l2_bytes=l2_bytes)
+
+
+@pytest.mark.parametrize("call, error, message", [
+    (lambda s, t: s.tile_grid(5), ValueError, r"problem must be in \[0, 1\): this schedule has 1 problem, got 5"),
+    (lambda s, t: s.tile_grid(-1), ValueError, r"problem must be >= 0, got -1"),
+    (lambda s, t: s.footprint(problem=5), ValueError, r"problem must be in \[0, 1\)"),
+    (lambda s, t: s.launch_grid(problem=1.0), TypeError, r"problem must be an int, got float"),
+    (lambda s, t: t.upto(-1), ValueError, r"wave must be >= 0, got -1"),
+    (lambda s, t: t.upto(4), ValueError, r"wave must be in \[0, 4\) \(this schedule has 4 waves\), got 4"),
+    (lambda s, t: t.upto(1.5), TypeError, r"wave must be an int, got float"),
+])
+def test_schedule_and_traffic_lookups_name_what_is_out_of_range(call, error, message):
+    """tile_grid(5) gave a bare IndexError; footprint(problem=5) and upto(-1) returned silently."""
+    s = schedule.tile_schedule(64, 64, 16, 16, programs_in_flight=4)  # 16 tiles: 4 waves
+    with pytest.raises(error, match=message):
+        call(s, l2model.l2_traffic(s, block_k=16, K=64))
+
+
 # ---------------------------------------------------------------- trace helpers (notebooks call them)
 def _traces():
     from gemm_kernels import trace_program_tiles
