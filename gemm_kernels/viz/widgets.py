@@ -299,7 +299,7 @@ class ScheduleExplorer(_Explorer):
         if self.traffic is None:
             self.counters.value = head + (
                 f"<i>L2 model not computed: {s.num_waves:,} waves x {size // s.num_waves:,} blocks = {size:,} "
-                f"entries, over the {MODEL_BUDGET:,} a redraw computes (about {size * 1.3e-7:.0f} s on one core). Press "
+                f"entries, over the {MODEL_BUDGET:,} a redraw computes. Press "
                 "'compute L2 model' to compute it for these settings; reads are drawn yellow until then.</i>")
             return
         t = self.traffic.totals()
