@@ -93,9 +93,14 @@ def show_committed(suite: str, directory: str | Path | None = None) -> dict | No
     """Show the committed GPU results of ``suite``: plot, where/when measured, table.
 
     In a notebook the plot and table are rendered; elsewhere they are printed (the plot as
-    its path).  When nothing is committed, prints a message saying how to make it.
+    its path).  When nothing is committed, prints a message saying how to make it; a name
+    that is no suite is a ValueError listing the suites.
     Returns what :func:`load_committed` found (None when nothing).
     """
+    from .bench.suites import SUITES
+
+    if suite not in SUITES:  # a typo must not read as "run make bench"
+        raise ValueError(f"unknown suite: {suite} (known: {', '.join(SUITES)})")
     found = load_committed(suite, directory)
     if found is None:
         print(missing_message(suite))
