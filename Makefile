@@ -16,7 +16,12 @@ LAB_PORT ?=
 # `make student FORCE=1`: back changed student copies up (NAME.ipynb.bak-N), then write fresh ones
 FORCE ?=
 
-.PHONY: setup lab lab-student test test-gpu sanitize student images bench bench-quick clean
+# The oldest Triton we support (pyproject.toml says why), tested in a venv of its own.
+OLDEST_TRITON ?= 3.6.0
+OLDEST_VENV ?= .venv-triton36
+OLDEST_STAMP := $(OLDEST_VENV)/.installed
+
+.PHONY: setup lab lab-student test test-triton-oldest test-gpu sanitize student images bench bench-quick clean
 
 setup: $(STAMP)
 
@@ -41,6 +46,14 @@ lab-student: $(STAMP)  ## JupyterLab on student/: makes the student copies that 
 test: $(STAMP)  ## unit tests + every notebook (nbmake), on the CPU interpreter unless a GPU is present
 	$(BIN)/python -m pytest -n 2 --nbmake --nbmake-timeout=600 -p no:cacheprovider $(PYTEST_ARGS)
 
+$(OLDEST_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(OLDEST_VENV)
+	$(OLDEST_VENV)/bin/python -m pip install -q $(TORCH_PIP_ARGS) "$(TORCH_CPU_SPEC)" "triton==$(OLDEST_TRITON)" -e ".[test]"
+	@touch $(OLDEST_STAMP)
+
+test-triton-oldest: $(OLDEST_STAMP)  ## unit tests (no notebooks, no browser) on the oldest supported Triton, interpreted
+	$(OLDEST_VENV)/bin/python -m pytest -n 2 -p no:cacheprovider -m "not browser" tests $(PYTEST_ARGS)
+
 test-gpu: $(STAMP)  ## only the tests that need a CUDA GPU
 	$(BIN)/python -m pytest -m gpu tests $(PYTEST_ARGS)
 
@@ -60,4 +73,4 @@ bench-quick: $(STAMP)  ## short benchmark run (on a CPU: every suite's kernels a
 	$(BIN)/python -m gemm_kernels.bench --quick
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) $(OLDEST_VENV) build *.egg-info

@@ -21,11 +21,21 @@ Uses:
 * :func:`ast_source` (compile view): ``triton.compiler.ASTSource`` with ``attrs`` parsed by
   ``CUDABackend.parse_attr``.  Fallback: no attributes (the kernel compiles without the
   divisibility hints, so vectorisation can differ; a warning says so).
+* :func:`interpret_library_functions` (Triton imported before ``gemm_kernels`` on a CPU):
+  ``triton.runtime.interpreter.InterpretedFunction``, to turn ``triton.language``'s own
+  ``@jit`` helpers (``tl.cdiv``, ``tl.sum``, ...) into what ``TRITON_INTERPRET=1`` at import
+  would have made them.  Fallback: none can exist; a RuntimeError says to import
+  ``gemm_kernels`` first (or set ``TRITON_INTERPRET=1`` before Python starts).
+* :func:`serialise_interpreted_launches` (thread safety in the interpreter): wraps
+  ``InterpretedFunction.run`` in a lock.  Fallback: no lock, and a warning that concurrent
+  launches from several threads are unsafe.
 """
 
 from __future__ import annotations
 
 import os
+import sys
+import threading
 import warnings
 from collections.abc import Callable, Sequence
 
@@ -334,4 +344,85 @@ class redirect_launches:
         from triton.runtime.jit import KernelInterface
 
         KernelInterface.__getitem__ = self._getitem
+
+
+# ----------------------------------------------------------------------------- interpreter
+def _library_modules():
+    return [m for name, m in list(sys.modules.items())
+            if m is not None and (name == "triton.language" or name.startswith("triton.language."))]
+
+
+def interpret_library_functions() -> int:
+    """Make ``triton.language``'s own ``@triton.jit`` functions interpreted; returns how many changed.
+
+    Triton decides at decoration time whether a ``@triton.jit`` function is compiled
+    (``JITFunction``) or interpreted (``InterpretedFunction``), by ``TRITON_INTERPRET``.  The
+    package's kernels are decorated after ``gemm_kernels.runtime`` sets it; but when Triton was
+    imported first (``import triton``, ``torch.compile``, ``import torch._dynamo``), its library
+    helpers such as ``tl.cdiv`` were decorated as compiled functions, and an interpreted kernel
+    that calls one fails with "Cannot call @triton.jit'd outside of the scope of a kernel".
+    This replaces each of them (module attributes and the ``tl.tensor`` methods) by the
+    ``InterpretedFunction`` that an interpreted import would have made.  Only called when the
+    process runs kernels in the interpreter, where no compiled kernel can run anyway."""
+    try:
+        from triton.runtime.interpreter import InterpretedFunction
+        from triton.runtime.jit import JITFunction
+
+        replaced: dict = {}
+
+        def interpreted(value):
+            if id(value) not in replaced:
+                replaced[id(value)] = (value, InterpretedFunction(value.fn))
+            return replaced[id(value)][1]
+
+        for module in _library_modules():
+            namespaces = [module] + [v for v in vars(module).values()
+                                     if isinstance(v, type) and v.__module__ == module.__name__]
+            for namespace in namespaces:
+                for name, value in list(vars(namespace).items()):
+                    if isinstance(value, JITFunction):
+                        setattr(namespace, name, interpreted(value))
+        return len(replaced)
+    except Exception as err:
+        raise RuntimeError(
+            "gemm_kernels runs kernels in Triton's interpreter here, but Triton was imported first (by `import "
+            "triton`, torch.compile or torch._dynamo) in compiled mode, and this Triton's library functions could "
+            f"not be switched to the interpreter ({type(err).__name__}: {err}). Restart Python (the notebook "
+            "kernel) and `import gemm_kernels` before anything that imports Triton, or set TRITON_INTERPRET=1 "
+            "in the environment before Python starts.") from err
+
+
+#: held by every interpreted launch (see serialise_interpreted_launches)
+INTERPRETER_LOCK = threading.RLock()
+
+
+def serialise_interpreted_launches() -> bool:
+    """Let only one interpreted launch run at a time in this process; True when the lock is in place.
+
+    Triton's interpreter is not thread-safe: during a launch it swaps ``triton.language``'s
+    builtins for interpreted versions *module-wide* and restores them afterwards, and the
+    program id lives in one global builder.  Two threads launching at once see each other's
+    restored builtins ("Did you forget to add @triton.jit?") and program ids (a Stream-K kernel
+    then waited forever).  So ``InterpretedFunction.run`` (every ``kernel[grid](...)`` and
+    autotuner launch) takes :data:`INTERPRETER_LOCK`: concurrent calls are correct, one at a time."""
+    try:
+        import functools
+
+        from triton.runtime.interpreter import InterpretedFunction
+
+        run = InterpretedFunction.run
+        if getattr(run, "_gemm_kernels_locked", False):
+            return True
+
+        @functools.wraps(run)
+        def locked_run(self, *args, **kwargs):
+            with INTERPRETER_LOCK:
+                return run(self, *args, **kwargs)
+
+        locked_run._gemm_kernels_locked = True
+        InterpretedFunction.run = locked_run
+        return True
+    except Exception as err:
+        _give_up("interpreter_lock", RuntimeError(f"{err}; interpreted launches from several threads at once are "
+                                                  "not safe: launch from one thread"))
         return False

@@ -111,13 +111,26 @@ def _in_notebook() -> bool:
     return shell is not None and hasattr(shell, "kernel")
 
 
+def known_result_sets() -> list:
+    """The names :func:`show_committed` knows: every benchmark suite (``python -m
+    gemm_kernels.bench``) and ``l2`` (the L2 model beside Nsight Compute, ``python -m
+    gemm_kernels.bench.l2 --run``)."""
+    from .bench.suites import SUITES
+
+    return [*SUITES, "l2"]
+
+
 def show_committed(suite: str, directory: str | Path | None = None) -> dict | None:
     """Show the committed GPU results of ``suite``: plot, where/when measured, table.
 
     In a notebook the plot and table are rendered; elsewhere they are printed (the plot as
-    its path).  When nothing is committed, prints a message saying how to make it.
+    its path).  When nothing is committed, prints a message saying how to make it; a name
+    that is no suite is a ValueError listing the suites.
     Returns what :func:`load_committed` found (None when nothing).
     """
+    known = known_result_sets()
+    if suite not in known:  # a typo must not read as "run make bench"
+        raise ValueError(f"unknown suite: {suite} (known: {', '.join(known)})")
     found = load_committed(suite, directory)
     if found is None:
         print(missing_message(suite))

@@ -11,12 +11,19 @@ when a kernel is decorated.  Everything else in the package asks this module.
 
 On a CPU-only machine nothing here touches the CUDA driver: a CPU build of
 torch is recognised without a CUDA call, and the interpreter never loads one.
+
+Triton imported first (``import triton``, ``torch.compile``, ``import torch._dynamo`` before
+``import gemm_kernels``) is fine: kernels defined afterwards are still interpreted, and
+Triton's own library helpers are switched to the interpreter too
+(:func:`prepare_interpreter`).  Interpreted launches are serialised by a lock, because
+Triton's interpreter is not thread-safe; so several threads may call the kernels at once.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import sys
 from dataclasses import dataclass
 
 import torch
@@ -88,6 +95,23 @@ def _decide() -> Runtime:
 RUNTIME = _decide()
 #: The device every tensor of the package lives on.
 DEVICE = RUNTIME.device
+
+
+def prepare_interpreter() -> None:
+    """When kernels are interpreted: make Triton's library ``@jit`` helpers interpreted (needed
+    when Triton was imported before this package) and serialise interpreted launches (Triton's
+    interpreter is not thread-safe).  Imports Triton; a no-op on a GPU and in the compile-only worker.
+    ``gemm_kernels.kernels`` calls it before any kernel module loads."""
+    if not RUNTIME.interpreted or _truthy(os.environ.get(COMPILE_ONLY_ENV)):
+        return
+    from . import _triton_compat
+
+    _triton_compat.interpret_library_functions()
+    _triton_compat.serialise_interpreted_launches()
+
+
+if "triton" in sys.modules:  # imported before us: a learner's own kernels need its helpers switched now
+    prepare_interpreter()
 
 
 def interpreted() -> bool:

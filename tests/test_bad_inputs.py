@@ -9,7 +9,7 @@ import pytest
 import torch
 import triton
 
-from gemm_kernels import (DEVICE, grouped_matmul, grouped_mm, grouped_mm_ref, matmul, matmul_persistent, matmul_ref,
+from gemm_kernels import (DEVICE, grouped_matmul, grouped_matmul_ref, grouped_mm, grouped_mm_ref, matmul, matmul_persistent, matmul_ref,
                           matmul_streamk, matmul_tma, route_tokens)
 from gemm_kernels.kernels import streamk
 from gemm_kernels.lab import traces
@@ -178,6 +178,50 @@ def test_l2_model_arguments_are_checked(kwargs, error, message):
         l2model.l2_traffic(s, **kwargs)
 
 
+def test_huge_group_size_and_l2_are_the_same_as_their_largest_useful_value():
+    """group_size_m=2**62 and l2_bytes=10**30 overflowed int64 (OverflowError)."""
+    tall = schedule.tile_schedule(64, 80, 16, 16, group_size_m=2**62, programs_in_flight=4)
+    whole = schedule.tile_schedule(64, 80, 16, 16, group_size_m=4, programs_in_flight=4)  # 4 tile rows
+    np.testing.assert_array_equal(tall.table, whole.table)
+    persistent = schedule.tile_schedule(64, 80, 16, 16, "persistent", group_size_m=2**62, programs_in_flight=3)
+    np.testing.assert_array_equal(
+        persistent.table, schedule.tile_schedule(64, 80, 16, 16, "persistent", group_size_m=4, programs_in_flight=3).table)
+    grouped = schedule.grouped_gemm_schedule([(64, 64), (32, 48)], 16, 16, num_programs=3, group_size_m=2**62)
+    assert grouped.num_tiles == 16 + 6
+    huge = l2model.l2_traffic(whole, block_k=16, K=64, l2_bytes=10**30).totals()
+    assert huge == l2model.l2_traffic(whole, block_k=16, K=64, l2_bytes=None).totals()
+
+
+def test_tile_schedule_defaults_to_this_machines_sm_count():
+    from gemm_kernels import num_sms
+
+    assert schedule.tile_schedule(64, 64, 16, 16).programs_in_flight == num_sms()
+    assert schedule.grouped_gemm_schedule([(64, 64)], 16, 16).programs_in_flight == num_sms()
+
+
+@pytest.mark.parametrize("l2_bytes", ["50", [50], True])
+def test_l2_bytes_must_be_a_number(l2_bytes):
+    s = schedule.tile_schedule(64, 64, 16, 16, programs_in_flight=4)
+    with pytest.raises(TypeError, match=r"l2_bytes must be a number of bytes \(or None: unlimited\), got"):
+        l2model.l2_traffic(s, block_k=16, K=64, l2_bytes=l2_bytes)
+
+
+@pytest.mark.parametrize("call, error, message", [
+    (lambda s, t: s.tile_grid(5), ValueError, r"problem must be in \[0, 1\): this schedule has 1 problem, got 5"),
+    (lambda s, t: s.tile_grid(-1), ValueError, r"problem must be >= 0, got -1"),
+    (lambda s, t: s.footprint(problem=5), ValueError, r"problem must be in \[0, 1\)"),
+    (lambda s, t: s.launch_grid(problem=1.0), TypeError, r"problem must be an int, got float"),
+    (lambda s, t: t.upto(-1), ValueError, r"wave must be >= 0, got -1"),
+    (lambda s, t: t.upto(4), ValueError, r"wave must be in \[0, 4\) \(this schedule has 4 waves\), got 4"),
+    (lambda s, t: t.upto(1.5), TypeError, r"wave must be an int, got float"),
+])
+def test_schedule_and_traffic_lookups_name_what_is_out_of_range(call, error, message):
+    """tile_grid(5) gave a bare IndexError; footprint(problem=5) and upto(-1) returned silently."""
+    s = schedule.tile_schedule(64, 64, 16, 16, programs_in_flight=4)  # 16 tiles: 4 waves
+    with pytest.raises(error, match=message):
+        call(s, l2model.l2_traffic(s, block_k=16, K=64))
+
+
 # ---------------------------------------------------------------- trace helpers (notebooks call them)
 def _traces():
     from gemm_kernels import trace_program_tiles
@@ -212,6 +256,27 @@ def test_grouped_trace_helpers_check_blocks():
     x, w, offs = _moe_inputs()
     with pytest.raises(ValueError, match=r"block_n must be a power of two"):
         trace_moe_schedule(x, w, offs, block_n=48)
+
+
+@pytest.mark.parametrize("num_programs, error, message", [
+    (-2, ValueError, r"num_programs must be >= 1, got -2"),
+    (0, ValueError, r"num_programs must be >= 1, got 0"),
+    (2.5, TypeError, r"num_programs must be an int, got float"),
+    (True, TypeError, r"num_programs must be an int, got bool"),
+])
+def test_every_trace_helper_checks_num_programs(num_programs, error, message):
+    """-2 returned uninitialised traces from the grouped/MoE helpers, 2.5 an interpreter error."""
+    from gemm_kernels.lab.traces import trace_grouped_schedule, trace_moe_schedule
+
+    a, b = _operands(40, 48, 32)
+    x, w, offs = _moe_inputs()
+    calls = [lambda: trace_grouped_schedule([a], [b], num_programs=num_programs),
+             lambda: trace_moe_schedule(x, w, offs, num_programs=num_programs),
+             lambda: traces.trace_persistent_tiles(40, 48, 32, num_programs=num_programs),
+             lambda: traces.trace_streamk_segments(40, 48, 32, num_programs=num_programs)]
+    for call in calls:
+        with pytest.raises(error, match=message):
+            call()
 
 
 # ---------------------------------------------------------------- autograd
@@ -261,3 +326,71 @@ def test_launchers_take_numpy_ints():
     a, b = _operands(40, 48, 32)
     out = matmul_persistent(a, b, group_size_m=np.int64(4), num_programs=np.int32(3))
     assert_close(out, matmul_ref(a, b, out_dtype=torch.float64), torch.float16)
+
+
+# ---------------------------------------------------------------- lazy negation, sparse layouts
+def _negated_view(rows, cols, seed):
+    """``z.conj().imag``: a float32 view with torch's lazy negation bit, its memory holding -values."""
+    gen = torch.Generator().manual_seed(seed)
+    z = torch.complex(torch.randn(rows, cols, generator=gen), torch.randn(rows, cols, generator=gen)).to(DEVICE)
+    view = z.conj().imag
+    assert view.is_neg()
+    return view
+
+
+@pytest.mark.parametrize("fn", SINGLE_GEMMS.values(), ids=SINGLE_GEMMS)
+@pytest.mark.parametrize("negated", ["a", "b", "bias", "all"])
+def test_negated_views_keep_their_sign(fn, negated):
+    """The kernels read memory: a lazily negated view came out with the wrong sign."""
+    a, b = (t.float() for t in _operands(40, 48, 64))
+    bias = torch.randn(48).to(DEVICE)
+    if negated in ("a", "all"):
+        a = _negated_view(40, 64, 1)
+    if negated in ("b", "all"):
+        b = _negated_view(64, 48, 2)
+    if negated in ("bias", "all"):
+        bias = _negated_view(1, 48, 3)[0]
+    assert_close(fn(a, b, bias=bias), matmul_ref(a, b, bias=bias, out_dtype=torch.float64), torch.float32)
+
+
+def test_negated_views_in_grouped_matmul_and_the_plan():
+    a, b = _negated_view(40, 64, 1), _negated_view(64, 48, 2)
+    a2, b2 = (t.float() for t in _operands(8, 16, 64))
+    for c, ref in zip(grouped_matmul([a, a2], [b, b2]), grouped_matmul_ref([a, a2], [b, b2], out_dtype=torch.float64)):
+        assert_close(c, ref, torch.float32)
+    # a plan re-reads its inputs' memory on every run: a resolved copy would miss later updates
+    from gemm_kernels import GroupedMatmulPlan
+
+    with pytest.raises(ValueError, match=r"group_b\[0\] is a lazily negated view .*resolve_neg\(\)"):
+        GroupedMatmulPlan([a2], [b])
+
+
+def test_negated_views_in_grouped_mm():
+    """grouped_mm read x's and w's memory too: a negated x (or w) gave the product's negation."""
+    x = _negated_view(40, 64, 1)
+    w = _negated_view(3 * 64, 48, 2).reshape(3, 64, 48)
+    assert x.is_neg() and w.is_neg()
+    offs = torch.tensor([10, 10, 40], dtype=torch.int32, device=DEVICE)
+    assert_close(grouped_mm(x, w, offs), grouped_mm_ref(x.resolve_neg(), w.resolve_neg(), offs, out_dtype=torch.float64),
+                 torch.float32)
+
+
+def _dense_to(layout):
+    return {"sparse_coo": lambda t: t.to_sparse(), "sparse_csr": lambda t: t.to_sparse_csr(),
+            "mkldnn": lambda t: t.float().to_mkldnn()}[layout]
+
+
+@pytest.mark.parametrize("layout", ["sparse_coo", "sparse_csr",
+                                    pytest.param("mkldnn", marks=pytest.mark.skipif(DEVICE.type != "cpu",
+                                                                                    reason="mkldnn tensors are CPU only"))])
+def test_sparse_and_mkldnn_inputs_get_a_named_type_error(layout):
+    a, b = (t.float() for t in _operands(16, 32, 32))
+    odd = _dense_to(layout)(a)
+    pattern = rf"^a is a {layout} tensor, but the kernels read dense \(strided\) memory: pass a.to_dense\(\)"
+    for fn in SINGLE_GEMMS.values():
+        with pytest.raises(TypeError, match=pattern):
+            fn(odd, b)
+        with pytest.raises(TypeError, match=r"^bias is a sparse_coo tensor.*pass bias.to_dense\(\)"):
+            fn(a, b, bias=torch.ones(32, device=DEVICE).to_sparse())
+    with pytest.raises(TypeError, match=r"^group_b\[0\] is a " + layout):
+        grouped_matmul([a], [_dense_to(layout)(b)])

@@ -91,6 +91,35 @@ def test_unknown_suite_is_a_usage_error():
         main(["--suite", "squares"])
 
 
+@pytest.mark.parametrize("argv, message", [
+    (["--suite", "", "--quick"], r"no suite given; choose from square, "),
+    (["--suite", " , ", "--quick"], r"no suite given"),
+])
+def test_an_empty_suite_list_is_a_usage_error(argv, message, capsys):
+    """--suite '' wrote an empty report and exited 0."""
+    from gemm_kernels.bench import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    import re
+
+    assert re.search(message, capsys.readouterr().err)
+
+
+def test_out_naming_an_existing_file_is_a_usage_error(tmp_path, capsys):
+    """--out naming a file gave a traceback (mkdir on a file) after the GPU set-up."""
+    from gemm_kernels.bench import main
+
+    existing = tmp_path / "results.txt"
+    existing.write_text("keep me")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--quick", "--suite", "square", "--out", str(existing)])
+    assert exit_info.value.code == 2
+    assert f"--out {existing} is an existing file; --out names a directory" in capsys.readouterr().err
+    assert existing.read_text() == "keep me"
+
+
 # ------------------------------------------------------------------------------ peaks and arithmetic
 
 
@@ -292,6 +321,15 @@ def test_moe_targets_geomean_and_floor():
 
 
 # ------------------------------------------------------------------------------ results.show_committed
+
+
+def test_show_committed_names_an_unknown_suite(tmp_path):
+    """show_committed("bogus") said "run make bench", as if a real suite had no results yet."""
+    with pytest.raises(ValueError, match=r"^unknown suite: bogus \(known: square, order, .*\)$"):
+        results.show_committed("bogus", tmp_path)
+    with pytest.raises(ValueError, match=r"known: .*moe, l2\)$"):
+        results.show_committed("L2", tmp_path)
+    assert results.show_committed("l2", tmp_path) is None  # known, nothing committed in tmp_path
 
 
 def test_show_committed_without_results_says_how_to_make_them(tmp_path, capsys):

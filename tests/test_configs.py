@@ -73,18 +73,32 @@ def _persistent_launch(dtype, activation, M=37, N=45, K=29):
     return a, b, c, args, _persistent_grid(M, N, 3)
 
 
+def _counting(tuned, monkeypatch):
+    runs = []
+    real_run = tuned.autotuner.run
+    monkeypatch.setattr(tuned.autotuner, "run", lambda *a, **k: (runs.append(1), real_run(*a, **k))[1])
+    return runs
+
+
 def test_tuned_kernel_remembers_the_choice_and_then_skips_the_autotuner(monkeypatch):
     from gemm_kernels.kernels.matmul import matmul_ref
     from gemm_kernels.kernels.persistent import _matmul_persistent_kernel, _persistent_tuned
     from gemm_kernels.testing import assert_close
 
-    # Two candidates, so the autotuner computes and caches its key (with autotuning off, as on
-    # this CPU, it keeps the first without timing anything).
+    # Two candidates and autotuning on, so the autotuner times both (here by a stand-in timer
+    # that prefers BLOCK_K=16, since nothing can be timed on a CPU) and caches its choice.
+    timed = []
+
+    def fake_timer(kernel_call, quantiles=None):
+        kernel_call()
+        timed.append(1)
+        return [1.0 if len(timed) % 2 == 0 else 2.0] * 3
+
+    monkeypatch.setattr(runtime, "autotune_enabled", lambda: True)
     candidates = [triton_config(bk) for bk in (32, 16)]
-    tuned = configs.TunedKernel(_matmul_persistent_kernel, candidates, key=_persistent_tuned.keys)
-    autotuner_runs = []
-    real_run = tuned.autotuner.run
-    monkeypatch.setattr(tuned.autotuner, "run", lambda *a, **k: (autotuner_runs.append(1), real_run(*a, **k))[1])
+    tuned = configs.TunedKernel(_matmul_persistent_kernel, candidates, key=_persistent_tuned.keys,
+                                do_bench=fake_timer)
+    autotuner_runs = _counting(tuned, monkeypatch)
 
     launches = [(torch.float16, None), (torch.float16, None), (torch.float16, "relu"), (torch.bfloat16, None),
                 (torch.float16, "relu")]
@@ -94,9 +108,30 @@ def test_tuned_kernel_remembers_the_choice_and_then_skips_the_autotuner(monkeypa
         tuned[grid](**args)
         assert len(autotuner_runs) == runs
         assert_close(c, matmul_ref(a, b, activation=activation, out_dtype=torch.float64), dtype)
-    # Same keys as Triton's own cache, and the same choice for each.
+    # Same keys as Triton's own cache, and the same choice for each: the faster candidate.
     assert tuned.chosen == tuned.autotuner.cache
-    assert len(tuned.chosen) == 3
+    assert len(tuned.chosen) == 3 and len(timed) == 6
+    assert all(config.kwargs["BLOCK_K"] == 16 for config in tuned.chosen.values())
+
+
+def test_a_single_fitting_config_is_launched_without_the_autotuner(monkeypatch):
+    """GEMM_KERNELS_AUTOTUNE=0 (and the interpreter) leave one config: no timing run.  Triton 3.6
+    and 3.7's autotuner timed even a list pruned to one config, so it must not be asked at all."""
+    from gemm_kernels.kernels.matmul import matmul_ref
+    from gemm_kernels.kernels.persistent import _matmul_persistent_kernel, _persistent_tuned
+    from gemm_kernels.testing import assert_close
+
+    monkeypatch.setattr(runtime, "autotune_enabled", lambda: False)
+    timed = []
+    tuned = configs.TunedKernel(_matmul_persistent_kernel, [triton_config(bk) for bk in (32, 16)],
+                                key=_persistent_tuned.keys, do_bench=lambda *a, **k: timed.append(1))
+    autotuner_runs = _counting(tuned, monkeypatch)
+    for activation in (None, "relu", None):
+        a, b, c, args, grid = _persistent_launch(torch.float16, activation)
+        tuned[grid](**args)
+        assert_close(c, matmul_ref(a, b, activation=activation, out_dtype=torch.float64), torch.float16)
+    assert autotuner_runs == [] and timed == []
+    assert [config.kwargs["BLOCK_K"] for config in tuned.chosen.values()] == [32, 32]
 
 
 def triton_config(block_k):

@@ -385,3 +385,25 @@ def test_plan_validates_like_grouped_matmul():
     a = torch.randn(4, 5).to(DEVICE, torch.float16)
     with pytest.raises(ValueError, match="inner dimensions"):
         grouped.GroupedMatmulPlan([a], [torch.randn(6, 3).to(DEVICE, torch.float16)])
+
+
+@pytest.mark.parametrize("change,field", [
+    (lambda t: setattr(t, "data", torch.ones(64, 64, dtype=t.dtype, device=t.device)), "address, shape, strides"),
+    (lambda t: t.resize_(64, 64), "address, shape, strides"),
+    (lambda t: t.resize_(8, 24), "shape"),  # shrinking keeps the storage: same address, other shape
+    (lambda t: t.set_(torch.zeros(37, 24, dtype=t.dtype, device=t.device)), "address"),
+])
+def test_plan_refuses_inputs_whose_storage_changed(change, field):
+    """`a.data = ...` and `a.resize_(...)` left the plan reading freed memory (values ~4e17)."""
+    gen = torch.Generator().manual_seed(3)
+    group_a, group_b = make_group([(37, 40, 24), (5, 16, 8)], torch.float16, ("row", "row"), gen)
+    plan = grouped.GroupedMatmulPlan(group_a, group_b)
+    plan.run()
+    change(group_a[0])
+    with pytest.raises(ValueError, match=rf"^group_a\[0\] changed since this GroupedMatmulPlan was built "
+                                         rf"\({field}(, dtype)?; .*Build a new plan"):
+        plan.run()
+    # a new plan for the changed tensors is right again (when their shapes still multiply)
+    if group_a[0].shape[1] == group_b[0].shape[0]:
+        out = grouped.GroupedMatmulPlan(group_a, group_b).run()
+        assert_close(out[0], group_a[0].double() @ group_b[0].double(), torch.float16)

@@ -85,3 +85,31 @@ def test_require_tma_names_what_needs_it_the_gpu_and_the_alternative(monkeypatch
         runtime.require_tma("my_kernel", "Use the other one.")
     monkeypatch.setattr(runtime, "supports_tma", lambda: True)
     runtime.require_tma("my_kernel", "unused")  # no error where TMA exists
+
+
+_EVERY_KERNEL_RUNS = (
+    "import gemm_kernels, torch, triton, triton.language as tl\n"
+    "from gemm_kernels.testing import rel_err\n"
+    "a = torch.randn(40, 64); b = torch.randn(64, 48); ref = (a.double() @ b.double())\n"
+    "errs = [rel_err(f(a, b), ref) for f in (gemm_kernels.matmul, gemm_kernels.matmul_persistent,\n"
+    "        gemm_kernels.matmul_tma, gemm_kernels.matmul_streamk)]\n"
+    "errs += [rel_err(c, ref) for c in gemm_kernels.grouped_matmul([a, a], [b, b])]\n"
+    "@triton.jit\n"
+    "def blocks_kernel(out_ptr, n):  # a learner's kernel, defined after the import, calling tl.cdiv\n"
+    "    tl.store(out_ptr, tl.cdiv(n, 32))\n"
+    "out = torch.zeros(1, dtype=torch.int32); blocks_kernel[(1,)](out, 100)\n"
+    "print(gemm_kernels.describe()['mode'], max(errs) < 1e-5, int(out))\n"
+)
+
+
+@pytest.mark.parametrize("first", ["import triton", "import torch._dynamo", "import triton.language as tl"])
+def test_triton_imported_before_the_package_still_interprets(first):
+    """Triton decorated its library helpers (tl.cdiv, ...) as compiled functions when it was imported
+    before gemm_kernels set TRITON_INTERPRET: every kernel failed with "Cannot call @triton.jit'd
+    outside of the scope of a kernel".  The package switches them to the interpreter."""
+    env = {"GEMM_KERNELS_INTERPRET": "1"}
+    env_without_interpret = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    out = subprocess.run([sys.executable, "-c", f"{first}\n{_EVERY_KERNEL_RUNS}"], capture_output=True, text=True,
+                         env={**env_without_interpret, **env}, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "interpreter (CPU) True 4"

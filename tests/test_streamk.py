@@ -14,7 +14,7 @@ import triton
 from gemm_kernels import DEVICE, matmul_ref, runtime
 from gemm_kernels.kernels import configs
 from gemm_kernels.models import tiles
-from gemm_kernels.kernels.streamk import _FLAGS, _streamk_tuned, matmul_streamk
+from gemm_kernels.kernels.streamk import MAX_PROGRAMS_PER_SM, _streamk_tuned, matmul_streamk
 from gemm_kernels.kernels.tma import tma_aligned
 from gemm_kernels.lab.traces import trace_streamk_segments
 from gemm_kernels.testing import assert_close, random_matrix
@@ -84,12 +84,19 @@ def test_store_paths(n, subtile):
     assert_close(out, _ref(a, b, activation="relu"))
 
 
-def test_flags_are_lowered_after_every_launch():
-    """Each flag a program raises is lowered by the program that waits on it: the next launch starts clean."""
+def test_an_interrupted_launch_leaves_nothing_for_the_next(monkeypatch):
+    """Flags and ticket are zeroed per launch: a launch that stopped half way (an exception, a
+    KeyboardInterrupt in a notebook) cannot hand its raised flags to the next call."""
     a, b = _inputs(97, 89, 301, torch.float16)
+    real_zeros = torch.zeros
+    buffers = []
+    monkeypatch.setattr(torch, "zeros", lambda *args, **kw: buffers.append(real_zeros(*args, **kw)) or buffers[-1])
     for _ in range(2):
-        matmul_streamk(a, b, num_programs=7, config=_config(), sk_tiles=7)
-        assert all(int(f.abs().sum()) == 0 for f in _FLAGS.values())
+        out = matmul_streamk(a, b, num_programs=7, config=_config(), sk_tiles=7)
+        assert_close(out, _ref(a, b))
+    flags = [f for f in buffers if f.dtype == torch.int32]
+    assert len(flags) == 2 and flags[0].data_ptr() != flags[1].data_ptr()
+    assert int(flags[1][7]) == 7  # the ticket counter: every program took one
 
 
 # ---------------------------------------------------------------- schedule: kernel == mirror, mirror's properties
@@ -224,3 +231,57 @@ def test_gpu_trace_equals_mirror_at_real_block_sizes():
     mirror = tiles.streamk_segments(4 * 3, 70, runtime.num_sms())
     assert (mirror[:, 2] > 0).any()
     np.testing.assert_array_equal(trace.numpy(), mirror)
+
+
+_GPU_SCRIPT = """
+import sys, torch, triton, gemm_kernels
+from gemm_kernels.kernels.streamk import MAX_PROGRAMS_PER_SM, matmul_streamk
+from gemm_kernels.testing import assert_close
+from gemm_kernels.kernels.tma import tma_aligned
+torch.manual_seed(0)
+a = torch.randn(512, 16384, device="cuda", dtype=torch.float16)
+b = torch.randn(16384, 512, device="cuda", dtype=torch.float16)
+ref = a.double() @ b.double()
+config = triton.Config({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "FLATTEN": False, "WARP_SPECIALIZE": False,
+                        "EPILOGUE_SUBTILE": False}, num_warps=8, num_stages=3)
+programs = MAX_PROGRAMS_PER_SM * gemm_kernels.num_sms()
+if sys.argv[1] == "busy":  # another stream keeps every SM busy for a while as Stream-K starts
+    x = torch.randn(8192, 8192, device="cuda", dtype=torch.float16)
+    side = torch.cuda.Stream()
+    torch.cuda.synchronize()
+    with torch.cuda.stream(side):
+        for _ in range(30):
+            x @ x
+    programs = 4 * gemm_kernels.num_sms()
+for _ in range(3):  # 16 tiles, each split over all programs: thousands of waits per launch
+    out = matmul_streamk(a, b, num_programs=programs, config=config, sk_tiles=16)
+    torch.cuda.synchronize()
+    assert_close(out, ref, what=f"{programs} programs")
+print("ok", programs)
+"""
+
+
+def _run_gpu_script(mode):
+    import os
+    import subprocess
+    import sys
+
+    try:
+        out = subprocess.run([sys.executable, "-c", _GPU_SCRIPT, mode], capture_output=True, text=True,
+                             env={**os.environ, "GEMM_KERNELS_AUTOTUNE": "0"}, timeout=300)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"matmul_streamk ({mode}) did not finish in 300 s: a spin-wait never ended")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.startswith("ok")
+
+
+@pytest.mark.gpu
+def test_gpu_more_programs_than_fit_on_the_gpu_finish_correctly():
+    """16 programs per SM (the most a call may ask), far more than are resident at once: with the
+    waits ordered by pid a late-starting low pid could be waited for by every resident program."""
+    _run_gpu_script("many")
+
+
+@pytest.mark.gpu
+def test_gpu_another_stream_holding_sms_does_not_stall_the_waits():
+    _run_gpu_script("busy")

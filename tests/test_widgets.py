@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 import gemm_kernels
+from gemm_kernels.viz import widgets
 from gemm_kernels.models import tiles
 from gemm_kernels.viz.widgets import (
     GroupedScheduleExplorer, PointerExplorer, ScheduleExplorer, grouped_schedule_explorer, parse_problems,
@@ -173,3 +174,52 @@ def test_parse_problems():
                        ("-1x4", "need two or three"), ("axb", "could not read")]:
         with pytest.raises(ValueError, match=words):
             parse_problems(bad)
+
+
+@pytest.mark.parametrize("make, error, message", [
+    (lambda: widgets.ScheduleExplorer(dpi=0), ValueError, r"dpi must be in \[1, 600\], got 0"),
+    (lambda: widgets.ScheduleExplorer(dpi="72"), TypeError, r"dpi must be a number, got str"),
+    (lambda: widgets.ScheduleExplorer(block_m=48), ValueError, r"block_m must be one of \[16, 32, 64, 128, 256\], got 48"),
+    (lambda: widgets.ScheduleExplorer(order="foo"), ValueError,
+     r"order must be one of \['row_major', 'grouped', 'persistent'\], got 'foo'"),
+    (lambda: widgets.ScheduleExplorer(element_bytes=3), ValueError, r"element_bytes must be one of \[2, 4, 1\], got 3"),
+    (lambda: widgets.ScheduleExplorer(M=100000), ValueError, r"M must be in \[1, 16384\], got 100000"),
+    (lambda: widgets.ScheduleExplorer(programs_in_flight=0), ValueError, r"programs_in_flight must be in \[1, 1024\]"),
+    (lambda: widgets.ScheduleExplorer(K=64.5), TypeError, r"K must be an int, got float"),
+    (lambda: widgets.ScheduleExplorer(l2_mib=-1), ValueError, r"l2_mib must be in \[0, 512\], got -1"),
+    (lambda: widgets.PointerExplorer(dpi=0), ValueError, r"dpi must be in"),
+    (lambda: widgets.PointerExplorer(block_rows=3), ValueError, r"block_rows must be one of \[1, 2, 4, 8, 16, 32, 64\]"),
+    (lambda: widgets.PointerExplorer(rows=65), ValueError, r"rows must be in \[1, 64\], got 65"),
+    (lambda: widgets.PointerExplorer(layout="diagonal"), ValueError, r"layout must be one of"),
+    (lambda: widgets.GroupedScheduleExplorer(dpi=0), ValueError, r"dpi must be in"),
+    (lambda: widgets.GroupedScheduleExplorer(num_sms=1000), ValueError, r"num_sms must be in \[1, 264\], got 1000"),
+    (lambda: widgets.GroupedScheduleExplorer(order="persistent"), ValueError, r"order must be one of \['row_major', 'grouped'\]"),
+    (lambda: widgets.GroupedScheduleExplorer(problems=[(64, 64)]), TypeError, r"problems must be a str"),
+])
+def test_bad_arguments_name_the_argument_and_what_it_may_be(make, error, message):
+    """dpi=0 crashed; block_m=48, order="foo", element_bytes=3 gave TraitErrors naming no control;
+    M=100000 was clamped to the slider's range without a word."""
+    with pytest.raises(error, match=message):
+        make()
+
+
+def test_a_model_too_large_for_a_redraw_is_computed_on_request():
+    """16384^3 in 64x64 tiles, one program in flight: 65,536 waves.  The L2 model took 0.3-1.3 s on
+    every change; now the redraw draws the schedule and says so, and the button computes the model."""
+    from gemm_kernels.models.l2model import l2_traffic
+
+    ex = widgets.ScheduleExplorer(M=16384, N=16384, K=16384, block_m=64, block_n=64, block_k=64,
+                                  programs_in_flight=1, group_size_m=8)
+    assert ex.error is None and ex.schedule.num_waves == 256 * 256
+    assert widgets.model_size(ex.schedule) == 65536 * 512 > widgets.MODEL_BUDGET
+    assert ex.traffic is None and "L2 model not computed" in ex.counters.value
+    assert not ex.compute_l2.disabled
+    ex.wave.value = 77  # stepping stays cheap: still no model
+    assert ex.traffic is None and ex.error is None
+    ex.compute_l2.click()
+    assert ex.error is None and ex.compute_l2.disabled
+    expected = l2_traffic(ex.schedule, block_k=64, l2_bytes=ex.l2_mib.value * 2**20)
+    assert ex.traffic.totals() == expected.totals()
+    assert "whole launch: hit rate" in ex.counters.value
+    ex.group_size_m.value = 4  # a new schedule: over the budget again, so not recomputed unasked
+    assert ex.traffic is None and "L2 model not computed" in ex.counters.value

@@ -56,6 +56,8 @@ NO_GPU_MESSAGE = (
 
 def _parse_suites(text: str) -> list[str]:
     names = [s.strip() for s in text.split(",") if s.strip()]
+    if not names:  # --suite '' ran nothing and reported success
+        raise argparse.ArgumentTypeError(f"no suite given; choose from {', '.join(SUITES)}, all")
     if "all" in names:
         return list(SUITES)
     unknown = [n for n in names if n not in SUITES]
@@ -157,7 +159,10 @@ def _list_cases(suites: list[str], settings: SuiteSettings) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if Path(args.out).exists() and not Path(args.out).is_dir():  # found before any work, not as a traceback
+        parser.error(f"--out {args.out} is an existing file; --out names a directory (created if missing)")
     command = "python -m gemm_kernels.bench " + " ".join(shlex.quote(a) for a in (argv if argv is not None
                                                                                   else sys.argv[1:]))
     if args.publish:

@@ -21,6 +21,10 @@ MAX_INDEX = 2**31 - 1
 def check_tensor(x, name: str, ndim: int, dtypes=SUPPORTED_DTYPES) -> None:
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if x.layout != torch.strided:  # sparse COO/CSR/CSC/BSR, mkldnn: no pointer + strides to read
+        layout = str(x.layout).replace("torch.", "").lstrip("_")
+        raise TypeError(f"{name} is a {layout} tensor, but the kernels read dense (strided) memory: "
+                        f"pass {name}.to_dense()")
     if x.dim() != ndim:
         raise ValueError(f"{name} must be {ndim}-D, got shape {tuple(x.shape)} ({x.dim()}-D)")
     if x.dtype not in dtypes:
@@ -32,6 +36,26 @@ def check_tensor(x, name: str, ndim: int, dtypes=SUPPORTED_DTYPES) -> None:
             f"{name} is on {x.device} but kernels run {where}: move it to {runtime.DEVICE} "
             f"(gemm_kernels.DEVICE)"
         )
+
+
+def resolve_lazy_views(*tensors):
+    """The tensors with torch's lazy negation and conjugation applied (others, and non-tensors,
+    unchanged, with no copy).  ``z.conj().imag`` is a view whose values are the negated memory
+    (``is_neg()``); a kernel reads the memory, so it would get the sign wrong.  Every
+    single-GEMM launcher and ``grouped_matmul`` pass their inputs through this first."""
+    return tuple(t.resolve_neg().resolve_conj() if isinstance(t, torch.Tensor) and (t.is_neg() or t.is_conj())
+                 else t for t in tensors)
+
+
+def check_no_lazy_views(tensors: dict) -> None:
+    """For inputs whose storage is kept and re-read (``GroupedMatmulPlan``): a lazily negated or
+    conjugated view cannot be resolved once (a copy would not see later in-place updates)."""
+    for name, t in tensors.items():
+        if t.is_neg() or t.is_conj():
+            bit = "negated" if t.is_neg() else "conjugated"
+            raise ValueError(f"{name} is a lazily {bit} view (e.g. z.conj().imag): its memory holds the values "
+                             f"before the {'negation' if t.is_neg() else 'conjugation'}, which the kernel would read. "
+                             f"Pass {name}.resolve_neg().resolve_conj() (a copy; update that copy between runs)")
 
 
 def check_no_grad(tensors: dict) -> None:

@@ -166,18 +166,25 @@ class TunedKernel:
     dtype, as the autotuner's.  Reading the choice is the one internal used
     (``_triton_compat.chosen_config``); without it every launch goes through the autotuner.
 
+    When :func:`fit_to_device` leaves a single config (the interpreter, GEMM_KERNELS_AUTOTUNE=0,
+    or one config that fits), there is nothing to choose: the kernel is launched with it directly
+    and the autotuner is never asked.  (Triton 3.6 and 3.7's autotuner would still time a list
+    pruned to one config.)
+
     Used like the autotuner: ``tuned[grid](*args, **kwargs)``.  ``fn`` is the kernel, ``keys``
-    the key names, ``autotuner`` Triton's object, ``chosen`` the memory.
+    the key names, ``autotuner`` Triton's object, ``chosen`` the memory; ``do_bench`` times one
+    candidate (:func:`time_candidate` by default).
     """
 
-    def __init__(self, kernel, config_list, key):
+    def __init__(self, kernel, config_list, key, do_bench=None):
         import inspect
 
         self.fn = kernel
+        self.configs = list(config_list)
         self.keys = list(key)
         self.arg_names = list(inspect.signature(kernel.fn).parameters)
-        self.autotuner = triton.autotune(configs=config_list, key=self.keys, prune_configs_by=PRUNE,
-                                         do_bench=time_candidate)(kernel)
+        self.autotuner = triton.autotune(configs=self.configs, key=self.keys, prune_configs_by=PRUNE,
+                                         do_bench=do_bench or time_candidate)(kernel)
         self.chosen: dict = {}
 
     def tuning_key(self, *args, **kwargs) -> tuple:
@@ -186,11 +193,20 @@ class TunedKernel:
         return (*(named[k] for k in self.keys if k in named),
                 *(str(v.dtype) for v in named.values() if hasattr(v, "dtype")))
 
+    def _only_config(self, key, args, kwargs):
+        """The config of this launch when pruning leaves just one (remembered under ``key``), else None."""
+        fitted = fit_to_device(self.configs, {**dict(zip(self.arg_names, args)), **kwargs})
+        if len(fitted) != 1:
+            return None
+        self.chosen[key] = fitted[0]
+        return fitted[0]
+
     def config_for(self, grid, *args, **kwargs):
-        """The config this launch runs with: the remembered one, or the autotuner's after a run
-        through it (which launches the kernel).  None when the choice cannot be read."""
+        """The config this launch runs with: the remembered one, the only one that fits, or the
+        autotuner's after a run through it (which launches the kernel).  None when the choice
+        cannot be read."""
         key = self.tuning_key(*args, **kwargs)
-        config = self.chosen.get(key)
+        config = self.chosen.get(key) or self._only_config(key, args, kwargs)
         if config is None:
             self.autotuner[grid](*args, **kwargs)
             config = _triton_compat.chosen_config(self.autotuner)
@@ -201,7 +217,7 @@ class TunedKernel:
     def __getitem__(self, grid):
         def launch(*args, **kwargs):
             key = self.tuning_key(*args, **kwargs)
-            config = self.chosen.get(key)
+            config = self.chosen.get(key) or self._only_config(key, args, kwargs)
             if config is None:
                 self.config_for(grid, *args, **kwargs)  # launches through the autotuner
             else:
@@ -211,8 +227,8 @@ class TunedKernel:
     def bind(self, grid, *args, **kwargs):
         """A :class:`~gemm_kernels._triton_compat.BoundLaunch` of this launch with the tuned config:
         calling it repeats the launch with no Python argument handling (GPU only; None in the
-        interpreter).  Tunes first if this key is new, which launches the kernel (its output
-        is then written once more by the first call)."""
+        interpreter).  Tunes first if this key is new and several configs fit, which launches the
+        kernel (its output is then written once more by the first call)."""
         if runtime.interpreted():
             return None
         config = self.config_for(grid, *args, **kwargs)

@@ -244,6 +244,11 @@ def _prepare(group_a, group_b, tma, block_shapes):
     return shapes, group_c, meta[:num_meta], meta[num_meta:], facts, total_tiles
 
 
+def _layouts(groups) -> list:
+    """What a plan's saved metadata depends on, per input tensor: address, shape, strides, dtype."""
+    return [(t.data_ptr(), t.shape, t.stride(), t.dtype) for tensors in groups for t in tensors]
+
+
 class GroupedMatmulPlan:
     """``grouped_matmul`` in two steps: the host work once, then as many launches as you like.
 
@@ -255,7 +260,11 @@ class GroupedMatmulPlan:
     the pointer arrays the tutorial builds once before timing its kernel.
 
     The plan holds the A_i and B_i tensors (the kernel only has their addresses): changing their
-    values in place between runs is fine, replacing them needs a new plan.
+    values in place between runs is fine, replacing them needs a new plan.  Each :meth:`run`
+    checks that every input still has the address, shape, strides and dtype it was planned with
+    (``a.data = ...``, ``a.resize_(...)`` or ``a.set_(...)`` change them, and the saved address
+    would then point at freed memory) and raises ValueError naming the tensor otherwise (a few
+    nanoseconds per tensor).
 
     On a GPU the launch itself is fixed too: the first :meth:`run` tunes (if needed) and keeps
     the compiled kernel with its arguments (:class:`~gemm_kernels._triton_compat.BoundLaunch`); later
@@ -278,7 +287,10 @@ class GroupedMatmulPlan:
         (self.shapes, self.outputs, self._problems, self._tile_starts, facts,
          self._total_tiles) = _prepare(group_a, group_b, tma, BLOCK_SHAPES)
         self.tma = tma
+        checks.check_no_lazy_views({f"{name}[{i}]": t for name, group in (("group_a", group_a), ("group_b", group_b))
+                                    for i, t in enumerate(group)})
         self._inputs = (list(group_a), list(group_b))  # keep the storage the addresses point to alive
+        self._planned_layouts = _layouts(self._inputs)
         dtype = group_a[0].dtype
         self._kwargs = dict(num_problems=len(self.shapes), **_autotune_key(self.shapes), DTYPE=TL_DTYPES[dtype],
                             USE_TMA=tma, **facts, WIDEN=widen_for_dot(dtype), TRACE=False)
@@ -310,9 +322,24 @@ class GroupedMatmulPlan:
             self._launch()
         return graph
 
+    def _check_inputs_unchanged(self) -> None:
+        if _layouts(self._inputs) == self._planned_layouts:
+            return
+        names = [f"{group}[{i}]" for group, tensors in zip(("group_a", "group_b"), self._inputs)
+                 for i in range(len(tensors))]
+        for name, now, planned in zip(names, _layouts(self._inputs), self._planned_layouts):
+            if now != planned:
+                what = ", ".join(field for field, x, y in zip(("address", "shape", "strides", "dtype"), now, planned)
+                                 if x != y)
+                raise ValueError(f"{name} changed since this GroupedMatmulPlan was built ({what}; e.g. by "
+                                 f"`.data = ...`, `.resize_()` or `.set_()`): the plan's saved address would read "
+                                 "freed or wrong memory. Build a new plan for the new tensors (values may change "
+                                 "in place, the storage may not)")
+
     def run(self) -> list:
         """Launch the kernel (or replay its graph); returns the list of C_i (the plan's own tensors,
-        overwritten)."""
+        overwritten).  ValueError when an input's storage or layout changed since planning."""
+        self._check_inputs_unchanged()
         if self._graph is not None:
             self._graph.replay()
         else:
@@ -340,6 +367,8 @@ def grouped_matmul(group_a, group_b, *, tma=False):
     Each call redoes the host work (checks, metadata, one copy); :class:`GroupedMatmulPlan` does
     it once for repeated products of the same matrices.
     """
+    group_a, group_b = (list(checks.resolve_lazy_views(*g)) if isinstance(g, (list, tuple)) else g
+                        for g in (group_a, group_b))
     return GroupedMatmulPlan(group_a, group_b, tma=tma).run()
 
 

@@ -417,6 +417,7 @@ def grouped_mm(x, w, offs, *, tma=None, check_offs=None):
         raise TypeError(f"check_offs must be None, True or False, got {check_offs!r}")
     if tma is not None and not isinstance(tma, bool):  # not `in (None, True, False)`: 0 == False
         raise TypeError(f"tma must be None, True or False, got {tma!r}")
+    x, w = checks.resolve_lazy_views(x, w)  # a negated view's memory holds the values before the negation
     if grad_enabled_for(x, w):
         _check_shapes(x, w, offs)
         return torch.ops.gemm_kernels.grouped_mm(x, w, offs, tma, check_offs)

@@ -152,6 +152,7 @@ def _tma_args(a, b, c, bias, trace, *, order, group_size_m, num_programs, activa
 
 def _launch(kind, a, b, *, activation, bias, order, group_size_m, num_programs, config, trace=None):
     """Shared body of both launchers (and of the trace helper).  Returns C."""
+    a, b, bias = checks.resolve_lazy_views(a, b, bias)
     bias, group_size_m = checks.check_matmul_inputs(a, b, order, group_size_m, activation, bias)
     num_programs = checks.check_num_programs(num_programs)
     config_kwargs = None if config is None else configs.explicit_config_kwargs(config, kind)

@@ -14,18 +14,24 @@ follows it).  A tile cut between programs is finished by the program holding its
 iteration: the others write their fp32 partial sums to a workspace and raise a flag; it waits
 for the flags, adds the partials and runs the epilogue.
 
-What it bought on an H100 (PERF_NOTES.md entry 14, 128x256 tiles, GPU times from CUDA graphs):
-with few tiles and a long K, most of the kernel (512 x 512 x 16384: 88 us against 148 unsplit;
-1024 x 1024 x 8192: 56 against 79).  With a short K (1280^3) or a multi-wave problem's partial
-last wave (4096^3: 242 against 212) it lost: each partial sum is a 128 KiB round trip through
-L2 (about 5 K iterations' time), and programs that share an A or B panel no longer read it at
+What it bought on an H100 (128x256 tiles, GPU times from CUDA graphs, ``images/bench/stream-k.csv``):
+with few tiles and a long K, most of the kernel (512 x 512 x 16384: 84.8 us against 147 unsplit;
+1024 x 1024 x 8192: 54.4 against 78.1).  With a short K (1280^3: 28.7 against 17.6) or a multi-wave
+problem's partial last wave (4096^3: 236 against 207) it lost: each partial sum is a 128 KiB round
+trip through L2 (about 5 K iterations' time), and programs that share an A or B panel no longer read it at
 the same K offset.  So by default only few-tile, long-K problems are split
 (``tiles.streamk_default_tiles``); ``sk_tiles`` sets any other split.
 
-A program only ever waits for lower pids.  The GPU starts programs in pid order (and Triton's
-interpreter runs them in that order), so whoever is waited for is already running or done, and
-the waits end even when ``num_programs`` is more than fit on the GPU at once (by default it is
-the SM count: one program per SM, all resident).
+Waiting on another program is only safe if that program is running: CUDA promises neither that
+programs start in pid order nor that all of them fit on the GPU at once (``num_programs`` may be
+up to ``MAX_PROGRAMS_PER_SM`` per SM, and another stream's kernel may hold SMs).  So Stream-K
+shares are handed out by an atomic ticket, not by pid: a program takes the next ticket when it
+reaches the Stream-K phase, and waits only for lower tickets, which were taken, so by programs
+already running (a started program keeps its SM until it ends); the lowest waits for nobody.
+The waits end for any grid size and whatever else runs on the GPU.  The flags and the ticket
+are zeroed per launch (one small int32 buffer), so calls on different streams or threads, or
+after an interrupted launch, never see each other's flags.  In the interpreter programs run one
+after another in pid order, so the ticket equals the pid there.
 
 Three layers as elsewhere: ``_matmul_streamk_kernel``, the validated launcher
 ``matmul_streamk``, ``configs.streamk_configs``.
@@ -53,24 +59,24 @@ def _partial_offsets(slot, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
 
 
 @triton.jit
-def _publish_partial(acc, partial_ptr, flag_ptr, pid, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """Leave this program's partial sum in its workspace slot, then raise its flag."""
-    tl.store(partial_ptr + _partial_offsets(pid, BLOCK_M, BLOCK_N), acc)
+def _publish_partial(acc, partial_ptr, flag_ptr, share, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Leave this share's partial sum in its workspace slot, then raise its flag."""
+    tl.store(partial_ptr + _partial_offsets(share, BLOCK_M, BLOCK_N), acc)
     tl.debug_barrier()  # every thread's stores are issued before the flag goes up...
-    tl.atomic_xchg(flag_ptr + pid, 1, sem="release", scope="gpu")  # ...and visible to whoever sees it
+    tl.atomic_xchg(flag_ptr + share, 1, sem="release", scope="gpu")  # ...and visible to whoever sees it
 
 
 @triton.jit
-def _add_partials(acc, partial_ptr, flag_ptr, pid, done, tile_end, total_iters,
+def _add_partials(acc, partial_ptr, flag_ptr, share, done, tile_end, total_iters,
                   NUM_PROGRAMS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """Add the partial sums of the programs that ran K iterations ``[done, tile_end)`` of this
-    tile: pids ``pid - 1, pid - 2, ...`` (``streamk_range`` hands shares out in that order)."""
-    other = pid - 1
+    """Add the partial sums of the shares that ran K iterations ``[done, tile_end)`` of this
+    tile: shares ``share - 1, share - 2, ...`` (``streamk_range`` hands them out in that order),
+    held by programs that took their tickets before this one, so are running or done."""
+    other = share - 1
     while done < tile_end:
         first, end = streamk_range(other, total_iters, NUM_PROGRAMS)
         if end > first:  # a program with an empty share published nothing
-            # Wait for its flag and lower it again in one atomic (the flags are all 0 between
-            # launches, so the workspace needs no clearing).
+            # Wait for its flag (zeroed per launch) and lower it in the same atomic.
             while tl.atomic_cas(flag_ptr + other, 1, 0, sem="acquire", scope="gpu") != 1:
                 pass
             # .cg: read from L2, where the other SM's stores went, never from this SM's L1
@@ -83,7 +89,8 @@ def _add_partials(acc, partial_ptr, flag_ptr, pid, done, tile_end, total_iters,
 # ----------------------------------------------------------------------------- kernel
 @triton.jit
 def _matmul_streamk_kernel(
-    a_ptr, b_ptr, c_ptr, bias_ptr, trace_ptr, partial_ptr, flag_ptr,
+    a_ptr, b_ptr, c_ptr, bias_ptr, trace_ptr, partial_ptr,
+    flag_ptr,  # int32 [NUM_PROGRAMS + 1], zeroed: a flag per share, then the ticket counter
     M, N, K,
     stride_a, stride_b, stride_c, stride_cn,
     sk_tiles_requested,  # < 0: tiles.streamk_default_tiles
@@ -124,10 +131,12 @@ def _matmul_streamk_kernel(
         tma.finish_tile(acc, bias, c_out, off_m, off_n, M, N, stride_c, stride_cn, HAS_BIAS, ACTIVATION, C_TMA,
                         EPILOGUE_SUBTILE, BLOCK_M, BLOCK_N)
 
-    # 2. Stream-K: this program's share of the last sk_tiles tiles' K iterations (at most two
-    #    segments: the end of one tile, then the start of the next).
+    # 2. Stream-K: a share of the last sk_tiles tiles' K iterations (at most two segments: the end
+    #    of one tile, then the start of the next).  The share is the next ticket, not the pid:
+    #    lower tickets, the only ones a share waits for, were taken by programs already running.
+    share = tl.atomic_add(flag_ptr + NUM_PROGRAMS, 1, sem="relaxed", scope="gpu")
     total_iters = sk_tiles * k_tiles
-    it, it_end = streamk_range(pid, total_iters, NUM_PROGRAMS)
+    it, it_end = streamk_range(share, total_iters, NUM_PROGRAMS)
     segment = 0
     while it < it_end:
         t = it // k_tiles
@@ -136,15 +145,15 @@ def _matmul_streamk_kernel(
         tile = dp_tiles + t
         pid_m, pid_n = tile_coords(tile, num_pid_m, num_pid_n, GROUPED, GROUP_SIZE_M)
         if TRACE:
-            record_tile(trace_ptr, dp_tiles + 2 * pid + segment, pid, tile, k_first, k_end)
+            record_tile(trace_ptr, dp_tiles + 2 * share + segment, share, tile, k_first, k_end)
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
         acc = tma.k_loop(a_desc, b_desc, off_m, off_n, k_first, k_end, A_COL_MAJOR, B_COL_MAJOR, WIDEN,
                          BLOCK_M, BLOCK_N, BLOCK_K)
-        if k_first > 0:  # the tile's first iterations belong to a higher pid, which finishes it
-            _publish_partial(acc, partial_ptr, flag_ptr, pid, BLOCK_M, BLOCK_N)
+        if k_first > 0:  # the tile's first iterations belong to a higher share, which finishes it
+            _publish_partial(acc, partial_ptr, flag_ptr, share, BLOCK_M, BLOCK_N)
         else:  # this program finishes the tile
-            acc = _add_partials(acc, partial_ptr, flag_ptr, pid, t * k_tiles + k_end, (t + 1) * k_tiles,
+            acc = _add_partials(acc, partial_ptr, flag_ptr, share, t * k_tiles + k_end, (t + 1) * k_tiles,
                                 total_iters, NUM_PROGRAMS, BLOCK_M, BLOCK_N)
             bias = load_bias(bias_ptr, off_n, N, BLOCK_N, HAS_BIAS)
             tma.finish_tile(acc, bias, c_out, off_m, off_n, M, N, stride_c, stride_cn, HAS_BIAS, ACTIVATION, C_TMA,
@@ -158,21 +167,8 @@ _streamk_tuned = configs.TunedKernel(_matmul_streamk_kernel, configs.streamk_con
 
 
 # ----------------------------------------------------------------------------- launcher
-_FLAGS: dict = {}  # (device, stream) -> int32 flags, all 0 between launches (the kernel lowers each flag it waits on)
-
-
-def _flags(device: torch.device, num_programs: int) -> torch.Tensor:
-    """The flag array for launches on the current stream.  One per stream: two kernels running
-    at once on different streams must not share flags; launches on one stream run in turn."""
-    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else None
-    key = (str(device), stream)
-    flags = _FLAGS.get(key)
-    if flags is None or flags.numel() < num_programs:
-        flags = _FLAGS[key] = torch.zeros(max(num_programs, 256), dtype=torch.int32, device=device)
-    return flags
-
-
-#: most programs a launch may ask for, per SM (the default is one per SM)
+#: most programs a launch may ask for, per SM (the default is one per SM).  More than fit on the
+#: GPU at once is safe: the ticket order (module docstring) never waits for a program not yet started.
 MAX_PROGRAMS_PER_SM = 16
 
 #: fp32 elements of one workspace slot when autotuning: the largest tile of any candidate config
@@ -184,6 +180,7 @@ def _tile_elements(config) -> int:
 
 
 def _launch_streamk(a, b, *, activation, bias, order, group_size_m, num_programs, config, sk_tiles, trace=None):
+    a, b, bias = checks.resolve_lazy_views(a, b, bias)
     bias, group_size_m = checks.check_matmul_inputs(a, b, order, group_size_m, activation, bias)
     num_programs = checks.check_num_programs(num_programs)
     if num_programs > MAX_PROGRAMS_PER_SM * runtime.num_sms():
@@ -209,7 +206,8 @@ def _launch_streamk(a, b, *, activation, bias, order, group_size_m, num_programs
     args = _tma_args(a, b, c, bias, trace, order=order, group_size_m=group_size_m, num_programs=num_programs,
                      activation=activation)
     partials = torch.empty(num_programs * _tile_elements(config), dtype=torch.float32, device=a.device)
-    args.update(partial_ptr=partials, flag_ptr=_flags(a.device, num_programs),
+    flags = torch.zeros(num_programs + 1, dtype=torch.int32, device=a.device)  # per launch: see the docstring
+    args.update(partial_ptr=partials, flag_ptr=flags,
                 sk_tiles_requested=-1 if sk_tiles is None else sk_tiles)
     runtime.ensure_tma_allocator()
     grid = (num_programs,)  # every program takes part in the split, even with fewer tiles than programs

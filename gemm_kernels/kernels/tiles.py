@@ -104,10 +104,11 @@ def locate_problem_in_ends(tile, tile_ends):
 
 @triton.jit
 def streamk_range(pid, total_iters, NUM_PROGRAMS: tl.constexpr):
-    """``[first, end)``: the Stream-K iterations program ``pid`` runs, an even split of
-    ``total_iters`` handed out from the *last* program down (program ``NUM_PROGRAMS - 1`` gets
-    the first share).  So a tile's first iterations, whose program must wait for the rest of the
-    tile, belong to a higher pid than the programs it waits for (see ``streamk_segments``)."""
+    """``[first, end)``: the Stream-K iterations of share ``pid`` (the Stream-K kernel passes the
+    ticket its program took, see ``streamk.py``), an even split of ``total_iters`` handed out
+    from the *last* share down (share ``NUM_PROGRAMS - 1`` gets the first iterations).  So a
+    tile's first iterations, whose program must wait for the rest of the tile, belong to a higher
+    share than the ones it waits for (see ``streamk_segments``)."""
     share = (NUM_PROGRAMS - 1 - pid).to(tl.int64)  # int64: share * total_iters can pass 2**31
     first = (share * total_iters // NUM_PROGRAMS).to(tl.int32)
     end = ((share + 1) * total_iters // NUM_PROGRAMS).to(tl.int32)

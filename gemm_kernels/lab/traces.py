@@ -120,6 +120,8 @@ def trace_grouped_schedule(group_a, group_b, *, tma=False, block_m=None, block_n
     """
     if tma is True:
         runtime.require_tma("trace_grouped_schedule(tma=True)", USE_POINTER_PATH)
+    if num_programs is not None:  # a launch grid: a positive int (-2 launched nothing, 2.5 crashed)
+        num_programs = checks.check_int(num_programs, "num_programs")
     cfg = configs.grouped_configs()[0].kwargs
     bm, bn, bk = configs.blocks_or_defaults(cfg, block_m, block_n, block_k)
     group = cfg["GROUP_SIZE_M"] if group_size_m is None else checks.check_int(group_size_m, "group_size_m")
@@ -130,7 +132,7 @@ def trace_grouped_schedule(group_a, group_b, *, tma=False, block_m=None, block_n
         if tma:
             ensure_tma_allocator()
         dtype = group_a[0].dtype
-        programs = num_programs or min(runtime.num_sms(), total)
+        programs = min(runtime.num_sms(), total) if num_programs is None else num_programs
         _grouped_matmul_kernel[(programs,)](
             problems, tile_starts, trace,
             len(shapes), **_autotune_key(shapes),
@@ -149,6 +151,8 @@ def trace_moe_schedule(x, w, offs, *, tma=False, block_m=None, block_n=None, blo
     pid_n`` columns of ``tiles.multi_problem_schedule([(rows_e, N) ...], ..., num_programs)``.
     Blocks default to the config used on this machine; ``num_programs`` to the launcher's grid.
     """
+    if num_programs is not None:  # a launch grid: a positive int (-2 launched nothing, 2.5 crashed)
+        num_programs = checks.check_int(num_programs, "num_programs")
     offs = _check_moe_inputs(x, w, offs, check_offs=True)
     cfg = configs.moe_configs()[0].kwargs
     bm, bn, bk = configs.blocks_or_defaults(cfg, block_m, block_n, block_k)
@@ -163,7 +167,7 @@ def trace_moe_schedule(x, w, offs, *, tma=False, block_m=None, block_n=None, blo
         flags = _plan_tma(x, w, out, tma)
         if flags["USE_TMA"] or flags["OUT_TMA"]:
             ensure_tma_allocator()
-        programs = num_programs or num_programs_for(T, E, N, bm, bn)
+        programs = num_programs_for(T, E, N, bm, bn) if num_programs is None else num_programs
         _grouped_mm_kernel[(programs,)](
             x, w, out, offs, torch.empty(1, dtype=torch.int32, device=x.device), trace,
             **_launch_args(x, w, offs, out, flags),

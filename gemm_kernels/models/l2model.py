@@ -131,10 +131,15 @@ class ReuseProfile:
         K = self.k_blocks
         if l2_bytes is None:
             return np.where(self.first_use, 0, K)
+        if isinstance(l2_bytes, bool) or not isinstance(l2_bytes, (int, float, np.integer, np.floating)):
+            raise TypeError(f"l2_bytes must be a number of bytes (or None: unlimited), got {type(l2_bytes).__name__}")
         if not 0 <= l2_bytes < float("inf"):
             raise ValueError(f"l2_bytes must be finite and >= 0 (None: unlimited), got {l2_bytes}")
-        C = int(l2_bytes)
         a, b = self.bytes_from_prev_start, self.bytes_to_this_end
+        # more than the most bytes between two uses of a block is as good as unlimited; capping there
+        # keeps C * K in int64 for any capacity (10**30 bytes overflowed)
+        most = int(max(a.max(), b.max())) if a.size else 0
+        C = min(int(l2_bytes), most)
         # block k hits iff (K - k) * a + k * b <= C * K, a straight line in k
         rhs = C * K - K * a
         diff = b - a
@@ -210,7 +215,13 @@ class L2Traffic:
 
     def upto(self, wave: int) -> dict:
         """Totals over waves ``0..wave`` (inclusive): loads, hits, misses (A, B, both), C writes, DRAM bytes."""
-        end = int(wave) + 1
+        check_int(wave, "wave", minimum=0)
+        if wave >= self.num_waves:
+            raise ValueError(f"wave must be in [0, {self.num_waves}) (this schedule has {self.num_waves} waves), "
+                             f"got {wave}")
+        return self._sums(wave + 1)
+
+    def _sums(self, end: int) -> dict:
         out = {name: int(getattr(self, name)[:end].sum()) for name in (
             "a_loads", "b_loads", "a_misses", "b_misses", "a_hits", "b_hits", "loads", "hits", "misses", "c_writes")}
         out["dram_read_bytes"] = float(self.dram_read_bytes[:end].sum())
@@ -219,7 +230,7 @@ class L2Traffic:
     def totals(self) -> dict:
         """:meth:`upto` the last wave, plus the two bounds: ``compulsory_misses`` (each block
         fetched once: an infinite L2) and ``no_reuse_misses`` (every load from DRAM)."""
-        out = self.upto(self.num_waves - 1)
+        out = self._sums(self.num_waves)
         p = self.profile
         out["compulsory_misses"] = int(p.k_blocks[p.first_use].sum())
         out["no_reuse_misses"] = out["loads"]

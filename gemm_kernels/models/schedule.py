@@ -103,9 +103,16 @@ class Schedule:
     def num_problems(self) -> int:
         return len(self.problem_shapes)
 
+    def _check_problem(self, problem) -> int:
+        problem = check_int(problem, "problem", minimum=0)
+        if problem >= self.num_problems:
+            raise ValueError(f"problem must be in [0, {self.num_problems}): this schedule has "
+                             f"{self.num_problems} problem{'s' if self.num_problems > 1 else ''}, got {problem}")
+        return problem
+
     def tile_grid(self, problem: int = 0) -> tuple[int, int]:
         """``(num_pid_m, num_pid_n)`` of one problem (0 tiles along M for an empty problem)."""
-        M, N = self.problem_shapes[problem][:2]
+        M, N = self.problem_shapes[self._check_problem(problem)][:2]
         return cdiv(M, self.block_m), cdiv(N, self.block_n)
 
     # ------------------------------------------------------------------ waves
@@ -128,6 +135,7 @@ class Schedule:
         ``None`` = all).  A program computing tile ``(pid_m, pid_n)`` reads A's row-block
         ``pid_m`` (``BLOCK_M`` rows, all of K) and B's column-block ``pid_n``.
         """
+        problem = self._check_problem(problem)
         sel = self.table if rows is None else self.table[rows]
         sel = sel[sel[:, _PROBLEM] == problem]
         return np.unique(sel[:, _PID_M]), np.unique(sel[:, _PID_N])
@@ -209,7 +217,7 @@ def tile_schedule(M: int, N: int, block_m: int, block_n: int, order: str = "grou
     for value, name in ((M, "M"), (N, "N"), (block_m, "BLOCK_M"), (block_n, "BLOCK_N"), (group_size_m, "GROUP_SIZE_M")):
         check_int(value, name)
     if programs_in_flight is None:
-        from .runtime import num_sms
+        from ..runtime import num_sms
         programs_in_flight = num_sms()
     programs_in_flight = check_int(programs_in_flight, "programs_in_flight")
     shapes = _normalise_shapes([(M, N, K)])
@@ -241,7 +249,7 @@ def grouped_gemm_schedule(problem_shapes, block_m: int, block_n: int, num_progra
     for value, name in ((block_m, "BLOCK_M"), (block_n, "BLOCK_N"), (group_size_m, "GROUP_SIZE_M")):
         check_int(value, name)
     if num_programs is None:
-        from .runtime import num_sms
+        from ..runtime import num_sms
         num_programs = num_sms()
     num_programs = check_int(num_programs, "num_programs")
     shapes = _normalise_shapes(problem_shapes)

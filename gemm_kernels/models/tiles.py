@@ -55,6 +55,8 @@ def tile_coords_np(pid, num_pid_m: int, num_pid_n: int, order: str = "grouped", 
     pid = pid.astype(np.int64)
     if order == "row_major":
         return pid // num_pid_n, pid % num_pid_n
+    # a group taller than the grid is the same order, and keeps group_size_m * num_pid_n in int64
+    group_size_m = min(group_size_m, max(num_pid_m, 1))
     num_pid_in_group = group_size_m * num_pid_n
     first_pid_m = (pid // num_pid_in_group) * group_size_m
     rows_in_group = np.minimum(num_pid_m - first_pid_m, group_size_m)

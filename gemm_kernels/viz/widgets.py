@@ -14,8 +14,14 @@ picture is an ``ipywidgets.Image`` (``ex.image``, PNG bytes), the numbers an
 ``ex.message`` instead of raising.  The model results behind the picture are attributes
 too (``ex.schedule``, ``ex.traffic``), so tests drive an explorer with no browser.
 
+Arguments are checked when an explorer is built: a value outside a control's range or choices
+is a ValueError naming the argument and what it may be (never silently clamped).
+
 ``python -m gemm_kernels.viz.widgets --time`` prints the median redraw time of each explorer
-at 64x64 tiles.
+at 64x64 tiles.  A redraw stays interactive (well under 100 ms on one core) because the only
+costly part, the L2 reuse model, grows with waves x blocks: past :data:`MODEL_BUDGET` the
+explorer draws the schedule, says how large the model would be, and computes it only when
+asked (``ex.compute_l2`` button, or ``ex.compute_l2_model()``).
 """
 
 from __future__ import annotations
@@ -34,7 +40,38 @@ from ..models.tiles import cdiv
 BLOCK_SIZES = (16, 32, 64, 128, 256)
 #: Explorers refuse launches with more tiles than this (drawing and the model stay interactive).
 MAX_TILES = 256 * 256
+#: Largest L2 model (waves x A/B blocks) computed on every redraw.  A new model costs about 130 ns
+#: per entry on one core (``python -m gemm_kernels.viz.widgets --time``: 4096 waves x 128 blocks
+#: redraw in ~70 ms), so this keeps a redraw under 100 ms.
+MODEL_BUDGET = 600_000
 _MiB = 2**20
+
+
+def _check_number(name, value, lo, hi, integer=True):
+    """An explorer argument: an int (or any real number) in [lo, hi]; TypeError/ValueError naming it."""
+    numbers = (int, np.integer) if integer else (int, float, np.integer, np.floating)
+    if isinstance(value, bool) or not isinstance(value, numbers):
+        raise TypeError(f"{name} must be {'an int' if integer else 'a number'}, got {type(value).__name__}")
+    if not lo <= value <= hi:
+        raise ValueError(f"{name} must be in [{lo}, {hi}], got {value}")
+    return value
+
+
+def _check_choice(name, value, options):
+    values = [o[1] if isinstance(o, tuple) else o for o in options]
+    if isinstance(value, bool) or not any(type(value) is type(v) and value == v for v in values):
+        raise ValueError(f"{name} must be one of {values}, got {value!r}")
+    return value
+
+
+def _check_dpi(dpi):
+    _check_number("dpi", dpi, 1, 600, integer=False)
+
+
+def model_size(schedule) -> int:
+    """Work of the L2 reuse model of ``schedule``: waves x (A row-blocks + B column-blocks)."""
+    blocks = sum(sum(schedule.tile_grid(g)) for g in range(schedule.num_problems))
+    return schedule.num_waves * blocks
 
 
 class InvalidSetting(ValueError):
@@ -87,12 +124,16 @@ class _Explorer(widgets.VBox):
         raise NotImplementedError
 
 
-def _int_slider(description, value, lo, hi, step=1, width="320px"):
+def _int_slider(description, value, lo, hi, step=1, width="320px", arg=None):
+    if arg is not None:
+        _check_number(arg, value, lo, hi)
     return widgets.IntSlider(value=value, min=lo, max=hi, step=step, description=description, continuous_update=False,
                              style={"description_width": "110px"}, layout=widgets.Layout(width=width))
 
 
-def _dropdown(description, options, value):
+def _dropdown(description, options, value, arg=None):
+    if arg is not None:
+        _check_choice(arg, value, options)
     return widgets.Dropdown(options=options, value=value, description=description,
                             style={"description_width": "110px"}, layout=widgets.Layout(width="240px"))
 
@@ -146,39 +187,51 @@ class ScheduleExplorer(_Explorer):
     def __init__(self, M: int = 1152, N: int = 1152, K: int = 1152, block_m: int = 128, block_n: int = 128,
                  block_k: int = 128, order: str = "grouped", group_size_m: int = 3, programs_in_flight: int = 9,
                  l2_mib: float = H100_L2_BYTES / _MiB, element_bytes: int = 2, dpi: float = 72):
-        self.M = _int_slider("M", M, 1, 16384)
-        self.N = _int_slider("N", N, 1, 16384)
-        self.K = _int_slider("K", K, 1, 16384)
-        self.block_m = _dropdown("BLOCK_M", BLOCK_SIZES, block_m)
-        self.block_n = _dropdown("BLOCK_N", BLOCK_SIZES, block_n)
-        self.block_k = _dropdown("BLOCK_K", BLOCK_SIZES, block_k)
-        self.order = widgets.ToggleButtons(options=["row_major", "grouped", "persistent"], value=order,
+        _check_dpi(dpi)
+        _check_number("l2_mib", l2_mib, 0, 512, integer=False)
+        self.M = _int_slider("M", M, 1, 16384, arg="M")
+        self.N = _int_slider("N", N, 1, 16384, arg="N")
+        self.K = _int_slider("K", K, 1, 16384, arg="K")
+        self.block_m = _dropdown("BLOCK_M", BLOCK_SIZES, block_m, arg="block_m")
+        self.block_n = _dropdown("BLOCK_N", BLOCK_SIZES, block_n, arg="block_n")
+        self.block_k = _dropdown("BLOCK_K", BLOCK_SIZES, block_k, arg="block_k")
+        orders = ["row_major", "grouped", "persistent"]
+        self.order = widgets.ToggleButtons(options=orders, value=_check_choice("order", order, orders),
                                            description="order", style={"description_width": "110px",
                                                                        "button_width": "90px"})
-        self.group_size_m = _int_slider("GROUP_SIZE_M", group_size_m, 1, 64)
-        self.programs_in_flight = _int_slider("in flight", programs_in_flight, 1, 1024)
+        self.group_size_m = _int_slider("GROUP_SIZE_M", group_size_m, 1, 64, arg="group_size_m")
+        self.programs_in_flight = _int_slider("in flight", programs_in_flight, 1, 1024, arg="programs_in_flight")
         self.l2_mib = widgets.FloatSlider(value=l2_mib, min=0, max=512, step=0.5, description="L2 (MiB)",
                                           continuous_update=False, style={"description_width": "110px"},
                                           layout=widgets.Layout(width="320px"))
-        self.element_bytes = _dropdown("dtype", [("fp16 / bf16", 2), ("fp32", 4), ("fp8", 1)], element_bytes)
+        self.element_bytes = _dropdown("dtype", [("fp16 / bf16", 2), ("fp32", 4), ("fp8", 1)], element_bytes,
+                                       arg="element_bytes")
         self.wave = _int_slider("wave", 0, 0, 0)
         self.play = widgets.Play(value=0, min=0, max=0, step=1, interval=500, description="play")
         widgets.link((self.play, "value"), (self.wave, "value"))
         self.h100 = widgets.Button(description="H100: 132 SMs, 50 MiB", layout=widgets.Layout(width="200px"))
         self.h100.on_click(lambda _: self._set_h100())
+        self.compute_l2 = widgets.Button(description="compute L2 model", layout=widgets.Layout(width="160px"))
+        self.compute_l2.on_click(lambda _: self.compute_l2_model())
         self.view = drawings.ScheduleView(figsize=(6.4, 5.6), dpi=dpi)
         self.schedule = self.profile = self.traffic = None
         self._model_key = None
+        self._profile_key = self._forced_key = None
         controls = [
             widgets.HBox([widgets.VBox([self.M, self.N, self.K]),
                           widgets.VBox([self.block_m, self.block_n, self.block_k]),
                           widgets.VBox([self.group_size_m, self.programs_in_flight, self.l2_mib])]),
-            widgets.HBox([self.order, self.element_bytes, self.h100]),
+            widgets.HBox([self.order, self.element_bytes, self.h100, self.compute_l2]),
             widgets.HBox([self.play, self.wave]),
         ]
         super().__init__(controls)
         self._watch(self.M, self.N, self.K, self.block_m, self.block_n, self.block_k, self.order, self.group_size_m,
                     self.programs_in_flight, self.l2_mib, self.element_bytes, self.wave)
+        self.redraw()
+
+    def compute_l2_model(self) -> None:
+        """Compute the L2 model of the current settings even when it is over :data:`MODEL_BUDGET`, and redraw."""
+        self._forced_key = self._model_key
         self.redraw()
 
     def _set_h100(self):
@@ -214,20 +267,28 @@ class ScheduleExplorer(_Explorer):
         order, group, in_flight = self.order.value, self.group_size_m.value, self.programs_in_flight.value
         self.programs_in_flight.description = "NUM_SM" if order == "persistent" else "in flight"
         key = (M, N, K, bm, bn, bk, order, group, in_flight, self.element_bytes.value)
-        if key != self._model_key:  # the expensive part; L2 size and wave changes skip it
+        if key != self._model_key:  # the schedule: cheap (numpy over the tiles)
             self.schedule = tile_schedule(M, N, bm, bn, order, group, programs_in_flight=in_flight, K=K)
-            self.profile = reuse_profile(self.schedule, bk, element_bytes=self.element_bytes.value)
             self._model_key = key
             last = self.schedule.num_waves - 1
             self.wave.max = self.play.max = last
             self.wave.value = min(self.wave.value, last)
+        size = model_size(self.schedule)
+        model_wanted = size <= MODEL_BUDGET or self._forced_key == key
+        self.compute_l2.disabled = model_wanted
+        if not model_wanted:  # too big to redo on every change: say so, compute on request
+            self.profile = self.traffic = None
+        elif self._profile_key != key:  # the expensive part; L2 size and wave changes skip it
+            self.profile = reuse_profile(self.schedule, bk, element_bytes=self.element_bytes.value)
+            self._profile_key = key
         l2 = self.l2_mib.value * _MiB
-        if self.traffic is None or self.traffic.profile is not self.profile or self.traffic.l2_bytes != l2:
+        if self.profile is not None and (self.traffic is None or self.traffic.profile is not self.profile
+                                         or self.traffic.l2_bytes != l2):
             self.traffic = self.profile.traffic(l2)
         w = self.wave.value
         rows = self.schedule.wave_rows(w)
-        self.view.update(self.schedule, w, self.profile, l2, k_cols=min(cdiv(K, bk), 16),
-                         color_by="program" if order == "persistent" else "wave")
+        self.view.update(self.schedule, w, self.profile, l2 if self.profile is not None else None,
+                         k_cols=min(cdiv(K, bk), 16), color_by="program" if order == "persistent" else "wave")
         self.image.value = self.view.raster.png()
         a_rows, b_cols = self.schedule.wave_footprint(w)
         s = self.schedule
@@ -235,6 +296,12 @@ class ScheduleExplorer(_Explorer):
                 f"{rows.stop - rows.start} programs read "
                 f"{len(a_rows)} row-blocks of A and {len(b_cols)} column-blocks of B, {cdiv(K, bk)} K blocks each; "
                 f"L2 {self.l2_mib.value:g} MiB (LRU model, see gemm_kernels.models.l2model)<br>")
+        if self.traffic is None:
+            self.counters.value = head + (
+                f"<i>L2 model not computed: {s.num_waves:,} waves x {size // s.num_waves:,} blocks = {size:,} "
+                f"entries, over the {MODEL_BUDGET:,} a redraw computes. Press "
+                "'compute L2 model' to compute it for these settings; reads are drawn yellow until then.</i>")
+            return
         t = self.traffic.totals()
         foot = (f"<br>whole launch: hit rate {self.traffic.hit_rate:.1%}; each block once would be "
                 f"{_fmt(t['compulsory_misses'])} misses, no reuse at all {_fmt(t['no_reuse_misses'])}")
@@ -256,17 +323,20 @@ class PointerExplorer(_Explorer):
     def __init__(self, rows: int = 6, cols: int = 7, layout: str = "row_major", block_rows: int = 4,
                  block_cols: int = 4, pid_r: int = 1, pid_c: int = 1, base: int = 0, use_mask: bool = True,
                  dpi: float = 72):
-        self.rows = _int_slider("rows", rows, 1, 64)
-        self.cols = _int_slider("cols", cols, 1, 64)
-        self.layout_choice = _dropdown("layout", ["row_major", "transposed", "custom"], layout)
+        _check_dpi(dpi)
+        if not isinstance(use_mask, bool):
+            raise TypeError(f"use_mask must be True or False, got {use_mask!r}")
+        self.rows = _int_slider("rows", rows, 1, 64, arg="rows")
+        self.cols = _int_slider("cols", cols, 1, 64, arg="cols")
+        self.layout_choice = _dropdown("layout", ["row_major", "transposed", "custom"], layout, arg="layout")
         self.stride0 = _int_slider("stride0", cols, 0, 4096)
         self.stride1 = _int_slider("stride1", 1, 0, 4096)
         powers = (1, 2, 4, 8, 16, 32, 64)
-        self.block_rows = _dropdown("BLOCK_R", powers, block_rows)
-        self.block_cols = _dropdown("BLOCK_C", powers, block_cols)
-        self.pid_r = _int_slider("pid_r", pid_r, 0, 64)
-        self.pid_c = _int_slider("pid_c", pid_c, 0, 64)
-        self.base = _int_slider("base", base, 0, 64)
+        self.block_rows = _dropdown("BLOCK_R", powers, block_rows, arg="block_rows")
+        self.block_cols = _dropdown("BLOCK_C", powers, block_cols, arg="block_cols")
+        self.pid_r = _int_slider("pid_r", pid_r, 0, 64, arg="pid_r")
+        self.pid_c = _int_slider("pid_c", pid_c, 0, 64, arg="pid_c")
+        self.base = _int_slider("base", base, 0, 64, arg="base")
         self.use_mask = widgets.Checkbox(value=use_mask, description="mask = (i < rows) & (j < cols)",
                                          style={"description_width": "initial"})
         self.view = drawings.PointerView(figsize=(9, 4.4), dpi=dpi)
@@ -351,14 +421,18 @@ class GroupedScheduleExplorer(_Explorer):
     def __init__(self, problems: str = "128x128x128, 256x256x256, 512x512x512, 1024x1024x1024",
                  block_m: int = 128, block_n: int = 128, block_k: int = 64, num_sms: int = 16,
                  order: str = "grouped", group_size_m: int = 8, l2_mib: float = H100_L2_BYTES / _MiB, dpi: float = 72):
+        _check_dpi(dpi)
+        _check_number("l2_mib", l2_mib, 0, 512, integer=False)
+        if not isinstance(problems, str):
+            raise TypeError(f"problems must be a str such as '128x128x64, 256x256x64', got {type(problems).__name__}")
         self.problems = widgets.Text(value=problems, description="problems", continuous_update=False,
                                      style={"description_width": "110px"}, layout=widgets.Layout(width="640px"))
-        self.block_m = _dropdown("BLOCK_M", BLOCK_SIZES, block_m)
-        self.block_n = _dropdown("BLOCK_N", BLOCK_SIZES, block_n)
-        self.block_k = _dropdown("BLOCK_K", BLOCK_SIZES, block_k)
-        self.num_sms = _int_slider("NUM_SM", num_sms, 1, 264)
-        self.order = _dropdown("tile order", ["row_major", "grouped"], order)
-        self.group_size_m = _int_slider("GROUP_SIZE_M", group_size_m, 1, 64)
+        self.block_m = _dropdown("BLOCK_M", BLOCK_SIZES, block_m, arg="block_m")
+        self.block_n = _dropdown("BLOCK_N", BLOCK_SIZES, block_n, arg="block_n")
+        self.block_k = _dropdown("BLOCK_K", BLOCK_SIZES, block_k, arg="block_k")
+        self.num_sms = _int_slider("NUM_SM", num_sms, 1, 264, arg="num_sms")
+        self.order = _dropdown("tile order", ["row_major", "grouped"], order, arg="order")
+        self.group_size_m = _int_slider("GROUP_SIZE_M", group_size_m, 1, 64, arg="group_size_m")
         self.l2_mib = widgets.FloatSlider(value=l2_mib, min=0, max=512, step=0.5, description="L2 (MiB)",
                                           continuous_update=False, style={"description_width": "110px"},
                                           layout=widgets.Layout(width="320px"))
@@ -390,7 +464,8 @@ class GroupedScheduleExplorer(_Explorer):
             self.schedule = grouped_gemm_schedule(shapes, bm, bn, self.num_sms.value, self.order.value,
                                                   self.group_size_m.value)
             has_k = all(len(s) == 3 and s[2] > 0 for s in shapes)
-            self.profile = reuse_profile(self.schedule, bk) if has_k else None
+            # over the budget the counters say so (below) instead of stalling every redraw
+            self.profile = reuse_profile(self.schedule, bk) if has_k and model_size(self.schedule) <= MODEL_BUDGET else None
             self._model_key = key
             last = self.schedule.num_waves - 1
             self.wave.max = self.play.max = last
@@ -410,6 +485,10 @@ class GroupedScheduleExplorer(_Explorer):
                                                    for g, (M, N, _) in enumerate(s.problem_shapes))]
         if self.traffic is not None:
             lines.append(_table(_counter_rows(self.traffic, w), _COUNTER_HEADER))
+        elif all(p[2] is not None and p[2] > 0 for p in s.problem_shapes):
+            lines.append(f"L2 model not computed: {model_size(s):,} waves x blocks is over the {MODEL_BUDGET:,} a "
+                         "redraw computes; use more programs (NUM_SM) or larger blocks, or call "
+                         "gemm_kernels.l2_traffic(ex.schedule, ...) once")
         else:
             lines.append("give every problem a K (MxNxK) to see L2 loads, hits and misses")
         self.counters.value = "<br>".join(lines)
@@ -456,6 +535,12 @@ def time_redraws(repeat: int = 15) -> dict:
         ex, [(ex.group_size_m, [4, 8, 16]), (ex.order, ["row_major", "grouped", "persistent"])], repeat)
     ex.programs_in_flight.value = 1
     out["schedule_explorer: 1 program in flight (4096 waves, new model)"] = _median_ms(
+        ex, [(ex.group_size_m, [4, 8, 16])], max(3, repeat // 3))
+    ex = ScheduleExplorer(M=16384, N=16384, K=16384, block_m=64, block_n=64, block_k=64, group_size_m=8,
+                          programs_in_flight=1)
+    out["schedule_explorer: 16384^3, 64x64 tiles, 1 in flight (65,536 waves): step wave"] = _median_ms(
+        ex, [(ex.wave, list(range(1, 31)))], repeat)
+    out["schedule_explorer: 16384^3, 64x64 tiles, 1 in flight: change GROUP_SIZE_M (model over budget)"] = _median_ms(
         ex, [(ex.group_size_m, [4, 8, 16])], max(3, repeat // 3))
     px = PointerExplorer(rows=64, cols=64, block_rows=64, block_cols=64, pid_r=0, pid_c=0)
     out["pointer_explorer: 64x64 matrix, 64x64 block"] = _median_ms(
