@@ -2,7 +2,8 @@
 
 Started by ``compile_view.compile_many`` with ``GEMM_KERNELS_COMPILE_ONLY=1``, so importing the
 package leaves every kernel an ordinary ``@triton.jit`` function (no interpreter) that
-``triton.compile`` can build for a GPU target on a machine without one.
+``triton.compile`` can build for a GPU target on a machine without one.  Gluon kernels
+(``@gluon.jit``) never run in the interpreter and compile the same way, from a Gluon source.
 """
 
 from __future__ import annotations
@@ -34,6 +35,14 @@ def _decode(value):
         return storage if value["aligned"] else storage[1:]
     if isinstance(value, dict) and "tl_dtype" in value:
         return tl.dtype(value["tl_dtype"])
+    if isinstance(value, dict) and "gluon_descriptor" in value:
+        from triton.experimental.gluon import language as gl
+        from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+        d = value["gluon_descriptor"]
+        base = torch.empty(64, dtype=getattr(torch, d["dtype"]))  # only its dtype and alignment count
+        return TensorDescriptor(base, d["shape"], d["strides"], d["block_shape"],
+                                gl.NVMMASharedLayout(**d["layout"]), d["padding"])
     return value
 
 
@@ -76,7 +85,7 @@ def compile_one(request: dict) -> dict:
     jit_fn = _jit_function(request["module"], request["qualname"])
     given = {k: _decode(v) for k, v in request["args"].items()}
     src = build_source(jit_fn, given)
-    options = {"num_warps": request["num_warps"], "num_stages": request["num_stages"]}
+    options = {"num_warps": request["num_warps"], "num_stages": request["num_stages"], **request.get("options", {})}
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="TRITON_DEFAULT_FP_FUSION")
         compiled = triton.compile(src, target=GPUTarget("cuda", request["capability"], 32), options=options)
