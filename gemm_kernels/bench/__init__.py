@@ -6,7 +6,9 @@ Suites (``--suite``, comma-separated or ``all``):
 * ``order``: row-major vs grouped program order (GROUP_SIZE_M 4/8/16);
 * ``fusion``: matmul + activation (+ bias) fused vs torch.matmul then the activation;
 * ``seed-grouped``: the seed tutorial 08's two tables, with the seed's own kernels (``--seed-tutorial``);
-* ``moe``: ragged MoE expert GEMMs of Mixtral-8x7B, DeepSeek-V3 and DeepSeek-V2-Lite.
+* ``moe``: ragged MoE expert GEMMs of Mixtral-8x7B, DeepSeek-V3 and DeepSeek-V2-Lite;
+* ``llm``: dense projections (QKV, O, gate/up, down) of Llama-3-8B/70B, Qwen3-32B,
+  Mistral-Small-24B and DeepSeek-V3, ``x @ W^T``, fp16 and bf16, with the cuBLAS kernel's name.
 
 Every cell is checked against a float64 reference once and, on a CUDA GPU, timed
 (``do_bench`` median).  Outputs in ``--out`` (default ``bench-results/``): ``<suite>.csv``,
