@@ -178,14 +178,27 @@ def descriptor_on(template, base):
     """A copy of the host tensor descriptor ``template`` whose base is the tensor ``base``
     (same shape, strides, block shape and layout).  The caller guarantees that ``base`` has the
     dtype and alignment ``template`` was checked with (``matmul_ws`` keys its plans on them)."""
-    if internals_enabled("descriptor_copy"):
-        try:
-            copy = object.__new__(type(template))
-            copy.__dict__.update(template.__dict__)  # a plain dataclass: its fields live in __dict__
-            copy.base = base
-            return copy
-        except Exception as err:  # e.g. a descriptor class with __slots__
-            _give_up("descriptor_copy", err)
+    return descriptor_mover()(template, base)
+
+
+def descriptor_mover() -> Callable:
+    """:func:`descriptor_on`'s implementation, chosen now (a caller that keeps it skips the
+    choice on every call): the fast copy, or the public ``dataclasses.replace``."""
+    return _copy_descriptor if internals_enabled("descriptor_copy") else _replace_descriptor
+
+
+def _copy_descriptor(template, base):
+    try:
+        copy = object.__new__(type(template))
+        copy.__dict__.update(template.__dict__)  # a plain dataclass: its fields live in __dict__
+        copy.base = base
+        return copy
+    except Exception as err:  # e.g. a descriptor class with __slots__
+        _give_up("descriptor_copy", err)
+        return _replace_descriptor(template, base)
+
+
+def _replace_descriptor(template, base):
     import dataclasses
 
     return dataclasses.replace(template, base=base)

@@ -68,7 +68,7 @@ from .tma import tma_aligned, tma_layout
 GROUP_SIZE_M = 8
 SCHEDULES = ("pingpong", "cooperative")
 #: columns of ``trace_ws_tiles``' result: one row per (tile, warpgroup that worked on it)
-TRACE_FIELDS = ("tile", "program", "consumer", "step", "pid_m", "pid_n", "start_ns", "end_ns")
+TRACE_FIELDS = ("tile", "program", "consumer", "step", "pid_m", "pid_n", "start_ns", "mainloop_end_ns", "end_ns")
 
 # exact-GELU tail polynomial, shared with epilogue.gelu_erf (same numbers, same error bound)
 _Q0, _Q1, _Q2, _Q3, _Q4, _Q5, _Q6 = (gl.constexpr(c) for c in _TAIL_COEFFS)
@@ -265,10 +265,12 @@ def _consumer(c_desc, a_bufs, b_bufs, c_bufs, ready_bars, empty_bars, turn_bars,
         pid_m, pid_n = _tile_grouped(tile, num_pid_m, num_pid_n, GROUP_M)
         acc = _mainloop(a_bufs, b_bufs, ready_bars, empty_bars, turn_bars.index(1 - CONSUMER), t * k_tiles, k_tiles,
                         PART, A_PARTS, WG_M, BLOCK_N, STAGES, A_COL_MAJOR, B_COL_MAJOR, PINGPONG)
+        if TRACE:
+            mainloop_end = _globaltimer()  # every wgmma of the tile done: the epilogue starts
         _epilogue(acc, c_desc, c_smem, c_ptr, bias_ptr, pid_m * TILE_M + PART * WG_M, pid_n * BLOCK_N,
                   M, N, stride_cm, WG_M, BLOCK_N, EPI_SPLIT, C_TMA, HAS_BIAS, ACTIVATION)
         if TRACE:  # one row per (tile, consumer): TRACE_FIELDS
-            row = trace_ptr + (tile * A_PARTS + PART) * 8
+            row = trace_ptr + (tile * A_PARTS + PART) * 9
             gl.store(row, tile.to(gl.int64))
             gl.store(row + 1, pid.to(gl.int64))
             gl.store(row + 2, gl.to_tensor(CONSUMER).to(gl.int64))
@@ -276,7 +278,8 @@ def _consumer(c_desc, a_bufs, b_bufs, c_bufs, ready_bars, empty_bars, turn_bars,
             gl.store(row + 4, pid_m.to(gl.int64))
             gl.store(row + 5, pid_n.to(gl.int64))
             gl.store(row + 6, start)
-            gl.store(row + 7, _globaltimer())
+            gl.store(row + 7, mainloop_end)
+            gl.store(row + 8, _globaltimer())
     if C_TMA:
         tma.store_wait(0)
 
@@ -451,14 +454,15 @@ class _Plan:
         self.bias_dtype = a.dtype
         self.bias_contiguous = bias_contiguous  # of the caller's bias (the checked one is made contiguous)
         self.c_tma = named["C_TMA"]
+        self.moved = _triton_compat.descriptor_mover()  # chosen once: no environment look-up per call
 
     def __call__(self, a, b, bias, trace):
         c = torch.empty(self.c_shape, device=a.device, dtype=a.dtype)
         args = list(self.arguments)
-        args[_A] = _triton_compat.descriptor_on(args[_A], a)
-        args[_B] = _triton_compat.descriptor_on(args[_B], b)
+        args[_A] = self.moved(args[_A], a)
+        args[_B] = self.moved(args[_B], b)
         if self.c_tma:
-            args[_C] = _triton_compat.descriptor_on(args[_C], c)
+            args[_C] = self.moved(args[_C], c)
         if bias is not None:
             bias = bias if bias.dtype == self.bias_dtype else bias.to(self.bias_dtype)
             bias = bias if self.bias_contiguous else bias.contiguous()
@@ -538,15 +542,19 @@ def ws_schedule(M: int, N: int, *, schedule: str = DEFAULT_SCHEDULE, num_program
     return rows[0].astype(np.int64)
 
 
-def trace_ws_tiles(M, N, K=64, *, schedule=DEFAULT_SCHEDULE, num_programs=None, dtype=torch.float16):
-    """Run the kernel with TRACE on: an int64 ``[rows, 8]`` tensor of TRACE_FIELDS, one row per
-    (tile, consumer warpgroup), sorted by tile; ``start_ns``/``end_ns`` are ``%globaltimer`` readings
-    (ns) at the start of the tile's main loop and after its store was issued.  Poisoned with -1
-    first, so a row no warpgroup wrote shows.  Compare columns 0-5 with :func:`ws_schedule`."""
+def trace_ws_tiles(M, N, K=64, *, schedule=DEFAULT_SCHEDULE, num_programs=None, dtype=torch.float16,
+                   activation=None, bias=False):
+    """Run the kernel with TRACE on: an int64 ``[rows, 9]`` tensor of TRACE_FIELDS, one row per
+    (tile, consumer warpgroup), sorted by tile; ``start_ns``, ``mainloop_end_ns`` and ``end_ns``
+    are ``%globaltimer`` readings (ns) when the warpgroup starts the tile's main loop, when its
+    last wgmma has finished (the epilogue starts) and after its store was issued.  Poisoned with
+    -1 first, so a row no warpgroup wrote shows.  Compare columns 0-5 with :func:`ws_schedule`.
+    ``activation`` and ``bias`` (True: a random one) choose the epilogue."""
     config = CONFIGS[schedule]
     a = tma_aligned(torch.randn(M, K, device=runtime.DEVICE).to(dtype))  # any M, N, K: rows padded to 16 bytes
     b = tma_aligned(torch.randn(K, N, device=runtime.DEVICE).to(dtype))
+    bias_t = torch.randn(N, device=runtime.DEVICE).to(dtype) if bias else None
     rows = cdiv(M, _tile_m(config)) * cdiv(N, config["BLOCK_N"]) * (2 if config["SCHEDULE"] == "cooperative" else 1)
     trace = torch.full((rows, len(TRACE_FIELDS)), -1, dtype=torch.int64, device=runtime.DEVICE)
-    _launch(a, b, schedule=schedule, num_programs=num_programs, trace=trace)
+    _launch(a, b, schedule=schedule, num_programs=num_programs, trace=trace, activation=activation, bias=bias_t)
     return trace.cpu()

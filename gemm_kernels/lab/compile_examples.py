@@ -143,7 +143,7 @@ def ws_example(*, dtype=torch.float16, schedule=matmul_ws.DEFAULT_SCHEDULE, a_co
     b = (b.t().contiguous().t() if b_col_major else b)[:, :n]  # ragged n: a view of aligned rows
     c = torch.zeros(size, n, dtype=dtype)
     bias = torch.zeros(n, dtype=dtype) if has_bias else None
-    tr = torch.zeros(1, 8, dtype=torch.int64) if trace else None
+    tr = torch.zeros(1, len(matmul_ws.TRACE_FIELDS), dtype=torch.int64) if trace else None
     args = matmul_ws._kernel_args(a, b, c, bias, tr, matmul_ws.CONFIGS[schedule], activation=activation)
     if name is None:
         layout = f"{'A^T' if a_col_major else 'A'}, {'B^T' if b_col_major else 'B'}"
