@@ -30,6 +30,7 @@ _PUBLIC = {
     **dict.fromkeys(["tile_schedule", "grouped_gemm_schedule"], "models.schedule"),
     **dict.fromkeys(["l2_traffic", "reuse_profile", "H100_L2_BYTES", "H100_NUM_SMS"], "models.l2model"),
     **dict.fromkeys(["schedule_explorer", "pointer_explorer", "grouped_schedule_explorer"], "viz.widgets"),
+    "ws_timeline_explorer": "viz.timeline",
 }
 
 __all__ = ["DEVICE", "describe", "gpu_name", "interpreted", "num_sms", "on_gpu", "supports_tma", *_PUBLIC]
