@@ -35,6 +35,14 @@ def _decode(value):
         return storage if value["aligned"] else storage[1:]
     if isinstance(value, dict) and "tl_dtype" in value:
         return tl.dtype(value["tl_dtype"])
+    if isinstance(value, dict) and "jit_function" in value:  # a function argument (a constexpr)
+        ref = value["jit_function"]
+        if ref.get("path") and ref["path"] not in sys.path:
+            sys.path.insert(0, ref["path"])
+        obj = importlib.import_module(ref["module"])
+        for part in ref["name"].split("."):
+            obj = getattr(obj, part)
+        return obj
     if isinstance(value, dict) and "gluon_descriptor" in value:
         from triton.experimental.gluon import language as gl
         from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
@@ -102,6 +110,17 @@ def compile_one(request: dict) -> dict:
     }}
 
 
+def _describe(err: BaseException) -> str:
+    """The error and the chain of errors under it (a compile error wraps the user's own, e.g. the
+    NotImplementedError of an exercise stub), innermost last."""
+    parts, seen = [], set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        parts.append(f"{type(err).__name__}: {err}")
+        err = err.__cause__ or err.__context__
+    return "\ncaused by ".join(parts)
+
+
 def main(job_path: str, result_path: str) -> None:
     import gemm_kernels  # noqa: F401  (compile-only mode: kernels stay JITFunctions)
 
@@ -109,8 +128,8 @@ def main(job_path: str, result_path: str) -> None:
     for request in json.loads(open(job_path).read()):
         try:
             results.append(compile_one(request))
-        except Exception as err:  # reported per request, by name, in the parent
-            results.append({"error": f"{type(err).__name__}: {err}"})
+        except Exception as err:  # reported per request, by name, in the parent, with what caused it
+            results.append({"error": _describe(err)})
     with open(result_path, "w") as f:
         json.dump(results, f)
 

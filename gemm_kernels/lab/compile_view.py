@@ -209,6 +209,14 @@ def _encode(value):
             "strides": [int(d) for d in value.strides], "block_shape": [int(d) for d in value.block_shape],
             "layout": {f.name: getattr(value.layout, f.name) for f in dataclasses.fields(value.layout)},
             "padding": value.padding}}
+    if isinstance(value, dict) and set(value) == {"jit_function"}:  # a kernel's function argument, by module
+        return value
+    if isinstance(value, triton.runtime.jit.JITFunction):  # a @triton.jit/@gluon.jit function as a constexpr
+        fn = _python_function(value)
+        if fn.__module__ in (None, "__main__"):
+            raise TypeError(f"compile_for passes a function argument by module and name; {fn.__name__} lives in "
+                            f"{fn.__module__!r}: put it in a .py file")
+        return {"jit_function": {"module": fn.__module__, "name": fn.__qualname__}}
     if isinstance(value, triton.language.dtype):
         return {"tl_dtype": value.name}
     if value is None or isinstance(value, (bool, int, float, str)):
