@@ -23,7 +23,7 @@ def test_committed_trace_loads_with_every_schedule():
     for key in [("few tiles", "pingpong"), ("few tiles", "cooperative"), ("few tiles, bias+GELU", "pingpong")]:
         rows = trace[key]
         assert rows.shape[1] == 6 and (rows[:, 5] >= rows[:, 4]).all() and (rows[:, 4] >= rows[:, 3]).all()
-        assert trace[key + ("meta",)]["K"] == "4096"
+        assert timeline.trace_meta()[key]["K"] == "4096"
 
 
 def test_explorer_redraws_and_keeps_the_measured_work():

@@ -21,8 +21,8 @@ The rules, one program (= one SM), its tiles in step order:
 * **cooperative.**  Both consumers work on every tile (64 rows each, one pipe): a main loop
   starts when the previous tile's epilogue is done; the producer keeps loading meanwhile.
 
-Numbers in: ``rate`` (FLOP per ns per SM: the datasheet's 989.4 TFLOP/s / 132 SMs = 7.5 is the
-ceiling), ``epilogue_ns`` (measured: a TMA store issued ~0.3-1 µs, bias+GELU ~4 µs on an H100),
+Numbers in: ``rate`` (FLOP per ns per SM: the datasheet's 989.4 TFLOP/s over 132 SMs, 7495
+FLOP/ns = 7.5 TFLOP/s, is the ceiling), ``epilogue_ns`` (measured: a TMA store issued ~0.3-1 µs, bias+GELU ~4 µs on an H100),
 ``load_ns``, ``latency_ns``.  No Triton, no GPU.
 """
 

@@ -28,15 +28,20 @@ _LANES = ("producer (TMA)", "consumer 0", "consumer 1")
 
 def load_trace(path: Path | str = TRACE_CSV) -> dict:
     """The committed trace as {(trace, schedule): int64 array of [program, step, consumer, start_ns,
-    mainloop_end_ns, end_ns]} plus {(trace, schedule, "meta"): dict of M, N, K, num_programs, epilogue}."""
+    mainloop_end_ns, end_ns]}; :func:`trace_meta` gives each trace's sizes."""
     out: dict = {}
     with Path(path).open() as f:
         for r in csv.DictReader(f):
-            key = (r["trace"], r["schedule"])
-            out.setdefault(key, []).append([int(r[c]) for c in ("program", "step", "consumer", "start_ns",
-                                                                  "mainloop_end_ns", "end_ns")])
-            out[key + ("meta",)] = {k: r[k] for k in ("M", "N", "K", "num_programs", "epilogue")}
-    return {k: (np.array(v, dtype=np.int64) if isinstance(v, list) else v) for k, v in out.items()}
+            out.setdefault((r["trace"], r["schedule"]), []).append(
+                [int(r[c]) for c in ("program", "step", "consumer", "start_ns", "mainloop_end_ns", "end_ns")])
+    return {k: np.array(v, dtype=np.int64) for k, v in out.items()}
+
+
+def trace_meta(path: Path | str = TRACE_CSV) -> dict:
+    """{(trace, schedule): {M, N, K, num_programs, epilogue}} of the committed trace."""
+    with Path(path).open() as f:
+        return {(r["trace"], r["schedule"]): {k: r[k] for k in ("M", "N", "K", "num_programs", "epilogue")}
+                for r in csv.DictReader(f)}
 
 
 def _bars(ax, lane: int, rows: np.ndarray, scale: float, alpha: float = 1.0) -> None:
