@@ -21,14 +21,14 @@ tolerances:
 import collections
 import csv
 import statistics
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from gemm_kernels.models import ws_timeline as wt
+from gemm_kernels.results import BENCH_DIR
 
-TRACE = Path(__file__).resolve().parents[1] / "images" / "bench" / "ws_trace.csv"
+TRACE = BENCH_DIR / "ws_trace.csv"
 
 
 # ----------------------------------------------------------------------------- the rules

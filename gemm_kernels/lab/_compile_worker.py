@@ -107,6 +107,7 @@ def compile_one(request: dict) -> dict:
         "num_warps": int(meta.num_warps), "num_stages": int(meta.num_stages), "num_regs": usage.get("reg"),
         "spill_bytes": usage.get("local"), "global_scratch": int(getattr(meta, "global_scratch_size", 0) or 0),
         "metadata": {"shared": int(meta.shared), "num_warps": int(meta.num_warps)},
+        "gluon": bool(getattr(jit_fn, "is_gluon", lambda: False)()),
     }}
 
 

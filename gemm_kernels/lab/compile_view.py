@@ -112,9 +112,17 @@ class CompileView:
     spill_bytes: int | None  # local memory per thread: > 0 means registers spilled
     global_scratch: int  # bytes of global scratch per program (tensor descriptors built on device)
     metadata: dict = field(repr=False, default_factory=dict)
+    gluon: bool = False  # a Gluon kernel: written at the TritonGPU level, so it has no TTIR stage
+
+    @property
+    def stages(self) -> tuple:
+        """The compiler stages this kernel went through (a Gluon kernel starts at ttgir)."""
+        return tuple(s for s in STAGES if s in self.asm)
 
     @property
     def ttir(self) -> str:
+        if "ttir" not in self.asm and self.gluon:
+            return "(no TTIR: a Gluon kernel is written with its layouts, at the TritonGPU level; see .ttgir)"
         return self.asm["ttir"]
 
     @property

@@ -19,10 +19,11 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from ..models import ws_timeline as wt
+from ..results import BENCH_DIR
 from .drawings import cycle_colors, fade, png_bytes
 
-#: the committed H100 trace (tests/gpu_ws_host.py ... trace)
-TRACE_CSV = Path(__file__).resolve().parents[2] / "images" / "bench" / "ws_trace.csv"
+#: the committed H100 trace (``python tests/gpu_ws_host.py OUT trace``), found like every committed result
+TRACE_CSV = BENCH_DIR / "ws_trace.csv"
 _LANES = ("producer (TMA)", "consumer 0", "consumer 1")
 
 
