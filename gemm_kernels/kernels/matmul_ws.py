@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
