@@ -22,6 +22,7 @@ _PUBLIC = {
     **dict.fromkeys(["matmul", "matmul_ref"], "kernels.matmul"),
     **dict.fromkeys(["matmul_persistent", "matmul_tma"], "kernels.persistent"),
     "matmul_streamk": "kernels.streamk",
+    **dict.fromkeys(["matmul_ws", "trace_ws_tiles", "ws_schedule"], "kernels.matmul_ws"),
     **dict.fromkeys(["GroupedMatmulPlan", "grouped_matmul", "grouped_matmul_ref"], "kernels.grouped"),
     **dict.fromkeys(["grouped_mm", "grouped_mm_ref", "route_tokens"], "kernels.moe"),
     **dict.fromkeys(["trace_program_tiles", "trace_persistent_tiles", "trace_streamk_segments",
@@ -30,6 +31,7 @@ _PUBLIC = {
     **dict.fromkeys(["l2_traffic", "reuse_profile", "H100_L2_BYTES", "H100_NUM_SMS"], "models.l2model"),
     **dict.fromkeys(["schedule_explorer", "pointer_explorer", "grouped_schedule_explorer"], "viz.widgets"),
     **dict.fromkeys(["run_checked", "OutOfBounds"], "lab.checked"),
+    "ws_timeline_explorer": "viz.timeline",
 }
 
 __all__ = ["DEVICE", "describe", "gpu_name", "interpreted", "num_sms", "on_gpu", "supports_tma", *_PUBLIC]

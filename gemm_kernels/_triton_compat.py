@@ -9,10 +9,19 @@ forces every fallback (CI runs the tests that way too, see ``tests/test_triton_c
 
 Uses:
 
-* :class:`BoundLaunch` (host time of a repeated launch): ``JITFunction.warmup`` to compile
-  without launching, then the compiled kernel's C launcher (``CompiledKernel.run`` with
-  ``.function`` and ``.packed_metadata``), the driver's current stream and device, and the
-  profiler hooks in ``triton.knobs.runtime``.  Fallback: ``kernel[grid](...)``, the public launch.
+* :class:`SpecializedLaunch` and :class:`BoundLaunch` (host time of a repeated launch):
+  ``JITFunction.warmup`` to compile without launching, then the compiled kernel's C launcher
+  (``CompiledKernel.run`` with ``.function`` and ``.packed_metadata``), the driver's current
+  stream and device, and the profiler hooks in ``triton.knobs.runtime``.  Host tensor
+  descriptors (Gluon's ``TensorDescriptor``) go to that launcher as they are: it encodes each
+  into a CUtensorMap itself (``make_tensordesc_arg`` in the NVIDIA driver, Triton 3.6 to 3.9).
+  Fallback: ``kernel[grid](...)``, the public launch.
+* :func:`descriptor_on` (host time of a Gluon launch): a copy of a host ``TensorDescriptor``
+  with another base tensor, made without re-running its checks (it relies on the descriptor
+  being a plain dataclass whose fields the launcher reads).  Fallback: ``dataclasses.replace``,
+  which builds it through the public constructor (checks included).
+* :func:`specialize` also types Gluon's host ``TensorDescriptor`` (``tensordesc<...>``); its
+  public fallback writes that string out.
 * :func:`chosen_config` (remembering the autotuner's choice): ``Autotuner.best_config``.
   Fallback: None, and the caller goes through the autotuner on every launch.
 * :func:`specialize` (compile view): ``native_specialize_impl``, the C++ helper Triton's
@@ -20,7 +29,11 @@ Uses:
   rules written out in Python.
 * :func:`ast_source` (compile view): ``triton.compiler.ASTSource`` with ``attrs`` parsed by
   ``CUDABackend.parse_attr``.  Fallback: no attributes (the kernel compiles without the
-  divisibility hints, so vectorisation can differ; a warning says so).
+  divisibility hints, so vectorisation can differ; a warning says so).  A Gluon kernel
+  (``@gluon.jit``) needs ``triton.experimental.gluon._runtime.GluonASTSource`` (its source
+  is Gluon, not Triton): no public API compiles Gluon for a GPU that is not there, so without
+  it the compile view raises a RuntimeError saying so (running the kernel on a GPU needs none
+  of this).
 * :func:`interpret_library_functions` (Triton imported before ``gemm_kernels`` on a CPU):
   ``triton.runtime.interpreter.InterpretedFunction``, to turn ``triton.language``'s own
   ``@jit`` helpers (``tl.cdiv``, ``tl.sum``, ...) into what ``TRITON_INTERPRET=1`` at import
@@ -85,34 +98,34 @@ def resolve_grid(grid, named_arguments: dict) -> tuple[int, int, int]:
     return grid + (1,) * (3 - len(grid))
 
 
-class BoundLaunch:
-    """``kernel[grid](*args, **kwargs, **options)`` with the compiled kernel looked up once.
+class SpecializedLaunch:
+    """The compiled kernel of one launch's specialisation, launched with fresh arguments.
 
     ``kernel[grid](...)`` does a lot of Python before the GPU sees anything: it binds every
-    argument, works out each one's specialisation, looks the compiled kernel up by that key.
-    When the same launch is repeated on the same tensors and sizes (a
-    :class:`~gemm_kernels.GroupedMatmulPlan`), all of that gives the same answer every time: this
-    asks once and each call goes straight to the kernel's C launcher, reading only the tensors'
-    current addresses and the stream.  Tensors must stay the same objects (values may change).
+    argument, works out each one's specialisation (type, 16-byte alignment, divisibility),
+    looks the compiled kernel up by that key.  A launcher that calls one kernel again and again
+    with arguments it knows specialise alike (same dtypes, sizes, alignments: ``matmul_ws``'s
+    per-shape plans) asks once, here, and then goes straight to the compiled kernel's C
+    launcher with :meth:`launch`.  Nothing of the first launch's arguments is kept.
 
-    Fast path (internals, see the module docstring) on a GPU; the public launch otherwise, or
-    when the internals are missing (``fast`` says which is in use).
+    Fast path (internals, see the module docstring) on a GPU; the public launch
+    ``kernel[grid](*arguments, **options)`` otherwise, or when the internals are missing
+    (``fast`` says which is in use).
     """
 
     def __init__(self, kernel, grid, args: Sequence = (), kwargs: dict | None = None,
                  options: dict | None = None):
-        self._kernel, self._args, self._kwargs = kernel, tuple(args), dict(kwargs or {})
+        self._kernel = kernel
         self._options = dict(options or {})
-        self.arguments = ordered_arguments(kernel, self._args, self._kwargs)
-        self._slots = {name: i for i, name in enumerate(kernel.arg_names)}  # parameter -> position
-        self.grid = resolve_grid(grid, dict(zip(kernel.arg_names, self.arguments)))
-        self.fast = internals_enabled("launcher") and self._bind_launcher()
+        arguments = ordered_arguments(kernel, args, kwargs)
+        self.grid = resolve_grid(grid, dict(zip(kernel.arg_names, arguments)))
+        self.fast = internals_enabled("launcher") and self._bind_launcher(args, kwargs or {})
 
-    def _bind_launcher(self) -> bool:
+    def _bind_launcher(self, args, kwargs) -> bool:
         try:
             from triton.runtime.driver import driver
 
-            compiled = self._kernel.warmup(*self._args, grid=self.grid, **self._kwargs, **self._options)
+            compiled = self._kernel.warmup(*args, grid=self.grid, **kwargs, **self._options)
             if hasattr(compiled, "result"):  # asynchronous compilation hands back a future
                 compiled = compiled.result()
             self.compiled = compiled
@@ -127,11 +140,53 @@ class BoundLaunch:
             _give_up("launcher", err)
             return False
 
+    def launch(self, arguments: Sequence, grid: tuple[int, int, int] | None = None) -> None:
+        """Launch with ``arguments`` (every kernel parameter in signature order, constexprs
+        included, specialising as the ones this was built with) on ``grid`` (default: the first's)."""
+        grid = grid or self.grid
+        if not self.fast:
+            self._kernel[grid](*arguments, **self._options)
+            return
+        self._launch(arguments, grid)
+
+    def _launch(self, arguments, grid) -> None:
+        from triton import knobs
+
+        if self._current_device() != self._device:  # the kernel was loaded into that device's context
+            raise RuntimeError(f"this launch was bound on cuda:{self._device} but cuda:{self._current_device()} "
+                               f"is the current device: call it under torch.cuda.device({self._device})")
+        stream = self._current_stream(self._device)
+        enter_hook, exit_hook = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
+        # profilers (proton) set the hooks and read the launch's metadata: build it only for them
+        metadata = (self.compiled.launch_metadata(grid, stream, *arguments)
+                    if enter_hook is not None else None)
+        self._launcher(*grid, stream, self._function, self._packed_metadata, metadata,
+                       enter_hook, exit_hook, *arguments)
+
+
+class BoundLaunch(SpecializedLaunch):
+    """``kernel[grid](*args, **kwargs, **options)`` with the compiled kernel looked up once.
+
+    When the same launch is repeated on the same tensors and sizes (a
+    :class:`~gemm_kernels.GroupedMatmulPlan`), every look-up of ``kernel[grid]`` gives the same
+    answer: this asks once and each call goes straight to the kernel's C launcher, reading only
+    the tensors' current addresses and the stream.  Tensors must stay the same objects (values
+    may change).  Fast path and fallback as :class:`SpecializedLaunch`.
+    """
+
+    def __init__(self, kernel, grid, args: Sequence = (), kwargs: dict | None = None,
+                 options: dict | None = None):
+        self._args, self._kwargs = tuple(args), dict(kwargs or {})
+        self.arguments = ordered_arguments(kernel, self._args, self._kwargs)
+        super().__init__(kernel, grid, self._args, self._kwargs, options)
+
+        self._slots = {name: i for i, name in enumerate(kernel.arg_names)}  # parameter -> position
+
     def __call__(self) -> None:
         if not self.fast:
             self._kernel[self.grid](*self._args, **self._kwargs, **self._options)
             return
-        self._launch(self.arguments)
+        self.launch(self.arguments)
 
     def launch_with(self, **tensors) -> None:
         """The same launch with some tensor arguments replaced by others, by parameter name
@@ -141,24 +196,37 @@ class BoundLaunch:
         arguments = list(self.arguments)
         for name, tensor in tensors.items():
             arguments[self._slots[name]] = tensor
-        if not self.fast:
-            self._kernel[self.grid](*arguments, **self._options)
-            return
-        self._launch(arguments)
+        self.launch(arguments)
 
-    def _launch(self, arguments) -> None:
-        from triton import knobs
 
-        if self._current_device() != self._device:  # the kernel was loaded into that device's context
-            raise RuntimeError(f"this launch was bound on cuda:{self._device} but cuda:{self._current_device()} "
-                               f"is the current device: call it under torch.cuda.device({self._device})")
-        stream = self._current_stream(self._device)
-        enter_hook, exit_hook = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
-        # profilers (proton) set the hooks and read the launch's metadata: build it only for them
-        metadata = (self.compiled.launch_metadata(self.grid, stream, *arguments)
-                    if enter_hook is not None else None)
-        self._launcher(*self.grid, stream, self._function, self._packed_metadata, metadata,
-                       enter_hook, exit_hook, *arguments)
+def descriptor_on(template, base):
+    """A copy of the host tensor descriptor ``template`` whose base is the tensor ``base``
+    (same shape, strides, block shape and layout).  The caller guarantees that ``base`` has the
+    dtype and alignment ``template`` was checked with (``matmul_ws`` keys its plans on them)."""
+    return descriptor_mover()(template, base)
+
+
+def descriptor_mover() -> Callable:
+    """:func:`descriptor_on`'s implementation, chosen now (a caller that keeps it skips the
+    choice on every call): the fast copy, or the public ``dataclasses.replace``."""
+    return _copy_descriptor if internals_enabled("descriptor_copy") else _replace_descriptor
+
+
+def _copy_descriptor(template, base):
+    try:
+        copy = object.__new__(type(template))
+        copy.__dict__.update(template.__dict__)  # a plain dataclass: its fields live in __dict__
+        copy.base = base
+        return copy
+    except Exception as err:  # e.g. a descriptor class with __slots__
+        _give_up("descriptor_copy", err)
+        return _replace_descriptor(template, base)
+
+
+def _replace_descriptor(template, base):
+    import dataclasses
+
+    return dataclasses.replace(template, base=base)
 
 
 def chosen_config(autotuner):
@@ -192,7 +260,17 @@ def _specialize_public(value):
         return "fp32", None
     if value is None:
         return "constexpr", None
+    if _is_gluon_descriptor(value):  # Gluon's host TensorDescriptor: dtype, block shape, shared layout
+        from triton._utils import canonicalize_dtype
+
+        block = ", ".join(str(int(d)) for d in value.block_shape)
+        return f"tensordesc<{canonicalize_dtype(value.base.dtype)}[{block}],{value.layout!r}>", None
     raise TypeError(f"cannot specialise a {type(value).__name__}")
+
+
+def _is_gluon_descriptor(value) -> bool:
+    """Gluon's host ``TensorDescriptor`` (triton.experimental.gluon.nvidia.hopper/blackwell)."""
+    return type(value).__name__ == "TensorDescriptor" and type(value).__module__.startswith("triton.experimental.gluon")
 
 
 def specialize(value, specialize=True, align=True):
@@ -208,20 +286,40 @@ def specialize(value, specialize=True, align=True):
     return _specialize_public(value)
 
 
-def ast_source(jit_fn, signature: dict, constexprs: dict, attrs: dict):
-    """``triton.compiler.ASTSource`` for ``jit_fn``; ``attrs`` maps an argument index to its
-    launcher attribute ("D": divisible by 16), turned into the backend's hints."""
+def is_gluon(jit_fn) -> bool:
+    """Whether ``jit_fn`` is a ``@gluon.jit`` kernel (public: ``JITFunction.is_gluon``)."""
+    return bool(getattr(jit_fn, "is_gluon", lambda: False)())
+
+
+def _source_class(jit_fn):
+    """The compiler-source class of ``jit_fn``: ASTSource, or GluonASTSource for a Gluon kernel."""
     import triton
 
+    if not is_gluon(jit_fn):
+        return triton.compiler.ASTSource
+    try:
+        from triton.experimental.gluon._runtime import GluonASTSource
+    except ImportError as err:
+        raise RuntimeError(f"the compile view cannot build the Gluon kernel {jit_fn.__name__} with this Triton: "
+                           f"triton.experimental.gluon._runtime.GluonASTSource is missing ({err}). Running it on "
+                           "a GPU does not need it; showing its compiled code without one does") from None
+    return GluonASTSource
+
+
+def ast_source(jit_fn, signature: dict, constexprs: dict, attrs: dict):
+    """The compiler source (``ASTSource``, or ``GluonASTSource`` for a Gluon kernel) of
+    ``jit_fn``; ``attrs`` maps an argument index to its launcher attribute ("D": divisible by
+    16), turned into the backend's hints."""
+    source = _source_class(jit_fn)
     if internals_enabled("compile_attrs"):
         try:
             from triton.backends.nvidia.compiler import CUDABackend
 
             parsed = {(i,): CUDABackend.parse_attr(a) for i, a in attrs.items()}
-            return triton.compiler.ASTSource(fn=jit_fn, signature=signature, constexprs=constexprs, attrs=parsed)
+            return source(jit_fn, signature, constexprs, parsed)
         except Exception as err:
             _give_up("compile_attrs", err)
-    return triton.compiler.ASTSource(fn=jit_fn, signature=signature, constexprs=constexprs)
+    return source(jit_fn, signature, constexprs)
 
 
 # ----------------------------------------------------------------------------- checked runs

@@ -50,8 +50,18 @@ def test_compiles_for_target(example, capability, views):
         f"{example.name}: {view.shared} bytes of shared memory do not fit sm_{capability}")
     if view.num_regs is not None:
         assert 0 < view.num_regs <= 255
-    for stage in compile_view.STAGES:
+    assert view.stages == (compile_view.STAGES[1:] if view.gluon else compile_view.STAGES)  # Gluon starts at ttgir
+    for stage in view.stages:
         assert getattr(view, stage).strip(), f"empty {stage}"
+
+
+def test_gluon_kernels_compile_without_a_gpu_and_say_they_have_no_ttir(views):
+    ws = [ex for ex in EXAMPLES if ex.name.startswith("matmul_ws[")]
+    assert {"cooperative", "pingpong"} <= {ex.name.split(", ")[1] for ex in ws}
+    for ex in ws:
+        view = views(ex, 90)
+        assert view.gluon and "ttg.warp_specialize" in view.ttgir and "no TTIR" in view.ttir
+        assert ex.options == {"maxnreg": 168}
 
 
 def test_tma_kernel_uses_tma_and_wgmma_on_hopper(views):

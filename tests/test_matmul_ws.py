@@ -1,17 +1,12 @@
 """matmul_ws (warp-specialized Gluon GEMM): what it compiles to, its contract, its schedule, its results.
 
-CPU-only machines run the compile-structure tests (sm_90 PTX and TTGIR built without a GPU, in a
-subprocess so the interpreter set by ``import gemm_kernels`` stays out of the way), the input
+CPU-only machines run the compile-structure tests (sm_90 PTX and TTGIR built without a GPU by the
+compile view, ``lab.compile_examples.ws_example``), the input
 errors, the RuntimeError for a missing Hopper GPU and the schedule mirror.  The ``gpu`` tests
 compare with a float64 reference on an sm_90 GPU; ``conftest`` fills every ``torch.empty`` with
 NaN, so an output element the kernel never wrote fails.
 """
 
-import json
-import os
-import subprocess
-import sys
-import textwrap
 
 import numpy as np
 import pytest
@@ -23,42 +18,33 @@ from gemm_kernels.kernels import matmul_ws as ws
 from gemm_kernels.kernels.tma import tma_aligned
 from gemm_kernels.testing import assert_close, random_matrix
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HOPPER = runtime.on_gpu() and runtime.RUNTIME.capability is not None and runtime.RUNTIME.capability[0] == 9
 needs_hopper = pytest.mark.skipif(not HOPPER, reason="matmul_ws runs on an sm_90 (Hopper) GPU only")
 
 
 # ----------------------------------------------------------------------------- compile structure (CPU)
-_COMPILE_SCRIPT = textwrap.dedent("""
-    import json, sys, torch, triton
-    from gemm_kernels.kernels import matmul_ws as ws
-    triton.knobs.runtime.interpret = False   # import gemm_kernels turned the interpreter on (no GPU)
-    out = {}
-    for name, kw in json.loads(sys.argv[1]).items():
-        if "dtype" in kw:
-            kw["dtype"] = getattr(torch, kw["dtype"])
-        k = ws.compile_ws(**kw)
-        ptx, ttgir = k.asm["ptx"], k.asm["ttgir"]
-        count = lambda s, text=ptx: text.count(s)
-        out[name] = dict(
-            shared=int(k.metadata.shared),
-            wgmma=count("wgmma.mma_async.sync.aligned"),
-            tma_load=count("cp.async.bulk.tensor.2d.shared::"),  # ::cluster on 3.6, ::cta on newer
-            tma_store=count("cp.async.bulk.tensor.2d.global.shared"),
-            mbarrier_wait=count("mbarrier.try_wait"),
-            mbarrier_tx=count("mbarrier.arrive.expect_tx"),
-            setmaxnreg=sorted(set(int(l.split()[-1].rstrip(";")) for l in ptx.splitlines() if "setmaxnreg" in l)),
-            warp_specialize=count("ttg.warp_specialize", ttgir),
-            partitions=[l.split("num_warps(")[1].split(")")[0] for l in ttgir.splitlines()
-                        if l.strip().startswith("partition") and "num_warps(" in l],
-            requested_regs=[l.split("requestedRegisters = array<i32: ")[1].split(">")[0] for l in ttgir.splitlines()
-                            if "requestedRegisters" in l],
-            st_global=count("st.global"),
-            globaltimer=count("%globaltimer"),
-            warpgroup_mma=count("ttng.warp_group_dot", ttgir),
-        )
-    print("RESULT" + json.dumps(out))
-""")
+def _structure(view) -> dict:
+    """What the tests below count in one compile view of the kernel (PTX and TTGIR)."""
+    ptx, ttgir = view.ptx, view.ttgir
+    count = lambda s, text=ptx: text.count(s)  # noqa: E731
+    return dict(
+        shared=view.shared,
+        wgmma=count("wgmma.mma_async.sync.aligned"),
+        tma_load=count("cp.async.bulk.tensor.2d.shared::"),  # ::cluster on 3.6, ::cta on newer
+        tma_store=count("cp.async.bulk.tensor.2d.global.shared"),
+        mbarrier_wait=count("mbarrier.try_wait"),
+        mbarrier_tx=count("mbarrier.arrive.expect_tx"),
+        setmaxnreg=sorted(set(int(l.split()[-1].rstrip(";")) for l in ptx.splitlines() if "setmaxnreg" in l)),
+        warp_specialize=count("ttg.warp_specialize", ttgir),
+        partitions=[l.split("num_warps(")[1].split(")")[0] for l in ttgir.splitlines()
+                    if l.strip().startswith("partition") and "num_warps(" in l],
+        requested_regs=[l.split("requestedRegisters = array<i32: ")[1].split(">")[0] for l in ttgir.splitlines()
+                        if "requestedRegisters" in l],
+        st_global=count("st.global"),
+        globaltimer=count("%globaltimer"),
+        warpgroup_mma=count("ttng.warp_group_dot", ttgir),
+    )
+
 
 VARIANTS = {
     "pingpong": dict(schedule="pingpong"),
@@ -72,13 +58,14 @@ VARIANTS = {
 
 @pytest.fixture(scope="module")
 def compiled():
-    """Every VARIANTS entry compiled for sm_90 in one subprocess (about a second each)."""
-    env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    proc = subprocess.run([sys.executable, "-c", _COMPILE_SCRIPT, json.dumps(VARIANTS)], capture_output=True,
-                          text=True, env=env, timeout=600)
-    line = next((l for l in proc.stdout.splitlines() if l.startswith("RESULT")), None)
-    assert line is not None, f"compile failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
-    return json.loads(line[len("RESULT"):])
+    """Every VARIANTS entry compiled for sm_90 by the compile view (one worker process, a few
+    seconds each): the examples of ``compile_examples.ws_example``."""
+    from gemm_kernels.lab.compile_examples import ws_example
+    from gemm_kernels.lab.compile_view import compile_many
+
+    examples = [ws_example(**{**kw, "dtype": getattr(torch, kw.get("dtype", "float16"))}) for kw in VARIANTS.values()]
+    views = compile_many([ex.request(90) for ex in examples])
+    return {name: _structure(view) for name, view in zip(VARIANTS, views)}
 
 
 @pytest.mark.parametrize("name", VARIANTS)
@@ -103,7 +90,7 @@ def test_compiles_to_warp_specialized_wgmma_and_tma(compiled, name):
         assert info["tma_store"] == 2 * cfg["EPI_SPLIT"]  # per consumer, one per epilogue chunk
     else:
         assert info["tma_store"] == 0 and info["st_global"] > 0  # pointer stores for unaligned C rows
-    assert info["globaltimer"] == (2 * 2 if VARIANTS[name].get("trace") else 0)  # start, end per consumer
+    assert info["globaltimer"] == (2 * 3 if VARIANTS[name].get("trace") else 0)  # start, main loop end, end per consumer
     assert info["shared"] <= 232448  # H100's 227 KiB per block
 
 
@@ -264,8 +251,74 @@ def test_trace_equals_mirror(schedule, M, N, programs):
     trace = ws.trace_ws_tiles(M, N, 256, schedule=schedule, num_programs=programs).numpy()
     ref = ws.ws_schedule(M, N, schedule=schedule, num_programs=programs or runtime.num_sms())
     np.testing.assert_array_equal(trace[:, :6], ref)
-    assert (trace[:, 6] > 0).all() and (trace[:, 7] > trace[:, 6]).all()
+    assert (trace[:, 6] > 0).all() and (trace[:, 7] >= trace[:, 6]).all() and (trace[:, 8] >= trace[:, 7]).all()
     for (program, consumer) in {(int(r[1]), int(r[2])) for r in trace}:
         mine = trace[(trace[:, 1] == program) & (trace[:, 2] == consumer)]
         mine = mine[np.argsort(mine[:, 3])]
-        assert (mine[1:, 6] >= mine[:-1, 7]).all()  # a warpgroup starts a tile after its previous one ended
+        assert (mine[1:, 6] >= mine[:-1, 8]).all()  # a warpgroup starts a tile after its previous one ended
+
+
+# ----------------------------------------------------------------------------- host side: plans
+def test_plan_keys_follow_what_the_checks_and_the_specialisation_read():
+    a, b = random_matrix(64, 32, torch.float16), random_matrix(32, 48, torch.float16)
+    key = ws._plan_key(a, b, "gelu", None, "cooperative", None, False)
+    same_shape = ws._plan_key(a.clone(), b.clone(), "gelu", None, "cooperative", None, False)
+    assert key == same_shape and hash(key) == hash(same_shape)  # new tensors, same plan
+    assert key != ws._plan_key(a, b.t().contiguous().t(), "gelu", None, "cooperative", None, False)  # B^T layout
+    assert key != ws._plan_key(a, b, "relu", None, "cooperative", None, False)
+    assert key != ws._plan_key(a, b, "gelu", None, "pingpong", None, False)
+    assert key != ws._plan_key(a.to(torch.bfloat16), b.to(torch.bfloat16), "gelu", None, "cooperative", None, False)
+    bias = torch.zeros(96, dtype=torch.float16, device=DEVICE)
+    assert ws._plan_key(a, b, None, bias[::2], "cooperative", None, False) != \
+        ws._plan_key(a, b, None, bias[:48], "cooperative", None, False)  # strided bias: copied per call
+    assert ws._plan_key(a, b, None, bias[1:49], "cooperative", None, False) != \
+        ws._plan_key(a, b, None, bias[:48], "cooperative", None, False)  # bias address % 16
+    # tensors whose checks depend on autograd's mode, and tensor subclasses, are never cached
+    assert ws._plan_key(a.clone().requires_grad_(), b, None, None, "cooperative", None, False) is None
+    assert ws._plan_key(torch.nn.Parameter(a, requires_grad=False), b, None, None, "cooperative", None, False) is None
+
+
+@pytest.mark.gpu
+@needs_hopper
+@pytest.mark.usefixtures("seed")
+def test_gpu_plan_reruns_skip_tritons_launch_path(monkeypatch):
+    """From the second call with a key, matmul_ws goes straight to the compiled kernel: Triton's
+    JIT launch is made to fail, and fresh tensors (new values, new addresses, poisoned C) still
+    come out right, the bias cast and copied per call as the checks would."""
+    from gemm_kernels import _triton_compat
+
+    M, N, K, dtype = 520, 776, 264, torch.bfloat16
+    w = random_matrix(N, K, dtype)
+    bias = torch.randn(2 * N).to(DEVICE, torch.float32)[::2]  # fp32 and strided: cast + copy each call
+    ws.matmul_ws(random_matrix(M, K, dtype), w.t(), activation="gelu", bias=bias)
+    plans = [p for k, p in ws._PLANS.items() if k[0][0] == (M, K) and k[3] == "gelu"]
+    assert plans and all(isinstance(p.launch, _triton_compat.SpecializedLaunch) for p in plans)
+    assert plans[0].launch.fast
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a planned call must not go through Triton's Python launch path")
+
+    monkeypatch.setattr(ws._matmul_ws_kernel, "run", refuse)
+    for _ in range(2):
+        a, w2 = random_matrix(M, K, dtype), random_matrix(N, K, dtype)
+        bias2 = torch.randn(2 * N).to(DEVICE, torch.float32)[::2]
+        out = ws.matmul_ws(a, w2.t(), activation="gelu", bias=bias2)
+        assert_close(out, matmul_ref(a, w2.t(), activation="gelu", bias=bias2.to(dtype), out_dtype=torch.float64),
+                     dtype)
+
+
+@pytest.mark.gpu
+@needs_hopper
+@pytest.mark.usefixtures("seed")
+def test_gpu_plans_without_the_internals(monkeypatch):
+    """The public fallbacks (kernel[grid] launches, descriptors through their constructor) give
+    the same results."""
+    from gemm_kernels import _triton_compat
+
+    monkeypatch.setenv(_triton_compat.INTERNALS_ENV, "0")
+    monkeypatch.setattr(ws, "_PLANS", {})
+    a, b = _aligned(300, 264, 136, torch.float16)
+    for _ in range(2):
+        out = ws.matmul_ws(a, b, activation="relu")
+        assert_close(out, matmul_ref(a, b, activation="relu", out_dtype=torch.float64))
+    assert not next(iter(ws._PLANS.values())).launch.fast

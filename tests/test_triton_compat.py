@@ -242,3 +242,79 @@ def test_gpu_plan_runs_without_the_fast_launch(monkeypatch, fresh_compat, how):
     assert not plan._bound.fast
     for c, ref in zip(outs, grouped_matmul_ref(group_a, group_b, out_dtype=torch.float64)):
         assert_close(c, ref, torch.float16)
+
+
+# ---------------------------------------------------------------- Gluon: descriptors, specialisation, compile source
+def _gluon_descriptor(base, block=(64, 64)):
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    layout = gl.NVMMASharedLayout.get_default_for(list(block), gl.float16 if base.dtype == torch.float16 else gl.bfloat16)
+    return TensorDescriptor(base, list(base.shape), list(base.stride()), list(block), layout)
+
+
+@pytest.mark.parametrize("internals", ["1", "0"])
+def test_a_descriptor_moved_to_another_tensor_keeps_everything_else(monkeypatch, fresh_compat, internals):
+    """descriptor_on: the fast copy and the public constructor give equal descriptors, the
+    template untouched (the launcher reads base, shape, strides, padding and the layout)."""
+    import dataclasses
+
+    monkeypatch.setenv(_triton_compat.INTERNALS_ENV, internals)
+    x, y = torch.zeros(128, 64, dtype=torch.float16), torch.ones(128, 64, dtype=torch.float16)
+    template = _gluon_descriptor(x)
+    moved = _triton_compat.descriptor_on(template, y)
+    assert moved.base is y and template.base is x
+    assert type(moved) is type(template)
+    assert {f.name: getattr(moved, f.name) for f in dataclasses.fields(moved) if f.name != "base"} == \
+        {f.name: getattr(template, f.name) for f in dataclasses.fields(template) if f.name != "base"}
+
+
+def test_a_descriptor_copy_that_fails_falls_back_with_one_warning(monkeypatch, fresh_compat):
+    template = _gluon_descriptor(torch.zeros(64, 64, dtype=torch.float16))
+    monkeypatch.setattr(_triton_compat, "object", type("NoNew", (), {"__new__": None}), raising=False)
+    y = torch.ones(64, 64, dtype=torch.float16)
+    with pytest.warns(RuntimeWarning, match="descriptor_copy"):
+        moved = _triton_compat.descriptor_on(template, y)
+    assert moved.base is y and moved.block_shape == template.block_shape
+
+
+def test_gluon_descriptors_specialise_alike_both_ways(monkeypatch, fresh_compat):
+    """The type string Triton's launcher gives a Gluon descriptor (its dtype, block and shared
+    layout, not its shape) == the public fallback's."""
+    import triton._C.libtriton as libtriton
+
+    descs = [_gluon_descriptor(torch.zeros(256, 128, dtype=torch.float16)),
+             _gluon_descriptor(torch.zeros(64, 256, dtype=torch.bfloat16), block=(64, 128))]
+    native = [_triton_compat.specialize(d) for d in descs]
+    assert native[0][0].startswith("tensordesc<fp16[64, 64],") and native[1][0].startswith("tensordesc<bf16[64, 128],")
+    monkeypatch.setattr(libtriton, "native_specialize_impl", None, raising=False)
+    with pytest.warns(RuntimeWarning, match="specialize"):
+        assert [_triton_compat.specialize(d) for d in descs] == native
+
+
+def test_the_compile_view_says_so_when_gluon_cannot_be_compiled(monkeypatch, fresh_compat):
+    """A Triton without GluonASTSource: a RuntimeError naming what is missing, never a Triton
+    source built from Gluon code."""
+    import triton.experimental.gluon._runtime as gluon_runtime
+
+    from gemm_kernels.kernels import matmul_ws
+
+    assert _triton_compat.is_gluon(matmul_ws._matmul_ws_kernel) and not _triton_compat.is_gluon(_scale_kernel)
+    monkeypatch.delattr(gluon_runtime, "GluonASTSource")
+    with pytest.raises(RuntimeError, match="GluonASTSource is missing"):
+        _triton_compat.ast_source(matmul_ws._matmul_ws_kernel, {}, {}, {})
+
+
+@pytest.mark.skipif(runtime.on_gpu(), reason="on a GPU the fast path binds (test_gpu_* above)")
+def test_a_specialized_launch_in_the_interpreter_takes_fresh_arguments(fresh_compat):
+    """SpecializedLaunch keeps no argument: each launch() passes its own (public launch here)."""
+    x = torch.randn(100, device=DEVICE)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        launch = _triton_compat.SpecializedLaunch(_scale_kernel, (2,), (x, torch.empty_like(x)),
+                                                  {"n": 100, "factor": 2.0, "BLOCK": 64})
+    assert not launch.fast and not hasattr(launch, "arguments")
+    for factor in (3.0, 5.0):
+        y, out = torch.randn(100, device=DEVICE), torch.empty(100, device=DEVICE)
+        launch.launch([y, out, 100, factor, 64, 0.0])
+        torch.testing.assert_close(out, y * factor)

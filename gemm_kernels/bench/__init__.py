@@ -9,7 +9,9 @@ Suites (``--suite``, comma-separated or ``all``):
   CUDA graphs (GPU time);
 * ``seed-grouped``: the seed tutorial 08's two tables, with the seed's own kernels (``--seed-tutorial``);
 * ``moe``: ragged MoE expert GEMMs of eight public MoE models, forward and forward+backward
-  (``python -m gemm_kernels.bench.moe_host``: grouped_mm's host time per call).
+  (``python -m gemm_kernels.bench.moe_host``: grouped_mm's host time per call);
+* ``llm``: dense projections (QKV, O, gate/up, down) of Llama-3-8B/70B, Qwen3-32B,
+  Mistral-Small-24B and DeepSeek-V3, ``x @ W^T``, fp16 and bf16, with the cuBLAS kernel's name.
 
 Every cell is checked against a float64 reference once and, on a CUDA GPU, timed
 (``do_bench`` median; host-timed, so a call's Python launch is included) and the vendor

@@ -18,7 +18,7 @@ from pathlib import Path
 from ..results import META_JSON, RESULTS_MD, provenance_line, section_heading, suite_meta
 from .core import COLUMNS, Row
 
-SUITE_ORDER = ("square", "order", "fusion", "stream-k", "seed-grouped", "moe", "l2")
+SUITE_ORDER = ("square", "order", "fusion", "stream-k", "seed-grouped", "moe", "llm", "l2")
 _NUMERIC = {"x", "time_ms", "tflops", "pct_peak", "speedup", "baseline_spread", "gb_s", "rel_err", "tol"}
 _INTEGER = {"flops", "min_bytes"}
 
@@ -191,7 +191,7 @@ def targets(all_rows: dict[str, list[dict]]) -> list[dict]:
                       "status": "not measured" if met is None else ("met" if met else "MISSED")})
 
     square = all_rows.get("square", [])
-    ours_single = {"row_major", "grouped", "persistent", "tma", "stream_k"}
+    ours_single = {"row_major", "grouped", "persistent", "tma", "stream_k", "ws"}
     for dtype in ("fp16", "bf16"):
         for n in (4096, 8192):
             res = _speedups([r for r in square if r["dtype"] == dtype], ours_single,
@@ -200,8 +200,20 @@ def targets(all_rows: dict[str, list[dict]]) -> list[dict]:
             add(f"square {dtype} {n}^3", ">= 1.00x cuBLAS (best of ours)",
                 f"{val[0]:.3f}x ({val[1]})" if val else "n/a", None if val is None else val[0] >= 1.0)
 
+    for dtype in ("fp16", "bf16"):  # issue 18: the warp-specialized kernel alone
+        for n in (4096, 8192):
+            res = _speedups([r for r in square if r["dtype"] == dtype], {"ws"},
+                            cases=lambda r, n=n: r["case"] == f"{n}x{n}x{n}")
+            val = next(iter(res.values()), None)
+            add(f"matmul_ws square {dtype} {n}^3", ">= 1.05x cuBLAS",
+                f"{val[0]:.3f}x" if val else "n/a", None if val is None else val[0] >= 1.05)
+
     fusion = [r for r in all_rows.get("fusion", []) if r["case"].startswith("4096^3")]
-    res = _speedups(fusion, {f"{k} fused" for k in ("row_major", "grouped", "persistent", "tma", "stream_k")})
+    ws_gelu = _speedups([r for r in fusion if "gelu" in r["case"] and "bias" in r["case"]], {"ws fused"})
+    val = next(iter(ws_gelu.values()), None)
+    add("matmul_ws fused bias+GELU 4096^3", ">= 1.10x torch addmm + gelu",
+        f"{val[0]:.3f}x" if val else "n/a", None if val is None else val[0] >= 1.10)
+    res = _speedups(fusion, {f"{k} fused" for k in ("row_major", "grouped", "persistent", "tma", "stream_k", "ws")})
     if res:
         worst = min(res.items(), key=lambda kv: kv[1][0])
         text = ", ".join(f"{k[1]}: {v[0]:.3f}x ({v[1]})" for k, v in res.items())
@@ -227,6 +239,18 @@ def targets(all_rows: dict[str, list[dict]]) -> list[dict]:
             add(name, goal, text, all(v[0] >= bar for v in res.values()))
         else:
             add(name, goal, "n/a", None)
+
+    llm = _speedups(all_rows.get("llm", []), {"tma", "persistent", "stream_k", "ws"})
+    goal = "best of ours: geomean >= 1.00x and every row >= 0.95x cuBLAS"
+    if llm:
+        values = [v[0] for v in llm.values()]
+        geo, low = _geomean(values), min(values)
+        worst = min(llm.items(), key=lambda kv: kv[1][0])[0]
+        add("llm projections", goal, f"geomean {geo:.3f}x over {len(values)} rows, min {low:.3f}x "
+            f"({worst[0]} {worst[1]})", geo >= 1.0 and low >= 0.95)
+    else:
+        add("llm projections", goal, "n/a", None)
+
 
     # issue 19's targets: forward and forward+backward at default arguments, same run
     for name, provider, geo_goal, low_goal in (("moe grouped_mm vs torch._grouped_mm", "grouped_mm", 1.10, 0.90),
@@ -321,7 +345,8 @@ def publish(src: Path, dest: Path, suites: list[str] | None = None) -> list[str]
 
 # ------------------------------------------------------------------------------ plots
 
-PLOT_KIND = {"square": "line", "order": "bar", "fusion": "bar", "stream-k": "bar", "seed-grouped": "line", "moe": "line"}
+PLOT_KIND = {"square": "line", "order": "bar", "fusion": "bar", "stream-k": "bar", "seed-grouped": "line", "moe": "line",
+             "llm": "bar"}
 X_LABEL = {"square": "M = N = K", "seed-grouped": "N (square problems) or M", "moe": "tokens"}
 
 

@@ -149,7 +149,27 @@ def _single_gemm_providers(a, b, *, activation=None, bias=None, suffix="", row_m
         lazy_provider("persistent" + suffix, persistent),
         lazy_provider("tma" + suffix, tma),
         lazy_provider("stream_k" + suffix, stream_k),
+        _ws_provider(a, b, suffix, **epi),
     ]
+
+
+def _ws_provider(a, b, suffix="", **epi) -> Provider:
+    """matmul_ws (the warp-specialized Gluon kernel): skipped, with the reason, where there is no sm_90 GPU."""
+    def make():
+        module = importlib.import_module("gemm_kernels.kernels.matmul_ws")
+        try:
+            module._require_hopper()
+        except RuntimeError as exc:
+            raise Skip(str(exc).split(";")[0]) from None
+        return (lambda: module.matmul_ws(a, b, **epi)), None
+    return lazy_provider("ws" + suffix, make, note=f"matmul_ws, {_ws_schedule()} schedule")
+
+
+def _ws_schedule() -> str:
+    try:
+        return importlib.import_module("gemm_kernels.kernels.matmul_ws").DEFAULT_SCHEDULE
+    except ImportError:
+        return "?"
 
 
 def square_suite(settings: SuiteSettings) -> list[Case]:
@@ -666,6 +686,104 @@ def _moe_case(model, projection, routing, tokens, moe_pass, dtype, k, n, seed, w
                         "rows": rows, "K": k, "N": n, "routing": routing, "pass": moe_pass})
 
 
+# ------------------------------------------------------------------------------ llm
+
+
+@dataclass(frozen=True)
+class LlmLayer:
+    """The dense projections of one transformer layer, from the model's published config.json
+    (hidden size, MLP intermediate size, attention heads x head_dim, key/value heads)."""
+
+    model: str
+    hidden: int
+    ffn: int
+    q_dim: int   # attention heads x head_dim
+    kv_dim: int  # key/value heads x head_dim (one of K and V)
+    fused_gate_up: bool = True  # gate and up as one [2 * ffn, hidden] weight (vLLM's merged layer)
+
+    def projections(self) -> dict[str, tuple[int, int]]:
+        """name -> (N, K) of ``x @ W^T`` with the nn.Linear weight W of shape [N, K]."""
+        return {
+            "QKV": (self.q_dim + 2 * self.kv_dim, self.hidden),
+            "O": (self.hidden, self.q_dim),
+            "gate/up" if self.fused_gate_up else "gate": ((2 if self.fused_gate_up else 1) * self.ffn, self.hidden),
+            "down": (self.hidden, self.ffn),
+        }
+
+
+#: config.json values (hidden_size, intermediate_size, num_attention_heads x head_dim,
+#: num_key_value_heads x head_dim): Llama-3-8B 4096, 14336, 32x128, 8x128; Llama-3-70B 8192,
+#: 28672, 64x128, 8x128; Qwen3-32B 5120, 25600, 64x128, 8x128; Mistral-Small-24B (2501) 5120,
+#: 32768, 32x128, 8x128.  DeepSeek-V3's dense layers (its first three) have hidden 7168 and MLP
+#: intermediate 18432; their attention is MLA, whose two dense input projections (q_a 7168 ->
+#: q_lora_rank 1536, kv_a 7168 -> kv_lora_rank 512 + rope 64) are one [2112, 7168] product here
+#: ("QKV"), and o_proj reads 128 heads x v_head_dim 128 = 16384.
+LLM_LAYERS = (
+    LlmLayer("Llama-3-8B", 4096, 14336, 32 * 128, 8 * 128),
+    LlmLayer("Llama-3-70B", 8192, 28672, 64 * 128, 8 * 128, fused_gate_up=False),
+    LlmLayer("Qwen3-32B", 5120, 25600, 64 * 128, 8 * 128, fused_gate_up=False),
+    LlmLayer("Mistral-Small-24B", 5120, 32768, 32 * 128, 8 * 128, fused_gate_up=False),
+)
+#: DeepSeek-V3's dense layer, written out (MLA: see above)
+DEEPSEEK_V3_DENSE = {"QKV (q_a+kv_a)": (1536 + 512 + 64, 7168), "O": (7168, 128 * 128), "gate": (18432, 7168),
+                     "down": (7168, 18432)}
+
+
+def llm_shapes(size_class: str) -> list[tuple[str, str, int, int, int]]:
+    """(model, projection, M, N, K) of the llm suite: every projection at M = 4096 tokens, and
+    Llama-3-8B's also at 1024 and 16384 (small and large prefills)."""
+    table = [(layer.model, name, n, k) for layer in LLM_LAYERS for name, (n, k) in layer.projections().items()]
+    table += [("DeepSeek-V3", name, n, k) for name, (n, k) in DEEPSEEK_V3_DENSE.items()]
+    if size_class == "cpu":  # tiny stand-ins (same roles: QKV wider than hidden, down from a wider K)
+        return [("tiny", "QKV", 40, 96, 64), ("tiny", "down", 40, 64, 160)]
+    if size_class == "quick":
+        return [("Llama-3-8B", name, 4096, n, k) for model, name, n, k in table if model == "Llama-3-8B"]
+    shapes = [(model, name, 4096, n, k) for model, name, n, k in table]
+    shapes += [("Llama-3-8B", name, m, n, k) for m in (1024, 16384) for model, name, n, k in table
+               if model == "Llama-3-8B"]
+    return shapes
+
+
+LLM_DTYPES = (torch.float16, torch.bfloat16)
+
+
+def llm_suite(settings: SuiteSettings) -> list[Case]:
+    """LLM projections ``x @ W^T`` (W an nn.Linear weight [N, K], passed as ``w.t()``): cuBLAS
+    (torch.matmul) vs matmul_tma, matmul_persistent, matmul_streamk and matmul_ws; the cuBLAS
+    kernel of each shape in the ``vendor_kernel`` column (the harness profiles every baseline)."""
+    seeds = _Seeds(settings.seed)
+    cases = []
+    for dtype in _dtypes(settings, LLM_DTYPES):
+        for model, projection, M, N, K in llm_shapes(settings.size_class):
+            def setup(M=M, N=N, K=K, dtype=dtype, seed=seeds()):
+                gen = _generator(seed)
+                x, w = _randn((M, K), dtype, gen), _randn((N, K), dtype, gen)
+                b = w.t()  # B^T contiguous: what a linear layer hands the GEMM
+
+                def make(module, name):
+                    def build():
+                        _require_tma(name)
+                        f = kernel(module, name)
+                        return (lambda: f(x, b)), None
+                    return build
+
+                def persistent():
+                    f = kernel("persistent", "matmul_persistent")
+                    return (lambda: f(x, b)), None
+
+                cublas = lambda: torch.matmul(x, b)  # noqa: E731
+                providers = [Provider("cuBLAS", cublas, ours=False),
+                             lazy_provider("tma", make("persistent", "matmul_tma")),
+                             lazy_provider("persistent", persistent),
+                             lazy_provider("stream_k", make("streamk", "matmul_streamk")),
+                             _ws_provider(x, b)]
+                return CaseData(providers, lambda: [_mm_ref(x, b)])
+            cases.append(Case("llm", f"{dtype_name(dtype)} M={M}" if settings.size_class != "cpu" else dtype_name(dtype),
+                              f"{model} {projection}", M, dtype, [(M, N, K)], "cuBLAS", setup,
+                              {"model": model, "projection": projection, "M": M, "N": N, "K": K}))
+    return cases
+
+
 SUITES = {
     "square": square_suite,
     "order": order_suite,
@@ -673,4 +791,5 @@ SUITES = {
     "stream-k": streamk_suite,
     "seed-grouped": seed_grouped_suite,
     "moe": moe_suite,
+    "llm": llm_suite,
 }

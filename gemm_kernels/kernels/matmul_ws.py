@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
@@ -57,7 +56,7 @@ _tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
 _tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
 
 # --- the package helpers this module uses (one block, to re-point when the package moves) ---
-from .. import runtime
+from .. import _triton_compat, runtime
 from ..models.tiles import cdiv, tile_coords_np
 from .checks import check_int, check_matmul_inputs as _check_matmul_inputs
 from .epilogue import _TAIL_COEFFS, LEAKY_RELU_SLOPE, activation_ref
@@ -68,7 +67,7 @@ from .tma import tma_aligned, tma_layout
 GROUP_SIZE_M = 8
 SCHEDULES = ("pingpong", "cooperative")
 #: columns of ``trace_ws_tiles``' result: one row per (tile, warpgroup that worked on it)
-TRACE_FIELDS = ("tile", "program", "consumer", "step", "pid_m", "pid_n", "start_ns", "end_ns")
+TRACE_FIELDS = ("tile", "program", "consumer", "step", "pid_m", "pid_n", "start_ns", "mainloop_end_ns", "end_ns")
 
 # exact-GELU tail polynomial, shared with epilogue.gelu_erf (same numbers, same error bound)
 _Q0, _Q1, _Q2, _Q3, _Q4, _Q5, _Q6 = (gl.constexpr(c) for c in _TAIL_COEFFS)
@@ -265,10 +264,12 @@ def _consumer(c_desc, a_bufs, b_bufs, c_bufs, ready_bars, empty_bars, turn_bars,
         pid_m, pid_n = _tile_grouped(tile, num_pid_m, num_pid_n, GROUP_M)
         acc = _mainloop(a_bufs, b_bufs, ready_bars, empty_bars, turn_bars.index(1 - CONSUMER), t * k_tiles, k_tiles,
                         PART, A_PARTS, WG_M, BLOCK_N, STAGES, A_COL_MAJOR, B_COL_MAJOR, PINGPONG)
+        if TRACE:
+            mainloop_end = _globaltimer()  # every wgmma of the tile done: the epilogue starts
         _epilogue(acc, c_desc, c_smem, c_ptr, bias_ptr, pid_m * TILE_M + PART * WG_M, pid_n * BLOCK_N,
                   M, N, stride_cm, WG_M, BLOCK_N, EPI_SPLIT, C_TMA, HAS_BIAS, ACTIVATION)
         if TRACE:  # one row per (tile, consumer): TRACE_FIELDS
-            row = trace_ptr + (tile * A_PARTS + PART) * 8
+            row = trace_ptr + (tile * A_PARTS + PART) * 9
             gl.store(row, tile.to(gl.int64))
             gl.store(row + 1, pid.to(gl.int64))
             gl.store(row + 2, gl.to_tensor(CONSUMER).to(gl.int64))
@@ -276,7 +277,8 @@ def _consumer(c_desc, a_bufs, b_bufs, c_bufs, ready_bars, empty_bars, turn_bars,
             gl.store(row + 4, pid_m.to(gl.int64))
             gl.store(row + 5, pid_n.to(gl.int64))
             gl.store(row + 6, start)
-            gl.store(row + 7, _globaltimer())
+            gl.store(row + 7, mainloop_end)
+            gl.store(row + 8, _globaltimer())
     if C_TMA:
         tma.store_wait(0)
 
@@ -359,7 +361,8 @@ def _require_hopper() -> None:
 
 
 def _kernel_args(a, b, c, bias, trace, config, *, activation, group_size_m=GROUP_SIZE_M):
-    """Descriptors and arguments of ``_matmul_ws_kernel`` (host side; no GPU needed)."""
+    """Descriptors and arguments of ``_matmul_ws_kernel`` by name (host side; no GPU needed;
+    the compile view builds its sm_90 example from this too)."""
     M, K = a.shape
     N = b.shape[1]
     a_col_major, stride_a = tma_layout(a, "a")
@@ -404,9 +407,84 @@ def _check_ws_inputs(a, b, activation, bias):
     return bias
 
 
+# ----------------------------------------------------------------------------- host side: plans
+#
+# A launch through ``kernel[grid](...)`` costs ~100 µs of Python on an H100's host (Triton binds
+# and specialises 30 arguments, three of them descriptors whose layouts it prints to a string),
+# more than the whole GPU time of a 1024 x 4096 x 4096 product.  Everything but the tensors'
+# addresses is the same from one call to the next with the same shapes, so it is worked out
+# once per *plan key* and kept: the checks' verdict, the config, the grid, the descriptors
+# (re-pointed at the new tensors with ``descriptor_on``) and the compiled kernel
+# (``SpecializedLaunch``).  Measured before/after: WS_NOTES.md, entry 6.
+
+_PLANS: dict = {}
+#: plans kept (one per shape, layout, dtype, epilogue, schedule); the oldest goes first
+MAX_PLANS = 256
+_A, _B, _C, _C_PTR, _BIAS, _TRACE = range(6)  # positions of the kernel's first six parameters
+
+
+def _tensor_key(t):
+    """Everything about ``t`` the checks and Triton's specialisation look at (not its values or address)."""
+    if type(t) is not torch.Tensor or t.requires_grad:
+        return None  # not cacheable: a subclass, or a tensor whose check depends on autograd's mode
+    return t.shape, t.stride(), t.dtype, t.device, t.data_ptr() % 16
+
+
+def _plan_key(a, b, activation, bias, config_name, num_programs, traced):
+    key_a, key_b = _tensor_key(a), _tensor_key(b)
+    key_bias = None if bias is None else _tensor_key(bias)
+    if key_a is None or key_b is None or (bias is not None and key_bias is None):
+        return None
+    return key_a, key_b, key_bias, activation, config_name, num_programs, traced
+
+
+class _Plan:
+    """One (shape, layout, dtype, epilogue, schedule): checked once, compiled once, then each call
+    allocates C, re-points three descriptors and calls the compiled kernel."""
+
+    def __init__(self, a, b, c, bias, trace, config, activation, programs, *, bias_contiguous):
+        named = _kernel_args(a, b, c, bias, trace, config, activation=activation)
+        self.launch = _triton_compat.SpecializedLaunch(_matmul_ws_kernel, (programs,), (), named,
+                                                       {"num_warps": 4, "maxnreg": MAXNREG})
+        self.arguments = _triton_compat.ordered_arguments(_matmul_ws_kernel, (), named)
+        for i in (_C_PTR, _BIAS, _TRACE):  # never keep the first call's tensors alive
+            self.arguments[i] = None
+        self.c_shape = c.shape
+        self.bias_dtype = a.dtype
+        self.bias_contiguous = bias_contiguous  # of the caller's bias (the checked one is made contiguous)
+        self.c_tma = named["C_TMA"]
+        self.moved = _triton_compat.descriptor_mover()  # chosen once: no environment look-up per call
+
+    def __call__(self, a, b, bias, trace):
+        c = torch.empty(self.c_shape, device=a.device, dtype=a.dtype)
+        args = list(self.arguments)
+        args[_A] = self.moved(args[_A], a)
+        args[_B] = self.moved(args[_B], b)
+        if self.c_tma:
+            args[_C] = self.moved(args[_C], c)
+        if bias is not None:
+            bias = bias if bias.dtype == self.bias_dtype else bias.to(self.bias_dtype)
+            bias = bias if self.bias_contiguous else bias.contiguous()
+        args[_C_PTR], args[_BIAS], args[_TRACE] = c, c if bias is None else bias, c if trace is None else trace
+        self.launch.launch(args)
+        return c
+
+
 def _launch(a, b, *, activation=None, bias=None, schedule=None, num_programs=None, trace=None, config=None):
+    """Launch through the plan of these inputs' key, making it first when new (checks included)."""
+    config_name = schedule or DEFAULT_SCHEDULE
+    try:
+        key = None if config is not None else _plan_key(a, b, activation, bias, config_name, num_programs,
+                                                         trace is not None)
+        plan = _PLANS.get(key) if key is not None else None
+    except TypeError:  # something unhashable (a bad activation): the checks below say what is wrong
+        key = plan = None
+    if plan is not None:
+        return plan(a, b, bias, trace)
+
+    bias_in = bias
     bias = _check_ws_inputs(a, b, activation, bias)
-    config = dict(config or CONFIGS[schedule or DEFAULT_SCHEDULE])
+    config = dict(config or CONFIGS[config_name])
     if config["SCHEDULE"] not in SCHEDULES:
         raise ValueError(f"SCHEDULE must be one of {SCHEDULES}, got {config['SCHEDULE']!r}")
     _require_hopper()
@@ -420,9 +498,13 @@ def _launch(a, b, *, activation=None, bias=None, schedule=None, num_programs=Non
     c = torch.empty((M, N), device=a.device, dtype=a.dtype)
     num_tiles = cdiv(M, _tile_m(config)) * cdiv(N, config["BLOCK_N"])
     programs = min(num_tiles, runtime.num_sms() if num_programs is None else check_int(num_programs, "num_programs"))
-    _matmul_ws_kernel[(programs,)](**_kernel_args(a, b, c, bias, trace, config, activation=activation),
-                                   num_warps=4, maxnreg=MAXNREG)
-    return c
+    plan = _Plan(a, b, c, bias, trace, config, activation, programs,
+                 bias_contiguous=bias_in is None or bias_in.stride(0) == 1)
+    if key is not None:
+        if len(_PLANS) >= MAX_PLANS:
+            _PLANS.pop(next(iter(_PLANS)))
+        _PLANS[key] = plan
+    return plan(a, b, bias, trace)
 
 
 def matmul_ws(a, b, *, activation=None, bias=None):
@@ -432,7 +514,8 @@ def matmul_ws(a, b, *, activation=None, bias=None):
     other stride (``b = weight.t()`` of an ``nn.Linear`` is fine): the rules and errors of
     ``matmul_tma``.  ``activation``: None, "relu", "leaky_relu" (slope 0.01) or "gelu" (exact);
     ``bias``: shape [N].  Both are applied to the fp32 accumulator before the single store.
-    Needs an sm_90 GPU (RuntimeError otherwise, no silent fallback).
+    Needs an sm_90 GPU (RuntimeError otherwise, no silent fallback).  The host work of a call
+    is done once per shape, layout and dtype and kept (see ``_Plan``).
     """
     return _launch(a, b, activation=activation, bias=bias)
 
@@ -458,45 +541,19 @@ def ws_schedule(M: int, N: int, *, schedule: str = DEFAULT_SCHEDULE, num_program
     return rows[0].astype(np.int64)
 
 
-def trace_ws_tiles(M, N, K=64, *, schedule=DEFAULT_SCHEDULE, num_programs=None, dtype=torch.float16):
-    """Run the kernel with TRACE on: an int64 ``[rows, 8]`` tensor of TRACE_FIELDS, one row per
-    (tile, consumer warpgroup), sorted by tile; ``start_ns``/``end_ns`` are ``%globaltimer`` readings
-    (ns) at the start of the tile's main loop and after its store was issued.  Poisoned with -1
-    first, so a row no warpgroup wrote shows.  Compare columns 0-5 with :func:`ws_schedule`."""
+def trace_ws_tiles(M, N, K=64, *, schedule=DEFAULT_SCHEDULE, num_programs=None, dtype=torch.float16,
+                   activation=None, bias=False):
+    """Run the kernel with TRACE on: an int64 ``[rows, 9]`` tensor of TRACE_FIELDS, one row per
+    (tile, consumer warpgroup), sorted by tile; ``start_ns``, ``mainloop_end_ns`` and ``end_ns``
+    are ``%globaltimer`` readings (ns) when the warpgroup starts the tile's main loop, when its
+    last wgmma has finished (the epilogue starts) and after its store was issued.  Poisoned with
+    -1 first, so a row no warpgroup wrote shows.  Compare columns 0-5 with :func:`ws_schedule`.
+    ``activation`` and ``bias`` (True: a random one) choose the epilogue."""
     config = CONFIGS[schedule]
     a = tma_aligned(torch.randn(M, K, device=runtime.DEVICE).to(dtype))  # any M, N, K: rows padded to 16 bytes
     b = tma_aligned(torch.randn(K, N, device=runtime.DEVICE).to(dtype))
+    bias_t = torch.randn(N, device=runtime.DEVICE).to(dtype) if bias else None
     rows = cdiv(M, _tile_m(config)) * cdiv(N, config["BLOCK_N"]) * (2 if config["SCHEDULE"] == "cooperative" else 1)
     trace = torch.full((rows, len(TRACE_FIELDS)), -1, dtype=torch.int64, device=runtime.DEVICE)
-    _launch(a, b, schedule=schedule, num_programs=num_programs, trace=trace)
+    _launch(a, b, schedule=schedule, num_programs=num_programs, trace=trace, activation=activation, bias=bias_t)
     return trace.cpu()
-
-
-# ----------------------------------------------------------------------------- compile without a GPU
-def compile_ws(*, dtype=torch.float16, schedule=DEFAULT_SCHEDULE, a_col_major=False, b_col_major=False,
-               activation=None, has_bias=False, c_tma=True, trace=False, size=512, target=90):
-    """Compile ``_matmul_ws_kernel`` for ``sm_{target}`` as ``matmul_ws`` would launch it on
-    ``size``-cubed inputs, without a GPU; returns ``triton.compile``'s result (``.asm["ttgir"]``,
-    ``["ptx"]``, ``.metadata``).  The interpreter must be off (``triton.knobs.runtime.interpret``)."""
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import make_backend
-    from triton.runtime.jit import create_function_from_signature
-
-    n = size if c_tma else size - 3  # 2 * (size - 3) bytes per row: not 16-byte aligned
-    a = torch.empty(size, size, dtype=dtype)
-    b = torch.empty(size, size, dtype=dtype)
-    a = a.t().contiguous().t() if a_col_major else a
-    b = (b.t().contiguous().t() if b_col_major else b)[:, :n]  # ragged n: a view of aligned rows
-    c = torch.empty(size, n, dtype=dtype)
-    bias = torch.empty(n, dtype=dtype) if has_bias else None
-    tr = torch.empty(1, 8, dtype=torch.int64) if trace else None
-    args = _kernel_args(a, b, c, bias, tr, CONFIGS[schedule], activation=activation)
-    kwargs = dict(num_warps=4, maxnreg=MAXNREG)
-    kernel = _matmul_ws_kernel
-    gpu_target = GPUTarget("cuda", target, 32)
-    backend = make_backend(gpu_target)
-    binder = create_function_from_signature(kernel.signature, kernel.params, backend)
-    bound, specialization, options = binder(**args, **kwargs)
-    options, signature, constexprs, attrs = kernel._pack_args(backend, kwargs, bound, specialization, options)
-    src = gluon._runtime.GluonASTSource(kernel, signature, constexprs, attrs)
-    return triton.compile(src, target=gpu_target, options=options.__dict__)

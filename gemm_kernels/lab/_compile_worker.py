@@ -2,7 +2,8 @@
 
 Started by ``compile_view.compile_many`` with ``GEMM_KERNELS_COMPILE_ONLY=1``, so importing the
 package leaves every kernel an ordinary ``@triton.jit`` function (no interpreter) that
-``triton.compile`` can build for a GPU target on a machine without one.
+``triton.compile`` can build for a GPU target on a machine without one.  Gluon kernels
+(``@gluon.jit``) never run in the interpreter and compile the same way, from a Gluon source.
 """
 
 from __future__ import annotations
@@ -34,6 +35,22 @@ def _decode(value):
         return storage if value["aligned"] else storage[1:]
     if isinstance(value, dict) and "tl_dtype" in value:
         return tl.dtype(value["tl_dtype"])
+    if isinstance(value, dict) and "jit_function" in value:  # a function argument (a constexpr)
+        ref = value["jit_function"]
+        if ref.get("path") and ref["path"] not in sys.path:
+            sys.path.insert(0, ref["path"])
+        obj = importlib.import_module(ref["module"])
+        for part in ref["name"].split("."):
+            obj = getattr(obj, part)
+        return obj
+    if isinstance(value, dict) and "gluon_descriptor" in value:
+        from triton.experimental.gluon import language as gl
+        from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+        d = value["gluon_descriptor"]
+        base = torch.empty(64, dtype=getattr(torch, d["dtype"]))  # only its dtype and alignment count
+        return TensorDescriptor(base, d["shape"], d["strides"], d["block_shape"],
+                                gl.NVMMASharedLayout(**d["layout"]), d["padding"])
     return value
 
 
@@ -76,7 +93,7 @@ def compile_one(request: dict) -> dict:
     jit_fn = _jit_function(request["module"], request["qualname"])
     given = {k: _decode(v) for k, v in request["args"].items()}
     src = build_source(jit_fn, given)
-    options = {"num_warps": request["num_warps"], "num_stages": request["num_stages"]}
+    options = {"num_warps": request["num_warps"], "num_stages": request["num_stages"], **request.get("options", {})}
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="TRITON_DEFAULT_FP_FUSION")
         compiled = triton.compile(src, target=GPUTarget("cuda", request["capability"], 32), options=options)
@@ -90,7 +107,19 @@ def compile_one(request: dict) -> dict:
         "num_warps": int(meta.num_warps), "num_stages": int(meta.num_stages), "num_regs": usage.get("reg"),
         "spill_bytes": usage.get("local"), "global_scratch": int(getattr(meta, "global_scratch_size", 0) or 0),
         "metadata": {"shared": int(meta.shared), "num_warps": int(meta.num_warps)},
+        "gluon": bool(getattr(jit_fn, "is_gluon", lambda: False)()),
     }}
+
+
+def _describe(err: BaseException) -> str:
+    """The error and the chain of errors under it (a compile error wraps the user's own, e.g. the
+    NotImplementedError of an exercise stub), innermost last."""
+    parts, seen = [], set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        parts.append(f"{type(err).__name__}: {err}")
+        err = err.__cause__ or err.__context__
+    return "\ncaused by ".join(parts)
 
 
 def main(job_path: str, result_path: str) -> None:
@@ -100,8 +129,8 @@ def main(job_path: str, result_path: str) -> None:
     for request in json.loads(open(job_path).read()):
         try:
             results.append(compile_one(request))
-        except Exception as err:  # reported per request, by name, in the parent
-            results.append({"error": f"{type(err).__name__}: {err}"})
+        except Exception as err:  # reported per request, by name, in the parent, with what caused it
+            results.append({"error": _describe(err)})
     with open(result_path, "w") as f:
         json.dump(results, f)
 

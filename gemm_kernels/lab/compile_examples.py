@@ -13,7 +13,7 @@ import torch
 import triton
 
 from .. import runtime
-from ..kernels import configs, grouped, matmul, moe, persistent, streamk
+from ..kernels import configs, grouped, matmul, matmul_ws, moe, persistent, streamk
 from .compile_view import KernelExample
 
 
@@ -131,6 +131,38 @@ def moe_examples():
     return examples
 
 
+def ws_example(*, dtype=torch.float16, schedule=matmul_ws.DEFAULT_SCHEDULE, a_col_major=False, b_col_major=False,
+               activation=None, has_bias=False, c_tma=True, trace=False, size=512, name=None) -> KernelExample:
+    """The warp-specialized Gluon kernel as ``matmul_ws`` launches it on ``size``-cubed inputs
+    (sm_90 only: wgmma, TMA and mbarriers are Hopper's).  ``c_tma=False``: C's rows are not
+    16-byte aligned (N = size - 3), so the epilogue stores through pointers."""
+    n = size if c_tma else size - 3  # 2 * (size - 3) bytes per row: not 16-byte aligned
+    a = torch.zeros(size, size, dtype=dtype)
+    b = torch.zeros(size, size, dtype=dtype)
+    a = a.t().contiguous().t() if a_col_major else a
+    b = (b.t().contiguous().t() if b_col_major else b)[:, :n]  # ragged n: a view of aligned rows
+    c = torch.zeros(size, n, dtype=dtype)
+    bias = torch.zeros(n, dtype=dtype) if has_bias else None
+    tr = torch.zeros(1, len(matmul_ws.TRACE_FIELDS), dtype=torch.int64) if trace else None
+    args = matmul_ws._kernel_args(a, b, c, bias, tr, matmul_ws.CONFIGS[schedule], activation=activation)
+    if name is None:
+        layout = f"{'A^T' if a_col_major else 'A'}, {'B^T' if b_col_major else 'B'}"
+        epilogue = "+".join(filter(None, [activation, "bias" if has_bias else None])) or "plain"
+        name = f"matmul_ws[{str(dtype).replace('torch.', '').replace('float', 'fp').replace('bfp', 'bf')}, " \
+               f"{schedule}, {layout}, {epilogue}{'' if c_tma else ', pointer stores'}{', trace' if trace else ''}]"
+    return KernelExample(name, matmul_ws._matmul_ws_kernel, args, triton.Config({}, num_warps=4), targets=(90,),
+                         expect={90: ("wgmma", "cp.async.bulk.tensor", "mbarrier")},
+                         options={"maxnreg": matmul_ws.MAXNREG})
+
+
+def ws_examples():
+    """The warp-specialized kernel (Gluon), both schedules: cooperative on an nn.Linear weight
+    (B^T) with bias+GELU, and ping-pong on row-major operands."""
+    return [ws_example(b_col_major=True, activation="gelu", has_bias=True),
+            ws_example(schedule="pingpong")]
+
+
 def all_examples() -> list[KernelExample]:
     """Every kernel's examples, in teaching order."""
-    return [*matmul_examples(), *persistent_examples(), *streamk_examples(), *grouped_examples(), *moe_examples()]
+    return [*matmul_examples(), *persistent_examples(), *streamk_examples(), *grouped_examples(), *moe_examples(),
+            *ws_examples()]

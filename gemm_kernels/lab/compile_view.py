@@ -23,6 +23,7 @@ The examples every kernel module is shown with live in ``compile_examples.py``.
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import inspect
 import json
@@ -40,6 +41,7 @@ import torch
 import triton
 
 from .. import runtime
+from .._triton_compat import _is_gluon_descriptor
 
 #: PTX instructions worth pointing at: name -> (regex, what it means)
 HIGHLIGHTS = {
@@ -110,9 +112,17 @@ class CompileView:
     spill_bytes: int | None  # local memory per thread: > 0 means registers spilled
     global_scratch: int  # bytes of global scratch per program (tensor descriptors built on device)
     metadata: dict = field(repr=False, default_factory=dict)
+    gluon: bool = False  # a Gluon kernel: written at the TritonGPU level, so it has no TTIR stage
+
+    @property
+    def stages(self) -> tuple:
+        """The compiler stages this kernel went through (a Gluon kernel starts at ttgir)."""
+        return tuple(s for s in STAGES if s in self.asm)
 
     @property
     def ttir(self) -> str:
+        if "ttir" not in self.asm and self.gluon:
+            return "(no TTIR: a Gluon kernel is written with its layouts, at the TritonGPU level; see .ttgir)"
         return self.asm["ttir"]
 
     @property
@@ -187,7 +197,8 @@ class CompileView:
 
 # ----------------------------------------------------------------------------- requests to the worker
 def _python_function(kernel):
-    """The Python function behind a jit function, an autotuned/tuned wrapper or an interpreter object."""
+    """The Python function behind a jit function (Triton or Gluon), an autotuned/tuned wrapper or an
+    interpreter object."""
     obj = kernel
     for _ in range(8):
         if isinstance(obj, types.FunctionType):
@@ -200,15 +211,34 @@ def _encode(value):
     """A launch argument as JSON the worker turns back into an equivalent argument."""
     if isinstance(value, torch.Tensor):
         return {"tensor": str(value.dtype).replace("torch.", ""), "aligned": value.data_ptr() % 16 == 0}
+    if _is_gluon_descriptor(value):  # a Gluon kernel's host TMA descriptor: its type is all that compiles
+        return {"gluon_descriptor": {
+            "dtype": str(value.base.dtype).replace("torch.", ""), "shape": [int(d) for d in value.shape],
+            "strides": [int(d) for d in value.strides], "block_shape": [int(d) for d in value.block_shape],
+            "layout": {f.name: getattr(value.layout, f.name) for f in dataclasses.fields(value.layout)},
+            "padding": value.padding}}
+    if isinstance(value, dict) and set(value) == {"jit_function"}:  # a kernel's function argument, by module
+        return value
+    if isinstance(value, triton.runtime.jit.JITFunction):  # a @triton.jit/@gluon.jit function as a constexpr
+        fn = _python_function(value)
+        if fn.__module__ in (None, "__main__"):
+            raise TypeError(f"compile_for passes a function argument by module and name; {fn.__name__} lives in "
+                            f"{fn.__module__!r}: put it in a .py file")
+        return {"jit_function": {"module": fn.__module__, "name": fn.__qualname__}}
     if isinstance(value, triton.language.dtype):
         return {"tl_dtype": value.name}
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     raise TypeError(f"compile_for cannot pass a {type(value).__name__} to the compiler: use tensors, ints, "
-                    "floats, bools, strings, None or triton.language dtypes")
+                    "floats, bools, strings, None, triton.language dtypes or Gluon TensorDescriptors")
 
 
-def _request(kernel, args, target, config, num_warps, num_stages, name, constexprs) -> dict:
+#: compile options a request may set beside num_warps / num_stages (Gluon's warp-specialized
+#: kernels launch with ``maxnreg``: registers per thread before setmaxnreg moves them)
+COMPILE_OPTIONS = ("maxnreg",)
+
+
+def _request(kernel, args, target, config, num_warps, num_stages, name, constexprs, options=None) -> dict:
     fn = _python_function(kernel)
     module, qualname = fn.__module__, fn.__qualname__
     if module in (None, "__main__") or "<" in qualname:
@@ -219,12 +249,17 @@ def _request(kernel, args, target, config, num_warps, num_stages, name, constexp
     unknown = sorted(set(given) - set(params))
     if unknown:
         raise ValueError(f"{fn.__name__} has no parameters named {unknown}")
+    options = dict(options or {})
+    bad = sorted(set(options) - set(COMPILE_OPTIONS))
+    if bad:
+        raise ValueError(f"unknown compile options {bad}; allowed: {list(COMPILE_OPTIONS)}")
     return {
         "module": module, "qualname": qualname, "capability": parse_target(target),
         "args": {k: _encode(v) for k, v in given.items()},
         "num_warps": num_warps or (config.num_warps if config else 4),
         "num_stages": num_stages or (config.num_stages if config else 3),
         "name": name or fn.__name__,
+        **({"options": options} if options else {}),
     }
 
 
@@ -264,15 +299,18 @@ def compile_many(requests: list[dict]) -> list[CompileView]:
 
 def compile_for(kernel, args: Mapping[str, Any], *, target="sm_90", config: triton.Config | None = None,
                 num_warps: int | None = None, num_stages: int | None = None, name: str | None = None,
-                **constexprs) -> CompileView:
+                options: Mapping[str, Any] | None = None, **constexprs) -> CompileView:
     """Compile ``kernel`` as launched with ``args`` for ``target`` (e.g. "sm_90", "sm_80").
 
     ``config`` (a ``triton.Config``) supplies block constexprs, num_warps and num_stages, as an
     autotuner would; explicit ``num_warps`` / ``num_stages`` / constexpr keywords override it.
+    ``kernel`` may be a ``@triton.jit`` or a ``@gluon.jit`` kernel (whose host TMA descriptors
+    are passed as ``TensorDescriptor`` objects); ``options`` sets :data:`COMPILE_OPTIONS`.
     Works without a GPU.  Raises ValueError for a bad target or argument names, RuntimeError
     (with the compiler's message) when the kernel cannot be built for that target.
     """
-    return compile_many([_request(kernel, args, target, config, num_warps, num_stages, name, constexprs)])[0]
+    return compile_many([_request(kernel, args, target, config, num_warps, num_stages, name, constexprs,
+                                  options)])[0]
 
 
 # ----------------------------------------------------------------------------- registry
@@ -286,9 +324,10 @@ class KernelExample:
     config: triton.Config
     targets: tuple = (90, 80)
     expect: Mapping[int, tuple] = field(default_factory=dict)
+    options: Mapping[str, Any] = field(default_factory=dict)  # e.g. {"maxnreg": 168}
 
     def request(self, target) -> dict:
-        return _request(self.kernel, self.args, target, self.config, None, None, self.name, {})
+        return _request(self.kernel, self.args, target, self.config, None, None, self.name, {}, self.options)
 
     def compile(self, target) -> CompileView:
         return compile_many([self.request(target)])[0]

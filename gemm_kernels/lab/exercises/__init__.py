@@ -17,6 +17,7 @@ notebook                   module
 05_persistent_tma          :mod:`gemm_kernels.lab.exercises.persistent_tma`
 06_grouped_gemm            :mod:`gemm_kernels.lab.exercises.grouped_gemm`
 07_moe_grouped_mm          :mod:`gemm_kernels.lab.exercises.moe_grouped_mm`
+08_warp_specialization     :mod:`gemm_kernels.lab.exercises.warp_specialization`
 09_moe_training            :mod:`gemm_kernels.lab.exercises.moe_training`
 =========================  ==========================================
 """
