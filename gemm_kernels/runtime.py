@@ -110,7 +110,7 @@ def prepare_interpreter() -> None:
     _triton_compat.serialise_interpreted_launches()
 
 
-if "triton" in sys.modules:  # imported before us: a learner's own kernels need its helpers switched now
+if sys.modules.get("triton") is not None:  # imported before us: a learner's own kernels need its helpers switched now
     prepare_interpreter()
 
 

@@ -25,7 +25,7 @@ import triton
 from triton.testing import do_bench, do_bench_cudagraph
 
 from gemm_kernels import _triton_compat, runtime
-from gemm_kernels.bench.suites import vendor_kernel_name
+from gemm_kernels.bench.core import vendor_kernel_of as vendor_kernel_name
 from gemm_kernels.kernels import matmul_ws as ws
 
 OUT = sys.argv[1] if len(sys.argv) > 1 else "."

@@ -34,7 +34,10 @@ def test_ring_phases(answer, status, words):
     result = ex.check_ring_phases(answer)
     assert result.status == status and words in str(result), str(result)
     if status == WRONG and "step" in words:
-        assert "hint:" in str(result)
+        step = words.split("(")[1].rstrip(")")
+        assert ex.STEP_NUDGES[step] in str(result)  # a nudge for the wrong step, never the formula
+        assert "lap & 1" not in str(result) and "% stages" not in str(result)
+        assert "lap & 1" in str(ex.check_ring_phases.hint(level=3))  # the solution only on request
 
 
 @gluon.jit

@@ -142,20 +142,37 @@ def fresh_compat(monkeypatch):
     return _triton_compat
 
 
+def _two_candidate_kernel(monkeypatch):
+    """The persistent kernel tuned over two candidates with autotuning on and a stand-in timer
+    (nothing can be timed on a CPU): the autotuner really runs and chooses."""
+    from test_configs import _persistent_launch, triton_config
+
+    from gemm_kernels.kernels.persistent import _matmul_persistent_kernel, _persistent_tuned
+
+    monkeypatch.setattr(runtime, "autotune_enabled", lambda: True)
+    timer = lambda kernel_call, quantiles=None: (kernel_call(), [1.0] * 3)[1]  # noqa: E731
+    tuned = configs.TunedKernel(_matmul_persistent_kernel, [triton_config(bk) for bk in (32, 16)],
+                                key=_persistent_tuned.keys, do_bench=timer)
+    return tuned, _persistent_launch
+
+
 @pytest.mark.parametrize("internals", ["1", "0"])
 def test_tuned_kernel_is_right_with_and_without_the_remembered_choice(monkeypatch, fresh_compat, internals):
+    from gemm_kernels.kernels.matmul import matmul_ref
+
     monkeypatch.setenv(_triton_compat.INTERNALS_ENV, internals)
-    tuned = configs.TunedKernel(_scale_kernel, [triton.Config({"BLOCK": 16})], key=["n"])
-    x = torch.randn(40, device=DEVICE)
-    for factor in (2.0, 3.0):
-        out = torch.empty_like(x)
-        tuned[(3,)](x, out, 40, factor)
-        torch.testing.assert_close(out, x * factor)
+    tuned, launch_args = _two_candidate_kernel(monkeypatch)
+    for _ in range(2):
+        a, b, c, args, grid = launch_args(torch.float16, None)
+        tuned[grid](**args)
+        assert_close(c, matmul_ref(a, b, out_dtype=torch.float64), torch.float16)
     assert bool(tuned.chosen) == (internals == "1")  # without the internal, every launch asks the autotuner
 
 
 def test_a_moved_best_config_falls_back_with_one_warning(monkeypatch, fresh_compat):
-    tuned = configs.TunedKernel(_scale_kernel, [triton.Config({"BLOCK": 16})], key=["n"])
+    from gemm_kernels.kernels.matmul import matmul_ref
+
+    tuned, launch_args = _two_candidate_kernel(monkeypatch)
     real_run = tuned.autotuner.run
 
     def run_and_rename(*args, **kwargs):  # a Triton whose autotuner keeps its choice elsewhere
@@ -164,11 +181,10 @@ def test_a_moved_best_config_falls_back_with_one_warning(monkeypatch, fresh_comp
         return result
 
     monkeypatch.setattr(tuned.autotuner, "run", run_and_rename)
-    x = torch.randn(20, device=DEVICE)
-    out = torch.empty_like(x)
+    a, b, c, args, grid = launch_args(torch.float16, None)
     with pytest.warns(RuntimeWarning, match="best_config"):
-        tuned[(2,)](x, out, 20, 2.0)
-    torch.testing.assert_close(out, x * 2.0)
+        tuned[grid](**args)
+    assert_close(c, matmul_ref(a, b, out_dtype=torch.float64), torch.float16)
     assert not tuned.chosen and "best_config" in _triton_compat._disabled
 
 

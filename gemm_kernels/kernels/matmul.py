@@ -92,13 +92,13 @@ def matmul(a, b, *, order="grouped", group_size_m=8, activation=None, bias=None)
     ``kernels.autograd``), and a PyTorch custom op (``torch.ops.gemm_kernels.matmul``) that
     ``torch.compile`` traces without a graph break.
     """
-    a, b, bias = checks.resolve_lazy_views(a, b, bias)
     if grad_enabled_for(a, b, bias):
         return torch.ops.gemm_kernels.matmul(a, b, order, group_size_m, activation, bias)
     return _matmul_forward(a, b, order, group_size_m, activation, bias)
 
 
 def _matmul_forward(a, b, order, group_size_m, activation, bias):
+    a, b, bias = checks.resolve_lazy_views(a, b, bias)  # the kernel reads memory, not torch's lazy negation
     bias, group_size_m = checks.check_matmul_inputs(a, b, order, group_size_m, activation, bias)
     M, K = a.shape
     N = b.shape[1]

@@ -307,6 +307,7 @@ _MAX_LAUNCHES = 256
 def _forward(x, w, offs, tma, check_offs):
     """``grouped_mm``'s forward: ``check_offs`` None (device-side check on a GPU, host check on the
     CPU), True (host check) or False (none).  On a GPU a repeated shape takes a bound launch."""
+    x, w = checks.resolve_lazy_views(x, w)  # a negated view's memory holds the values before the negation
     on_gpu = runtime.on_gpu()
     device_check = check_offs is None and on_gpu
     if on_gpu and not check_offs:
@@ -417,7 +418,6 @@ def grouped_mm(x, w, offs, *, tma=None, check_offs=None):
         raise TypeError(f"check_offs must be None, True or False, got {check_offs!r}")
     if tma is not None and not isinstance(tma, bool):  # not `in (None, True, False)`: 0 == False
         raise TypeError(f"tma must be None, True or False, got {tma!r}")
-    x, w = checks.resolve_lazy_views(x, w)  # a negated view's memory holds the values before the negation
     if grad_enabled_for(x, w):
         _check_shapes(x, w, offs)
         return torch.ops.gemm_kernels.grouped_mm(x, w, offs, tma, check_offs)

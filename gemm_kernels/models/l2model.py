@@ -386,7 +386,14 @@ def l2_traffic(schedule: Schedule, block_k: int, K: int | None = None, l2_bytes:
         s = tile_schedule(9 * 64, 9 * 64, 64, 64, "row_major", programs_in_flight=9)
         l2_traffic(s, block_k=64, K=9 * 64).upto(0)["misses"]   # 90 (grouped, GROUP_SIZE_M=3: 54)
     """
+    if isinstance(effective_fraction, bool) or not isinstance(effective_fraction, (int, float, np.integer, np.floating)):
+        raise TypeError(f"effective_fraction must be a number in (0, 1], got {type(effective_fraction).__name__}")
     if not 0 < effective_fraction <= 1:
         raise ValueError(f"effective_fraction must be in (0, 1], got {effective_fraction}")
-    capacity = None if l2_bytes is None else l2_bytes * effective_fraction
+    if l2_bytes is None or effective_fraction == 1:
+        capacity = l2_bytes  # checked (type, range) by ReuseProfile.hits
+    elif isinstance(l2_bytes, bool) or not isinstance(l2_bytes, (int, float, np.integer, np.floating)):
+        raise TypeError(f"l2_bytes must be a number of bytes (or None: unlimited), got {type(l2_bytes).__name__}")
+    else:
+        capacity = l2_bytes * effective_fraction
     return reuse_profile(schedule, block_k, K, element_bytes).traffic(capacity)

@@ -10,7 +10,7 @@ import triton.language as tl
 
 from ... import runtime
 from ...models.tiles import cdiv, tile_coords_np
-from ._core import call, exercise
+from ._core import Hints, call, exercise
 
 #: (rows per expert, T, num_pid_m, num_pid_n, GROUP_SIZE_M): idle experts first, in the middle
 #: and last, rows past offs[-1], one expert, more row tiles than a group
@@ -32,10 +32,11 @@ def wgrad_work_ref(counts, K, N, block_m, block_n, block_k):
 WORK_CASES = [([50, 0, 12, 3], 256, 128, 64, 64, 32), ([1000], 64, 64, 64, 64, 64), ([0, 7, 129], 100, 40, 32, 16, 16)]
 
 
-@exercise("wgrad_work",
-          hint="dw[e] is a full K x N matrix whatever the routing: cdiv(K, block_m) * cdiv(N, block_n) tiles "
-               "for every expert; the expert's rows are the reduction, so each tile runs cdiv(rows_e, block_k) "
-               "steps (0 for an idle expert)")
+@exercise("wgrad_work", hints=Hints(
+    nudge="dw[e] has the shape of w[e] whatever the routing: which dimension do the expert's rows become?",
+    approach="the tiles cover dw[e]'s K x N; the expert's token rows are the sum's range, so they set the "
+             "number of K-loop steps of each tile (an idle expert: none)",
+    solution="tiles = cdiv(K, block_m) * cdiv(N, block_n) for every expert; steps = cdiv(rows_e, block_k)"))
 def check_wgrad_work(wgrad_work):
     problems = []
     for counts, K, N, bm, bn, bk in WORK_CASES:
@@ -93,11 +94,15 @@ def wgrad_tile_table_ref(counts, T, num_pid_m, num_pid_n, group_size_m) -> list[
     return table
 
 
-@exercise("wgrad_tile",
-          hint="step by step: (1) expert = tile // (num_pid_m * num_pid_n); (2) pid_m, pid_n = tile_coords(tile % "
-               "(num_pid_m * num_pid_n), num_pid_m, num_pid_n, True, GROUP_SIZE_M); (3) the rows are "
-               "offs[expert - 1] (0 for expert 0: tl.load(..., mask=expert > 0, other=0)) to offs[expert]; "
-               "return expert, pid_m, pid_n, first_row, row_end - first_row")
+@exercise("wgrad_tile", hints=Hints(
+    nudge="every expert owns the same number of tiles here (dw[e] is K x N): a tile index splits into "
+          "(expert, tile inside the expert) without a search",
+    approach="divide by the tiles per expert; map the remainder to (pid_m, pid_n) with the package's grouped "
+             "order; the expert's rows run from the previous expert's end in offs to its own",
+    solution="expert = tile // (num_pid_m * num_pid_n); pid_m, pid_n = tile_coords(tile % (num_pid_m * "
+             "num_pid_n), num_pid_m, num_pid_n, True, GROUP_SIZE_M); first_row = tl.load(offs_ptr + expert - 1, "
+             "mask=expert > 0, other=0); row_end = tl.load(offs_ptr + expert); return expert, pid_m, pid_n, "
+             "first_row, row_end - first_row"))
 def check_wgrad_tile(wgrad_tile):
     problems = []
     for counts, T, num_pid_m, num_pid_n, group in LOOKUP_CASES:

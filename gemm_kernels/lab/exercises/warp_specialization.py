@@ -32,7 +32,7 @@ from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
 
 from ... import runtime
 from ...kernels import matmul_ws as ws
-from ._core import AnswerRaised, _NotAttempted, call, exercise, is_stub_error
+from ._core import AnswerRaised, Hints, _NotAttempted, call, exercise, is_stub_error
 
 # ----------------------------------------------------------------------------- exercise 1: phases
 #: (q, stages): the first lap, a wrap, far laps, a one-slot ring, matmul_ws' rings
@@ -48,17 +48,21 @@ def ring_phases_ref(q: int, stages: int) -> tuple[int, int, int]:
     return q % stages, lap & 1, (lap & 1) ^ 1
 
 
-STEP_HINTS = {
-    "slot": "positions go round the ring: slot = q % stages",
-    "ready": "the ready barrier of a slot completes once per lap of the ring; lap = q // stages, and the "
-             "consumer waits for parity lap & 1 (lap 0: parity 0, lap 1: parity 1, ...)",
-    "empty": "the producer waits for the consumers to give the slot back from the previous lap; a fresh "
-             "barrier counts as having completed parity 1, so on lap 0 it waits for parity 1 and passes: "
-             "empty_phase = ready_phase ^ 1",
+#: what each step of ring_phases is about, said without its formula (the Hints hold the rest)
+STEP_NUDGES = {
+    "slot": "which slot does position q use, when the ring has `stages` slots and positions go round it?",
+    "ready": "how many times has this slot's ready barrier completed before position q's load lands?",
+    "empty": "what has the producer to wait for before refilling a slot, and what does a fresh barrier "
+             "count as having completed?",
 }
 
 
-@exercise("ring_phases", hint=None)
+@exercise("ring_phases", hints=Hints(
+    nudge="a ring position q is a slot and a lap: the slot says which buffer, the lap says which phase",
+    approach="slot from q and the ring size; the ready barrier of a slot completes once per lap, so its "
+             "parity flips every lap; the producer's empty wait is one lap behind, and a fresh barrier passes "
+             "a wait for parity 1",
+    solution="lap = q // stages; return q % stages, lap & 1, (lap & 1) ^ 1"))
 def check_ring_phases(slot_and_phases):
     for step, index in (("slot", 0), ("ready", 1), ("empty", 2)):  # stepwise: the first wrong step only
         problems = []
@@ -74,7 +78,7 @@ def check_ring_phases(slot_and_phases):
                 problems.append(f"q={q}, stages={stages}: {step}{'' if step == 'slot' else '_phase'} expected "
                                 f"{expected[index]}, got {got[index]}")
         if problems:
-            return [f"step {index + 1} of 3 ({step}): {problems[0]}", *problems[1:4], f"hint: {STEP_HINTS[step]}"]
+            return [f"step {index + 1} of 3 ({step}): {problems[0]}", *problems[1:4], STEP_NUDGES[step]]
     return []
 
 
@@ -236,7 +240,15 @@ def _run_on_gpu(directory: str, module: str, name: str) -> list[str]:
     return problems
 
 
-@exercise("consumer_mainloop", hint=None,
+@exercise("consumer_mainloop", hints=Hints(
+    nudge="a consumer must wait before it reads a slot, and give the slot back once the wgmma that read it is done",
+    approach="for each K block: the slot and the lap's phase from the ring position; wait on the slot's ready "
+             "barrier; issue the async wgmma; wait until at most one wgmma is in flight, then arrive on the "
+             "previous slot's empty barrier; after the loop, wait for the last wgmma and give its slot back",
+    solution="s = q % STAGES; mbarrier.wait(ready_bars.index(s), (q // STAGES) & 1); acc = warpgroup_mma(..., "
+             "is_async=True); acc = warpgroup_mma_wait(1, deps=(acc,)); mbarrier.arrive(empty_bars.index("
+             "previous slot), pred=kk > 0); after the loop: warpgroup_mma_wait(0, deps=(acc,)) and arrive for "
+             "the last slot"),
           praise="correct: it compiles for sm_90 with the waits and arrives in place (and, on a Hopper GPU, "
                  "computes C right on ragged shapes: gpu_note() says which ran here)")
 def check_consumer_mainloop(consumer_mainloop):
@@ -252,20 +264,17 @@ def check_consumer_mainloop(consumer_mainloop):
         causes = [c.strip() for c in str(exc).split("caused by ")]
         reason = next((c.splitlines()[0] for c in reversed(causes) if c.strip()), str(exc))
         return [f"step 1 of 3 (compile for sm_90): {reason[:400]}",
-                "hint: the loop gets (a_bufs, b_bufs, ready_bars, empty_bars, q0, k_tiles, PART, A_PARTS, WG_M, "
-                "BLOCK_N, STAGES); slot s = q % STAGES; mbarrier.wait(bar, phase), mbarrier.arrive(bar, pred=...)"]
+                "the loop gets (a_bufs, b_bufs, ready_bars, empty_bars, q0, k_tiles, PART, A_PARTS, WG_M, "
+                "BLOCK_N, STAGES): see the stub's signature"]
     expected_wgmma = 2 * (CONFIG["WG_M"] // 64) * (CONFIG["BLOCK_K"] // 16)
     if counts["waits"] < 2:  # the producer's empty wait is one; the consumers' ready wait the other
         return [f"step 2 of 3 (wait for the data): the kernel has {counts['waits']} barrier wait(s); the "
                 "consumers never wait on ready_bars",
-                "hint: before the wgmma on slot s, mbarrier.wait(ready_bars.index(s), (q // STAGES) & 1): "
-                "otherwise it reads shared memory the TMA has not filled yet"]
+                "without that wait the wgmma reads shared memory the TMA has not filled yet"]
     if counts["arrives"] < 1:
         return ["step 3 of 3 (give the slot back): the consumers never arrive on empty_bars, so the producer "
                 "waits forever once the ring is full",
-                "hint: once the wgmma that read slot s is done (warpgroup_mma_wait(1) leaves only the newest "
-                "in flight), mbarrier.arrive(empty_bars.index(previous slot), pred=kk > 0); after the loop, "
-                "warpgroup_mma_wait(0) and arrive for the last slot"]
+                "a slot may be handed back only once the wgmma that read it has finished"]
     if counts["wgmma"] != expected_wgmma:
         return [f"the kernel has {counts['wgmma']} wgmma instructions, expected {expected_wgmma} "
                 "(one warpgroup_mma per K block per consumer)"]
