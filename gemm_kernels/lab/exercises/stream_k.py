@@ -124,7 +124,7 @@ def _partial_slot(slot, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
 
 @triton.jit
 def run_segment(a_ptr, b_ptr, c_ptr, partial_ptr, flag_ptr, trace_ptr, M, N, K, sk_tiles,
-                tile, k_first, k_end, segment,
+                tile, k_first, k_end,
                 NUM_PROGRAMS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     """Run K blocks ``[k_first, k_end)`` of ``tile`` (row-major tile order; A, B, C contiguous)
     for this program, and hand the result over as ``matmul_streamk`` does:
@@ -135,13 +135,19 @@ def run_segment(a_ptr, b_ptr, c_ptr, partial_ptr, flag_ptr, trace_ptr, M, N, K, 
       pids, ``streamk_range``), then store the tile of C (masked).
 
     Records ``(program, tile, k_first, k_end)`` in the trace: row ``tile`` for a data-parallel
-    tile, row ``dp_tiles + 2 * program + segment`` for Stream-K segment ``segment`` (0 or 1)."""
+    tile, row ``dp_tiles + 2 * program + n`` for the program's ``n``-th Stream-K piece (0 or 1).
+    ``flag_ptr`` holds ``2 * NUM_PROGRAMS`` int32: the flags, then each program's piece count."""
     pid = tl.program_id(0)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     num_tiles = tl.cdiv(M, BLOCK_M) * num_pid_n
     k_tiles = tl.cdiv(K, BLOCK_K)
     dp_tiles = num_tiles - sk_tiles
-    row = tl.where(tile < dp_tiles, tile, dp_tiles + 2 * pid + segment)
+    # flag_ptr[NUM_PROGRAMS + pid] counts this program's Stream-K pieces: the n-th is recorded in
+    # row dp_tiles + 2 * pid + n, so a program running more than its two pieces (a loop that never
+    # moves on, say) writes past its rows and, at the end of the trace, is stopped by the checked run
+    is_split = tile >= dp_tiles
+    piece = tl.atomic_add(flag_ptr + NUM_PROGRAMS + pid, is_split.to(tl.int32))
+    row = tl.where(is_split, dp_tiles + 2 * pid + piece, tile)
     record_tile(trace_ptr, row, pid, tile, k_first, k_end)
 
     rows = (tile // num_pid_n) * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -190,7 +196,7 @@ def run_streamk(kernel, a: torch.Tensor, b: torch.Tensor, num_programs: int, sk_
     dp_tiles = cdiv(M, bm) * cdiv(N, bn) - sk_tiles
     trace = torch.full((dp_tiles + 2 * num_programs, 4), -1, dtype=torch.int32, device=a.device)
     partials = torch.zeros((num_programs, bm * bn), dtype=torch.float32, device=a.device)
-    flags = torch.zeros(num_programs, dtype=torch.int32, device=a.device)
+    flags = torch.zeros(2 * num_programs, dtype=torch.int32, device=a.device)  # flags, then call counts
     kernel[(num_programs,)](a, b, c, partials, flags, trace, M, N, K, sk_tiles, NUM_PROGRAMS=num_programs,
                             **STREAMK_BLOCKS)
     return c, trace.cpu()
@@ -202,17 +208,22 @@ def run_streamk(kernel, a: torch.Tensor, b: torch.Tensor, num_programs: int, sk_
 LOOP_CASES = [(40, 20, 72, 4, 2), (16, 16, 48, 4, 1), (33, 17, 40, 2, 0), (48, 16, 160, 5, 3), (32, 32, 128, 3, 3)]
 
 
-def compare_segments(trace: np.ndarray, expected: np.ndarray, num_programs: int, case: str) -> list[str]:
-    """Lines naming the programs whose traced segments differ from the mirror's."""
-    lines = []
-    for p in range(num_programs):
-        want = [tuple(r[1:]) for r in expected.tolist() if r[0] == p]
-        got = [tuple(r[1:]) for r in trace.tolist() if r[0] == p]
-        if got != want:
-            lines.append(f"{case}: program {p} ran {_segments_text(got)}; expected {_segments_text(want)}")
-    never = [tuple(r[1:]) for r in expected.tolist() if r[0] >= 0 and tuple(r) not in map(tuple, trace.tolist())]
-    if never and not lines:
-        lines.append(f"{case}: segments never run: {_segments_text(never)}")
+def compare_segments(trace: np.ndarray, expected: np.ndarray, num_programs: int, dp_tiles: int,
+                     case: str) -> list[str]:
+    """Lines naming the programs whose traced segments differ from the mirror's (both tables of
+    ``streamk_segments``' layout: data-parallel rows first, then two rows per program)."""
+    def pieces(table, p, split_only=False):
+        rows = table[dp_tiles:] if split_only else table
+        return [tuple(r[1:]) for r in rows.tolist() if r[0] == p]
+
+    lines = [f"{case}: program {p} ran {_segments_text(pieces(trace, p))}; expected {_segments_text(pieces(expected, p))}"
+             for p in range(num_programs) if pieces(trace, p) != pieces(expected, p)]
+    reversed_shares = num_programs > 1 and all(
+        pieces(trace, p, True) == pieces(expected, num_programs - 1 - p, True) for p in range(num_programs))
+    if lines and reversed_shares:
+        lines = lines[:3] + [f"{case}: each program ran the Stream-K share of program NUM_PROGRAMS - 1 - pid: "
+                             "streamk_range(pid, ...) already hands the shares out from the last program down; "
+                             "give it this program's own pid"]
     return lines[:4]
 
 
@@ -221,12 +232,11 @@ def compare_segments(trace: np.ndarray, expected: np.ndarray, num_programs: int,
           "do tile edges cut them?",
     approach="get [it, end) from streamk_range(pid, sk_tiles * k_tiles, NUM_PROGRAMS); while it < end, find the "
              "tile t = it // k_tiles and the K range inside it (stop at the tile's end or at end), run it with "
-             "run_segment on tile dp_tiles + t with segment 0, then 1, and move it on by what you ran",
-    solution="it, end = streamk_range(pid, sk_tiles * k_tiles, NUM_PROGRAMS); segment = 0; while it < end: "
+             "run_segment on tile dp_tiles + t, and move it on by the iterations you ran",
+    solution="it, end = streamk_range(pid, sk_tiles * k_tiles, NUM_PROGRAMS); while it < end: "
              "t = it // k_tiles; k_first = it - t * k_tiles; k_end = tl.minimum(k_tiles, k_first + (end - it)); "
              "run_segment(a_ptr, b_ptr, c_ptr, partial_ptr, flag_ptr, trace_ptr, M, N, K, sk_tiles, dp_tiles + t, "
-             "k_first, k_end, segment, NUM_PROGRAMS, BLOCK_M, BLOCK_N, BLOCK_K); it += k_end - k_first; "
-             "segment += 1"))
+             "k_first, k_end, NUM_PROGRAMS, BLOCK_M, BLOCK_N, BLOCK_K); it += k_end - k_first"))
 def check_streamk_loop(kernel):
     problems = []
     gen = torch.Generator().manual_seed(14)
@@ -240,7 +250,7 @@ def check_streamk_loop(kernel):
                 f"sk_tiles={sk_tiles}")
         c, trace = call(run_streamk, kernel, a, b, programs, sk_tiles, what=f"your kernel ({case})")
         expected = streamk_segments(num_tiles, k_tiles, programs, sk_tiles)
-        problems += compare_segments(trace.numpy(), expected, programs, case)
+        problems += compare_segments(trace.numpy(), expected, programs, num_tiles - sk_tiles, case)
         ref = matmul_ref(a, b, out_dtype=torch.float64)
         if not problems and not rel_err(c, ref) <= TOLERANCES[dtype]:
             problems += compare_arrays(ref.cpu(), c.double().cpu(), case, atol=1e-2, rtol=1e-2,
