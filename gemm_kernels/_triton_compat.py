@@ -123,6 +123,7 @@ class SpecializedLaunch:
 
     def _bind_launcher(self, args, kwargs) -> bool:
         try:
+            from triton import knobs
             from triton.runtime.driver import driver
 
             compiled = self._kernel.warmup(*args, grid=self.grid, **kwargs, **self._options)
@@ -135,6 +136,7 @@ class SpecializedLaunch:
             self._current_stream: Callable = driver.active.get_current_stream
             self._current_device: Callable = driver.active.get_current_device
             self._device = self._current_device()
+            self._runtime_knobs = knobs.runtime  # the profiler hooks are read from it on every launch
             return True
         except Exception as err:  # an internal moved: the public launch still works
             _give_up("launcher", err)
@@ -150,13 +152,11 @@ class SpecializedLaunch:
         self._launch(arguments, grid)
 
     def _launch(self, arguments, grid) -> None:
-        from triton import knobs
-
         if self._current_device() != self._device:  # the kernel was loaded into that device's context
             raise RuntimeError(f"this launch was bound on cuda:{self._device} but cuda:{self._current_device()} "
                                f"is the current device: call it under torch.cuda.device({self._device})")
         stream = self._current_stream(self._device)
-        enter_hook, exit_hook = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
+        enter_hook, exit_hook = self._runtime_knobs.launch_enter_hook, self._runtime_knobs.launch_exit_hook
         # profilers (proton) set the hooks and read the launch's metadata: build it only for them
         metadata = (self.compiled.launch_metadata(grid, stream, *arguments)
                     if enter_hook is not None else None)
@@ -186,7 +186,7 @@ class BoundLaunch(SpecializedLaunch):
         if not self.fast:
             self._kernel[self.grid](*self._args, **self._kwargs, **self._options)
             return
-        self.launch(self.arguments)
+        self._launch(self.arguments, self.grid)
 
     def launch_with(self, **tensors) -> None:
         """The same launch with some tensor arguments replaced by others, by parameter name

@@ -18,7 +18,7 @@ import triton
 import triton.language as tl
 
 from gemm_kernels import DEVICE
-from gemm_kernels.kernels.tiles import tile_grouped
+from gemm_kernels.kernels.tiles import streamk_range, tile_grouped
 from gemm_kernels.lab.exercises import CORRECT, NOT_ATTEMPTED, WRONG, CheckResult, reset_hints
 from gemm_kernels.lab.exercises import grouped_gemm as grouped_ex
 from gemm_kernels.lab.exercises import grouped_l2_ordering as ordering
@@ -28,6 +28,7 @@ from gemm_kernels.lab.exercises import naive_tiling as tiling
 from gemm_kernels.lab.exercises import persistent_tma as persistent_ex
 from gemm_kernels.lab.exercises import pointer_arithmetic as pointers
 from gemm_kernels.lab.exercises import start_here
+from gemm_kernels.lab.exercises import stream_k as streamk_ex
 from gemm_kernels.lab.exercises._core import compare_arrays
 from gemm_kernels.lab.student import exercise_results
 from gemm_kernels.models.tiles import tile_coords_np
@@ -42,6 +43,7 @@ CHECKS = {
     "03_grouped_l2_ordering.ipynb": ["column_grouped_tile", "wave_block_fetches", "column_grouped_triton"],
     "04_kernel_fusion.ipynb": ["activation_pass_bytes", "variant_reference", "gelu_tanh"],
     "05_persistent_tma.ipynb": ["waves_and_tail", "persistent_tiles", "tma_view", "persistent_loop"],
+    "05b_stream_k.ipynb": ["streamk_share", "streamk_loop"],
     "06_grouped_gemm.ipynb": ["bounds_masks", "program_tiles", "find_tile"],
     "07_moe_grouped_mm.ipynb": ["offs_from_counts", "tiles_per_expert", "padded_rows", "expert_rows_kernel"],
 }
@@ -97,6 +99,13 @@ def jit_persistent_stub(a_ptr, b_ptr, c_ptr, trace_ptr, M, N, K, stride_am, stri
 
 
 @triton.jit
+def jit_streamk_stub(a_ptr, b_ptr, c_ptr, partial_ptr, flag_ptr, trace_ptr, M, N, K, sk_tiles,
+                     NUM_PROGRAMS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    pid = tl.program_id(0)  # the data-parallel part of the scaffold runs first; the stub follows
+    raise NotImplementedError("your turn")
+
+
+@triton.jit
 def jit_find_tile_stub(tile, tile_starts_ptr, sizes_ptr, num_problems, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     raise NotImplementedError("your turn")
 
@@ -134,10 +143,12 @@ ALL_CHECKS = {
     "persistent_loop": persistent_ex.check_persistent_loop,
     "find_tile": grouped_ex.check_find_tile,
     "expert_rows_kernel": moe_ex.check_expert_rows_kernel,
+    "streamk_share": streamk_ex.check_streamk_share,
+    "streamk_loop": streamk_ex.check_streamk_loop,
 }
 JIT_ANSWERS = {"column_grouped_triton": jit_tile_stub, "gelu_tanh": jit_stub, "bounds_masks": jit_masks_stub,
                "persistent_loop": jit_persistent_stub, "find_tile": jit_find_tile_stub,
-               "expert_rows_kernel": jit_moe_stub}
+               "expert_rows_kernel": jit_moe_stub, "streamk_loop": jit_streamk_stub}
 
 
 # ----------------------------------------------------------------------------- correct
@@ -507,6 +518,92 @@ def test_tma_view_that_refuses_transposes():
         return (False, x.stride(0)) if ok else False
 
     assert_wrong(persistent_ex.check_tma_view(rows_only), "TMA can read it", "but you returned False")
+
+
+# ----------------------------------------------------------------------------- notebook 05b
+def _share(pid, num_tiles, k_tiles, num_programs, sk_tiles):
+    return streamk_ex.share_ref(pid, num_tiles, k_tiles, num_programs, sk_tiles)
+
+
+def test_streamk_share_handed_out_from_program_0_up():
+    result = streamk_ex.check_streamk_share(lambda pid, nt, kt, p, sk: _share(p - 1 - pid, nt, kt, p, sk))
+    assert_wrong(result, "6 tiles of 8 K iterations, 4 programs, sk_tiles=2: program 0: expected tile 5: K 4..7; "
+                 "got tile 4: K 0..3", "handed out from the *last* program down")
+
+
+def test_streamk_share_numbering_split_tiles_from_zero():
+    def from_zero(pid, nt, kt, p, sk):
+        return [(t - (nt - sk), k0, k1) for t, k0, k1 in _share(pid, nt, kt, p, sk)]
+
+    assert_wrong(streamk_ex.check_streamk_share(from_zero), "program 0: expected tile 5: K 4..7; got tile 1: K 4..7",
+                 "tile numbers start at 4")
+
+
+def test_streamk_share_not_cut_at_the_tile_edge():
+    def uncut(pid, nt, kt, p, sk):
+        total, share = sk * kt, p - 1 - pid
+        it, end = share * total // p, (share + 1) * total // p
+        return [(nt - sk + it // kt, it % kt, it % kt + end - it)] if end > it else []
+
+    result = streamk_ex.check_streamk_share(uncut)
+    assert_wrong(result, "32 tiles of 128 K iterations, 132 programs, sk_tiles=32: program 4: expected tile 30: "
+                 "K 100..127, tile 31: K 0..2; got tile 30: K 100..130", "every segment lies inside one tile")
+    assert "6 tiles of 8" not in str(result)  # shares of 4 there never cross a tile edge
+
+
+def test_streamk_share_not_triples():
+    assert_wrong(streamk_ex.check_streamk_share(lambda *a: [(1, 2)]), "expected a list of (tile, k_first, k_end) triples")
+
+
+@triton.jit
+def streamk_loop_variant(a_ptr, b_ptr, c_ptr, partial_ptr, flag_ptr, trace_ptr, M, N, K, sk_tiles,
+                         NUM_PROGRAMS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                         BLOCK_K: tl.constexpr, MISTAKE: tl.constexpr):
+    pid = tl.program_id(0)
+    num_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
+    k_tiles = tl.cdiv(K, BLOCK_K)
+    dp_tiles = num_tiles - sk_tiles
+    for tile in range(pid, dp_tiles, NUM_PROGRAMS):
+        streamk_ex.run_segment(a_ptr, b_ptr, c_ptr, partial_ptr, flag_ptr, trace_ptr, M, N, K, sk_tiles,
+                               tile, 0, k_tiles, NUM_PROGRAMS, BLOCK_M, BLOCK_N, BLOCK_K)
+    if MISTAKE == "from program 0 up":
+        it, end = streamk_range(NUM_PROGRAMS - 1 - pid, sk_tiles * k_tiles, NUM_PROGRAMS)
+    else:
+        it, end = streamk_range(pid, sk_tiles * k_tiles, NUM_PROGRAMS)
+    while it < end:
+        t = it // k_tiles
+        k_first = it - t * k_tiles
+        if MISTAKE == "to the tile's end":
+            k_end = k_tiles + 0 * it
+        else:
+            k_end = tl.minimum(k_tiles, k_first + (end - it))
+        streamk_ex.run_segment(a_ptr, b_ptr, c_ptr, partial_ptr, flag_ptr, trace_ptr, M, N, K, sk_tiles,
+                               dp_tiles + t, k_first, k_end, NUM_PROGRAMS, BLOCK_M, BLOCK_N, BLOCK_K)
+        if MISTAKE != "never moves on":
+            it += k_end - k_first
+
+
+def test_streamk_loop_solution_shape_passes_as_a_variant():
+    """The test variant itself is right when it makes no mistake (so the failures below are the mistakes')."""
+    assert streamk_ex.check_streamk_loop(_Bound(streamk_loop_variant, MISTAKE="none")).passed
+
+
+def test_streamk_loop_that_never_moves_on_is_stopped_and_drawn():
+    # program 0 runs its first piece again and again: its records run down the trace, past its end
+    assert_out_of_bounds(streamk_ex.check_streamk_loop(_Bound(streamk_loop_variant, MISTAKE="never moves on")),
+                         "store through trace_ptr", "called from line", "program_id 0", "(trace_ptr is 12x4)")
+
+
+def test_streamk_loop_running_to_the_tiles_end_names_the_programs():
+    assert_wrong(streamk_ex.check_streamk_loop(_Bound(streamk_loop_variant, MISTAKE="to the tile's end")),
+                 "M=40, N=20, K=72: 6 tiles of 5 K iterations, 4 programs, sk_tiles=2: program 1 ran tile 1: K 0..4, "
+                 "tile 5: K 0..4; expected tile 1: K 0..4, tile 5: K 0..1")
+
+
+def test_streamk_loop_from_program_0_up_names_the_programs():
+    assert_wrong(streamk_ex.check_streamk_loop(_Bound(streamk_loop_variant, MISTAKE="from program 0 up")),
+                 "sk_tiles=2: program 0 ran tile 0: K 0..4, tile 4: K 0..1; expected tile 0: K 0..4, tile 5: K 2..4",
+                 "each program ran the Stream-K share of program NUM_PROGRAMS - 1 - pid")
 
 
 # ----------------------------------------------------------------------------- notebook 06

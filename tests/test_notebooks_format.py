@@ -1,7 +1,7 @@
 """How notebooks are stored and laid out: canonical JSON without outputs, NN_slug names, an
-opening with objectives and prerequisites, a "predict" moment, an Exercises section with
-solutions and checks, shared code imported from gemm_kernels, and nothing pasted between
-notebooks."""
+opening with objectives and prerequisites, a "predict" moment answered by a "reveal" a few
+cells later, an Exercises section with solutions and checks, shared code imported from
+gemm_kernels, and nothing pasted between notebooks."""
 
 from __future__ import annotations
 
@@ -17,10 +17,17 @@ from gemm_kernels.lab import student
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 PATHS = sorted(NOTEBOOKS.glob("*.ipynb"))
-NAME = re.compile(r"^(\d\d)_[a-z0-9]+(_[a-z0-9]+)*\.ipynb$")
+#: NN_slug.ipynb; a notebook that continues NN is NNb_slug.ipynb (05b_stream_k follows 05_persistent_tma)
+NAME = re.compile(r"^(\d\d)([a-z]?)_[a-z0-9]+(_[a-z0-9]+)*\.ipynb$")
 EXPECTED_FIRST = ["00_start_here.ipynb", "01_pointer_arithmetic.ipynb", "02_naive_tiling.ipynb",
                   "03_grouped_l2_ordering.ipynb", "04_kernel_fusion.ipynb", "05_persistent_tma.ipynb",
-                  "06_grouped_gemm.ipynb", "07_moe_grouped_mm.ipynb"]
+                  "05b_stream_k.ipynb", "06_grouped_gemm.ipynb", "07_moe_grouped_mm.ipynb"]
+#: how the notebooks ask for a prediction, and how they give the answer
+PREDICT = "**Predict:**"
+REVEAL = "**Reveal:**"
+#: a reveal must come within this many cells after its prediction (the measuring cell, maybe a
+#: drawing or a table, then the answer)
+REVEAL_WITHIN = 4
 #: code that fetches things at run time
 DOWNLOADS = re.compile(r"^\s*[!%]|urllib|requests\.|wget|curl |https?://|pip install", re.MULTILINE)
 #: consecutive significant lines that, found in two notebooks, count as pasted code
@@ -41,12 +48,27 @@ def test_the_first_notebooks_exist_in_order():
 
 
 def test_names_are_numbered_slugs_without_gaps():
-    numbers = []
+    numbers, seen = [], set()
     for path in PATHS:
         match = NAME.match(path.name)
-        assert match, f"{path.name}: notebooks are named NN_slug.ipynb (lower-case slug)"
-        numbers.append(int(match.group(1)))
+        assert match, f"{path.name}: notebooks are named NN_slug.ipynb (lower-case slug), or NNb_slug.ipynb"
+        assert match.group(0) == path.name and student.NOTEBOOK_NAME.match(path.name), (
+            f"{path.name}: make student would skip it (gemm_kernels.lab.student.NOTEBOOK_NAME)")
+        number, suffix = int(match.group(1)), match.group(2)
+        if suffix:  # NNb continues NN (and NNc continues NNb): the one it continues exists
+            before = (number, chr(ord(suffix) - 1) if suffix > "b" else "")
+            assert before in seen, f"{path.name} continues a notebook that does not exist"
+        else:
+            numbers.append(number)
+        seen.add((number, suffix))
     assert numbers == list(range(len(numbers))), f"numbers must run 00, 01, ... without gaps: {numbers}"
+
+
+def test_listing_order_is_teaching_order():
+    """`ls` (C collation), Python's sorted and JupyterLab's file browser put NN_ before NNb_."""
+    names = [p.name for p in PATHS]
+    assert names == sorted(names)
+    assert names.index("05_persistent_tma.ipynb") + 1 == names.index("05b_stream_k.ipynb")
 
 
 @pytest.mark.parametrize("path", PATHS, ids=lambda p: p.name)
@@ -77,8 +99,39 @@ def test_opens_with_objectives_and_prerequisites(path):
 @pytest.mark.parametrize("path", PATHS, ids=lambda p: p.name)
 def test_has_a_predict_then_measure_moment(path):
     nb = read(path)
-    assert any("**Predict" in c.source for c in nb.cells if c.cell_type == "markdown"), (
-        f"{path.name}: ask the reader to predict (a markdown cell with **Predict...) before a cell measures")
+    assert any(PREDICT in c.source for c in nb.cells if c.cell_type == "markdown"), (
+        f"{path.name}: ask the reader to predict (a markdown cell with {PREDICT}) before a cell measures")
+
+
+@pytest.mark.parametrize("path", PATHS, ids=lambda p: p.name)
+def test_every_prediction_is_revealed(path):
+    """Every **Predict:** is answered by a **Reveal:** markdown cell within a few cells, after a
+    code cell (the measurement, the model or the committed results that answer it), and before
+    the next prediction; every reveal answers a prediction."""
+    cells = read(path).cells
+    prompts = [i for i, c in enumerate(cells) if c.cell_type == "markdown" and PREDICT in c.source]
+    reveals = [i for i, c in enumerate(cells) if c.cell_type == "markdown" and c.source.lstrip().startswith(REVEAL)]
+    for i in prompts:
+        following = [j for j in reveals if i < j <= i + REVEAL_WITHIN]
+        assert following, (f"{path.name}: the prediction in cell {i} ({cells[i].source.split(PREDICT)[1][:60]!r}...) "
+                           f"has no {REVEAL} cell in the {REVEAL_WITHIN} cells after it")
+        j = following[0]
+        assert any(cells[k].cell_type == "code" for k in range(i + 1, j)), (
+            f"{path.name}: between the prediction in cell {i} and its reveal in cell {j} no cell computes the answer")
+        assert not any(i < k < j for k in prompts), f"{path.name}: cell {i}'s prediction is overtaken by another"
+    for j in reveals:
+        assert any(j - REVEAL_WITHIN <= i < j for i in prompts), f"{path.name}: cell {j} reveals no prediction"
+
+
+@pytest.mark.parametrize("path", PATHS, ids=lambda p: p.name)
+def test_predictions_and_reveals_are_phrased_one_way(path):
+    """**Predict:** and **Reveal:** (bold, with the colon), so readers and the test above find them."""
+    for i, c in enumerate(read(path).cells):
+        if c.cell_type != "markdown":
+            continue
+        for word, marker in (("Predict", PREDICT), ("Reveal", REVEAL)):
+            odd = [m.group(0) for m in re.finditer(rf"\*\*{word}[^*]*\*\*", c.source) if m.group(0) != marker]
+            assert not odd, f"{path.name}, cell {i}: write {marker}, not {odd[0]}"
 
 
 @pytest.mark.parametrize("path", PATHS, ids=lambda p: p.name)

@@ -59,8 +59,8 @@ TAIL, UNSPLIT = "stream_k 128x256 tail split", "tma 128x256"
 def claims():
     """(where, phrase) pairs: the phrase, rendered from the data, must appear there."""
     nb05, nb03, nb06, nb07, nb04 = (f"notebooks/{n}" for n in (
-        "05_persistent_tma.ipynb", "03_grouped_l2_ordering.ipynb", "06_grouped_gemm.ipynb",
-        "07_moe_grouped_mm.ipynb", "04_kernel_fusion.ipynb"))
+        "05b_stream_k.ipynb", "03_grouped_l2_ordering.ipynb", "06_grouped_gemm.ipynb",
+        "07_moe_grouped_mm.ipynb", "04_kernel_fusion.ipynb"))  # nb05: the Stream-K half of notebook 05
     few = (f"1024 × 1024 × 8192 took {streamk_us('1024x1024x8192', TAIL):.1f} µs split against "
            f"{streamk_us('1024x1024x8192', UNSPLIT):.1f} µs unsplit")
     few_long = f"512 × 512 × 16384 {streamk_us('512x512x16384', TAIL):.1f} against {streamk_us('512x512x16384', UNSPLIT):.0f}"
@@ -158,3 +158,70 @@ def test_committed_value_needs_exactly_one_row():
     with pytest.raises(KeyError, match="no column"):
         committed_value("square", "no_such_column", case="4096x4096x4096", dtype="fp16", provider="cuBLAS")
     assert committed_value("square", case="4096x4096x4096", dtype="fp16", provider="cuBLAS") > 0
+
+
+# ----------------------------------------------------------------------------- what the reveals say in words
+# Reveal cells print their numbers from the committed CSVs; where their prose sums the numbers up in
+# words, these tests hold the words to the data.
+
+
+def square_us(case: str, provider: str) -> float:
+    return committed_us("square", case=case, dtype="fp16", provider=provider)
+
+
+def test_notebook_00_reveal_small_problems_cost_far_less_than_their_work():
+    """00: 64 times the work of a 256^3 product takes "far less than 64 times as long" (cuBLAS)."""
+    assert "far less than 64 times as long" in markdown_of("00_start_here.ipynb")
+    assert square_us("1024x1024x1024", "cuBLAS") / square_us("256x256x256", "cuBLAS") < 8
+
+
+def test_notebook_02_reveal_the_naive_kernel_comes_close_to_cublas_from_2048():
+    """02: "From 2048³ on ... comes close to cuBLAS", "At 1024³ the fraction is low"."""
+    text = markdown_of("02_naive_tiling.ipynb")
+    assert "From 2048³ on, where the launch no longer matters, the straightforward kernel comes close to cuBLAS" in text
+    assert "At 1024³ the fraction is low" in text
+    for n in (2048, 4096, 8192):
+        case = f"{n}x{n}x{n}"
+        assert square_us(case, "cuBLAS") / square_us(case, "row_major") >= 0.85, case
+    assert square_us("1024x1024x1024", "cuBLAS") / square_us("1024x1024x1024", "row_major") < 0.5
+
+
+def test_notebook_04_reveal_fusion_gains_most_where_the_gemm_is_quickest():
+    """04: "The gain is largest at 2048³ ... and a few percent at the larger, compute-bound sizes"
+    (fastest fused kernel against the separate pass; a few percent: under 10%)."""
+    assert "The gain is largest at 2048³, where the GEMM itself is quickest, and a few percent at the larger" in \
+        markdown_of("04_kernel_fusion.ipynb")
+    rows = committed_rows("fusion")
+
+    def gain(case):
+        same = [r for r in rows if r["case"] == case]
+        separate = next(float(r["time_ms"]) for r in same if r["provider"] == r["baseline"])
+        return separate / min(float(r["time_ms"]) for r in same if r["ours"] == "True") - 1
+
+    for epilogue in ("leaky_relu", "gelu +bias"):
+        small, larger = gain(f"2048^3 {epilogue}"), [gain(f"{n}^3 {epilogue}") for n in (4096, 8192)]
+        assert small > max(larger) and max(larger) < 0.10, (epilogue, small, larger)
+
+
+def test_notebook_05_reveal_persistent_against_one_program_per_tile():
+    """05: "at 8192³ [they] are within a few percent of each other; at 1280³ the persistent one is slower"."""
+    text = markdown_of("05_persistent_tma.ipynb")
+    assert "within a few percent of each other; at 1280³ the persistent one is slower" in text
+    big = square_us("8192x8192x8192", "grouped") / square_us("8192x8192x8192", "persistent")
+    assert abs(big - 1) < 0.05
+    assert square_us("1280x1280x1280", "persistent") > square_us("1280x1280x1280", "grouped")
+
+
+def test_notebook_06_reveal_small_square_problems_gain_the_most():
+    """06: "the small square problems, by far"; for M x 8192 x 8192 "one launch saves little, and
+    cuBLAS's kernels ... can win"."""
+    text = markdown_of("06_grouped_gemm.ipynb")
+    assert "**Reveal:** the small square problems, by far" in text and "can win" in text
+    rows = committed_rows("seed-grouped")
+    gain = {c: committed_value("seed-grouped", case=c, provider="cuBLAS loop")
+            / committed_value("seed-grouped", case=c, provider="grouped_matmul plan") for c in {r["case"] for r in rows}}
+    square = {c: g for c, g in gain.items() if "x8192x8192" not in c}
+    tall = {c: g for c, g in gain.items() if "x8192x8192" in c}
+    assert min(square.values()) > max(tall.values()), gain
+    assert max(gain, key=gain.get) == "4x 128x128x128"
+    assert max(tall.values()) < 1.2 and min(tall.values()) < 1, tall

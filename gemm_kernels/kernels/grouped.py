@@ -244,6 +244,11 @@ def _prepare(group_a, group_b, tma, block_shapes):
     return shapes, group_c, meta[:num_meta], meta[num_meta:], facts, total_tiles
 
 
+def _addresses_and_versions(tensors) -> list:
+    """Per tensor: its data address and its version counter (bumped by every in-place change)."""
+    return [(t.data_ptr(), t._version) for t in tensors]
+
+
 def _layouts(groups) -> list:
     """What a plan's saved metadata depends on, per input tensor: address, shape, strides, dtype."""
     return [(t.data_ptr(), t.shape, t.stride(), t.dtype) for tensors in groups for t in tensors]
@@ -263,8 +268,8 @@ class GroupedMatmulPlan:
     values in place between runs is fine, replacing them needs a new plan.  Each :meth:`run`
     checks that every input still has the address, shape, strides and dtype it was planned with
     (``a.data = ...``, ``a.resize_(...)`` or ``a.set_(...)`` change them, and the saved address
-    would then point at freed memory) and raises ValueError naming the tensor otherwise (a few
-    nanoseconds per tensor).
+    would then point at freed memory) and raises ValueError naming the tensor otherwise; the full
+    comparison runs only when an address moved or an input was written in place.
 
     On a GPU the launch itself is fixed too: the first :meth:`run` tunes (if needed) and keeps
     the compiled kernel with its arguments (:class:`~gemm_kernels._triton_compat.BoundLaunch`); later
@@ -291,6 +296,8 @@ class GroupedMatmulPlan:
                                     for i, t in enumerate(group)})
         self._inputs = (list(group_a), list(group_b))  # keep the storage the addresses point to alive
         self._planned_layouts = _layouts(self._inputs)
+        self._flat_inputs = [t for tensors in self._inputs for t in tensors]
+        self._seen = _addresses_and_versions(self._flat_inputs)
         dtype = group_a[0].dtype
         self._kwargs = dict(num_problems=len(self.shapes), **_autotune_key(self.shapes), DTYPE=TL_DTYPES[dtype],
                             USE_TMA=tma, **facts, WIDEN=widen_for_dot(dtype), TRACE=False)
@@ -323,7 +330,15 @@ class GroupedMatmulPlan:
         return graph
 
     def _check_inputs_unchanged(self) -> None:
+        # Fast path: no address moved and nothing wrote to an input since the last run.  A new
+        # storage (``.data =``, ``set_``, a growing ``resize_``) moves the address; an in-place
+        # change (values, or a shrinking ``resize_``, an ``as_strided_``) bumps the version, and
+        # only then are shapes and strides compared (values may change, the layout may not).
+        seen = _addresses_and_versions(self._flat_inputs)
+        if seen == self._seen:
+            return
         if _layouts(self._inputs) == self._planned_layouts:
+            self._seen = seen
             return
         names = [f"{group}[{i}]" for group, tensors in zip(("group_a", "group_b"), self._inputs)
                  for i in range(len(tensors))]

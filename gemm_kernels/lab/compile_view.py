@@ -157,6 +157,32 @@ class CompileView:
         more = f"\n   ... {len(hits) - max_hits} more" if len(hits) > max_hits else ""
         return "\n   ...\n".join(chunks) + more
 
+    def op_layouts(self, op: str = "tt.load") -> list[dict]:
+        """The register layout of every ``op`` result in the TritonGPU IR, in program order.
+
+        Each entry: ``{"line": the op's line, "layout": its layout's name (``blocked1``),
+        "size_per_thread", "threads_per_warp", "warps_per_cta", "order": lists of ints}`` (a
+        layout other than ``#ttg.blocked`` has only ``line`` and ``layout``).  ``order`` lists
+        the dimensions fastest first: ``[1, 0]`` walks along rows, ``[0, 1]`` down columns."""
+        text = self.ttgir
+        definitions = dict(re.findall(r"^#(\w+) = (#ttg\.\w+<\{.*\}>)", text, flags=re.MULTILINE))
+        found = []
+        for line in text.splitlines():
+            if not re.search(rf"=\s*{re.escape(op)}\b", line):
+                continue
+            layouts = re.findall(r", #(\w+)>", line)  # the type of a tensor: tensor<..., #layout>
+            if not layouts:
+                continue
+            entry = {"line": line.strip(), "layout": layouts[-1]}
+            definition = definitions.get(layouts[-1], "")
+            for key, field_name in (("size_per_thread", "sizePerThread"), ("threads_per_warp", "threadsPerWarp"),
+                                    ("warps_per_cta", "warpsPerCTA"), ("order", "order")):
+                match = re.search(rf"\b{field_name} = \[([\d, ]*)\]", definition)
+                if match:
+                    entry[key] = [int(v) for v in match.group(1).split(",") if v.strip()]
+            found.append(entry)
+        return found
+
     def summary(self) -> str:
         regs = "unknown (cuobjdump missing)" if self.num_regs is None else f"{self.num_regs} per thread"
         spills = "" if not self.spill_bytes else f", {self.spill_bytes} bytes spilled to local memory"

@@ -15,6 +15,7 @@ notebook                   module
 03_grouped_l2_ordering     :mod:`gemm_kernels.lab.exercises.grouped_l2_ordering`
 04_kernel_fusion           :mod:`gemm_kernels.lab.exercises.kernel_fusion`
 05_persistent_tma          :mod:`gemm_kernels.lab.exercises.persistent_tma`
+05b_stream_k               :mod:`gemm_kernels.lab.exercises.stream_k`
 06_grouped_gemm            :mod:`gemm_kernels.lab.exercises.grouped_gemm`
 07_moe_grouped_mm          :mod:`gemm_kernels.lab.exercises.moe_grouped_mm`
 08_warp_specialization     :mod:`gemm_kernels.lab.exercises.warp_specialization`

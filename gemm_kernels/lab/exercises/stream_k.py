@@ -1,0 +1,260 @@
+"""Checks for notebook 05b (Stream-K): the K iterations one program runs, cut at tile edges
+(:func:`check_streamk_share`), and the same walk as the segment loop of a real kernel
+(:func:`check_streamk_loop`, with :func:`run_segment`, the one-segment helper it calls).
+
+Both are compared with ``models.tiles.streamk_segments``, the numpy mirror the package's
+``matmul_streamk`` is traced against.  The kernel of the second exercise runs checked, in the
+interpreter, where programs run one after another in pid order; so :func:`run_segment` never
+spins on a flag: a partial sum that is not there yet is left out (and the check says which
+segments went wrong), where a GPU would wait for it forever."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import triton
+import triton.language as tl
+
+from ... import runtime
+from ...kernels.matmul import matmul_ref
+from ...kernels.tiles import record_tile, streamk_range
+from ...models.tiles import cdiv, streamk_segments
+from ...testing import TOLERANCES, rel_err
+from ._core import Hints, call, compare_arrays, exercise
+
+
+def _segments_text(segments) -> str:
+    """[(tile, k_first, k_end), ...] as 'tile 4: K 0..2, tile 5: K 0..7' (K ranges inclusive)."""
+    if not segments:
+        return "none"
+    return ", ".join(f"tile {t}: K {k0}..{k1 - 1}" for t, k0, k1 in segments)
+
+
+def share_ref(pid: int, num_tiles: int, k_tiles: int, num_programs: int, sk_tiles: int) -> list[tuple[int, int, int]]:
+    """Program ``pid``'s Stream-K segments ``(tile, k_first, k_end)``, in the order it runs them
+    (the mirror's rows for ``pid`` after the data-parallel tiles)."""
+    table = streamk_segments(num_tiles, k_tiles, num_programs, sk_tiles)
+    dp_tiles = num_tiles - sk_tiles
+    mine = table[dp_tiles:][table[dp_tiles:, 0] == pid]
+    return [(int(t), int(k0), int(k1)) for _, t, k0, k1 in mine]
+
+
+# ----------------------------------------------------------------------------- exercise 1
+#: (num_tiles, k_tiles, num_programs, sk_tiles): the notebook's picture, the two H100 cases of the
+#: measurements (1024 x 1024 x 8192 and 4096^3 in 128 x 256 tiles), shares that cross a tile edge,
+#: programs with empty shares (fewer iterations than programs), as many split tiles as programs
+SHARE_CASES = [
+    (6, 8, 4, 2),
+    (32, 128, 132, 32),
+    (512, 64, 132, 116),
+    (5, 3, 4, 4),
+    (3, 1, 4, 1),
+    (7, 10, 3, 3),
+]
+
+
+def _as_segments(value, case):
+    try:
+        segments = [tuple(int(v) for v in seg) for seg in value]
+    except (TypeError, ValueError, OverflowError):
+        return f"{case}: expected a list of (tile, k_first, k_end) triples, got {value!r:.80}"
+    if any(len(seg) != 3 for seg in segments):
+        return f"{case}: expected a list of (tile, k_first, k_end) triples, got {value!r:.80}"
+    return segments
+
+
+def _why_share(got, expected, pid, num_tiles, k_tiles, num_programs, sk_tiles) -> str:
+    """A reason for a wrong share, when the mistake is a common one."""
+    dp_tiles = num_tiles - sk_tiles
+    if got == share_ref(num_programs - 1 - pid, num_tiles, k_tiles, num_programs, sk_tiles) and got:
+        return (" (that is the share of program NUM_PROGRAMS - 1 - pid: the shares are handed out from the *last* "
+                "program down, so the program holding a tile's first iterations, which finishes the tile, has a "
+                "higher pid than the ones it waits for)")
+    if dp_tiles and got == [(t - dp_tiles, k0, k1) for t, k0, k1 in expected]:
+        return f" (the split tiles come after the {dp_tiles} data-parallel ones: tile numbers start at {dp_tiles})"
+    if any(k1 > k_tiles or k0 < 0 or k1 <= k0 for _, k0, k1 in got):
+        return f" (every segment lies inside one tile: 0 <= k_first < k_end <= k_tiles = {k_tiles})"
+    total = sum(k1 - k0 for _, k0, k1 in expected)
+    if sum(k1 - k0 for _, k0, k1 in got) != total:
+        return f" (program {pid} runs {total} iterations: iterations share * total // NUM_PROGRAMS up to " \
+               f"(share + 1) * total // NUM_PROGRAMS, with total = sk_tiles * k_tiles)"
+    return ""
+
+
+@exercise("streamk_share", hints=Hints(
+    nudge="number the split tiles' K iterations one after another (tile after tile); which stretch of those numbers "
+          "belongs to program pid, and where do tile edges cut it?",
+    approach="the stretch is an even split of sk_tiles * k_tiles iterations handed out from the last program down "
+             "(share = num_programs - 1 - pid, from share * total // num_programs to (share + 1) * total // "
+             "num_programs); walk it, cutting at multiples of k_tiles; tile numbers start after the "
+             "num_tiles - sk_tiles data-parallel tiles",
+    solution="total = sk_tiles * k_tiles; share = num_programs - 1 - pid; it, end = share * total // num_programs, "
+             "(share + 1) * total // num_programs; segments = []; while it < end: t, k_first = divmod(it, k_tiles); "
+             "k_end = min(k_tiles, k_first + end - it); segments.append((num_tiles - sk_tiles + t, k_first, k_end)); "
+             "it += k_end - k_first; return segments"))
+def check_streamk_share(streamk_share):
+    problems = []
+    for num_tiles, k_tiles, num_programs, sk_tiles in SHARE_CASES:
+        case = f"{num_tiles} tiles of {k_tiles} K iterations, {num_programs} programs, sk_tiles={sk_tiles}"
+        wrong = 0
+        for pid in range(num_programs):
+            got = _as_segments(call(streamk_share, pid, num_tiles, k_tiles, num_programs, sk_tiles), case)
+            if isinstance(got, str):
+                return [got]
+            expected = share_ref(pid, num_tiles, k_tiles, num_programs, sk_tiles)
+            if got == expected:
+                continue
+            wrong += 1
+            if wrong <= 2:
+                why = _why_share(got, expected, pid, num_tiles, k_tiles, num_programs, sk_tiles)
+                problems.append(f"{case}: program {pid}: expected {_segments_text(expected)}; "
+                                f"got {_segments_text(got)}{why}")
+        if wrong > 2:
+            problems.append(f"{case}: {wrong - 2} more programs with the wrong share")
+        if problems:
+            break
+    return problems
+
+
+# ----------------------------------------------------------------------------- exercise 2: the segment loop
+@triton.jit
+def _partial_slot(slot, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    return slot * (BLOCK_M * BLOCK_N) + tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+
+
+@triton.jit
+def run_segment(a_ptr, b_ptr, c_ptr, partial_ptr, flag_ptr, trace_ptr, M, N, K, sk_tiles,
+                tile, k_first, k_end,
+                NUM_PROGRAMS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """Run K blocks ``[k_first, k_end)`` of ``tile`` (row-major tile order; A, B, C contiguous)
+    for this program, and hand the result over as ``matmul_streamk`` does:
+
+    * ``k_first > 0``: the tile's first iterations belong to another program; leave the fp32
+      partial sum in this program's workspace slot and raise its flag;
+    * ``k_first == 0``: add the partial sums of the programs holding the rest of the tile (lower
+      pids, ``streamk_range``), then store the tile of C (masked).
+
+    Records ``(program, tile, k_first, k_end)`` in the trace: row ``tile`` for a data-parallel
+    tile, row ``dp_tiles + 2 * program + n`` for the program's ``n``-th Stream-K piece (0 or 1).
+    ``flag_ptr`` holds ``2 * NUM_PROGRAMS`` int32: the flags, then each program's piece count."""
+    pid = tl.program_id(0)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    num_tiles = tl.cdiv(M, BLOCK_M) * num_pid_n
+    k_tiles = tl.cdiv(K, BLOCK_K)
+    dp_tiles = num_tiles - sk_tiles
+    # flag_ptr[NUM_PROGRAMS + pid] counts this program's Stream-K pieces: the n-th is recorded in
+    # row dp_tiles + 2 * pid + n, so a program running more than its two pieces (a loop that never
+    # moves on, say) writes past its rows and, at the end of the trace, is stopped by the checked run
+    is_split = tile >= dp_tiles
+    piece = tl.atomic_add(flag_ptr + NUM_PROGRAMS + pid, is_split.to(tl.int32))
+    row = tl.where(is_split, dp_tiles + 2 * pid + piece, tile)
+    record_tile(trace_ptr, row, pid, tile, k_first, k_end)
+
+    rows = (tile // num_pid_n) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = (tile % num_pid_n) * BLOCK_N + tl.arange(0, BLOCK_N)
+    ks = tl.arange(0, BLOCK_K)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for kb in range(k_first, k_end):
+        k = kb * BLOCK_K + ks
+        a = tl.load(a_ptr + rows[:, None] * K + k[None, :], mask=(rows[:, None] < M) & (k[None, :] < K), other=0.0)
+        b = tl.load(b_ptr + k[:, None] * N + cols[None, :], mask=(k[:, None] < K) & (cols[None, :] < N), other=0.0)
+        acc = tl.dot(a, b, acc)
+
+    if k_first > 0:
+        tl.store(partial_ptr + _partial_slot(pid, BLOCK_M, BLOCK_N), acc)
+        tl.atomic_xchg(flag_ptr + pid, 1)
+    else:
+        total_iters = sk_tiles * k_tiles
+        t = tile - dp_tiles  # negative for a data-parallel tile, whose loop below does nothing
+        done = t * k_tiles + k_end
+        other = pid - 1
+        while (done < (t + 1) * k_tiles) & (other >= 0):
+            first, end = streamk_range(other, total_iters, NUM_PROGRAMS)
+            if end > first:
+                # a GPU spins here until the flag is up; the interpreter runs programs in turn, so a
+                # flag that is not up now never will be: leave that partial out (C comes out wrong)
+                if tl.atomic_cas(flag_ptr + other, 1, 0) == 1:
+                    acc += tl.load(partial_ptr + _partial_slot(other, BLOCK_M, BLOCK_N))
+            done = end
+            other -= 1
+        tl.store(c_ptr + rows[:, None] * N + cols[None, :], acc.to(c_ptr.dtype.element_ty),
+                 mask=(rows[:, None] < M) & (cols[None, :] < N))
+
+
+#: the block sizes the check launches the learner's Stream-K kernel with
+STREAMK_BLOCKS = {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16}
+
+
+def run_streamk(kernel, a: torch.Tensor, b: torch.Tensor, num_programs: int, sk_tiles: int):
+    """Launch ``kernel`` (the notebook's ``my_streamk_kernel`` signature) on ``num_programs``
+    programs; returns ``(c, trace)``, trace an int32 CPU tensor of ``streamk_segments``' shape
+    (-1: not recorded)."""
+    M, K = a.shape
+    N = b.shape[1]
+    bm, bn = STREAMK_BLOCKS["BLOCK_M"], STREAMK_BLOCKS["BLOCK_N"]
+    c = torch.empty((M, N), dtype=a.dtype, device=a.device)
+    dp_tiles = cdiv(M, bm) * cdiv(N, bn) - sk_tiles
+    trace = torch.full((dp_tiles + 2 * num_programs, 4), -1, dtype=torch.int32, device=a.device)
+    partials = torch.zeros((num_programs, bm * bn), dtype=torch.float32, device=a.device)
+    flags = torch.zeros(2 * num_programs, dtype=torch.int32, device=a.device)  # flags, then call counts
+    kernel[(num_programs,)](a, b, c, partials, flags, trace, M, N, K, sk_tiles, NUM_PROGRAMS=num_programs,
+                            **STREAMK_BLOCKS)
+    return c, trace.cpu()
+
+
+#: (M, N, K, programs, sk_tiles) in 16 x 16 x 16 blocks: shares crossing tile edges with a ragged
+#: K, one split tile for more programs than its iterations (empty shares), nothing split, every
+#: tile split, one data-parallel tile before the split ones
+LOOP_CASES = [(40, 20, 72, 4, 2), (16, 16, 48, 4, 1), (33, 17, 40, 2, 0), (48, 16, 160, 5, 3), (32, 32, 128, 3, 3)]
+
+
+def compare_segments(trace: np.ndarray, expected: np.ndarray, num_programs: int, dp_tiles: int,
+                     case: str) -> list[str]:
+    """Lines naming the programs whose traced segments differ from the mirror's (both tables of
+    ``streamk_segments``' layout: data-parallel rows first, then two rows per program)."""
+    def pieces(table, p, split_only=False):
+        rows = table[dp_tiles:] if split_only else table
+        return [tuple(r[1:]) for r in rows.tolist() if r[0] == p]
+
+    lines = [f"{case}: program {p} ran {_segments_text(pieces(trace, p))}; expected {_segments_text(pieces(expected, p))}"
+             for p in range(num_programs) if pieces(trace, p) != pieces(expected, p)]
+    reversed_shares = num_programs > 1 and all(
+        pieces(trace, p, True) == pieces(expected, num_programs - 1 - p, True) for p in range(num_programs))
+    if lines and reversed_shares:
+        lines = lines[:3] + [f"{case}: each program ran the Stream-K share of program NUM_PROGRAMS - 1 - pid: "
+                             "streamk_range(pid, ...) already hands the shares out from the last program down; "
+                             "give it this program's own pid"]
+    return lines[:4]
+
+
+@exercise("streamk_loop", hints=Hints(
+    nudge="this is Exercise 1 inside the kernel: which iterations does streamk_range give this program, and where "
+          "do tile edges cut them?",
+    approach="get [it, end) from streamk_range(pid, sk_tiles * k_tiles, NUM_PROGRAMS); while it < end, find the "
+             "tile t = it // k_tiles and the K range inside it (stop at the tile's end or at end), run it with "
+             "run_segment on tile dp_tiles + t, and move it on by the iterations you ran",
+    solution="it, end = streamk_range(pid, sk_tiles * k_tiles, NUM_PROGRAMS); while it < end: "
+             "t = it // k_tiles; k_first = it - t * k_tiles; k_end = tl.minimum(k_tiles, k_first + (end - it)); "
+             "run_segment(a_ptr, b_ptr, c_ptr, partial_ptr, flag_ptr, trace_ptr, M, N, K, sk_tiles, dp_tiles + t, "
+             "k_first, k_end, NUM_PROGRAMS, BLOCK_M, BLOCK_N, BLOCK_K); it += k_end - k_first"))
+def check_streamk_loop(kernel):
+    problems = []
+    gen = torch.Generator().manual_seed(14)
+    dtype = torch.float16
+    bm, bn, bk = (STREAMK_BLOCKS[k] for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K"))
+    for M, N, K, programs, sk_tiles in LOOP_CASES:
+        a = torch.randn(M, K, generator=gen).to(runtime.DEVICE, dtype)
+        b = torch.randn(K, N, generator=gen).to(runtime.DEVICE, dtype)
+        num_tiles, k_tiles = cdiv(M, bm) * cdiv(N, bn), cdiv(K, bk)
+        case = (f"M={M}, N={N}, K={K}: {num_tiles} tiles of {k_tiles} K iterations, {programs} programs, "
+                f"sk_tiles={sk_tiles}")
+        c, trace = call(run_streamk, kernel, a, b, programs, sk_tiles, what=f"your kernel ({case})")
+        expected = streamk_segments(num_tiles, k_tiles, programs, sk_tiles)
+        problems += compare_segments(trace.numpy(), expected, programs, num_tiles - sk_tiles, case)
+        ref = matmul_ref(a, b, out_dtype=torch.float64)
+        if not problems and not rel_err(c, ref) <= TOLERANCES[dtype]:
+            problems += compare_arrays(ref.cpu(), c.double().cpu(), case, atol=1e-2, rtol=1e-2,
+                                       index_names=("row", "col"))
+        if problems:
+            break
+    return problems
