@@ -86,6 +86,19 @@ def _tile_grouped(tile, num_pid_m, num_pid_n, GROUP_M: gl.constexpr):
 
 
 @gluon.jit
+def _program_share(M, N, K, TILE_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr):
+    """This program's part of the persistent walk, the same for the producer and the consumers:
+    (pid, num_programs, num_pid_m, num_pid_n, k_tiles, how many tiles this program runs)."""
+    pid = gl.program_id(0)
+    num_programs = gl.num_programs(0)
+    num_pid_m = gl.cdiv(M, TILE_M)
+    num_pid_n = gl.cdiv(N, BLOCK_N)
+    k_tiles = gl.cdiv(K, BLOCK_K)
+    my_tiles = gl.cdiv(num_pid_m * num_pid_n - pid, num_programs)
+    return pid, num_programs, num_pid_m, num_pid_n, k_tiles, my_tiles
+
+
+@gluon.jit
 def _activation(x, ACTIVATION: gl.constexpr):
     """epilogue.apply_activation on the fp32 accumulator: NaN stays NaN in every branch."""
     if ACTIVATION == "relu":
@@ -130,12 +143,7 @@ def _producer(a_desc, b_desc, a_bufs, b_bufs, ready_bars, empty_bars, M, N, K,
     TILE_M: gl.constexpr = A_PARTS * WG_M
     slot_bytes: gl.constexpr = A_PARTS * a_desc.block_type.nbytes + b_desc.block_type.nbytes
 
-    pid = gl.program_id(0)
-    num_programs = gl.num_programs(0)
-    num_pid_m = gl.cdiv(M, TILE_M)
-    num_pid_n = gl.cdiv(N, BLOCK_N)
-    k_tiles = gl.cdiv(K, BLOCK_K)
-    my_tiles = gl.cdiv(num_pid_m * num_pid_n - pid, num_programs)
+    pid, num_programs, num_pid_m, num_pid_n, k_tiles, my_tiles = _program_share(M, N, K, TILE_M, BLOCK_N, BLOCK_K)
     for t in range(my_tiles):
         pid_m, pid_n = _tile_grouped(pid + t * num_programs, num_pid_m, num_pid_n, GROUP_M)
         off_m = pid_m * TILE_M
@@ -243,12 +251,7 @@ def _consumer(c_desc, a_bufs, b_bufs, c_bufs, ready_bars, empty_bars, turn_bars,
     FIRST: gl.constexpr = CONSUMER if PINGPONG else 0
     STEP: gl.constexpr = 2 if PINGPONG else 1
 
-    pid = gl.program_id(0)
-    num_programs = gl.num_programs(0)
-    num_pid_m = gl.cdiv(M, TILE_M)
-    num_pid_n = gl.cdiv(N, BLOCK_N)
-    k_tiles = gl.cdiv(K, BLOCK_K)
-    my_tiles = gl.cdiv(num_pid_m * num_pid_n - pid, num_programs)
+    pid, num_programs, num_pid_m, num_pid_n, k_tiles, my_tiles = _program_share(M, N, K, TILE_M, BLOCK_N, BLOCK_K)
     c_smem = c_bufs.index(CONSUMER)
     for t in range(FIRST, my_tiles, STEP):
         if PINGPONG:

@@ -80,10 +80,7 @@ def _matmul_tma_kernel(
 ):
     a_desc, b_desc = tma.input_descriptors(a_ptr, b_ptr, M, N, K, stride_a, stride_b,
                                            A_COL_MAJOR, B_COL_MAJOR, BLOCK_M, BLOCK_N, BLOCK_K)
-    if C_TMA:
-        c_out = tma.output_descriptor(c_ptr, M, N, stride_c, BLOCK_M, BLOCK_N, EPILOGUE_SUBTILE)
-    else:
-        c_out = c_ptr
+    c_out = tma.output_target(c_ptr, M, N, stride_c, C_TMA, BLOCK_M, BLOCK_N, EPILOGUE_SUBTILE)
 
     pid = tl.program_id(0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
@@ -95,13 +92,9 @@ def _matmul_tma_kernel(
         pid_m, pid_n = tile_coords(tile, num_pid_m, num_pid_n, GROUPED, GROUP_SIZE_M)
         if TRACE:
             record_tile(trace_ptr, tile, pid, step, pid_m, pid_n)
-        off_m = pid_m * BLOCK_M
-        off_n = pid_n * BLOCK_N
-        bias = load_bias(bias_ptr, off_n, N, BLOCK_N, HAS_BIAS)
-        acc = tma.k_loop(a_desc, b_desc, off_m, off_n, 0, k_tiles, A_COL_MAJOR, B_COL_MAJOR, WIDEN,
-                         BLOCK_M, BLOCK_N, BLOCK_K)
-        tma.finish_tile(acc, bias, c_out, off_m, off_n, M, N, stride_c, stride_cn, HAS_BIAS, ACTIVATION, C_TMA,
-                        EPILOGUE_SUBTILE, BLOCK_M, BLOCK_N)
+        tma.whole_tile(a_desc, b_desc, c_out, bias_ptr, pid_m, pid_n, M, N, k_tiles, stride_c, stride_cn,
+                       A_COL_MAJOR, B_COL_MAJOR, C_TMA, HAS_BIAS, ACTIVATION, WIDEN, EPILOGUE_SUBTILE,
+                       BLOCK_M, BLOCK_N, BLOCK_K)
         step += 1
 
 

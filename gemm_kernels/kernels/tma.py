@@ -22,7 +22,7 @@ import triton.language as tl
 from .. import runtime
 from ..runtime import TMA_ALIGN_BYTES
 from . import checks
-from .epilogue import bias_and_activation, mma_operand, store_tile_masked
+from .epilogue import bias_and_activation, load_bias, mma_operand, store_tile_masked
 
 
 # ----------------------------------------------------------------------------- device side
@@ -60,6 +60,18 @@ def output_descriptor(c_ptr, M, N, stride_c, BLOCK_M: tl.constexpr, BLOCK_N: tl.
         c_desc = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[stride_c, 1],
                                            block_shape=[BLOCK_M, BLOCK_N])
     return c_desc
+
+
+@triton.jit
+def output_target(c_ptr, M, N, stride_c, C_TMA: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                  EPILOGUE_SUBTILE: tl.constexpr):
+    """Where ``finish_tile`` writes C: its descriptor when C's rows are 16-byte aligned (C_TMA),
+    else C's pointer (masked pointer stores)."""
+    if C_TMA:
+        c_out = output_descriptor(c_ptr, M, N, stride_c, BLOCK_M, BLOCK_N, EPILOGUE_SUBTILE)
+    else:
+        c_out = c_ptr
+    return c_out
 
 
 @triton.jit
@@ -126,6 +138,23 @@ def finish_tile(acc, bias, c_out, off_m, off_n, M, N, stride_c, stride_cn,
         store_tile(acc, c_out, off_m, off_n, BLOCK_N, EPILOGUE_SUBTILE)
     else:
         store_tile_masked(acc, c_out, off_m, off_n, M, N, stride_c, stride_cn, BLOCK_M, BLOCK_N)
+
+
+@triton.jit
+def whole_tile(a_desc, b_desc, c_out, bias_ptr, pid_m, pid_n, M, N, k_tiles, stride_c, stride_cn,
+               A_COL_MAJOR: tl.constexpr, B_COL_MAJOR: tl.constexpr, C_TMA: tl.constexpr,
+               HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, WIDEN: tl.constexpr,
+               EPILOGUE_SUBTILE: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+               BLOCK_K: tl.constexpr):
+    """One C tile from start to store: the bias load (issued first, so it lands during the K
+    loop), the whole K loop, the epilogue and the store.  ``matmul_tma``'s tiles and Stream-K's
+    data-parallel ones."""
+    off_m = pid_m * BLOCK_M
+    off_n = pid_n * BLOCK_N
+    bias = load_bias(bias_ptr, off_n, N, BLOCK_N, HAS_BIAS)
+    acc = k_loop(a_desc, b_desc, off_m, off_n, 0, k_tiles, A_COL_MAJOR, B_COL_MAJOR, WIDEN, BLOCK_M, BLOCK_N, BLOCK_K)
+    finish_tile(acc, bias, c_out, off_m, off_n, M, N, stride_c, stride_cn, HAS_BIAS, ACTIVATION, C_TMA,
+                EPILOGUE_SUBTILE, BLOCK_M, BLOCK_N)
 
 
 # ----------------------------------------------------------------------------- host side: the layout rules
