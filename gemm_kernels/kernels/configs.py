@@ -201,25 +201,32 @@ class TunedKernel:
         self.chosen[key] = fitted[0]
         return fitted[0]
 
+    def _known_config(self, key, args, kwargs):
+        """The remembered config of ``key``, or the only one that fits; None when there is a choice to make."""
+        return self.chosen.get(key) or self._only_config(key, args, kwargs)
+
+    def _tune(self, grid, key, args, kwargs):
+        """Launch through the autotuner (tuning this key) and remember its choice; None when the
+        choice cannot be read."""
+        self.autotuner[grid](*args, **kwargs)
+        config = _triton_compat.chosen_config(self.autotuner)
+        if config is not None:
+            self.chosen[key] = config
+        return config
+
     def config_for(self, grid, *args, **kwargs):
         """The config this launch runs with: the remembered one, the only one that fits, or the
         autotuner's after a run through it (which launches the kernel).  None when the choice
         cannot be read."""
         key = self.tuning_key(*args, **kwargs)
-        config = self.chosen.get(key) or self._only_config(key, args, kwargs)
-        if config is None:
-            self.autotuner[grid](*args, **kwargs)
-            config = _triton_compat.chosen_config(self.autotuner)
-            if config is not None:
-                self.chosen[key] = config
-        return config
+        return self._known_config(key, args, kwargs) or self._tune(grid, key, args, kwargs)
 
     def __getitem__(self, grid):
         def launch(*args, **kwargs):
             key = self.tuning_key(*args, **kwargs)
-            config = self.chosen.get(key) or self._only_config(key, args, kwargs)
+            config = self._known_config(key, args, kwargs)
             if config is None:
-                self.config_for(grid, *args, **kwargs)  # launches through the autotuner
+                self._tune(grid, key, args, kwargs)  # launches through the autotuner
             else:
                 self.fn[grid](*args, **kwargs, **config.all_kwargs())
         return launch
