@@ -181,8 +181,21 @@ class BoundLaunch(SpecializedLaunch):
         super().__init__(kernel, grid, self._args, self._kwargs, options)
 
         self._slots = {name: i for i, name in enumerate(kernel.arg_names)}  # parameter -> position
+        self._forgotten: frozenset = frozenset()
+
+    def forget(self, *names: str) -> "BoundLaunch":
+        """Drop the bound tensors of parameters ``names``: a cache of launches must not keep its
+        callers' tensors (and their memory) alive.  Afterwards only :meth:`launch_with`, given
+        every one of them, can launch."""
+        for name in names:
+            self.arguments[self._slots[name]] = None
+        self._args, self._kwargs = (), {}
+        self._forgotten = frozenset(names)
+        return self
 
     def __call__(self) -> None:
+        if self._forgotten:
+            raise RuntimeError(f"this launch forgot its tensors {sorted(self._forgotten)}: use launch_with")
         if not self.fast:
             self._kernel[self.grid](*self._args, **self._kwargs, **self._options)
             return

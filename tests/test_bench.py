@@ -156,6 +156,12 @@ def test_rel_err_lists_matches_testing_rel_err_and_catches_nan():
     flat_out = torch.cat([o.flatten() for o in outs])[None]
     flat_ref = torch.cat([r.flatten() for r in refs])[None]
     assert core.rel_err_lists(outs, refs) == pytest.approx(rel_err(flat_out, flat_ref))
+    with pytest.MonkeyPatch.context() as mp:  # in chunks (a big output is never copied whole)
+        mp.setattr(core, "REL_ERR_CHUNK", 4)
+        assert core.rel_err_lists(outs, refs) == pytest.approx(rel_err(flat_out, flat_ref))
+        outs[1][2, 3] = float("nan")  # in the last chunk
+        assert core.rel_err_lists(outs, refs) == math.inf
+        outs[1][2, 3] = 0.0
     outs[1][0, 0] = float("nan")
     assert core.rel_err_lists(outs, refs) == math.inf
     with pytest.raises(ValueError, match="shape"):

@@ -322,3 +322,20 @@ def test_gpu_plans_without_the_internals(monkeypatch):
         out = ws.matmul_ws(a, b, activation="relu")
         assert_close(out, matmul_ref(a, b, activation="relu", out_dtype=torch.float64))
     assert not next(iter(ws._PLANS.values())).launch.fast
+
+
+@pytest.mark.gpu
+@needs_hopper
+def test_a_kept_plan_holds_none_of_its_callers_tensors():
+    """Plans are kept per shape: they must not keep the first call's A, B and C (GPU memory) alive."""
+    import gc
+    import weakref
+
+    a, b = _aligned(256, 384, 128, torch.float16)
+    c = ws.matmul_ws(a, b, activation="relu", bias=torch.randn(384, device=DEVICE, dtype=torch.float16))
+    refs = [weakref.ref(t) for t in (a, b, c)]
+    del a, b, c
+    gc.collect()
+    assert all(r() is None for r in refs)
+    a, b = _aligned(256, 384, 128, torch.float16)  # the kept plan, re-pointed at new tensors
+    assert_close(ws.matmul_ws(a, b), matmul_ref(a, b, out_dtype=torch.float64), torch.float16)

@@ -312,6 +312,23 @@ def test_gpu_moe_layouts_and_ragged(dtype, w_transposed):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("check_offs", [None, False])
+def test_gpu_kept_launches_hold_none_of_the_callers_tensors(check_offs):
+    """grouped_mm keeps one bound launch per shape: it must not keep x, w, out or offs (GPU
+    memory) alive, and the next call with the same shape must read its own tensors."""
+    import gc
+    import weakref
+
+    x, w, offs, out = _check_gpu_moe(300, 8, 2, 256, 128, 1.0, torch.bfloat16, None, w_transposed=True)
+    again = grouped_mm(x, w, offs, check_offs=check_offs)  # the first call of this key binds the launch
+    refs = [weakref.ref(t) for t in (x, w, offs, out, again)]
+    del x, w, offs, out, again
+    gc.collect()
+    assert all(r() is None for r in refs)
+    _check_gpu_moe(300, 8, 2, 256, 128, 1.0, torch.bfloat16, None, w_transposed=True)
+
+
+@pytest.mark.gpu
 def test_gpu_matches_torch_grouped_mm():
     fn = _torch_grouped_mm()
     if fn is None:

@@ -211,6 +211,30 @@ def test_bound_launch_of_an_interpreted_kernel_uses_the_public_launch(fresh_comp
     torch.testing.assert_close(out, x * 2.0)
 
 
+def test_a_bound_launch_that_forgot_its_tensors_keeps_none_and_needs_new_ones(fresh_compat):
+    """A cache of launches (grouped_mm's) keeps them without their tensors: the first call's
+    memory is freed, launch_with gives new ones, and a plain call says what is missing."""
+    import gc
+    import weakref
+
+    x = torch.randn(100, device=DEVICE)
+    out = torch.empty_like(x)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the interpreter's "launcher" warning
+        launch = BoundLaunch(_scale_kernel, (2,), (x, out), {"n": 100, "factor": 2.0, "BLOCK": 64})
+    launch.forget("x_ptr", "out_ptr")
+    dead_x, dead_out = weakref.ref(x), weakref.ref(out)
+    del x, out
+    gc.collect()
+    assert dead_x() is None and dead_out() is None
+    with pytest.raises(RuntimeError, match="x_ptr.*launch_with"):
+        launch()
+    y = torch.randn(100, device=DEVICE)
+    out = torch.empty_like(y)
+    launch.launch_with(x_ptr=y, out_ptr=out)
+    torch.testing.assert_close(out, y * 2.0)
+
+
 def test_everything_runs_with_every_internal_switched_off(tmp_path):
     """CI's run of the public fallbacks: a fresh process with GEMM_KERNELS_TRITON_INTERNALS=0 runs
     a tuned kernel twice, a grouped plan twice and a compile-view build, with no warning about

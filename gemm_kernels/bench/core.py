@@ -216,12 +216,19 @@ def rel_err_lists(outs: list[torch.Tensor], refs: list[torch.Tensor]) -> float:
     for out, ref in zip(outs, refs):
         if tuple(out.shape) != tuple(ref.shape):
             raise ValueError(f"shape mismatch: out {tuple(out.shape)} vs ref {tuple(ref.shape)}")
-        out64, ref64 = out.double(), ref.to(out.device).double()
-        if not bool(torch.isfinite(out64).all()):
-            return float("inf")
-        diff_sq += float(torch.linalg.vector_norm(out64 - ref64) ** 2)
-        ref_sq += float(torch.linalg.vector_norm(ref64) ** 2)
+        flat_out, flat_ref = out.reshape(-1), ref.to(out.device).reshape(-1)
+        for start in range(0, flat_out.numel(), REL_ERR_CHUNK):  # float64 copies of a chunk at a time
+            out64 = flat_out[start:start + REL_ERR_CHUNK].double()
+            ref64 = flat_ref[start:start + REL_ERR_CHUNK].double()
+            if not bool(torch.isfinite(out64).all()):
+                return float("inf")
+            diff_sq += float(torch.linalg.vector_norm(out64 - ref64) ** 2)
+            ref_sq += float(torch.linalg.vector_norm(ref64) ** 2)
     return math.sqrt(diff_sq) if ref_sq == 0 else math.sqrt(diff_sq / ref_sq)
+
+
+#: elements per float64 chunk in rel_err_lists (512 MB): a 2-GB output is not copied whole, three times
+REL_ERR_CHUNK = 1 << 26
 
 
 @contextlib.contextmanager

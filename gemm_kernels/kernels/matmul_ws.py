@@ -450,13 +450,17 @@ class _Plan:
         self.launch = _triton_compat.SpecializedLaunch(_matmul_ws_kernel, (programs,), (), named,
                                                        {"num_warps": 4, "maxnreg": MAXNREG})
         self.arguments = _triton_compat.ordered_arguments(_matmul_ws_kernel, (), named)
+        self.moved = _triton_compat.descriptor_mover()  # chosen once: no environment look-up per call
         for i in (_C_PTR, _BIAS, _TRACE):  # never keep the first call's tensors alive
             self.arguments[i] = None
+        stand_in = torch.empty(8, device=a.device, dtype=a.dtype)  # 16 bytes, aligned: a template's base
+        for i in (_A, _B, _C):
+            if self.arguments[i] is not None:
+                self.arguments[i] = self.moved(self.arguments[i], stand_in)
         self.c_shape = c.shape
         self.bias_dtype = a.dtype
         self.bias_contiguous = bias_contiguous  # of the caller's bias (the checked one is made contiguous)
         self.c_tma = named["C_TMA"]
-        self.moved = _triton_compat.descriptor_mover()  # chosen once: no environment look-up per call
 
     def __call__(self, a, b, bias, trace):
         c = torch.empty(self.c_shape, device=a.device, dtype=a.dtype)

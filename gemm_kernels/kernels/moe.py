@@ -319,7 +319,7 @@ def _forward(x, w, offs, tma, check_offs):
             ok = torch.empty(1, device=x.device, dtype=torch.int32)
             if launch.uses_tma:
                 ensure_tma_allocator()
-            launch.bound.launch_with(x_ptr=x, w_ptr=w, out_ptr=out, offs_ptr=offs, ok_ptr=ok)
+            launch.bound.launch_with(x_ptr=x, w_ptr=w, out_ptr=out, offs_ptr=offs, ok_ptr=ok, trace_ptr=ok)
             if device_check:
                 torch._assert_async(ok, BAD_OFFS_MESSAGE)
             return out
@@ -341,7 +341,8 @@ def _forward(x, w, offs, tma, check_offs):
     bound = _grouped_mm_tuned.bind(grid, x, w, out, offs, ok, ok, **args, TRACE=False) if on_gpu else None
     if hasattr(bound, "launch_with"):
         bound()  # binding may have launched through the autotuner: this launch is the one that counts
-        if not check_offs:
+        if not check_offs:  # kept without this call's tensors (the cache must not hold their memory)
+            bound.forget("x_ptr", "w_ptr", "out_ptr", "offs_ptr", "ok_ptr", "trace_ptr")
             _remember(x, w, offs, tma, check_offs, _Launch((T, N), bound, uses_tma))
     elif bound is not None:  # the autotuner's choice is not readable here: launch through it
         bound()
