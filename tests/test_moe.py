@@ -399,6 +399,26 @@ def test_wgrad_matches_float64(counts, tail, dtype, tma):
             assert torch.equal(dw[e].float().cpu(), torch.zeros(40, 24)), f"idle expert {e} must get zeros"
 
 
+@pytest.mark.parametrize("tma", [False, True])
+def test_wgrad_repeated_shape_reads_each_calls_tensors_and_keeps_none(tma):
+    """On a GPU the second call of a shape takes the kept (bound) launch: it must read its own
+    x, dy and offs, and the kept launch must not hold the first call's tensors."""
+    import gc
+    import weakref
+
+    for seed in (1, 2):  # same shapes, other values and another routing
+        counts = [9, 0, 40, 1, 0] if seed == 1 else [0, 30, 20, 0, 0]
+        x, _, offs = make_inputs(counts + [0], 48, 32, torch.bfloat16)
+        offs = offs[:-1].contiguous()
+        dy = torch.randn(x.shape[0], 32, generator=torch.Generator().manual_seed(seed)).to(DEVICE, torch.bfloat16)
+        dw = moe_wgrad.grouped_mm_wgrad(x, dy, offs, tma=tma)
+        assert_close(dw.flatten(0, 1), moe_wgrad.grouped_mm_wgrad_ref(x, dy, offs).flatten(0, 1), torch.bfloat16)
+        refs = [weakref.ref(t) for t in (x, dy, offs, dw)]
+        del x, dy, offs, dw
+        gc.collect()
+        assert all(r() is None for r in refs)
+
+
 def test_wgrad_tile_lookup_visits_every_tile_once():
     """wgrad_tile's (expert, pid_m, pid_n) over all tiles = every tile of every expert once."""
     from gemm_kernels.lab.exercises.moe_training import run_wgrad_tile_lookup

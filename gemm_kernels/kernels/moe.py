@@ -380,14 +380,19 @@ def _setup_backward(ctx, inputs, output):
 
 def _backward(ctx, dy):
     x, w, offs = ctx.saved_tensors
+    # Eager autograd calls the launchers directly: each custom-op dispatch costs host time that
+    # small experts' kernels do not cover (PERF_NOTES 20).  A traced backward must see the ops.
+    direct = not torch.compiler.is_compiling()
+    forward = _forward if direct else torch.ops.gemm_kernels.grouped_mm
+    wgrad = moe_wgrad.launch if direct else torch.ops.gemm_kernels.grouped_mm_wgrad
     dx = dw = None
     if ctx.needs_input_grad[0]:  # dx = dy @ w[e]ᵀ per expert: the same kernel, w read transposed
-        dx = torch.ops.gemm_kernels.grouped_mm(dy, w.transpose(1, 2), offs, ctx.tma, False)
+        dx = forward(dy, w.transpose(1, 2), offs, ctx.tma, False)
     if ctx.needs_input_grad[1]:  # dw[e] = x_eᵀ dy_e, computed in w's layout
         if w.stride(1) < w.stride(2):  # w is a transposed view of [E, N, K] weights: dwᵀ[e] = dy_eᵀ x_e
-            dw = torch.ops.gemm_kernels.grouped_mm_wgrad(dy, x, offs, ctx.tma).transpose(1, 2)
+            dw = wgrad(dy, x, offs, ctx.tma).transpose(1, 2)
         else:
-            dw = torch.ops.gemm_kernels.grouped_mm_wgrad(x, dy, offs, ctx.tma)
+            dw = wgrad(x, dy, offs, ctx.tma)
     return dx, dw, None, None, None
 
 

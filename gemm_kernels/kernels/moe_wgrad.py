@@ -120,7 +120,29 @@ def _use_tma(x, dy, tma) -> bool:
     return tma_strides(x, (0, 1)) is not None and tma_strides(dy, (0, 1)) is not None
 
 
-def _launch(x, dy, offs, tma) -> torch.Tensor:
+def _launch_key(x, dy, offs, tma) -> tuple:
+    """What a launch's plan and compiled kernel depend on (as ``moe._launch_key``): equal keys, equal launches."""
+    return (x.shape, x.stride(), dy.shape, dy.stride(), x.dtype, dy.dtype, offs.shape, offs.stride(), offs.dtype,
+            x.device, dy.device, x.data_ptr() % 16, dy.data_ptr() % 16, offs.data_ptr() % 16, tma)
+
+
+#: bound launches by _launch_key (GPU only), kept without their tensors: (dw's shape, BoundLaunch, TMA?)
+_LAUNCHES: dict = {}
+_MAX_LAUNCHES = 256
+
+
+def launch(x, dy, offs, tma) -> torch.Tensor:
+    """The weight gradient's launch, unchecked (the backward pass's inputs were checked by the
+    forward).  On a GPU a repeated shape takes a bound launch: no argument handling."""
+    key = _launch_key(x, dy, offs, tma) if runtime.on_gpu() else None
+    kept = _LAUNCHES.get(key) if key is not None else None
+    if kept is not None:
+        dw_shape, bound, uses_tma = kept
+        dw = torch.empty(dw_shape, device=x.device, dtype=x.dtype)
+        if uses_tma:
+            ensure_tma_allocator()
+        bound.launch_with(x_ptr=x, dy_ptr=dy, dw_ptr=dw, offs_ptr=offs)
+        return dw
     T, K = x.shape
     N, E = dy.shape[1], offs.shape[0]
     dw = torch.empty((E, K, N), device=x.device, dtype=x.dtype)
@@ -135,14 +157,24 @@ def _launch(x, dy, offs, tma) -> torch.Tensor:
     ys = tma_strides(dy, (0, 1)) if use_tma else dy.stride()
     grid = lambda meta: (max(1, min(runtime.num_sms(),  # noqa: E731
                                     E * triton.cdiv(K, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]))),)
-    _wgrad_tuned[grid](x, dy, dw, offs.contiguous(), T, K, N, E, xs[0], xs[1], ys[0], ys[1], *dw.stride(),
-                       triton.next_power_of_2(T), USE_TMA=use_tma, WIDEN=widen_for_dot(x.dtype))
+    args = (x, dy, dw, offs, T, K, N, E, xs[0], xs[1], ys[0], ys[1], *dw.stride(), triton.next_power_of_2(T))
+    flags = dict(USE_TMA=use_tma, WIDEN=widen_for_dot(x.dtype))
+    bound = _wgrad_tuned.bind(grid, *args, **flags) if key is not None and offs.is_contiguous() else None
+    if hasattr(bound, "launch_with"):
+        bound()
+        if len(_LAUNCHES) >= _MAX_LAUNCHES:  # many shapes: start over
+            _LAUNCHES.clear()
+        _LAUNCHES[key] = ((E, K, N), bound.forget("x_ptr", "dy_ptr", "dw_ptr", "offs_ptr"), use_tma)
+    elif bound is not None:  # the autotuner's choice is not readable here: launch through it
+        bound()
+    else:
+        _wgrad_tuned[grid](*args[:3], offs.contiguous(), *args[4:], **flags)
     return dw
 
 
 @torch.library.custom_op("gemm_kernels::grouped_mm_wgrad", mutates_args=())
 def _wgrad_op(x: torch.Tensor, dy: torch.Tensor, offs: torch.Tensor, tma: bool | None) -> torch.Tensor:
-    return _launch(x, dy, offs, tma)
+    return launch(x, dy, offs, tma)
 
 
 @_wgrad_op.register_fake
@@ -159,7 +191,7 @@ def grouped_mm_wgrad(x, dy, offs, *, tma=None):
     _check(x, dy, offs)
     if tma is not None and not isinstance(tma, bool):
         raise TypeError(f"tma must be None, True or False, got {tma!r}")
-    return _launch(x, dy, offs, tma)
+    return launch(x, dy, offs, tma)
 
 
 def grouped_mm_wgrad_ref(x, dy, offs) -> torch.Tensor:
