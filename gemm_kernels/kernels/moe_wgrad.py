@@ -114,8 +114,17 @@ def _check(x, dy, offs) -> None:
         raise ValueError(f"dw[e] would be {x.shape[1]}x{dy.shape[1]} elements: more than 32-bit offsets address")
 
 
-def _use_tma(x, dy, tma) -> bool:
+#: ``tma=None`` reads by TMA only when experts average at least this many rows: each tile builds
+#: two descriptors in the kernel, a cost that only a long K loop (the expert's rows) hides.
+#: Measured on an H100 (PERF_NOTES 20): pointer loads were 4-25% faster up to 512 rows per
+#: expert on DeepSeek-V2-Lite and Qwen3-30B shapes; at 2048 rows TMA won on one of the two.
+TMA_MIN_ROWS_PER_EXPERT = 1024
+
+
+def _use_tma(x, dy, tma, experts: int = 1) -> bool:
     if tma is False or not runtime.supports_tma():
+        return False
+    if tma is None and x.shape[0] < TMA_MIN_ROWS_PER_EXPERT * experts:
         return False
     return tma_strides(x, (0, 1)) is not None and tma_strides(dy, (0, 1)) is not None
 
@@ -150,7 +159,7 @@ def launch(x, dy, offs, tma) -> torch.Tensor:
         return dw
     if T == 0:  # no token reached any expert: every gradient is zero
         return dw.zero_()
-    use_tma = _use_tma(x, dy, tma)
+    use_tma = _use_tma(x, dy, tma, E)
     if use_tma:
         ensure_tma_allocator()
     xs = tma_strides(x, (0, 1)) if use_tma else x.stride()
@@ -187,7 +196,8 @@ def grouped_mm_wgrad(x, dy, offs, *, tma=None):
     """``dw[e] = x[offs[e-1]:offs[e]]ᵀ @ dy[offs[e-1]:offs[e]]`` for every expert e: ``[E, K, N]``
     in x's dtype (fp32 accumulation).  Rows past ``offs[-1]`` take no part; an expert with no rows
     gets zeros.  ``offs`` is trusted as in ``grouped_mm(check_offs=False)``: clamped into x,
-    never checked (the forward pass checked it).  ``tma``: None uses TMA where x and dy allow it."""
+    never checked (the forward pass checked it).  ``tma``: None uses TMA where x and dy allow it and
+    experts average ``TMA_MIN_ROWS_PER_EXPERT`` rows or more, else pointer loads."""
     _check(x, dy, offs)
     if tma is not None and not isinstance(tma, bool):
         raise TypeError(f"tma must be None, True or False, got {tma!r}")
