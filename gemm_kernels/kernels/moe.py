@@ -37,8 +37,10 @@ their results are never stored), w through one 3-D ``[E, K, N]`` descriptor with
 weights), out through a per-tile descriptor whose shape ends at the expert's last row.
 Otherwise plain masked pointer loads (any strides).
 
-Training: ``grouped_mm`` is the PyTorch custom op ``gemm_kernels::grouped_mm`` (a fake
-implementation for ``torch.compile``, capturable in CUDA graphs) with a backward:
+Training: ``grouped_mm`` is differentiable.  In eager mode autograd goes through a
+``torch.autograd.Function`` that calls the launchers directly; ``torch.compile`` sees the PyTorch
+custom op ``gemm_kernels::grouped_mm`` (a fake implementation, capturable in CUDA graphs) with
+the same backward:
 ``dx = grouped_mm(dy, wᵀ)`` through this kernel with w read transposed, and
 ``dw[e] = x_eᵀ · dy_e`` through the weight-gradient kernel of :mod:`.moe_wgrad`, a grouped GEMM
 whose ragged dimension is the reduction.
