@@ -21,7 +21,7 @@ OLDEST_TRITON ?= 3.6.0
 OLDEST_VENV ?= .venv-triton36
 OLDEST_STAMP := $(OLDEST_VENV)/.installed
 
-.PHONY: setup lab lab-student test test-triton-oldest test-gpu sanitize student images bench bench-quick clean
+.PHONY: setup lab lab-student test test-triton-oldest test-gpu sanitize sanitize-ws student images bench bench-quick clean
 
 setup: $(STAMP)
 
@@ -59,6 +59,11 @@ test-gpu: $(STAMP)  ## only the tests that need a CUDA GPU
 
 sanitize: $(STAMP)  ## every kernel on ragged shapes under compute-sanitizer memcheck (needs a CUDA GPU)
 	GEMM_KERNELS_AUTOTUNE=0 compute-sanitizer --tool memcheck --error-exitcode 1 $(BIN)/python tests/sanitize_kernels.py
+
+sanitize-ws: $(STAMP)  ## matmul_ws under memcheck, racecheck and synccheck (needs an sm_90 GPU; kernels/WS_NOTES.md reads racecheck's reports)
+	GEMM_KERNELS_AUTOTUNE=0 compute-sanitizer --tool memcheck --error-exitcode 1 $(BIN)/python tests/sanitize_ws.py
+	GEMM_KERNELS_AUTOTUNE=0 compute-sanitizer --tool racecheck --racecheck-report all $(BIN)/python tests/sanitize_ws.py
+	GEMM_KERNELS_AUTOTUNE=0 compute-sanitizer --tool synccheck $(BIN)/python tests/sanitize_ws.py
 
 student: $(STAMP)  ## student copies of the notebooks (solutions removed) in student/; keeps a copy you changed
 	$(BIN)/python -m gemm_kernels.lab.student $(if $(FORCE),--force)

@@ -2,6 +2,10 @@
 
     compute-sanitizer --tool memcheck python3 tests/sanitize_ws.py
     compute-sanitizer --tool racecheck python3 tests/sanitize_ws.py
+    compute-sanitizer --tool synccheck python3 tests/sanitize_ws.py      (all three: make sanitize-ws)
+
+A report's ``_matmul_ws_kernel+0x...`` offset can be read in the SASS that ``tests/ws_sass.py``
+writes (no GPU needed).
 
 Small shapes (the tools slow kernels down 10-100x), program counts that give every program
 several tiles (ring laps, turn barriers), every config, transposed B, bias + GELU, unaligned C rows.
