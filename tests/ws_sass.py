@@ -24,7 +24,7 @@ def main(directory: pathlib.Path) -> None:
 
     examples = ws_examples()
     views = compile_many([ex.request(90) for ex in examples])
-    nvdisasm = pathlib.Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "nvdisasm"
+    nvdisasm = triton.knobs.nvidia.nvdisasm.path  # the one Triton ships (as compile_view's cuobjdump)
     directory.mkdir(parents=True, exist_ok=True)
     print(f"Triton {triton.__version__}")
     for ex, view in zip(examples, views):
@@ -32,7 +32,7 @@ def main(directory: pathlib.Path) -> None:
         cubin = directory / f"{stem}.cubin"
         cubin.write_bytes(view.asm["cubin"])
         (directory / f"{stem}.ptx").write_text(view.asm["ptx"])
-        sass = subprocess.run([os.fspath(nvdisasm), "-c", "-g", os.fspath(cubin)], capture_output=True,
+        sass = subprocess.run([nvdisasm, "-c", "-g", os.fspath(cubin)], capture_output=True,
                               text=True, check=True).stdout
         (directory / f"{stem}.sass").write_text(sass)
         print(f"\n{ex.name}: {directory / (stem + '.sass')}")
