@@ -120,6 +120,93 @@ def test_out_naming_an_existing_file_is_a_usage_error(tmp_path, capsys):
     assert existing.read_text() == "keep me"
 
 
+# ------------------------------------------------------------------------------ shards and resumed runs
+
+
+def _quick(*args):
+    from gemm_kernels.bench import main
+
+    return main(["--quick", *map(str, args)])
+
+
+def _case_order(rows):
+    return [(r["panel"], r["case"], r["provider"]) for r in rows]
+
+
+@pytest.mark.skipif(runtime.on_gpu(), reason="quick CPU runs stand in for the GPU shards")
+def test_shards_merge_back_into_the_suites_order(tmp_path, capsys):
+    suites_arg = "stream-k,llm"
+    assert _quick("--suite", suites_arg, "--out", tmp_path / "whole") == 0
+    assert _quick("--suite", suites_arg, "--shard", "1/2", "--out", tmp_path / "s1") == 0
+    assert _quick("--suite", suites_arg, "--shard", "0/2", "--out", tmp_path / "s0") == 0
+    capsys.readouterr()
+    for suite in ("stream-k", "llm"):
+        whole = report.read_csv(tmp_path / "whole" / f"{suite}.csv")
+        halves = [report.read_csv(tmp_path / d / f"{suite}.csv") for d in ("s0", "s1")]
+        assert all(halves) and sum(map(len, halves)) == len(whole)
+        rows, info = report.merge_shards([tmp_path / "s1", tmp_path / "s0"], suite)  # any order of DIRs
+        assert _case_order(rows) == _case_order(whole)
+        assert info["shards"] == 2 and "shard" not in info and "--shard 0/2" in info["command"]
+
+    with pytest.raises(ValueError, match=r"shards 1/2 missing"):
+        report.merge_shards([tmp_path / "s0"], "llm")
+    with pytest.raises(ValueError, match=r"shard 0/2 of llm given twice"):
+        report.merge_shards([tmp_path / "s0", tmp_path / "s0", tmp_path / "s1"], "llm")
+    with pytest.raises(ValueError, match=r"was not a shard"):
+        report.merge_shards([tmp_path / "whole", tmp_path / "s1"], "llm")
+    meta = json.loads((tmp_path / "s1" / "meta.json").read_text())
+    meta["suites"]["llm"]["device"] = "another GPU"
+    (tmp_path / "s1" / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match=r"has device = 'another GPU'.*measured alike"):
+        report.merge_shards([tmp_path / "s0", tmp_path / "s1"], "llm")
+    # a CPU run holds no timings: publishing its shards is refused like publishing it whole
+    from gemm_kernels.bench import main
+
+    assert main(["--publish", str(tmp_path / "s0"), str(tmp_path / "s1")]) == 2
+    assert "error:" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(runtime.on_gpu(), reason="quick CPU runs")
+def test_resume_finishes_what_a_time_budget_left(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert _quick("--suite", "stream-k", "--shard", "1/2", "--time-budget", "1e-9", "--out", out) == 0
+    assert "time budget reached: 0 of" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="incomplete"):
+        report.merge_shards([out, out], "stream-k")
+    assert _quick("--suite", "stream-k", "--shard", "0/2", "--resume", "--out", out) == 2  # another shard's rows
+    assert "the earlier run was shard [1, 2], this one [0, 2]" in capsys.readouterr().out
+
+    assert _quick("--suite", "stream-k", "--shard", "1/2", "--resume", "--out", out) == 0
+    first = report.read_csv(out / "stream-k.csv")
+    meta = json.loads((out / "meta.json").read_text())["suites"]["stream-k"]
+    assert first and "incomplete" not in meta and meta["resumed"] == 1 and meta["shard"] == [1, 2]
+    assert _quick("--suite", "stream-k", "--shard", "1/2", "--resume", "--out", out) == 0
+    assert "resuming: 1 cases kept" in capsys.readouterr().out
+    assert _case_order(report.read_csv(out / "stream-k.csv")) == _case_order(first)  # nothing run twice
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4])
+def test_shards_share_alternating_cases_fairly(n):
+    """The moe suite alternates forward and forward+backward cases: dealing them 0, 1, 0, 1 would
+    give one GPU every backward; 0, 1, 1, 0 does not."""
+    cases = range(8 * n)
+    owners = [report.shard_of(k, n) for k in cases]
+    for i in range(n):
+        mine = [k for k in cases if owners[k] == i]
+        assert len(mine) == 8
+        assert sum(k % 2 for k in mine) == 4  # as many odd (fwd+bwd) cases as even ones
+
+
+@pytest.mark.parametrize("argv", [["--shard", "2/2"], ["--shard", "1"], ["--shard", "0/2", "--commit"]])
+def test_bad_shard_arguments_are_usage_errors(argv, capsys):
+    from gemm_kernels.bench import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--suite", "order", *argv])
+    assert exit_info.value.code == 2
+    assert "--shard" in capsys.readouterr().err
+
+
 # ------------------------------------------------------------------------------ peaks and arithmetic
 
 

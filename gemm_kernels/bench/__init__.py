@@ -20,6 +20,11 @@ baseline's kernel named (``torch.profiler``, the ``vendor_kernel`` column).  Out
 ``images/bench/`` (the committed copy notebooks and README show); ``--publish DIR`` copies an
 earlier run's directory there (e.g. results fetched from a GPU machine).
 
+A long suite can be split: ``--shard I/N`` runs one N-th of the cases (one shard per GPU,
+``CUDA_VISIBLE_DEVICES=I``), ``--resume`` continues a run that a ``--time-budget`` ended
+(the cases already in ``--out`` are kept), and ``--publish DIR0 DIR1 ...`` merges the N shards
+back into one suite in the original case order, refusing a missing or incomplete shard.
+
 On a machine without a CUDA GPU nothing can be timed; ``--quick`` still runs every suite's
 kernels at tiny sizes in Triton's interpreter and checks them (CI runs this).
 
@@ -68,6 +73,16 @@ def _parse_suites(text: str) -> list[str]:
     return names
 
 
+def _parse_shard(text: str) -> tuple[int, int]:
+    try:
+        i, n = (int(v) for v in text.split("/"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--shard takes I/N (e.g. 0/2), got {text!r}") from None
+    if not 0 <= i < n:
+        raise argparse.ArgumentTypeError(f"--shard {text}: I must be in 0..N-1 and N >= 1")
+    return i, n
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m gemm_kernels.bench", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -78,8 +93,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=DEFAULT_OUT, help=f"output directory (default: {DEFAULT_OUT}/)")
     p.add_argument("--commit", action="store_true",
                    help=f"also copy the results into {BENCH_DIR.relative_to(REPO_ROOT)}/ (full GPU runs only)")
-    p.add_argument("--publish", metavar="DIR",
-                   help=f"copy an earlier run's results from DIR into {BENCH_DIR.relative_to(REPO_ROOT)}/ and exit")
+    p.add_argument("--publish", metavar="DIR", nargs="+",
+                   help=f"copy an earlier run's results from DIR into {BENCH_DIR.relative_to(REPO_ROOT)}/ and exit; "
+                        "several DIRs: the shards of one run (--shard), merged")
+    p.add_argument("--shard", type=_parse_shard, metavar="I/N",
+                   help="run shard I of N of each suite (0 <= I < N; cases dealt 0..N-1, N-1..0, ...): one shard per GPU")
+    p.add_argument("--resume", action="store_true",
+                   help="keep the cases already in --out's CSVs (same GPU, same shard) and run the rest")
     p.add_argument("--dtype", choices=sorted(DTYPES), help="run every suite in this dtype (default: per suite)")
     p.add_argument("--seed-tutorial", metavar="PATH",
                    help="the saved page of Triton's tutorial 08 (the seed); default: $GEMM_BENCH_SEED_TUTORIAL, "
@@ -125,17 +145,25 @@ def _setup_row(case, exc: Exception) -> Row:
 
 
 def run_suite(suite: str, settings: SuiteSettings, timing: TimingSettings | None, csv_path: Path | None = None,
-              deadline: float | None = None) -> tuple[list[Row], str | None, str | None]:
-    """Run one suite.  Returns its rows, the CUDA error that stopped it (or None) and why it
-    stopped early (or None).  With ``csv_path`` the CSV is rewritten after every case, so a run
-    killed from outside keeps what it measured; past ``deadline`` (time.monotonic()) no new case starts."""
-    cases = SUITES[suite](settings)
-    rows: list[Row] = []
+              deadline: float | None = None, shard: tuple[int, int] = (0, 1),
+              kept: list[Row] | None = None) -> tuple[list[Row], str | None, str | None]:
+    """Run one suite (its cases of shard ``shard[0]`` of ``shard[1]``: :func:`report.shard_of`).  Returns its rows, the CUDA error that
+    stopped it (or None) and why it stopped early (or None).  With ``csv_path`` the CSV is
+    rewritten after every case, so a run killed from outside keeps what it measured; past
+    ``deadline`` (time.monotonic()) no new case starts.  ``kept``: rows of an earlier run of
+    the same shard (``--resume``); their cases are not run again."""
+    cases = [c for k, c in enumerate(SUITES[suite](settings)) if report.shard_of(k, shard[1]) == shard[0]]
+    rows: list[Row] = list(kept or [])
+    done_cases = {(r.panel, r.case) for r in rows}
+    todo = [c for c in cases if (c.panel, c.label) not in done_cases]
+    if len(done_cases) + len(todo) != len(cases):
+        raise ValueError(f"--resume: {csv_path} holds cases this shard of {suite} does not have: "
+                         "resume with the same --suite, --shard, --dtype and --seed")
     gpu = runtime.gpu_name()
-    progress = _progress(cases, len(cases), suite)
+    progress = _progress(todo, len(todo), suite)
     for done, case in enumerate(progress):
         if deadline is not None and time.monotonic() > deadline:
-            return rows, None, f"time budget reached: {done} of {len(cases)} cases run"
+            return rows, None, f"time budget reached: {len(cases) - len(todo) + done} of {len(cases)} cases run"
         if hasattr(progress, "set_postfix_str"):
             progress.set_postfix_str(f"{case.panel} {case.label}"[:60])
         try:
@@ -149,6 +177,18 @@ def run_suite(suite: str, settings: SuiteSettings, timing: TimingSettings | None
         if csv_path is not None:
             report.write_csv(rows, csv_path)
     return rows, None, None
+
+
+def _cannot_resume(earlier: dict, run_info: dict, shard: tuple[int, int]) -> str | None:
+    """Why an earlier run's rows cannot be continued by this one (None: they can)."""
+    if not earlier:
+        return "no meta.json entry for it: it was not written by a run of this command"
+    for key in ("device", "torch", "triton", "timing", "autotune", "seed"):
+        if earlier.get(key) != run_info.get(key):
+            return f"the earlier run had {key} = {earlier.get(key)!r}, this one {run_info.get(key)!r}"
+    if list(earlier.get("shard", [0, 1])) != list(shard):
+        return f"the earlier run was shard {earlier.get('shard', [0, 1])}, this one {list(shard)}"
+    return None
 
 
 def _list_cases(suites: list[str], settings: SuiteSettings) -> None:
@@ -168,9 +208,18 @@ def main(argv: list[str] | None = None) -> int:
     command = "python -m gemm_kernels.bench " + " ".join(shlex.quote(a) for a in (argv if argv is not None
                                                                                   else sys.argv[1:]))
     if args.publish:
-        copied = report.publish(Path(args.publish), BENCH_DIR)
-        print(f"published {', '.join(copied) or 'nothing'} from {args.publish} into {BENCH_DIR}")
+        try:
+            if len(args.publish) == 1:
+                copied = report.publish(Path(args.publish[0]), BENCH_DIR)
+            else:
+                copied = report.publish_shards([Path(d) for d in args.publish], BENCH_DIR)
+        except ValueError as exc:
+            print(f"error: {exc}")
+            return 2
+        print(f"published {', '.join(copied) or 'nothing'} from {' '.join(args.publish)} into {BENCH_DIR}")
         return 0
+    if args.commit and args.shard and args.shard[1] > 1:
+        parser.error("--commit takes a whole run: commit the shards together with --publish DIR0 DIR1 ...")
 
     info = runtime.describe()
     print(f"gemm_kernels.bench: {info['mode']} on {info['gpu']} (torch {info['torch']}, triton {info['triton']})")
@@ -238,16 +287,31 @@ def main(argv: list[str] | None = None) -> int:
     failures, fatal, incomplete = [], None, []
     deadline = time.monotonic() + args.time_budget if args.time_budget else None
     for suite in args.suite:
-        if deadline is not None and time.monotonic() > deadline:
-            print(f"[{suite}] not run: the time budget ({args.time_budget} s) is spent")
-            incomplete.append(suite)
-            continue
-        watch = Stopwatch()
-        rows, fatal, stopped = run_suite(suite, settings, timing, out / f"{suite}.csv", deadline)
-        elapsed = watch.seconds()
+        watch = Stopwatch()  # a spent time budget still writes the suite's (empty) CSV: --resume runs it
+        shard = args.shard or (0, 1)
+        kept, earlier = [], {}
+        if args.resume and (out / f"{suite}.csv").is_file():
+            earlier = report.read_meta(out).get("suites", {}).get(suite, {})
+            problem = _cannot_resume(earlier, run_info, shard)
+            if problem:
+                print(f"error: --resume {suite}: {problem}")
+                return 2
+            kept = [Row(**r) for r in report.read_csv(out / f"{suite}.csv")]
+            print(f"[{suite}] resuming: {len({(r.panel, r.case) for r in kept})} cases kept from {out}")
+        try:
+            rows, fatal, stopped = run_suite(suite, settings, timing, out / f"{suite}.csv", deadline, shard, kept)
+        except ValueError as exc:  # --resume over another suite's or shard's rows
+            print(f"error: {exc}")
+            return 2
+        elapsed = watch.seconds() + (earlier.get("elapsed_s") or 0)
         report.write_csv(rows, out / f"{suite}.csv")
         suite_info = {**run_info, "suite": suite, "elapsed_s": round(elapsed, 1),
                       "dtypes": sorted({r.dtype for r in rows})}
+        if earlier:
+            suite_info["resumed"] = earlier.get("resumed", 0) + 1
+            suite_info["date"] = earlier.get("date", suite_info["date"])
+        if shard[1] > 1:
+            suite_info["shard"] = list(shard)
         if suite in CUDA_GRAPH_SUITES and suite_info.get("timing"):
             suite_info["timing"] = {**suite_info["timing"], "method": "triton.testing.do_bench_cudagraph "
                                     "(back-to-back calls replayed from a CUDA graph: GPU time, no L2 flush)"}

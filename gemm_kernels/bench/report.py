@@ -343,6 +343,104 @@ def publish(src: Path, dest: Path, suites: list[str] | None = None) -> list[str]
     return copied
 
 
+def _case_groups(rows: list[dict]) -> list[list[dict]]:
+    """Rows split into runs of one case each, in order."""
+    groups: list[list[dict]] = []
+    for r in rows:
+        if groups and (groups[-1][0]["panel"], groups[-1][0]["case"]) == (r["panel"], r["case"]):
+            groups[-1].append(r)
+        else:
+            groups.append([r])
+    return groups
+
+
+def shard_of(k: int, n: int) -> int:
+    """The shard that runs case k of a suite split n ways: 0, 1, ..., n-1, then n-1, ..., 0, and
+    so on, so that a suite whose cases alternate (forward, forward+backward) gives every shard
+    a fair share of both."""
+    k %= 2 * n
+    return k if k < n else 2 * n - 1 - k
+
+
+def merge_shards(sources: list[Path], suite: str) -> tuple[list[dict], dict]:
+    """One suite's rows and meta entry from the N directories of a ``--shard I/N`` run.
+
+    Shard i ran the cases k with ``shard_of(k, N) == i``, in order: the merged rows take case k
+    from there, which is the suite's own order.  ValueError if a shard is missing, repeated, incomplete, or measured
+    with other software, timing settings or another kind of GPU than the others."""
+    entries = {}
+    for src in sources:
+        info = read_meta(src).get("suites", {}).get(suite)
+        if info is None or not (Path(src) / f"{suite}.csv").is_file():
+            raise ValueError(f"{src}: no {suite} results (a {suite}.csv and its meta.json entry)")
+        shard = info.get("shard")
+        if not shard:
+            raise ValueError(f"{src}: its {suite} run was not a shard (--shard I/N): publish it alone")
+        if tuple(shard) in entries:
+            raise ValueError(f"{src}: shard {shard[0]}/{shard[1]} of {suite} given twice")
+        if info.get("incomplete"):
+            raise ValueError(f"{src}: shard {shard[0]}/{shard[1]} of {suite} is incomplete ({info['incomplete']}): "
+                             "finish it with --resume first")
+        entries[tuple(shard)] = (src, info)
+    n = next(iter(entries))[1]
+    wanted = {(i, n) for i in range(n)}
+    if set(entries) != wanted:
+        missing = ", ".join(f"{i}/{n}" for i, _ in sorted(wanted - set(entries)))
+        raise ValueError(f"{suite}: shards {missing or '(other N)'} missing: give every shard of one --shard I/{n} run")
+    first = entries[(0, n)][1]
+    for (i, _), (src, info) in entries.items():
+        for key in ("device", "torch", "triton", "timing", "autotune", "seed", "quick", "num_sms"):
+            if info.get(key) != first.get(key):
+                raise ValueError(f"{src}: shard {i}/{n} of {suite} has {key} = {info.get(key)!r} but shard 0 has "
+                                 f"{first.get(key)!r}: shards must be measured alike")
+    groups = [_case_groups(read_csv(Path(entries[(i, n)][0]) / f"{suite}.csv")) for i in range(n)]
+    total = sum(len(g) for g in groups)
+    owners = [shard_of(k, n) for k in range(total)]
+    if any(len(groups[i]) != owners.count(i) for i in range(n)):
+        raise ValueError(f"{suite}: the shards hold {[len(g) for g in groups]} cases, which no one suite of "
+                         f"{total} cases split {n} ways gives")
+    taken = [0] * n
+    rows = []
+    for owner in owners:
+        rows += groups[owner][taken[owner]]
+        taken[owner] += 1
+    infos = [entries[(i, n)][1] for i in range(n)]
+    merged = {k: v for k, v in first.items() if k not in ("shard", "ceilings")}
+    merged.update(shards=n, date=min(i["date"] for i in infos),
+                  elapsed_s=round(sum(i.get("elapsed_s") or 0 for i in infos), 1),
+                  command=" ; ".join(dict.fromkeys(i["command"] for i in infos)),
+                  ceilings_per_shard=[i.get("ceilings") for i in infos],
+                  dtypes=sorted({d for i in infos for d in i.get("dtypes", [])}))
+    return rows, merged
+
+
+def write_dict_csv(rows: list[dict], path: Path) -> None:
+    """Rows as read by :func:`read_csv`, written back in the same format."""
+    write_csv([Row(**{c: r.get(c) for c in COLUMNS}) for r in rows], path)
+
+
+def publish_shards(sources: list[Path], dest: Path) -> list[str]:
+    """Merge the shards in ``sources`` suite by suite (:func:`merge_shards`), re-plot, and
+    publish into ``dest`` like :func:`publish`.  Returns the suites published."""
+    import tempfile
+
+    suites = sorted({p.stem for src in sources for p in Path(src).glob("*.csv")},
+                    key=lambda s: SUITE_ORDER.index(s) if s in SUITE_ORDER else len(SUITE_ORDER))
+    with tempfile.TemporaryDirectory() as tmp:
+        merged_dir = Path(tmp)
+        for suite in suites:
+            rows, info = merge_shards(sources, suite)
+            write_dict_csv(rows, merged_dir / f"{suite}.csv")
+            update_meta(merged_dir, suite, info)
+            peak = next((r["tflops"] / r["pct_peak"] * 100 for r in rows if r.get("pct_peak")), None)
+            try:
+                plot_suite(suite, rows, merged_dir / f"{suite}.png",
+                           f"{suite} on {info.get('device')} ({info['date']})", peak)
+            except ImportError:  # no matplotlib: the table and CSV still publish
+                pass
+        return publish(merged_dir, dest, suites)
+
+
 # ------------------------------------------------------------------------------ plots
 
 PLOT_KIND = {"square": "line", "order": "bar", "fusion": "bar", "stream-k": "bar", "seed-grouped": "line", "moe": "line",
