@@ -651,3 +651,46 @@ def test_vendor_kernel_merge_fills_the_csv_meta_and_table(tmp_path):
     assert report.read_meta(bench_dir)["suites"]["square"]["vendor_kernel"]["device"] == "NVIDIA H100"
     section = results.extract_section((bench_dir / "results.md").read_text(), "square")
     assert "cuBLAS ran" in section and "`nvjet_sm90_hsh_256x128_64x4_1x2_h_bz_coopA_NNT`" in section
+
+
+# ------------------------------------------------------------------------------ Nsight Compute counters
+
+
+def test_counters_parse_every_kernel_of_a_call_and_write_tables(tmp_path):
+    from gemm_kernels.bench import counters
+
+    text = "\n".join([
+        "==PROF== Connected to process 1",
+        '"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size",'
+        '"Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"',
+        '"0","1","python","h","nvjet_hsh_256x128_64x4_2x1_v_bz_coopA_NNN","1","7","(384, 1, 1)","(132, 1, 1)",'
+        '"0","9.0","Command line profiler metrics","gpu__time_duration.sum","ns","1,234,567"',
+        '"0","1","python","h","nvjet_hsh_256x128_64x4_2x1_v_bz_coopA_NNN","1","7","(384, 1, 1)","(132, 1, 1)",'
+        '"0","9.0","Command line profiler metrics","sm__cycles_active.max","cycle","2000"',
+        '"1","1","python","h","_assert_async_cuda_kernel","1","7","(1, 1, 1)","(1, 1, 1)",'
+        '"0","9.0","Command line profiler metrics","gpu__time_duration.sum","ns","1500"',
+        "program output in between",
+    ])
+    kernels = counters.parse_ncu_kernels(text)
+    assert [k["kernel"] for k in kernels] == ["nvjet_hsh_256x128_64x4_2x1_v_bz_coopA_NNN", "_assert_async_cuda_kernel"]
+    assert kernels[0]["gpu__time_duration.sum"] == 1234567.0 and kernels[0]["sm__cycles_active.max"] == 2000.0
+    assert "sm__cycles_active.max" not in kernels[1]
+    rows = [{"case": "c", "provider": p, **k} for p, k in zip(("cuBLAS", "grouped_mm"), kernels)]
+    metrics = ["gpu__time_duration.sum", "sm__cycles_active.max"]
+    counters.write_outputs(rows, metrics, tmp_path, ["header"])
+    md = (tmp_path / "counters.md").read_text()
+    assert "| c | cuBLAS | `nvjet_hsh_256x128_64x4_2x1_v_bz_coopA_NNN` | 1.235e+06 | 2000 |" in md
+    back = list(__import__("csv").DictReader((tmp_path / "counters.csv").open()))
+    assert back[1]["kernel"] == "_assert_async_cuda_kernel" and back[1]["sm__cycles_active.max"] == ""
+
+
+def test_counters_cases_and_providers_are_checked():
+    from gemm_kernels.bench import counters
+
+    assert len({c.name for c in counters.CASES}) == len(counters.CASES)
+    with pytest.raises(ValueError, match="unknown counters case 'nope'; choose from: square 8192"):
+        counters.case_named("nope")
+    with pytest.raises(ValueError, match="has no provider 'cuBLAS'; it has torch._grouped_mm, grouped_mm"):
+        counters.build_call(counters.case_named("moe Mixtral-8x7B up T=4096 uniform"), "cuBLAS")
+    if not runtime.on_gpu():
+        assert counters.main(["--out", "unused"]) == 2

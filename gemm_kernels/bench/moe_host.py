@@ -26,6 +26,56 @@ def host_us(fn, calls: int = 2000) -> float:
     return host
 
 
+def parts(x, w, offs, repeats: int = 5) -> dict:
+    """The default call's steps rebuilt one at a time and timed the way the whole call is (in
+    sequence, GPU queue absorbing the launches), each variant ``repeats`` times interleaved;
+    prints and returns the medians.  The differences between neighbouring lines are what each
+    added step costs inside a call, which timing a step alone did not show (PERF_NOTES 20)."""
+    import statistics
+
+    import gemm_kernels as gk
+    from gemm_kernels.kernels import moe
+
+    gk.grouped_mm(x, w, offs)  # makes the bound launch
+    launch = moe._LAUNCHES[moe._launch_key(x, w, offs, None, None)]
+    bound, shape, msg = launch.bound, launch.out_shape, moe.BAD_OFFS_MESSAGE
+    flag = torch.empty(1, device=x.device, dtype=torch.int32)
+
+    def run(out_alloc=True, flag_alloc=True, assert_=None):
+        def call():
+            out = torch.empty(shape, device=x.device, dtype=x.dtype) if out_alloc else x
+            ok = torch.empty(1, device=x.device, dtype=torch.int32) if flag_alloc else flag
+            if launch.uses_tma:
+                moe.ensure_tma_allocator()
+            bound.launch_with(x_ptr=x, w_ptr=w, out_ptr=out, offs_ptr=offs, ok_ptr=ok, trace_ptr=ok)
+            if assert_ == "plain":
+                torch._assert_async(ok)
+            elif assert_ == "msg":
+                torch._assert_async(ok, msg)
+            return out
+        return call
+
+    variants = {
+        "launch only (kept output and flag)": run(out_alloc=False, flag_alloc=False),
+        "+ torch.empty(out)": run(flag_alloc=False),
+        "+ torch.empty(flag)": run(),
+        "+ torch._assert_async(flag)": run(assert_="plain"),
+        "+ torch._assert_async(flag, message)": run(assert_="msg"),
+        "kept flag + torch._assert_async(flag, message)": run(flag_alloc=False, assert_="msg"),
+        "grouped_mm(check_offs=False)": lambda: gk.grouped_mm(x, w, offs, check_offs=False),
+        "grouped_mm default": lambda: gk.grouped_mm(x, w, offs),
+        "torch._grouped_mm": lambda: torch._grouped_mm(x, w, offs=offs),
+    }
+    times = {name: [] for name in variants}
+    for _ in range(repeats):
+        for name, fn in variants.items():
+            times[name].append(host_us(fn, calls=1000))
+    medians = {name: statistics.median(t) for name, t in times.items()}
+    for name, t in medians.items():
+        print(f"parts, host us per call (median of {repeats}), {name}: {t:.1f}", flush=True)
+    return medians
+
+
 def main() -> None:
     import gemm_kernels as gk
     from triton.testing import do_bench, do_bench_cudagraph
@@ -44,6 +94,7 @@ def main() -> None:
     }
     for name, fn in calls.items():
         print(f"host time per call, {name}: {host_us(fn):.1f} us", flush=True)
+    parts(x, w, offs)
     for name in ("grouped_mm default", "grouped_mm check_offs=True", "torch._grouped_mm"):
         fn = calls[name]
         plain = do_bench(fn, return_mode="median")

@@ -1,0 +1,325 @@
+"""``python -m gemm_kernels.bench.counters``: Nsight Compute counters for the rows where our
+kernels miss a target, beside the vendor kernel of the same row (GPU only, needs ``ncu``).
+
+Each (case, provider) runs in a worker process under ``ncu --profile-from-start off``: the
+worker builds the inputs, calls the provider a few times (compilation and autotuning happen
+here, unprofiled), then calls it once between ``cudaProfilerStart``/``Stop``.  Every kernel of
+that call is profiled (a cuBLAS call can launch more than one; a grouped_mm forward+backward
+launches several).  The driver writes ``counters.csv`` (one row per kernel: case, provider,
+kernel name, then the metrics) and ``counters.md`` (the same as tables) in ``--out``.
+
+What the metrics answer:
+
+* ``gpu__time_duration.sum``: the kernel's time under the profiler (caches flushed first, clocks
+  locked to base by ncu: slower than ``do_bench``; compare kernels with each other, not with it);
+* ``sm__pipe_tensor_cycles_active...pct_of_peak_sustained_elapsed``: the share of the kernel's
+  time the tensor cores were busy (wgmma included), the number a GEMM's speed follows;
+* ``sm__cycles_active.avg`` against ``.max``: the average SM against the busiest, so
+  1 - avg/max is the share of the run an average SM sat idle (a partial last wave, a tail);
+* ``dram__throughput`` / ``dram__bytes_read.sum`` and ``lts__t_sector_hit_rate.pct``: whether
+  operand traffic, not the math, sets the pace;
+* ``launch__*``: grid, block, registers, shared memory (the configuration that ran);
+* ``smsp__warp_issue_stalled_*``: where warps waited (barriers, memory, the math pipe).
+
+Metrics this ncu does not know are dropped (``ncu --query-metrics``), so the list can name
+Hopper counters without breaking on another GPU.
+
+    python -m gemm_kernels.bench.counters --out DIR [--case NAME ...] [--list]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from .. import runtime
+
+WANTED_METRICS = (
+    "gpu__time_duration.sum",
+    "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed",
+    "sm__throughput.avg.pct_of_peak_sustained_elapsed",
+    "sm__cycles_active.avg",
+    "sm__cycles_active.max",
+    "dram__throughput.avg.pct_of_peak_sustained_elapsed",
+    "dram__bytes_read.sum",
+    "dram__bytes_write.sum",
+    "lts__t_sector_hit_rate.pct",
+    "launch__grid_size",
+    "launch__block_size",
+    "launch__registers_per_thread",
+    "launch__shared_mem_per_block_dynamic",
+    "launch__cluster_dim_x",
+    "launch__cluster_dim_y",
+    "smsp__warp_issue_stalled_barrier_per_warp_active.pct",
+    "smsp__warp_issue_stalled_long_scoreboard_per_warp_active.pct",
+    "smsp__warp_issue_stalled_wait_per_warp_active.pct",
+    "smsp__warp_issue_stalled_math_pipe_throttle_per_warp_active.pct",
+    "smsp__warp_issue_stalled_sleeping_per_warp_active.pct",
+)
+#: what is asked for when this ncu rejects the list above (names every ncu since 2021 knows)
+MINIMAL_METRICS = ("gpu__time_duration.sum", "sm__throughput.avg.pct_of_peak_sustained_elapsed",
+                   "dram__throughput.avg.pct_of_peak_sustained_elapsed", "sm__cycles_active.avg", "sm__cycles_active.max")
+WORKER_TAG = "COUNTERS_WORKER_JSON "
+
+
+class NcuFailed(RuntimeError):
+    """ncu or its worker failed; the message ends with their output."""
+
+
+@dataclass(frozen=True)
+class CounterCase:
+    """One benchmark row to profile: ``kind`` mm (``a @ b``), fused (bias + GELU) or moe."""
+
+    name: str
+    kind: str
+    dtype: str
+    shape: tuple            # mm/fused: (M, N, K); moe: (model name, projection, tokens, routing, pass)
+    providers: tuple
+    b_transposed: bool = False  # mm: b = W^T of an nn.Linear weight W [N, K]
+    why: str = ""
+
+
+CASES = (  # the most telling first: a run cut short keeps them
+    CounterCase("square 8192^3 bf16", "mm", "bf16", (8192, 8192, 8192), ("cuBLAS", "ws", "tma"),
+                why="matmul_ws target 1.05x: missed"),
+    CounterCase("fusion 4096^3 fp16 gelu +bias", "fused", "fp16", (4096, 4096, 4096), ("torch addmm+gelu", "ws fused"),
+                why="fused bias+GELU target 1.10x: missed"),
+    CounterCase("llm DeepSeek-V3 QKV M=4096 fp16", "mm", "fp16", (4096, 2112, 7168), ("cuBLAS", "ws", "tma"),
+                b_transposed=True, why="the llm suite's minimum"),
+    CounterCase("moe Qwen3-30B-A3B down T=32768 uniform", "moe", "bf16",
+                ("Qwen3-30B-A3B", "down", 32768, "uniform", "fwd"), ("torch._grouped_mm", "grouped_mm"),
+                why="the moe forward minimum"),
+    CounterCase("moe Qwen3-30B-A3B up T=512 uniform fwd+bwd", "moe", "bf16",
+                ("Qwen3-30B-A3B", "up", 512, "uniform", "fwd+bwd"), ("torch._grouped_mm", "grouped_mm"),
+                why="the moe forward+backward minimum"),
+    CounterCase("square 4096^3 fp16", "mm", "fp16", (4096, 4096, 4096), ("cuBLAS", "ws", "tma"),
+                why="matmul_ws target 1.05x: at the edge"),
+    CounterCase("moe DeepSeek-V3 up T=4096 skewed fwd+bwd", "moe", "bf16",
+                ("DeepSeek-V3", "up", 4096, "skewed", "fwd+bwd"), ("torch._grouped_mm", "grouped_mm"),
+                why="256 experts, skewed: the weight gradient's many small experts"),
+    CounterCase("llm Llama-3-70B gate M=4096 bf16", "mm", "bf16", (4096, 28672, 8192), ("cuBLAS", "ws", "tma"),
+                b_transposed=True, why="a large llm row, for comparison"),
+    CounterCase("moe Mixtral-8x7B up T=4096 uniform", "moe", "bf16",
+                ("Mixtral-8x7B", "up", 4096, "uniform", "fwd"), ("torch._grouped_mm", "grouped_mm"),
+                why="few large experts, for comparison"),
+)
+
+
+def case_named(name: str) -> CounterCase:
+    for case in CASES:
+        if case.name == name:
+            return case
+    raise ValueError(f"unknown counters case {name!r}; choose from: " + "; ".join(c.name for c in CASES))
+
+
+# ------------------------------------------------------------------------------ worker
+
+
+def build_call(case: CounterCase, provider: str):
+    """The provider's call on this case's inputs (made on the GPU), as a no-argument function."""
+    from ..kernels import matmul_ws, moe, tma
+    from . import suites
+
+    if provider not in case.providers:
+        raise ValueError(f"{case.name} has no provider {provider!r}; it has {', '.join(case.providers)}")
+    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}[case.dtype]
+    gen = torch.Generator(device=runtime.DEVICE).manual_seed(0)
+    if case.kind in ("mm", "fused"):
+        M, N, K = case.shape
+        a = torch.randn(M, K, device=runtime.DEVICE, dtype=dtype, generator=gen)
+        if case.b_transposed:
+            b = torch.randn(N, K, device=runtime.DEVICE, dtype=dtype, generator=gen).t()
+        else:
+            b = torch.randn(K, N, device=runtime.DEVICE, dtype=dtype, generator=gen)
+        if case.kind == "fused":
+            bias = torch.randn(N, device=runtime.DEVICE, dtype=dtype, generator=gen)
+            calls = {"torch addmm+gelu": lambda: torch.nn.functional.gelu(torch.addmm(bias, a, b)),
+                     "ws fused": lambda: matmul_ws.matmul_ws(a, b, activation="gelu", bias=bias)}
+        else:
+            calls = {"cuBLAS": lambda: torch.matmul(a, b), "ws": lambda: matmul_ws.matmul_ws(a, b),
+                     "tma": lambda: tma.matmul_tma(a, b)}
+        return calls[provider]
+    model_name, projection, tokens, routing, moe_pass = case.shape
+    model = next(m for m in suites.MOE_MODELS["full"] if m.name == model_name)
+    k, n = (model.hidden, model.ffn) if projection == "up" else (model.ffn, model.hidden)
+    w = suites._moe_weights(model, projection, dtype, gen)
+    offs = torch.cumsum(suites._route(model, tokens, routing, 0), 0).to(device=runtime.DEVICE, dtype=torch.int32)
+    rows = tokens * model.top_k
+    x = torch.randn(rows, k, device=runtime.DEVICE, dtype=dtype, generator=gen)
+    mm = {"torch._grouped_mm": lambda a, b, o: torch._grouped_mm(a, b, offs=o), "grouped_mm": moe.grouped_mm}[provider]
+    if moe_pass == "fwd":
+        return lambda: mm(x, w, offs)
+    dy = torch.randn(rows, n, device=runtime.DEVICE, dtype=dtype, generator=gen)
+    return suites._moe_fwd_bwd(mm, x, w, offs, dy)
+
+
+def worker(case_name: str, provider: str, warmup: int = 5) -> dict:
+    """Warm the call up, then run it once inside the profiler's range."""
+    case = case_named(case_name)
+    call = build_call(case, provider)
+    for _ in range(warmup):
+        call()
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStart()
+    call()
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStop()
+    return {"case": case.name, "provider": provider}
+
+
+# ------------------------------------------------------------------------------ driver
+
+
+def available_metrics(ncu: str, wanted=WANTED_METRICS) -> list[str]:
+    """The wanted metrics whose base name this ncu lists for this GPU (all, if it cannot say)."""
+    try:
+        text = subprocess.run([ncu, "--query-metrics"], capture_output=True, text=True, timeout=120).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return list(wanted)
+    names = {line.split()[0] for line in text.splitlines() if line.strip() and not line.startswith(("-", " "))}
+    if len(names) < 10:  # not a listing we understand
+        return list(wanted)
+    return [m for m in wanted if m.split(".")[0] in names]
+
+
+def parse_ncu_kernels(text: str) -> list[dict]:
+    """Per profiled kernel, in launch order: ``{"kernel": name, metric: value, ...}`` from
+    ``ncu --csv --print-units base`` output (other lines ignored; thousands separators removed)."""
+    rows = [line for line in text.splitlines() if line.startswith('"')]
+    reader = csv.reader(io.StringIO("\n".join(rows)))
+    header, kernels = None, {}
+    for row in reader:
+        if header is None:
+            if "Metric Name" in row and "Metric Value" in row:
+                header = {name: i for i, name in enumerate(row)}
+            continue
+        if len(row) < len(header):
+            continue
+        kid = row[header["ID"]] if "ID" in header else "0"
+        entry = kernels.setdefault(kid, {"kernel": row[header["Kernel Name"]] if "Kernel Name" in header else ""})
+        raw = row[header["Metric Value"]].replace(",", "").strip()
+        try:
+            entry[row[header["Metric Name"]]] = float(raw)
+        except ValueError:
+            entry[row[header["Metric Name"]]] = raw
+    return [kernels[k] for k in sorted(kernels, key=lambda s: int(s) if s.isdigit() else 0)]
+
+
+def profile(ncu: str, case: CounterCase, provider: str, metrics: list[str], timeout_s: int = 600) -> list[dict]:
+    cmd = [ncu, "--profile-from-start", "off", "--metrics", ",".join(metrics), "--csv", "--print-units", "base",
+           sys.executable, "-m", "gemm_kernels.bench.counters", "--worker", case.name, provider]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+    if proc.returncode != 0 or WORKER_TAG not in proc.stdout:
+        raise NcuFailed(f"ncu on {case.name} / {provider} failed (exit {proc.returncode}):\n"
+                        + (proc.stdout + proc.stderr)[-3000:])
+    kernels = parse_ncu_kernels(proc.stdout)
+    if not kernels:
+        raise RuntimeError(f"ncu profiled no kernel of {case.name} / {provider}:\n{proc.stdout[-2000:]}")
+    return kernels
+
+
+def short_kernel(name: str, width: int = 70) -> str:
+    name = name.split("(")[0] if name.startswith(("void ", "_")) else name
+    return name if len(name) <= width else name[:width - 1] + "…"
+
+
+def write_outputs(rows: list[dict], metrics: list[str], out: Path, header_lines: list[str]) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    columns = ["case", "provider", "kernel", *metrics]
+    with (out / "counters.csv").open("w", newline="") as f:
+        writer = csv.DictWriter(f, columns, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+    short = {m: m.replace(".avg.pct_of_peak_sustained_elapsed", " %").replace("_per_warp_active.pct", " %")
+             .replace("smsp__warp_issue_stalled_", "stall ").replace("launch__", "").replace("sm__pipe_tensor_cycles_active",
+                                                                                          "tensor pipe")
+             for m in metrics}
+    lines = [*header_lines, "", "| case | provider | kernel | " + " | ".join(short[m] for m in metrics) + " |",
+             "|" + "---|" * (3 + len(metrics))]
+    for r in rows:
+        cells = [r["case"], r["provider"], f"`{short_kernel(r['kernel'])}`"]
+        for m in metrics:
+            v = r.get(m)
+            cells.append("" if v is None else (f"{v:.4g}" if isinstance(v, float) else str(v)))
+        lines.append("| " + " | ".join(cells) + " |")
+    (out / "counters.md").write_text("\n".join(lines) + "\n")
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m gemm_kernels.bench.counters", description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", default="bench-results/counters")
+    p.add_argument("--case", action="append", help="a case name (default: every case); repeatable")
+    p.add_argument("--ncu", default=None, help="path of ncu (default: found on PATH)")
+    p.add_argument("--list", action="store_true", help="list the cases and exit")
+    p.add_argument("--worker", nargs=2, metavar=("CASE", "PROVIDER"), help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.list:
+        for c in CASES:
+            print(f"{c.name}: {', '.join(c.providers)} ({c.why})")
+        return 0
+    if args.worker:
+        print(WORKER_TAG + json.dumps(worker(*args.worker)), flush=True)
+        return 0
+    try:
+        cases = [case_named(n) for n in args.case] if args.case else list(CASES)
+    except ValueError as exc:
+        p.error(str(exc))
+    if not runtime.on_gpu():
+        print("counters: Nsight Compute needs a CUDA GPU; none here")
+        return 2
+    from .l2 import find_ncu
+
+    ncu = find_ncu(args.ncu)
+    if ncu is None:
+        print("counters: ncu (Nsight Compute) not found; pass --ncu PATH")
+        return 2
+    # the whole list, then the ones ncu lists, then a minimal list: an unknown name fails the run
+    choices = list(dict.fromkeys(tuple(m) for m in (WANTED_METRICS, available_metrics(ncu), MINIMAL_METRICS)))
+    metrics = list(choices.pop(0))
+    rows, failures = [], []
+    for case in cases:
+        for provider in case.providers:
+            while True:
+                try:
+                    kernels = profile(ncu, case, provider, metrics)
+                    break
+                except NcuFailed as exc:
+                    if choices and not rows:  # nothing has worked yet: maybe a metric name
+                        print(f"ncu failed with {len(metrics)} metrics; trying {len(choices[0])}", flush=True)
+                        metrics = list(choices.pop(0))
+                        continue
+                    kernels = None
+                    failures.append(f"{case.name} / {provider}: {str(exc).splitlines()[0]}")
+                    print(f"FAILED {failures[-1]}\n{exc}", flush=True)
+                    break
+                except subprocess.TimeoutExpired:
+                    kernels = None
+                    failures.append(f"{case.name} / {provider}: timed out")
+                    break
+            if kernels is None:
+                continue
+            for k in kernels:
+                rows.append({"case": case.name, "provider": provider, **k})
+                print(f"{case.name} | {provider} | {short_kernel(k['kernel'], 50)} | "
+                      + ", ".join(f"{m.split('.')[0]}={k.get(m)}" for m in metrics[:3]), flush=True)
+            write_outputs(rows, metrics, Path(args.out), [])
+    import triton
+
+    header = [f"Nsight Compute counters on {runtime.gpu_name()} (torch {torch.__version__}, triton "
+              f"{triton.__version__}): `python -m gemm_kernels.bench.counters`; one call per provider, "
+              "after a warm-up, every kernel of the call."]
+    write_outputs(rows, metrics, Path(args.out), header + ([f"Failed: {f}" for f in failures] or []))
+    print(f"counters -> {Path(args.out) / 'counters.csv'}; {len(failures)} failed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
