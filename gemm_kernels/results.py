@@ -210,11 +210,17 @@ README_CASES = (
 #: how each suite is timed, as the table says it
 TIMING = {
     "stream-k": "CUDA graph (GPU time)",
-    "square": "do_bench (GPU + Python launch)",
-    "fusion": "do_bench (GPU + Python launch)",
-    "seed-grouped": "do_bench (GPU + launch)",
-    "moe": "do_bench (GPU + Python launch)",
+    "square": "do_bench (+ Python launch)",
+    "fusion": "do_bench (+ Python launch)",
+    "seed-grouped": "do_bench (+ launch)",
+    "moe": "do_bench (+ Python launch)",
 }
+
+
+def short_gpu(device: str) -> str:
+    """'NVIDIA H100 80GB HBM3' -> 'H100', 'NVIDIA H200' -> 'H200' (the model, for a table)."""
+    words = [w for w in str(device).split() if w.upper() not in ("NVIDIA", "TESLA", "GEFORCE")]
+    return words[0] if words else str(device)
 
 
 def _us(ms: str) -> str:
@@ -225,13 +231,14 @@ def _us(ms: str) -> str:
 def readme_table(directory: str | Path | None = None) -> str:
     """The README's results table: for a few cases per suite, the vendor baseline (and the kernel
     it ran, where profiled), our fastest kernel, and their same-run ratio, from the committed CSVs."""
-    lines = ["| suite | case | timed with | vendor baseline | our fastest | ratio |",
+    lines = ["| suite | case | GPU, timed with | vendor baseline | our fastest | ratio |",
              "|---|---|---|---|---|---|"]
     for suite, dtype, case in README_CASES:
         try:
             rows = [r for r in committed_rows(suite, directory) if r["case"] == case and r["dtype"] == dtype]
         except FileNotFoundError:
             continue
+        gpu = short_gpu((load_committed(suite, directory) or {}).get("meta", {}).get("device", "?"))
         base = next((r for r in rows if r["provider"] == r["baseline"] and r["time_ms"]), None)
         ours = [r for r in rows if r["ours"] == "True" and r["ok"] == "True" and r["time_ms"]]
         if base is None or not ours:
@@ -239,7 +246,7 @@ def readme_table(directory: str | Path | None = None) -> str:
         best = min(ours, key=lambda r: float(r["time_ms"]))
         kernel = f" (`{base['vendor_kernel']}`)" if base.get("vendor_kernel") else ""
         ratio = float(base["time_ms"]) / float(best["time_ms"])
-        lines.append(f"| {suite} | {case} {dtype} | {TIMING.get(suite, 'do_bench')} | {base['provider']} "
+        lines.append(f"| {suite} | {case} {dtype} | {gpu}, {TIMING.get(suite, 'do_bench')} | {base['provider']} "
                      f"{_us(base['time_ms'])}{kernel} | {best['provider']} {_us(best['time_ms'])} | {ratio:.2f}x |")
     return "\n".join(lines) + "\n"
 

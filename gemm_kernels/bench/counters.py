@@ -107,6 +107,9 @@ CASES = (  # the most telling first: a run cut short keeps them
                 why="256 experts, skewed: the weight gradient's many small experts"),
     CounterCase("llm Llama-3-70B gate M=4096 bf16", "mm", "bf16", (4096, 28672, 8192), ("cuBLAS", "ws", "tma"),
                 b_transposed=True, why="a large llm row, for comparison"),
+    CounterCase("moe OLMoE-1B-7B down T=512 uniform fwd+bwd", "moe", "bf16",
+                ("OLMoE-1B-7B", "down", 512, "uniform", "fwd+bwd"), ("torch._grouped_mm", "grouped_mm"),
+                why="an unexplained outlier of the forward+backward rows (PERF_NOTES 21)"),
     CounterCase("moe Mixtral-8x7B up T=4096 uniform", "moe", "bf16",
                 ("Mixtral-8x7B", "up", 4096, "uniform", "fwd"), ("torch._grouped_mm", "grouped_mm"),
                 why="few large experts, for comparison"),
@@ -125,7 +128,8 @@ def case_named(name: str) -> CounterCase:
 
 def build_call(case: CounterCase, provider: str):
     """The provider's call on this case's inputs (made on the GPU), as a no-argument function."""
-    from ..kernels import matmul_ws, moe, tma
+    from .. import matmul_tma
+    from ..kernels import matmul_ws, moe
     from . import suites
 
     if provider not in case.providers:
@@ -145,7 +149,7 @@ def build_call(case: CounterCase, provider: str):
                      "ws fused": lambda: matmul_ws.matmul_ws(a, b, activation="gelu", bias=bias)}
         else:
             calls = {"cuBLAS": lambda: torch.matmul(a, b), "ws": lambda: matmul_ws.matmul_ws(a, b),
-                     "tma": lambda: tma.matmul_tma(a, b)}
+                     "tma": lambda: matmul_tma(a, b)}
         return calls[provider]
     model_name, projection, tokens, routing, moe_pass = case.shape
     model = next(m for m in suites.MOE_MODELS["full"] if m.name == model_name)

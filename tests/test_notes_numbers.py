@@ -1,0 +1,98 @@
+"""The performance notes quote the committed results: PERF_NOTES' overview and entry 21, and
+WS_NOTES entry 9, rendered here from ``images/bench/*.csv`` and ``counters.csv``.  When a suite
+is re-run, this names the sentence to update (as ``test_prose_numbers`` does for notebooks)."""
+
+from __future__ import annotations
+
+import csv
+import math
+import re
+from pathlib import Path
+
+import pytest
+
+from gemm_kernels.bench import report
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = ROOT / "images" / "bench"
+PERF_NOTES = ROOT / "gemm_kernels" / "bench" / "PERF_NOTES.md"
+WS_NOTES = ROOT / "gemm_kernels" / "kernels" / "WS_NOTES.md"
+KERNEL_NAMES = {"tma": "matmul_tma", "stream_k": "matmul_streamk", "persistent": "matmul_persistent",
+                "grouped": "matmul", "ws": "matmul_ws"}
+
+
+def _squash(text: str) -> str:
+    return re.sub(r"\s+", " ", text)
+
+
+def _rows(suite):
+    return report.read_csv(BENCH / f"{suite}.csv")
+
+
+def _geomean(values):
+    return math.exp(sum(map(math.log, values)) / len(values))
+
+
+def _best_of_ours(rows, case, dtype=None, fused=False):
+    ours = [r for r in rows if r["case"] == case and r["ours"] and r["ok"] and (dtype is None or r["dtype"] == dtype)]
+    best = max(ours, key=lambda r: r["speedup"])
+    name = best["provider"].replace(" fused", "")
+    return best["speedup"], KERNEL_NAMES.get(name, name)
+
+
+def _speedup(rows, case, provider, dtype):
+    (row,) = [r for r in rows if r["case"] == case and r["provider"] == provider and r["dtype"] == dtype]
+    return row["speedup"]
+
+
+def claims():
+    moe = _rows("moe")
+    for provider, label in (("grouped_mm", "forward"), ("grouped_mm fwd+bwd", "forward + backward")):
+        ratios = [r["speedup"] for r in moe if r["provider"] == provider]
+        g, m = _geomean(ratios), min(ratios)
+        yield PERF_NOTES, f"{g:.3f}×, min {m:.3f}× (96 rows, entry 21)"
+        per_t = " / ".join(f"{_geomean([r['speedup'] for r in moe if r['provider'] == provider and r['x'] == t]):.3f}"
+                           for t in (512, 4096, 32768))
+        yield PERF_NOTES, f"| {label} | {len(ratios)} | **{g:.3f}×** | {m:.3f}×"
+        yield PERF_NOTES, f"| {per_t}× |"
+
+    llm = _rows("llm")
+    cases = sorted({(r["panel"], r["case"]) for r in llm})
+    best = [max(r["speedup"] for r in llm if (r["panel"], r["case"]) == c and r["ours"] and r["ok"]) for c in cases]
+    yield PERF_NOTES, f"{_geomean(best):.3f}×, min {min(best):.3f}× (DeepSeek-V3 QKV, fp16)"
+    yield WS_NOTES, f"geomean **{_geomean(best):.3f}×** over {len(cases)} rows, minimum **{min(best):.3f}×**"
+
+    square = _rows("square")
+    ws = {(d, n): _speedup(square, f"{n}x{n}x{n}", "ws", d) for d in ("fp16", "bf16") for n in (4096, 8192)}
+    yield PERF_NOTES, ", ".join(f"{ws[k]:.3f}×" for k in (("fp16", 4096), ("fp16", 8192), ("bf16", 4096), ("bf16", 8192)))
+    yield WS_NOTES, (f"**{ws['fp16', 4096]:.3f}×** (fp16 4096³), **{ws['fp16', 8192]:.3f}×** (fp16 8192³), "
+                     f"**{ws['bf16', 4096]:.3f}×** (bf16 4096³), **{ws['bf16', 8192]:.3f}×** (bf16 8192³)")
+    for dtype, n in (("fp16", 4096), ("fp16", 8192), ("bf16", 4096), ("bf16", 8192)):
+        ratio, kernel = _best_of_ours(square, f"{n}x{n}x{n}", dtype)
+        yield PERF_NOTES, f"| {ratio:.3f}× (`{kernel}`"
+
+    fusion = _rows("fusion")
+    gelu = _speedup(fusion, "4096^3 gelu +bias", "ws fused", "fp16")
+    yield PERF_NOTES, f"| {gelu:.3f}× (`matmul_ws`) |"
+    yield WS_NOTES, f"fused bias+GELU at 4096³ **{gelu:.3f}×**"
+    ratio, kernel = _best_of_ours(fusion, "4096^3 leaky_relu")
+    yield PERF_NOTES, f"| {ratio:.3f}× (`{kernel}`"
+
+    with (BENCH / "counters.csv").open() as f:
+        counters = list(csv.DictReader(f))
+    for case, provider in (("square 8192^3 bf16", "cuBLAS"), ("square 8192^3 bf16", "ws"),
+                           ("llm DeepSeek-V3 QKV M=4096 fp16", "cuBLAS"), ("llm DeepSeek-V3 QKV M=4096 fp16", "ws"),
+                           ("fusion 4096^3 fp16 gelu +bias", "ws fused")):
+        (row,) = [r for r in counters if r["case"] == case and r["provider"] == provider]
+        us = float(row["gpu__time_duration.sum"]) / 1e3
+        busy = float(row["sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed"])
+        yield WS_NOTES, f"| {us:.0f} | {busy:.1f}% |"
+
+
+CLAIMS = list(claims())
+
+
+@pytest.mark.parametrize("path, phrase", CLAIMS, ids=[f"{p.name}:{t[:40]}" for p, t in CLAIMS])
+def test_notes_quote_the_committed_numbers(path, phrase):
+    assert _squash(phrase) in _squash(path.read_text()), (
+        f"{path.relative_to(ROOT)} should say (from the committed CSVs): {phrase!r}")
