@@ -460,7 +460,7 @@ def plot_suite(suite: str, rows: list[dict], path: Path, title: str, peak: float
 
     panels = list(OrderedDict.fromkeys(r["panel"] for r in timed))
     providers = list(OrderedDict.fromkeys(r["provider"] for r in timed))
-    cols = min(3, len(panels))
+    cols = min(3 if len(panels) <= 12 else 4, len(panels))
     nrows = math.ceil(len(panels) / cols)
     # at least 9 inches wide: a one-panel figure must still hold the title and the legend
     fig, axes = plt.subplots(nrows, cols, figsize=(max(5.5 * cols, 9), 3.8 * nrows), squeeze=False)
@@ -491,11 +491,17 @@ def plot_suite(suite: str, rows: list[dict], path: Path, title: str, peak: float
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(panels):]:
         ax.axis("off")
-    handles, labels = axes.flat[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=min(5, len(labels)), fontsize=8, frameon=False)
-    fig.suptitle(title + (f"  (dense peak {peak:g} TFLOP/s: dotted where in range)" if peak else ""), fontsize=10)
-    fig.tight_layout(rect=(0, 0.06, 1, 0.95))
+    legend = {}  # every provider once, whichever panel drew it (moe: forward and fwd+bwd panels differ)
+    for ax in axes.flat:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            legend.setdefault(label, handle)
+    fig.legend(list(legend.values()), list(legend), loc="lower center", ncol=min(5, len(legend)), fontsize=8,
+               frameon=False)
+    height = fig.get_size_inches()[1]  # margins in inches, so a tall figure does not waste a fraction of itself
+    fig.suptitle(title + (f"  (dense peak {peak:g} TFLOP/s: dotted where in range)" if peak else ""), fontsize=10,
+                 y=1 - min(0.02, 0.12 / height))
+    fig.tight_layout(rect=(0, min(0.15, 0.6 / height), 1, 1 - min(0.05, 0.45 / height)))
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110 if len(panels) <= 12 else 80)
     plt.close(fig)
     return path
