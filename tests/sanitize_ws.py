@@ -18,19 +18,34 @@ from gemm_kernels.kernels import matmul_ws as ws
 from gemm_kernels.kernels.tma import tma_aligned
 from gemm_kernels.testing import TOLERANCES, rel_err
 
-torch.manual_seed(0)
-checks = bad = 0
-for name in ws.CONFIGS:
-    for (M, N, K, programs) in [(129, 257, 200, 3), (300, 130, 520, 2), (1, 61, 72, 1), (517, 384, 64, 5)]:
-        for dtype in (torch.float16, torch.bfloat16):
-            a = tma_aligned(torch.randn(M, K, device="cuda").to(dtype))
-            w = torch.randn(N, K, device="cuda").to(dtype)  # b = w.t(): nn.Linear weight layout
-            bias = torch.randn(N, device="cuda").to(dtype)
-            out = ws._launch(a, w.t(), activation="gelu", bias=bias, schedule=name, num_programs=programs)
-            err = rel_err(out, matmul_ref(a, w.t(), activation="gelu", bias=bias, out_dtype=torch.float64))
-            checks += 1
-            bad += not err <= TOLERANCES[dtype]
-            if not err <= TOLERANCES[dtype]:
-                print(f"BAD {name} {M}x{N}x{K} {dtype}: rel_err {err:.3g}")
-torch.cuda.synchronize()
-print(f"sanitize_ws: {checks} checks, {bad} bad")
+#: (M, N, K, programs): ragged edges, one row, several tiles per program (ring laps, turn barriers)
+SHAPES = [(129, 257, 200, 3), (300, 130, 520, 2), (1, 61, 72, 1), (517, 384, 64, 5)]
+DTYPES = (torch.float16, torch.bfloat16)
+
+
+def inputs(M, N, K, dtype, device):
+    """A (16-byte aligned rows), B = W^T of an nn.Linear weight W [N, K], and a bias."""
+    a = tma_aligned(torch.randn(M, K, device=device).to(dtype))
+    w = torch.randn(N, K, device=device).to(dtype)
+    return a, w.t(), torch.randn(N, device=device).to(dtype)
+
+
+def main():
+    torch.manual_seed(0)
+    checks = bad = 0
+    for name in ws.CONFIGS:
+        for (M, N, K, programs) in SHAPES:
+            for dtype in DTYPES:
+                a, b, bias = inputs(M, N, K, dtype, "cuda")
+                out = ws._launch(a, b, activation="gelu", bias=bias, schedule=name, num_programs=programs)
+                err = rel_err(out, matmul_ref(a, b, activation="gelu", bias=bias, out_dtype=torch.float64))
+                checks += 1
+                bad += not err <= TOLERANCES[dtype]
+                if not err <= TOLERANCES[dtype]:
+                    print(f"BAD {name} {M}x{N}x{K} {dtype}: rel_err {err:.3g}")
+    torch.cuda.synchronize()
+    print(f"sanitize_ws: {checks} checks, {bad} bad")
+
+
+if __name__ == "__main__":
+    main()
