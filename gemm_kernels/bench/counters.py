@@ -105,6 +105,8 @@ CASES = (  # the most telling first: a run cut short keeps them
     CounterCase("moe DeepSeek-V3 up T=4096 skewed fwd+bwd", "moe", "bf16",
                 ("DeepSeek-V3", "up", 4096, "skewed", "fwd+bwd"), ("torch._grouped_mm", "grouped_mm"),
                 why="256 experts, skewed: the weight gradient's many small experts"),
+    CounterCase("llm Llama-3-8B QKV M=4096 fp16", "mm", "fp16", (4096, 6144, 4096), ("cuBLAS", "ws", "tma", "stream_k"),
+                b_transposed=True, why="below 0.95x without a wave tail to blame (WS_NOTES 9)"),
     CounterCase("llm Llama-3-70B gate M=4096 bf16", "mm", "bf16", (4096, 28672, 8192), ("cuBLAS", "ws", "tma"),
                 b_transposed=True, why="a large llm row, for comparison"),
     CounterCase("moe OLMoE-1B-7B down T=512 uniform fwd+bwd", "moe", "bf16",
@@ -128,7 +130,7 @@ def case_named(name: str) -> CounterCase:
 
 def build_call(case: CounterCase, provider: str):
     """The provider's call on this case's inputs (made on the GPU), as a no-argument function."""
-    from .. import matmul_tma
+    from .. import matmul_streamk, matmul_tma
     from ..kernels import matmul_ws, moe
     from . import suites
 
@@ -149,7 +151,7 @@ def build_call(case: CounterCase, provider: str):
                      "ws fused": lambda: matmul_ws.matmul_ws(a, b, activation="gelu", bias=bias)}
         else:
             calls = {"cuBLAS": lambda: torch.matmul(a, b), "ws": lambda: matmul_ws.matmul_ws(a, b),
-                     "tma": lambda: matmul_tma(a, b)}
+                     "tma": lambda: matmul_tma(a, b), "stream_k": lambda: matmul_streamk(a, b)}
         return calls[provider]
     model_name, projection, tokens, routing, moe_pass = case.shape
     model = next(m for m in suites.MOE_MODELS["full"] if m.name == model_name)
