@@ -217,6 +217,52 @@ TIMING = {
 }
 
 
+#: counters.csv's columns behind each column of :func:`counters_table`
+COUNTER_COLUMNS = {
+    "µs": "gpu__time_duration.sum",
+    "tensor busy %": "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed",
+    "DRAM %": "dram__throughput.avg.pct_of_peak_sustained_elapsed",
+    "L2 hit %": "lts__t_sector_hit_rate.pct",
+}
+
+
+def counters_rows(case_prefix: str = "", directory: str | Path | None = None) -> list[dict]:
+    """The committed Nsight Compute counters (``python -m gemm_kernels.bench.counters``), one dict
+    per kernel of the cases whose name starts with ``case_prefix``, with the derived columns of
+    :func:`counters_table` (``idle %`` = 1 - mean/max of ``sm__cycles_active``: the share of the
+    run an average SM waited for the busiest one)."""
+    out = []
+    for r in committed_rows("counters", directory):
+        if not r["case"].startswith(case_prefix):
+            continue
+        row = {"case": r["case"], "provider": r["provider"], "kernel": r["kernel"]}
+        for name, column in COUNTER_COLUMNS.items():
+            value = float(r[column]) if r.get(column) else None
+            row[name] = value / 1e3 if name == "µs" and value is not None else value
+        avg, peak = r.get("sm__cycles_active.avg"), r.get("sm__cycles_active.max")
+        row["idle %"] = 100 * (1 - float(avg) / float(peak)) if avg and peak and float(peak) else None
+        cluster = r.get("launch__cluster_dim_x")
+        row["cluster"] = f"{int(float(cluster))}x{int(float(r.get('launch__cluster_dim_y') or 1))}" \
+            if cluster and float(cluster) > 0 else "none"
+        out.append(row)
+    return out
+
+
+def counters_table(case_prefix: str = "", directory: str | Path | None = None, kernel_width: int = 48) -> str:
+    """The committed counters of the cases starting with ``case_prefix`` as a text table."""
+    rows = counters_rows(case_prefix, directory)
+    if not rows:
+        return f"(no committed counters for cases starting with {case_prefix!r})"
+    columns = ["µs", "tensor busy %", "idle %", "DRAM %", "cluster"]
+    lines = [f"{'case':40} {'provider':18} {'kernel':{kernel_width}} " + " ".join(f"{c:>13}" for c in columns)]
+    for r in rows:
+        name = r["kernel"].replace("void ", "").split("(")[0]
+        name = name if len(name) <= kernel_width else name[:kernel_width - 1] + "…"
+        cells = [f"{r[c]:13.1f}" if isinstance(r[c], float) else f"{str(r[c]):>13}" for c in columns]
+        lines.append(f"{r['case'][:40]:40} {r['provider'][:18]:18} {name:{kernel_width}} " + " ".join(cells))
+    return "\n".join(lines)
+
+
 def short_gpu(device: str) -> str:
     """'NVIDIA H100 80GB HBM3' -> 'H100', 'NVIDIA H200' -> 'H200' (the model, for a table)."""
     words = [w for w in str(device).split() if w.upper() not in ("NVIDIA", "TESLA", "GEFORCE")]

@@ -694,3 +694,28 @@ def test_counters_cases_and_providers_are_checked():
         counters.build_call(counters.case_named("moe Mixtral-8x7B up T=4096 uniform"), "cuBLAS")
     if not runtime.on_gpu():
         assert counters.main(["--out", "unused"]) == 2
+
+
+def test_committed_counters_table_derives_idle_share_and_cluster(tmp_path):
+    from gemm_kernels.results import counters_rows, counters_table
+
+    with (tmp_path / "counters.csv").open("w") as f:
+        f.write("case,provider,kernel,gpu__time_duration.sum,"
+                "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed,sm__cycles_active.avg,"
+                "sm__cycles_active.max,dram__throughput.avg.pct_of_peak_sustained_elapsed,lts__t_sector_hit_rate.pct,"
+                "launch__cluster_dim_x,launch__cluster_dim_y\n"
+                "sq 1,cuBLAS,nvjet_x(int),2000000,93.5,970,1000,18,70,2,1\n"
+                "sq 1,ws,void _k(int),1500000,90,750,1000,20,75,0,0\n"
+                "moe 1,grouped_mm,_k,10,,,,,,,\n")
+    rows = counters_rows("sq", tmp_path)
+    assert [r["provider"] for r in rows] == ["cuBLAS", "ws"]
+    assert rows[0]["µs"] == 2000.0 and rows[0]["idle %"] == pytest.approx(3.0) and rows[0]["cluster"] == "2x1"
+    assert rows[1]["idle %"] == pytest.approx(25.0) and rows[1]["cluster"] == "none"
+    text = counters_table("sq", tmp_path)
+    assert "nvjet_x" in text and "_k" in text and "(int)" not in text and "void" not in text
+    assert counters_rows("moe", tmp_path)[0]["idle %"] is None  # a row without the counters stays blank
+    assert "no committed counters" in counters_table("nothing", tmp_path)
+    # the committed run has the vendor kernel beside ours for every case
+    committed = counters_rows()
+    for case in {r["case"] for r in committed}:
+        assert len({r["provider"] for r in committed if r["case"] == case}) >= 2, case
