@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import io
 import json
 import subprocess
 import sys
@@ -198,24 +197,14 @@ def available_metrics(ncu: str, wanted=WANTED_METRICS) -> list[str]:
 
 def parse_ncu_kernels(text: str) -> list[dict]:
     """Per profiled kernel, in launch order: ``{"kernel": name, metric: value, ...}`` from
-    ``ncu --csv --print-units base`` output (other lines ignored; thousands separators removed)."""
-    rows = [line for line in text.splitlines() if line.startswith('"')]
-    reader = csv.reader(io.StringIO("\n".join(rows)))
-    header, kernels = None, {}
-    for row in reader:
-        if header is None:
-            if "Metric Name" in row and "Metric Value" in row:
-                header = {name: i for i, name in enumerate(row)}
-            continue
-        if len(row) < len(header):
-            continue
-        kid = row[header["ID"]] if "ID" in header else "0"
-        entry = kernels.setdefault(kid, {"kernel": row[header["Kernel Name"]] if "Kernel Name" in header else ""})
-        raw = row[header["Metric Value"]].replace(",", "").strip()
-        try:
-            entry[row[header["Metric Name"]]] = float(raw)
-        except ValueError:
-            entry[row[header["Metric Name"]]] = raw
+    ``ncu --csv`` output (values in base units; a value that is not a number kept as text)."""
+    from .l2 import metric_value, ncu_metric_rows
+
+    kernels: dict = {}
+    for row in ncu_metric_rows(text):
+        entry = kernels.setdefault(row.get("ID", "0"), {"kernel": row.get("Kernel Name", "")})
+        value = metric_value(row)
+        entry[row["Metric Name"]] = value if value is not None else row["Metric Value"]
     return [kernels[k] for k in sorted(kernels, key=lambda s: int(s) if s.isdigit() else 0)]
 
 

@@ -205,31 +205,38 @@ def ncu_command(ncu: str, log_file: str, worker_args: list[str], metrics=METRICS
             sys.executable, "-m", "gemm_kernels.bench.l2", "--worker", *worker_args]
 
 
-def parse_ncu_csv(text: str) -> dict[str, float]:
-    """``{metric name: value in base units}`` from ``ncu --csv`` output (the first profiled kernel).
-
-    Lines that are not CSV (``==PROF==`` messages, the program's own output) are ignored; values
-    with thousands separators or scaled units (Kbyte, Mbyte...) are brought to bytes / ns / %."""
-    rows = [line for line in text.splitlines() if line.startswith('"')]
-    reader = csv.reader(io.StringIO("\n".join(rows)))
-    header, metrics = None, {}
-    for row in reader:
+def ncu_metric_rows(text: str):
+    """The metric rows of ``ncu --csv`` output, each a dict keyed by ncu's header ("ID",
+    "Kernel Name", "Metric Name", "Metric Unit", "Metric Value", ...).  Lines that are not CSV
+    (``==PROF==`` messages, the program's own output) are skipped."""
+    lines = [line for line in text.splitlines() if line.startswith('"')]
+    header = None
+    for row in csv.reader(io.StringIO("\n".join(lines))):
         if header is None:
             if "Metric Name" in row and "Metric Value" in row:
-                header = {name: i for i, name in enumerate(row)}
+                header = row
             continue
-        if len(row) < len(header):
-            continue
-        name = row[header["Metric Name"]]
-        if name in metrics:  # a second kernel: keep the first
-            continue
-        unit = row[header["Metric Unit"]].strip().lower() if "Metric Unit" in header else ""
-        raw = row[header["Metric Value"]].replace(",", "").strip()
-        try:
-            value = float(raw)
-        except ValueError:
-            continue
-        metrics[name] = value * _UNIT_SCALE.get(unit, 1)
+        if len(row) >= len(header):
+            yield dict(zip(header, row))
+
+
+def metric_value(row: dict) -> float | None:
+    """A metric row's value in base units (bytes, ns, %): thousands separators removed, scaled
+    units (Kbyte, Mbyte, usecond...) converted; None when the value is not a number."""
+    try:
+        value = float(row["Metric Value"].replace(",", "").strip())
+    except ValueError:
+        return None
+    return value * _UNIT_SCALE.get(row.get("Metric Unit", "").strip().lower(), 1)
+
+
+def parse_ncu_csv(text: str) -> dict[str, float]:
+    """``{metric name: value in base units}`` from ``ncu --csv`` output (the first profiled kernel)."""
+    metrics = {}
+    for row in ncu_metric_rows(text):
+        name, value = row["Metric Name"], metric_value(row)
+        if name not in metrics and value is not None:  # a second kernel: keep the first
+            metrics[name] = value
     if not metrics:
         raise ValueError("no metric rows in ncu's CSV output")
     return metrics
