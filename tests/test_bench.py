@@ -185,6 +185,19 @@ def test_resume_finishes_what_a_time_budget_left(tmp_path, capsys):
     assert _case_order(report.read_csv(out / "stream-k.csv")) == _case_order(first)  # nothing run twice
 
 
+def test_resume_compares_timing_without_the_graph_suites_method():
+    """A CUDA-graph suite's meta adds its timing "method": resuming it must not call that a change."""
+    from gemm_kernels.bench import _cannot_resume
+
+    run = {"device": "GPU", "torch": "2", "triton": "3", "autotune": True, "seed": 0,
+           "timing": {"rounds": 3, "return_mode": "median"}}
+    graph_suite = {**run, "timing": {**run["timing"], "method": "triton.testing.do_bench_cudagraph"}}
+    assert _cannot_resume(graph_suite, run, (0, 1)) is None
+    assert "timing" in _cannot_resume({**graph_suite, "timing": {"rounds": 1, "method": "x"}}, run, (0, 1))
+    assert "shard" in _cannot_resume({**run, "shard": [1, 2]}, run, (0, 2))
+    assert "no meta.json entry" in _cannot_resume({}, run, (0, 1))
+
+
 @pytest.mark.parametrize("n", [1, 2, 3, 4])
 def test_shards_share_alternating_cases_fairly(n):
     """The moe suite alternates forward and forward+backward cases: dealing them 0, 1, 0, 1 would

@@ -147,8 +147,8 @@ def _setup_row(case, exc: Exception) -> Row:
 def run_suite(suite: str, settings: SuiteSettings, timing: TimingSettings | None, csv_path: Path | None = None,
               deadline: float | None = None, shard: tuple[int, int] = (0, 1),
               kept: list[Row] | None = None) -> tuple[list[Row], str | None, str | None]:
-    """Run one suite (its cases of shard ``shard[0]`` of ``shard[1]``: :func:`report.shard_of`).  Returns its rows, the CUDA error that
-    stopped it (or None) and why it stopped early (or None).  With ``csv_path`` the CSV is
+    """Run one suite (the cases of shard ``shard[0]`` of ``shard[1]``, :func:`report.shard_of`).
+    Returns its rows, the CUDA error that stopped it (or None) and why it stopped early (or None).  With ``csv_path`` the CSV is
     rewritten after every case, so a run killed from outside keeps what it measured; past
     ``deadline`` (time.monotonic()) no new case starts.  ``kept``: rows of an earlier run of
     the same shard (``--resume``); their cases are not run again."""
@@ -183,8 +183,12 @@ def _cannot_resume(earlier: dict, run_info: dict, shard: tuple[int, int]) -> str
     """Why an earlier run's rows cannot be continued by this one (None: they can)."""
     if not earlier:
         return "no meta.json entry for it: it was not written by a run of this command"
+    def same(key, info):  # a suite timed from CUDA graphs adds its "method" to the run's timing
+        value = info.get(key)
+        return {k: v for k, v in value.items() if k != "method"} if key == "timing" and value else value
+
     for key in ("device", "torch", "triton", "timing", "autotune", "seed"):
-        if earlier.get(key) != run_info.get(key):
+        if same(key, earlier) != same(key, run_info):
             return f"the earlier run had {key} = {earlier.get(key)!r}, this one {run_info.get(key)!r}"
     if list(earlier.get("shard", [0, 1])) != list(shard):
         return f"the earlier run was shard {earlier.get('shard', [0, 1])}, this one {list(shard)}"
