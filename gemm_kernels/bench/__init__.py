@@ -148,10 +148,11 @@ def run_suite(suite: str, settings: SuiteSettings, timing: TimingSettings | None
               deadline: float | None = None, shard: tuple[int, int] = (0, 1),
               kept: list[Row] | None = None) -> tuple[list[Row], str | None, str | None]:
     """Run one suite (the cases of shard ``shard[0]`` of ``shard[1]``, :func:`report.shard_of`).
-    Returns its rows, the CUDA error that stopped it (or None) and why it stopped early (or None).  With ``csv_path`` the CSV is
-    rewritten after every case, so a run killed from outside keeps what it measured; past
-    ``deadline`` (time.monotonic()) no new case starts.  ``kept``: rows of an earlier run of
-    the same shard (``--resume``); their cases are not run again."""
+    Returns its rows, the CUDA error that stopped it (or None) and why it stopped early (or
+    None).  With ``csv_path`` the CSV is rewritten after every case, so a run killed from
+    outside keeps what it measured; past ``deadline`` (time.monotonic()) no new case starts.
+    ``kept``: rows of an earlier run of the same shard (``--resume``); their cases are not run
+    again."""
     cases = [c for k, c in enumerate(SUITES[suite](settings)) if report.shard_of(k, shard[1]) == shard[0]]
     rows: list[Row] = list(kept or [])
     done_cases = {(r.panel, r.case) for r in rows}

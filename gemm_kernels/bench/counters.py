@@ -233,10 +233,13 @@ def write_outputs(rows: list[dict], metrics: list[str], out: Path, header_lines:
         writer = csv.DictWriter(f, columns, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(rows)
-    short = {m: m.replace(".avg.pct_of_peak_sustained_elapsed", " %").replace("_per_warp_active.pct", " %")
-             .replace("smsp__warp_issue_stalled_", "stall ").replace("launch__", "").replace("sm__pipe_tensor_cycles_active",
-                                                                                          "tensor pipe")
-             for m in metrics}
+    renames = ((".avg.pct_of_peak_sustained_elapsed", " %"), ("_per_warp_active.pct", " %"),
+               ("smsp__warp_issue_stalled_", "stall "), ("launch__", ""), ("sm__pipe_tensor_cycles_active", "tensor pipe"))
+    short = {}
+    for m in metrics:
+        short[m] = m
+        for old, new in renames:
+            short[m] = short[m].replace(old, new)
     lines = [*header_lines, "", "| case | provider | kernel | " + " | ".join(short[m] for m in metrics) + " |",
              "|" + "---|" * (3 + len(metrics))]
     for r in rows:

@@ -366,8 +366,8 @@ def merge_shards(sources: list[Path], suite: str) -> tuple[list[dict], dict]:
     """One suite's rows and meta entry from the N directories of a ``--shard I/N`` run.
 
     Shard i ran the cases k with ``shard_of(k, N) == i``, in order: the merged rows take case k
-    from there, which is the suite's own order.  ValueError if a shard is missing, repeated, incomplete, or measured
-    with other software, timing settings or another kind of GPU than the others."""
+    from there, which is the suite's own order.  ValueError if a shard is missing, repeated,
+    incomplete, or measured with other software, timing settings or another kind of GPU."""
     entries = {}
     for src in sources:
         info = read_meta(src).get("suites", {}).get(suite)
