@@ -248,6 +248,13 @@ def counters_rows(case_prefix: str = "", directory: str | Path | None = None) ->
     return out
 
 
+def short_kernel(name: str, width: int = 70) -> str:
+    """A profiled kernel's name for a table: no ``void``, no parameter list, at most ``width``
+    characters (template arguments kept: for CUTLASS they say which GEMM it is)."""
+    name = name.removeprefix("void ").split("(")[0]
+    return name if len(name) <= width else name[:width - 1] + "…"
+
+
 def counters_table(case_prefix: str = "", directory: str | Path | None = None, kernel_width: int = 48) -> str:
     """The committed counters of the cases starting with ``case_prefix`` as a text table."""
     rows = counters_rows(case_prefix, directory)
@@ -256,8 +263,7 @@ def counters_table(case_prefix: str = "", directory: str | Path | None = None, k
     columns = ["µs", "tensor busy %", "idle %", "DRAM %", "cluster"]
     lines = [f"{'case':40} {'provider':18} {'kernel':{kernel_width}} " + " ".join(f"{c:>13}" for c in columns)]
     for r in rows:
-        name = r["kernel"].replace("void ", "").split("(")[0]
-        name = name if len(name) <= kernel_width else name[:kernel_width - 1] + "…"
+        name = short_kernel(r["kernel"], kernel_width)
         cells = [f"{r[c]:13.1f}" if isinstance(r[c], float) else f"{str(r[c]):>13}" for c in columns]
         lines.append(f"{r['case'][:40]:40} {r['provider'][:18]:18} {name:{kernel_width}} " + " ".join(cells))
     return "\n".join(lines)

@@ -40,6 +40,7 @@ from pathlib import Path
 import torch
 
 from .. import runtime
+from ..results import short_kernel
 
 WANTED_METRICS = (
     "gpu__time_duration.sum",
@@ -217,13 +218,8 @@ def profile(ncu: str, case: CounterCase, provider: str, metrics: list[str], time
                         + (proc.stdout + proc.stderr)[-3000:])
     kernels = parse_ncu_kernels(proc.stdout)
     if not kernels:
-        raise RuntimeError(f"ncu profiled no kernel of {case.name} / {provider}:\n{proc.stdout[-2000:]}")
+        raise NcuFailed(f"ncu profiled no kernel of {case.name} / {provider}:\n{proc.stdout[-2000:]}")
     return kernels
-
-
-def short_kernel(name: str, width: int = 70) -> str:
-    name = name.split("(")[0] if name.startswith(("void ", "_")) else name
-    return name if len(name) <= width else name[:width - 1] + "…"
 
 
 def write_outputs(rows: list[dict], metrics: list[str], out: Path, header_lines: list[str]) -> None:
