@@ -128,8 +128,41 @@ def on_gpu() -> bool:
 TMA_ALIGN_BYTES = 16
 
 
+#: buffers kept per (device, stream, purpose): see stream_buffer
+_STREAM_BUFFERS: dict = {}
+_MAX_STREAM_BUFFERS = 64
+
+
+def stream_buffer(purpose: str, numel: int, dtype: torch.dtype, device_index: int,
+                  stream: int | None = None) -> torch.Tensor:
+    """A device buffer of at least ``numel`` elements of ``dtype``, kept for launches on the raw
+    CUDA stream ``stream`` (default: the current one) of device ``device_index``, for
+    ``purpose`` (e.g. "tma scratch"; one dtype per purpose).
+
+    Kernels on one stream run one after another, so a buffer that each kernel writes before it
+    reads it (Triton's descriptor scratch, ``grouped_mm``'s offs flag) can serve the next launch
+    on that stream as it is: no ``torch.empty`` per launch (~2.5 us of host time each,
+    PERF_NOTES 22).  It is allocated while ``stream`` is current, so torch's caching allocator
+    orders its reuse on that stream if it is ever replaced.  While a CUDA graph is being captured
+    the buffer is fresh, from the graph's pool: a graph may be replayed on another stream, at
+    the same time as eager launches on this one."""
+    if torch._C._cuda_isCurrentStreamCapturing():
+        return torch.empty(numel, device=torch.device("cuda", device_index), dtype=dtype)
+    if stream is None:  # the raw handle, as Triton's launcher reads it (torch.cuda.current_stream is slower)
+        stream = torch._C._cuda_getCurrentRawStream(device_index)
+    key = (device_index, stream, purpose)
+    buffer = _STREAM_BUFFERS.get(key)
+    if buffer is None or buffer.numel() < numel:
+        if len(_STREAM_BUFFERS) >= _MAX_STREAM_BUFFERS:  # many streams: start over (frees stream-ordered)
+            _STREAM_BUFFERS.clear()
+        buffer = _STREAM_BUFFERS[key] = torch.empty(numel, device=torch.device("cuda", device_index), dtype=dtype)
+    return buffer
+
+
 def _tma_scratch(size: int, alignment: int, stream):
-    return torch.empty(size, device=DEVICE, dtype=torch.int8)
+    # Triton launches on the current device's current stream and passes that stream here;
+    # torch's allocations are 512-byte aligned, more than the 128 bytes descriptors need
+    return stream_buffer("tma scratch", size, torch.uint8, torch.cuda.current_device(), stream)
 
 
 def ensure_tma_allocator() -> None:

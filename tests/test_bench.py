@@ -732,3 +732,46 @@ def test_committed_counters_table_derives_idle_share_and_cluster(tmp_path):
     committed = counters_rows()
     for case in {r["case"] for r in committed}:
         assert len({r["provider"] for r in committed if r["case"] == case}) >= 2, case
+
+
+FAKE_NVIDIA_SMI = """#!/bin/sh
+case "$*" in
+  *-lms*) echo "1755, 455.20, 0x0000000000000000"; echo "[N/A], [N/A], [N/A]";
+          echo "1605, 690.1, 0x0000000000000004"; echo "1590, 700.0, 0x0000000000000004";
+          echo "345, 80.0, 0x0000000000000001"; sleep 30;;
+  *) echo "1980 MHz, 75.00 W, 0x0000000000000001";;
+esac
+"""
+
+
+def test_clock_sampler_reads_nvidia_smi_lines(tmp_path, monkeypatch):
+    """bench.clocks: the sampler parses nvidia-smi's CSV lines (skipping unreadable ones), stops
+    the poller on exit, and the clock-event bitmask is named; the idle samples are dropped."""
+    import os
+    import time
+
+    from gemm_kernels.bench import clocks
+
+    fake = tmp_path / "nvidia-smi"
+    fake.write_text(FAKE_NVIDIA_SMI)
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    sampler = clocks.ClockSampler("0", period_ms=10)
+    assert "clocks_throttle_reasons.active" in sampler.command[3]
+    with sampler:
+        deadline = time.time() + 10
+        while len(sampler.samples) < 4 and time.time() < deadline:
+            time.sleep(0.05)
+    assert sampler.samples == [(1755.0, 455.2, 0), (1605.0, 690.1, 4), (1590.0, 700.0, 4), (345.0, 80.0, 1)]
+    assert clocks.reasons_named(0x4) == "sw power cap" and clocks.reasons_named(0) == "none"
+    assert clocks.reasons_named(0x84) == "sw power cap+hw power brake"
+
+
+def test_clocks_refuses_unknown_cases_and_runs_only_on_a_gpu():
+    from gemm_kernels.bench import clocks
+
+    with pytest.raises(ValueError, match="unknown counters case 'nope'"):
+        clocks.main(["--case", "square 8192^3 bf16", "--case", "nope"])
+    if not runtime.on_gpu():
+        with pytest.raises(SystemExit, match="on a CUDA GPU"):
+            clocks.main(["--case", "square 8192^3 bf16"])

@@ -551,6 +551,91 @@ def test_gpu_cuda_graph_capture_and_replay():
         assert_close(out, grouped_mm_ref(x, w, offs, out_dtype=torch.float64), torch.bfloat16)
 
 
+@pytest.mark.gpu
+def test_gpu_stream_buffer_is_kept_per_stream_and_fresh_in_a_capture():
+    """runtime.stream_buffer: the same buffer for the same (device, stream, purpose), another
+    for another stream, a bigger one when asked for more, and a fresh one while a graph is
+    being captured (a graph may replay on another stream while eager launches use the kept one)."""
+    index = torch.cuda.current_device()
+    first = runtime.stream_buffer("test", 4, torch.int32, index)
+    assert first.dtype == torch.int32 and first.numel() >= 4 and first.device == torch.device("cuda", index)
+    assert runtime.stream_buffer("test", 2, torch.int32, index).data_ptr() == first.data_ptr()
+    assert runtime.stream_buffer("other test", 2, torch.int32, index).data_ptr() != first.data_ptr()
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        on_side = runtime.stream_buffer("test", 4, torch.int32, index)
+    assert on_side.data_ptr() != first.data_ptr()
+    assert runtime.stream_buffer("test", 4, torch.int32, index, side.cuda_stream).data_ptr() == on_side.data_ptr()
+    bigger = runtime.stream_buffer("test", 1 << 20, torch.int32, index)
+    assert bigger.numel() >= 1 << 20
+    assert runtime.stream_buffer("test", 4, torch.int32, index).data_ptr() == bigger.data_ptr()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = runtime.stream_buffer("test", 4, torch.int32, index)
+        captured.fill_(1)
+    assert captured.data_ptr() not in {bigger.data_ptr(), on_side.data_ptr()}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tma", [None, False])
+def test_gpu_calls_on_two_streams_at_once(tma):
+    """Two streams running grouped_mm (and its backward) side by side, each on its own data:
+    the kept flag and Triton's descriptor scratch are per stream, so neither call sees the
+    other's (a shared scratch would give wrong rows, a shared flag a false assert)."""
+    inputs = [make_inputs(c, 256, 384, torch.bfloat16, w_transposed=t, seed=s)
+              for s, (c, t) in enumerate((([300, 0, 129, 64], True), ([7, 250, 1, 333], False)))]
+    refs = [grouped_mm_ref(x, w, offs, out_dtype=torch.float64) for x, w, offs in inputs]
+    for x, w, offs in inputs:
+        grouped_mm(x, w, offs, tma=tma)  # compile and tune first
+    torch.cuda.synchronize()
+    streams = [torch.cuda.Stream() for _ in inputs]
+    outs: list[list] = [[], []]
+    for _ in range(20):
+        for i, (stream, (x, w, offs)) in enumerate(zip(streams, inputs)):
+            with torch.cuda.stream(stream):
+                outs[i].append(grouped_mm(x, w, offs, tma=tma))
+    torch.cuda.synchronize()
+    for ref, results in zip(refs, outs):
+        for out in results:
+            assert_close(out, ref, torch.bfloat16)
+
+
+KEPT_FLAG_SCRIPT = """
+import torch, gemm_kernels
+x = torch.randn(64, 32, device="cuda", dtype=torch.float16)
+w = torch.randn(2, 32, 16, device="cuda", dtype=torch.float16)
+good = torch.tensor([20, 64], device="cuda", dtype=torch.int32)
+bad = torch.tensor([40, 20], device="cuda", dtype=torch.int32)
+other = torch.cuda.Stream()
+for _ in range(200):
+    gemm_kernels.grouped_mm(x, w, good)
+    with torch.cuda.stream(other):  # writes 0 to its stream's flag, which nothing checks
+        gemm_kernels.grouped_mm(x, w, bad, check_offs=False)
+    gemm_kernels.grouped_mm(x, w, bad, check_offs=False)  # and to this stream's, before a good call
+torch.cuda.synchronize()
+print("no false alarm", flush=True)
+gemm_kernels.grouped_mm(x, w, bad)
+torch.cuda.synchronize()
+print("NOT REPORTED", flush=True)
+"""
+
+
+@pytest.mark.gpu
+def test_gpu_kept_flag_gives_no_false_alarm_and_still_reports(tmp_path):
+    """The flag is kept per stream: a check_offs=False call with a bad offs (on this stream or
+    another) leaves 0 in a flag, and the next default call must not report it; a default call
+    with a bad offs still is.  A device assert ends the CUDA context: a subprocess."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "kept_flag.py"
+    script.write_text(KEPT_FLAG_SCRIPT)
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert "no false alarm" in result.stdout, result.stderr[-2000:]
+    assert "NOT REPORTED" not in result.stdout and result.returncode != 0
+    assert "grouped_mm: bad offs" in result.stderr, result.stderr[-2000:]
+
+
 BAD_OFFS_SCRIPT = """
 import torch, gemm_kernels
 x = torch.randn(64, 32, device="cuda", dtype=torch.float16)

@@ -30,8 +30,12 @@ def parts(x, w, offs, repeats: int = 5) -> dict:
     """The default call's steps rebuilt one at a time and timed the way the whole call is (in
     sequence, GPU queue absorbing the launches), each variant ``repeats`` times interleaved;
     prints and returns the medians.  The differences between neighbouring lines are what each
-    added step costs inside a call, which timing a step alone did not show (PERF_NOTES 20)."""
+    added step costs inside a call, which timing a step alone did not show (PERF_NOTES 20).
+    The "fresh" lines allocate what the call keeps per stream (the flag, Triton's descriptor
+    scratch: runtime.stream_buffer), as before PERF_NOTES 22."""
     import statistics
+
+    import triton
 
     import gemm_kernels as gk
     from gemm_kernels.kernels import moe
@@ -39,37 +43,41 @@ def parts(x, w, offs, repeats: int = 5) -> dict:
     gk.grouped_mm(x, w, offs)  # makes the bound launch
     launch = moe._LAUNCHES[moe._launch_key(x, w, offs, None, None)]
     bound, shape, msg = launch.bound, launch.out_shape, moe.BAD_OFFS_MESSAGE
-    flag = torch.empty(1, device=x.device, dtype=torch.int32)
+    flag = moe._offs_flag(x)
 
-    def run(out_alloc=True, flag_alloc=True, assert_=None):
+    def fresh_scratch(size, alignment, stream):
+        return torch.empty(size, device=x.device, dtype=torch.uint8)
+
+    def run(out_alloc=True, fresh_flag=False, fresh=False, assert_=True):
         def call():
             out = torch.empty(shape, device=x.device, dtype=x.dtype) if out_alloc else x
-            ok = torch.empty(1, device=x.device, dtype=torch.int32) if flag_alloc else flag
+            ok = torch.empty(1, device=x.device, dtype=torch.int32) if fresh_flag else flag
             if launch.uses_tma:
-                moe.ensure_tma_allocator()
+                triton.set_allocator(fresh_scratch) if fresh else moe.ensure_tma_allocator()
             bound.launch_with(x_ptr=x, w_ptr=w, out_ptr=out, offs_ptr=offs, ok_ptr=ok, trace_ptr=ok)
-            if assert_ == "plain":
-                torch._assert_async(ok)
-            elif assert_ == "msg":
+            if assert_:
                 torch._assert_async(ok, msg)
             return out
         return call
 
     variants = {
-        "launch only (kept output and flag)": run(out_alloc=False, flag_alloc=False),
-        "+ torch.empty(out)": run(flag_alloc=False),
-        "+ torch.empty(flag)": run(),
-        "+ torch._assert_async(flag)": run(assert_="plain"),
-        "+ torch._assert_async(flag, message)": run(assert_="msg"),
-        "kept flag + torch._assert_async(flag, message)": run(flag_alloc=False, assert_="msg"),
+        "launch only (kept output, flag and scratch)": run(out_alloc=False, assert_=False),
+        "launch only, fresh descriptor scratch": run(out_alloc=False, fresh=True, assert_=False),
+        "+ torch.empty(out)": run(assert_=False),
+        "+ torch._assert_async(flag, message)": run(),
+        "+ fresh flag (torch.empty)": run(fresh_flag=True),
+        "+ fresh flag and scratch": run(fresh_flag=True, fresh=True),
         "grouped_mm(check_offs=False)": lambda: gk.grouped_mm(x, w, offs, check_offs=False),
         "grouped_mm default": lambda: gk.grouped_mm(x, w, offs),
         "torch._grouped_mm": lambda: torch._grouped_mm(x, w, offs=offs),
     }
     times = {name: [] for name in variants}
-    for _ in range(repeats):
-        for name, fn in variants.items():
-            times[name].append(host_us(fn, calls=1000))
+    try:
+        for _ in range(repeats):
+            for name, fn in variants.items():
+                times[name].append(host_us(fn, calls=1000))
+    finally:
+        moe.ensure_tma_allocator()
     medians = {name: statistics.median(t) for name, t in times.items()}
     for name, t in medians.items():
         print(f"parts, host us per call (median of {repeats}), {name}: {t:.1f}", flush=True)

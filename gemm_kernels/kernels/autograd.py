@@ -21,7 +21,12 @@ def grad_enabled_for(*tensors) -> bool:
     torch.compile is tracing (it must see the op, not the Python launch)."""
     if torch.compiler.is_compiling():
         return True
-    return torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors)
+    if not torch.is_grad_enabled():
+        return False
+    for t in tensors:  # a loop, not any(generator): this runs on every launch (host time)
+        if isinstance(t, torch.Tensor) and t.requires_grad:
+            return True
+    return False
 
 
 def activation_grad(dc: torch.Tensor, z: torch.Tensor, activation) -> torch.Tensor:

@@ -309,16 +309,17 @@ _MAX_LAUNCHES = 256
 def _forward(x, w, offs, tma, check_offs):
     """``grouped_mm``'s forward: ``check_offs`` None (device-side check on a GPU, host check on the
     CPU), True (host check) or False (none).  On a GPU a repeated shape takes a bound launch."""
-    x, w = checks.resolve_lazy_views(x, w)  # a negated view's memory holds the values before the negation
+    if x.is_neg() or w.is_neg() or x.is_conj() or w.is_conj():  # the memory holds the values before it
+        x, w = checks.resolve_lazy_views(x, w)
     on_gpu = runtime.on_gpu()
     device_check = check_offs is None and on_gpu
     if on_gpu and not check_offs:
         launch = _LAUNCHES.get(_launch_key(x, w, offs, tma, check_offs))
         if launch is not None:  # the fast path: no Python checks, no argument binding
-            out = torch.empty(launch.out_shape, device=x.device, dtype=x.dtype)
+            out = x.new_empty(launch.out_shape)
             if launch.bound is None:
                 return out.zero_()
-            ok = torch.empty(1, device=x.device, dtype=torch.int32)
+            ok = _offs_flag(x)
             if launch.uses_tma:
                 ensure_tma_allocator()
             launch.bound.launch_with(x_ptr=x, w_ptr=w, out_ptr=out, offs_ptr=offs, ok_ptr=ok, trace_ptr=ok)
@@ -338,7 +339,7 @@ def _forward(x, w, offs, tma, check_offs):
     if uses_tma:
         ensure_tma_allocator()
     args = _launch_args(x, w, offs, out, flags)
-    ok = torch.empty(1, device=x.device, dtype=torch.int32)
+    ok = _offs_flag(x) if on_gpu else torch.empty(1, device=x.device, dtype=torch.int32)
     grid = lambda meta: (num_programs_for(T, w.shape[0], N, meta["BLOCK_M"], meta["BLOCK_N"]),)  # noqa: E731
     bound = _grouped_mm_tuned.bind(grid, x, w, out, offs, ok, ok, **args, TRACE=False) if on_gpu else None
     if hasattr(bound, "launch_with"):
@@ -353,6 +354,13 @@ def _forward(x, w, offs, tma, check_offs):
     if device_check:
         torch._assert_async(ok, BAD_OFFS_MESSAGE)
     return out
+
+
+def _offs_flag(x) -> torch.Tensor:
+    """The int32 flag program 0 writes (1: offs good) and ``torch._assert_async`` reads: one
+    per stream, kept (runtime.stream_buffer): the flag's ``torch.empty`` was ~2.4 us of a call's
+    host time.  Calls on one stream run in order, each kernel writing it before its check reads it."""
+    return runtime.stream_buffer("grouped_mm offs flag", 1, torch.int32, x.get_device())
 
 
 def _remember(x, w, offs, tma, check_offs, launch: _Launch) -> None:
