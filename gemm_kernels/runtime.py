@@ -140,7 +140,7 @@ def stream_buffer(purpose: str, numel: int, dtype: torch.dtype, device_index: in
     ``purpose`` (e.g. "tma scratch"; one dtype per purpose).
 
     Kernels on one stream run one after another, so a buffer that each kernel writes before it
-    reads it (Triton's descriptor scratch, ``grouped_mm``'s offs flag) can serve the next launch
+    reads it (the scratch where Triton's kernels build tensor descriptors) can serve the next launch
     on that stream as it is: no ``torch.empty`` per launch (~2.5 us of host time each,
     PERF_NOTES 22).  It is allocated while ``stream`` is current, so torch's caching allocator
     orders its reuse on that stream if it is ever replaced.  While a CUDA graph is being captured

@@ -775,3 +775,16 @@ def test_clocks_refuses_unknown_cases_and_runs_only_on_a_gpu():
     if not runtime.on_gpu():
         with pytest.raises(SystemExit, match="on a CUDA GPU"):
             clocks.main(["--case", "square 8192^3 bf16"])
+
+
+def test_counters_name_any_moe_suite_row():
+    """counters/clocks take any moe suite row as 'moe <case label>', and refuse near misses."""
+    from gemm_kernels.bench import counters
+
+    case = counters.case_named("moe gpt-oss-120b down T=4096 skewed fwd+bwd")
+    assert case.shape == ("gpt-oss-120b", "down", 4096, "skewed", "fwd+bwd") and case.kind == "moe"
+    assert counters.case_named("moe Mixtral-8x7B up T=37 uniform").shape[2:] == (37, "uniform", "fwd")
+    for bad in ("moe Mixtral-8x7B sideways T=512 uniform", "moe Nope-1B up T=512 uniform", "moe Mixtral-8x7B up T=0 uniform",
+                "moe Mixtral-8x7B up T=512 uniform fwd", "moe Mixtral-8x7B up 512 uniform"):
+        with pytest.raises(ValueError, match="or any moe suite row"):
+            counters.case_named(bad)

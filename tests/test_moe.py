@@ -579,9 +579,9 @@ def test_gpu_stream_buffer_is_kept_per_stream_and_fresh_in_a_capture():
 @pytest.mark.gpu
 @pytest.mark.parametrize("tma", [None, False])
 def test_gpu_calls_on_two_streams_at_once(tma):
-    """Two streams running grouped_mm (and its backward) side by side, each on its own data:
-    the kept flag and Triton's descriptor scratch are per stream, so neither call sees the
-    other's (a shared scratch would give wrong rows, a shared flag a false assert)."""
+    """Two streams running grouped_mm side by side, each on its own data: Triton's descriptor
+    scratch is kept per stream (runtime.stream_buffer), so neither call sees the other's (a
+    shared scratch would give wrong rows)."""
     inputs = [make_inputs(c, 256, 384, torch.bfloat16, w_transposed=t, seed=s)
               for s, (c, t) in enumerate((([300, 0, 129, 64], True), ([7, 250, 1, 333], False)))]
     refs = [grouped_mm_ref(x, w, offs, out_dtype=torch.float64) for x, w, offs in inputs]
@@ -600,7 +600,7 @@ def test_gpu_calls_on_two_streams_at_once(tma):
             assert_close(out, ref, torch.bfloat16)
 
 
-KEPT_FLAG_SCRIPT = """
+UNCHECKED_SCRIPT = """
 import torch, gemm_kernels
 x = torch.randn(64, 32, device="cuda", dtype=torch.float16)
 w = torch.randn(2, 32, 16, device="cuda", dtype=torch.float16)
@@ -609,9 +609,9 @@ bad = torch.tensor([40, 20], device="cuda", dtype=torch.int32)
 other = torch.cuda.Stream()
 for _ in range(200):
     gemm_kernels.grouped_mm(x, w, good)
-    with torch.cuda.stream(other):  # writes 0 to its stream's flag, which nothing checks
+    with torch.cuda.stream(other):  # unchecked: no report, on either stream
         gemm_kernels.grouped_mm(x, w, bad, check_offs=False)
-    gemm_kernels.grouped_mm(x, w, bad, check_offs=False)  # and to this stream's, before a good call
+    gemm_kernels.grouped_mm(x, w, bad, check_offs=False)
 torch.cuda.synchronize()
 print("no false alarm", flush=True)
 gemm_kernels.grouped_mm(x, w, bad)
@@ -621,15 +621,15 @@ print("NOT REPORTED", flush=True)
 
 
 @pytest.mark.gpu
-def test_gpu_kept_flag_gives_no_false_alarm_and_still_reports(tmp_path):
-    """The flag is kept per stream: a check_offs=False call with a bad offs (on this stream or
-    another) leaves 0 in a flag, and the next default call must not report it; a default call
-    with a bad offs still is.  A device assert ends the CUDA context: a subprocess."""
+def test_gpu_unchecked_calls_give_no_false_alarm_and_default_still_reports(tmp_path):
+    """check_offs=False calls with a bad offs (on this stream and another), mixed with default
+    calls with a good one, report nothing (no check state leaks between calls or streams); a
+    default call with a bad offs still is.  A device assert ends the CUDA context: a subprocess."""
     import subprocess
     import sys
 
-    script = tmp_path / "kept_flag.py"
-    script.write_text(KEPT_FLAG_SCRIPT)
+    script = tmp_path / "unchecked.py"
+    script.write_text(UNCHECKED_SCRIPT)
     result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
     assert "no false alarm" in result.stdout, result.stderr[-2000:]
     assert "NOT REPORTED" not in result.stdout and result.returncode != 0
@@ -662,6 +662,36 @@ def test_gpu_bad_offs_is_reported_without_a_sync(offs, tmp_path):
     assert "launched without a sync" in result.stdout
     assert "NOT REPORTED" not in result.stdout and result.returncode != 0
     assert "device-side assert" in result.stderr and "grouped_mm: bad offs" in result.stderr, result.stderr[-2000:]
+
+
+@pytest.mark.gpu
+def test_gpu_bad_offs_under_memcheck():
+    """tests/sanitize_bad_offs.py under compute-sanitizer memcheck: bad offs through the unchecked
+    path and the weight gradient touch no memory outside x, w, dy and the outputs (0 errors), and
+    the default call stops at its device assert with the message, no memory error before it."""
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    sanitizer = shutil.which("compute-sanitizer")
+    if sanitizer is None:
+        pytest.skip("compute-sanitizer is not on the PATH")
+    script = Path(__file__).with_name("sanitize_bad_offs.py")
+    env = {**__import__("os").environ, "GEMM_KERNELS_AUTOTUNE": "0"}
+
+    def run(mode):
+        return subprocess.run([sanitizer, "--tool", "memcheck", sys.executable, str(script), mode],
+                              capture_output=True, text=True, timeout=600, env=env)
+
+    unchecked = run("unchecked")
+    text = unchecked.stdout + unchecked.stderr
+    assert unchecked.returncode == 0 and "ERROR SUMMARY: 0 errors" in text, text[-3000:]
+    assert "unchecked path and weight gradient: 0 wrong" in text
+    default = run("default")
+    text = default.stdout + default.stderr
+    assert "launched without a sync" in text and "raised at the synchronize" in text, text[-3000:]
+    assert "grouped_mm: bad offs" in text and "Invalid __global__" not in text, text[-3000:]
 
 
 @pytest.mark.gpu

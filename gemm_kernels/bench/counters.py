@@ -125,10 +125,31 @@ CASES = (  # the most telling first: a run cut short keeps them
 
 
 def case_named(name: str) -> CounterCase:
+    """A listed case, or any row of the ``moe`` suite named as ``"moe " + its case label``
+    (``"moe OLMoE-1B-7B down T=512 uniform fwd+bwd"``; see ``python -m gemm_kernels.bench --list``)."""
     for case in CASES:
         if case.name == name:
             return case
-    raise ValueError(f"unknown counters case {name!r}; choose from: " + "; ".join(c.name for c in CASES))
+    moe_row = _moe_row(name)
+    if moe_row is not None:
+        return moe_row
+    raise ValueError(f"unknown counters case {name!r}; choose from: " + "; ".join(c.name for c in CASES)
+                     + "; or any moe suite row as 'moe <case label>'")
+
+
+def _moe_row(name: str) -> CounterCase | None:
+    from . import suites
+
+    parts = name.split()
+    if len(parts) not in (5, 6) or parts[0] != "moe" or not parts[3].startswith("T="):
+        return None
+    _, model, projection, tokens, routing, *training = parts
+    models = {m.name for m in suites.MOE_MODELS["full"]}
+    if (model not in models or projection not in suites.MOE_PROJECTIONS["full"] or routing not in suites.MOE_ROUTINGS
+            or training not in ([], ["fwd+bwd"]) or not tokens[2:].isdigit() or int(tokens[2:]) < 1):
+        return None
+    return CounterCase(name, "moe", "bf16", (model, projection, int(tokens[2:]), routing, "fwd+bwd" if training else "fwd"),
+                       ("torch._grouped_mm", "grouped_mm"), why="a moe suite row")
 
 
 # ------------------------------------------------------------------------------ worker

@@ -2,8 +2,8 @@
 without a CUDA graph, on a small MoE problem (8 experts, 512 rows, 256 x 256 weights) where the
 GPU is faster than the host, so the host's Python is what a call costs.
 
-Host time: 2000 calls back to back (the GPU queue absorbs them), wall time per call, then one
-sync.  GPU time: ``do_bench`` and ``do_bench_cudagraph`` medians.  A call that syncs
+Host time: 1000 calls back to back (the GPU queue absorbs them), wall time per call, then one
+sync; five rounds, the calls interleaved, medians reported.  GPU time: ``do_bench`` and ``do_bench_cudagraph`` medians.  A call that syncs
 (``check_offs=True``) cannot be captured in a graph: that line says so.  GPU only.
 """
 
@@ -31,8 +31,9 @@ def parts(x, w, offs, repeats: int = 5) -> dict:
     sequence, GPU queue absorbing the launches), each variant ``repeats`` times interleaved;
     prints and returns the medians.  The differences between neighbouring lines are what each
     added step costs inside a call, which timing a step alone did not show (PERF_NOTES 20).
-    The "fresh" lines allocate what the call keeps per stream (the flag, Triton's descriptor
-    scratch: runtime.stream_buffer), as before PERF_NOTES 22."""
+    The last rebuilt line adds what the check cost before PERF_NOTES 22 (a fresh flag and a
+    ``torch._assert_async`` launch); "fresh descriptor scratch" allocates what
+    ``runtime.stream_buffer`` now keeps per stream."""
     import statistics
 
     import triton
@@ -43,30 +44,26 @@ def parts(x, w, offs, repeats: int = 5) -> dict:
     gk.grouped_mm(x, w, offs)  # makes the bound launch
     launch = moe._LAUNCHES[moe._launch_key(x, w, offs, None, None)]
     bound, shape, msg = launch.bound, launch.out_shape, moe.BAD_OFFS_MESSAGE
-    flag = moe._offs_flag(x)
 
     def fresh_scratch(size, alignment, stream):
         return torch.empty(size, device=x.device, dtype=torch.uint8)
 
-    def run(out_alloc=True, fresh_flag=False, fresh=False, assert_=True):
+    def run(out_alloc=True, fresh=False, old_check=False):
         def call():
             out = torch.empty(shape, device=x.device, dtype=x.dtype) if out_alloc else x
-            ok = torch.empty(1, device=x.device, dtype=torch.int32) if fresh_flag else flag
             if launch.uses_tma:
                 triton.set_allocator(fresh_scratch) if fresh else moe.ensure_tma_allocator()
-            bound.launch_with(x_ptr=x, w_ptr=w, out_ptr=out, offs_ptr=offs, ok_ptr=ok, trace_ptr=ok)
-            if assert_:
-                torch._assert_async(ok, msg)
+            bound.launch_with(x_ptr=x, w_ptr=w, out_ptr=out, offs_ptr=offs, trace_ptr=offs)
+            if old_check:
+                torch._assert_async(torch.ones(1, device=x.device, dtype=torch.int32), msg)
             return out
         return call
 
     variants = {
-        "launch only (kept output, flag and scratch)": run(out_alloc=False, assert_=False),
-        "launch only, fresh descriptor scratch": run(out_alloc=False, fresh=True, assert_=False),
-        "+ torch.empty(out)": run(assert_=False),
-        "+ torch._assert_async(flag, message)": run(),
-        "+ fresh flag (torch.empty)": run(fresh_flag=True),
-        "+ fresh flag and scratch": run(fresh_flag=True, fresh=True),
+        "launch only (kept output and scratch)": run(out_alloc=False),
+        "launch only, fresh descriptor scratch": run(out_alloc=False, fresh=True),
+        "+ torch.empty(out)": run(),
+        "+ the check before (a flag's torch.ones, torch._assert_async)": run(old_check=True),
         "grouped_mm(check_offs=False)": lambda: gk.grouped_mm(x, w, offs, check_offs=False),
         "grouped_mm default": lambda: gk.grouped_mm(x, w, offs),
         "torch._grouped_mm": lambda: torch._grouped_mm(x, w, offs=offs),
@@ -84,6 +81,43 @@ def parts(x, w, offs, repeats: int = 5) -> dict:
     return medians
 
 
+def training_step(case_name: str, steps: int = 200) -> dict:
+    """One ``bench.counters`` case's call (a forward+backward for the fwd+bwd cases) per provider:
+    host time per call (``steps`` calls, then one sync), ``do_bench``'s median, and for ours the
+    Python functions that took the host's time (cProfile, by own time).  A call whose host time
+    reaches its ``do_bench`` time is host-bound: the GPU waits for it."""
+    import cProfile
+    import pstats
+
+    from triton.testing import do_bench
+
+    from . import counters
+
+    case = counters.case_named(case_name)
+    result = {}
+    for provider in case.providers:
+        fn = counters.build_call(case, provider)
+        host = host_us(fn, calls=steps)
+        gpu = do_bench(fn, return_mode="median") * 1e3
+        result[provider] = {"host_us": round(host, 1), "do_bench_us": round(gpu, 1)}
+        print(f"step {case.name} | {provider}: host {host:.1f} us per call, do_bench {gpu:.1f} us", flush=True)
+        if provider == "grouped_mm":
+            profiler = cProfile.Profile()
+            torch.cuda.synchronize()
+            profiler.enable()
+            for _ in range(steps):
+                fn()
+            profiler.disable()
+            torch.cuda.synchronize()
+            stats = pstats.Stats(profiler)
+            top = sorted(stats.stats.items(), key=lambda kv: -kv[1][2])[:12]  # (cc, nc, tottime, cumtime, callers)
+            for (file, line, name), (_, calls, own, cum, _) in top:
+                where = f"{file.rsplit('/', 2)[-2:]}:{line}" if "/" in file else file
+                print(f"  {own / steps * 1e6:7.1f} us own, {cum / steps * 1e6:7.1f} us cumulative per call, "
+                      f"{calls // steps} calls: {name} ({where})", flush=True)
+    return result
+
+
 def main(argv=None) -> None:
     import argparse
     import datetime
@@ -96,9 +130,21 @@ def main(argv=None) -> None:
 
     parser = argparse.ArgumentParser(prog="python -m gemm_kernels.bench.moe_host", description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", metavar="PATH", help="also write the numbers there (images/bench/moe_host.json)")
+    parser.add_argument("--step", action="append", metavar="CASE",
+                        help="instead: host time and do_bench of a bench.counters case's call, per provider "
+                             "(repeatable)")
     args = parser.parse_args(argv)
+    if args.step:
+        from . import counters
+
+        for name in args.step:
+            counters.case_named(name)  # fail before timing anything
     if not gk.on_gpu():
         raise SystemExit("moe_host measures host time on a CUDA GPU; none here")
+    if args.step:
+        for name in args.step:
+            training_step(name)
+        return
     x = torch.randn(512, 256, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(8, 256, 256, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
     offs = torch.tensor([64 * (i + 1) for i in range(8)], device="cuda", dtype=torch.int32)
@@ -109,10 +155,18 @@ def main(argv=None) -> None:
         "torch.ops.gemm_kernels.grouped_mm": lambda: torch.ops.gemm_kernels.grouped_mm(x, w, offs, None, None),
         "torch._grouped_mm": lambda: torch._grouped_mm(x, w, offs=offs),
     }
-    host = {}
-    for name, fn in calls.items():
-        host[name] = round(host_us(fn), 1)
-        print(f"host time per call, {name}: {host[name]:.1f} us", flush=True)
+    import statistics
+
+    warm = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    for _ in range(200):  # ~0.5 s of work: an idle GPU's clock ramps up first (PERF_NOTES 22)
+        warm @ warm
+    rounds: dict = {name: [] for name in calls}
+    for _ in range(5):  # interleaved, medians: one slow moment of the host does not decide a row
+        for name, fn in calls.items():
+            rounds[name].append(host_us(fn, calls=1000 if name != "grouped_mm check_offs=True" else 200))
+    host = {name: round(statistics.median(t), 1) for name, t in rounds.items()}
+    for name, t in host.items():
+        print(f"host time per call, {name}: {t:.1f} us (median of 5 rounds)", flush=True)
     steps = {name: round(t, 1) for name, t in parts(x, w, offs).items()}
     gpu = {}
     for name in ("grouped_mm default", "grouped_mm check_offs=True", "torch._grouped_mm"):
@@ -128,7 +182,8 @@ def main(argv=None) -> None:
         record = {"command": "python -m gemm_kernels.bench.moe_host", "device": torch.cuda.get_device_name(),
                   "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
                   "torch": torch.__version__, "triton": triton.__version__,
-                  "problem": "8 experts x 512 rows x 256 x 256, bf16; host us per call over 2000 calls then one sync",
+                  "problem": "8 experts x 512 rows x 256 x 256, bf16; host us per call over 1000 calls then one sync, "
+                             "median of 5 interleaved rounds",
                   "host_us": host, "parts_host_us_median_of_5": steps, "gpu": gpu}
         with open(args.json, "w") as f:
             json.dump(record, f, indent=2, ensure_ascii=False)

@@ -18,11 +18,13 @@ programs stride over the device-computed total.  The walk is ``tiles.multi_probl
 with problem ``e`` of shape ``(rows_e, N)``, which the TRACE test proves.
 
 No host sync: on a GPU nothing here waits for the device.  Program 0 also checks ``offs``
-(no negative entry, non-decreasing, ``offs[-1] <= T``) and writes 1 (good) or 0 to a flag that
-``torch._assert_async`` reads on the device: a bad ``offs`` stops the stream with a
-device-side assert naming the rule, at the next synchronising call.  ``check_offs=True`` checks
-on the host instead (a sync, and a ValueError naming the bad entry); on the CPU that check is
-free and always on.
+(no negative entry, non-decreasing, ``offs[-1] <= T``) with ``tl.device_assert``: a bad
+``offs`` stops the kernel with a device-side assert naming the rule, raised at the next
+synchronising call.  Triton compiles device asserts only into kernels built with
+``debug=True``; the default call launches such a variant (``CHECK_OFFS``; integer-overflow
+checks, which ``debug`` also turns on, are switched off), so the check costs no extra launch
+and no flag (PERF_NOTES 22).  ``check_offs=True`` checks on the host instead (a sync, and a
+ValueError naming the bad entry); on the CPU that check is free and always on.
 
 Memory safety: stores are masked by the expert's last row (or clipped by a descriptor that
 ends there), so a tile never writes another expert's rows; w is read as a 3-D array, so a tile
@@ -68,6 +70,15 @@ from .tiles import locate_problem_in_ends, record_tile, tile_coords
 
 
 # ----------------------------------------------------------------------------- device side
+#: the device-side check's message (printed with the device-side assert)
+BAD_OFFS_MESSAGE = ("grouped_mm: bad offs: an entry is negative, a pair decreases, or offs[-1] > T = rows of x "
+                    "(offs must be int32 cumulative row ends, 0 <= offs[0] <= ... <= offs[-1] <= T); "
+                    "check_offs=True names the entry")
+_BAD_OFFS = tl.constexpr(BAD_OFFS_MESSAGE)  # a kernel reads module globals only as constexprs
+#: lanes of the assert's condition: at least one per thread (8 warps), so one thread reports
+_ASSERT_LANES = tl.constexpr(256)
+
+
 @triton.jit
 def _expert_tiles(offs_ptr, T, E, num_pid_n, E_PAD: tl.constexpr, BLOCK_M: tl.constexpr):
     """Per-expert row ranges and cumulative tile counts, from the device-side ``offs``.
@@ -106,14 +117,14 @@ def _wide(stride):
 
 @triton.jit
 def _grouped_mm_kernel(
-    x_ptr, w_ptr, out_ptr, offs_ptr, ok_ptr, trace_ptr,
+    x_ptr, w_ptr, out_ptr, offs_ptr, trace_ptr,
     T, N, K, E,
     stride_xt, stride_xk, stride_we, stride_wk, stride_wn, stride_ot, stride_on,
     t_bucket,  # autotune key only: next power of two of T
     E_PAD: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_SIZE_M: tl.constexpr,
     USE_TMA: tl.constexpr, W_NK: tl.constexpr, OUT_TMA: tl.constexpr,
-    WIDEN: tl.constexpr, TRACE: tl.constexpr,
+    WIDEN: tl.constexpr, TRACE: tl.constexpr, CHECK_OFFS: tl.constexpr,
 ):
     num_pid_n = tl.cdiv(N, BLOCK_N)
     row_starts, row_ends, tile_ends, offs_ok = _expert_tiles(offs_ptr, T, E, num_pid_n, E_PAD, BLOCK_M)
@@ -121,8 +132,10 @@ def _grouped_mm_kernel(
     total_tiles = tl.max(tile_ends, axis=0)
     dtype = out_ptr.dtype.element_ty
     pid = tl.program_id(0)
-    if pid == 0:  # read by torch._assert_async on the device: no host sync
-        tl.store(ok_ptr, offs_ok)
+    if CHECK_OFFS:  # launched with debug=True, else Triton drops device asserts: no host sync
+        if pid == 0:  # only lane 0 can fail, so one thread prints the message, not every thread
+            lane = tl.arange(0, _ASSERT_LANES)
+            tl.device_assert((offs_ok == 1) | (lane > 0), _BAD_OFFS)
 
     if USE_TMA:  # the same x and w descriptors serve every tile of this program
         x_desc = tl.make_tensor_descriptor(x_ptr, shape=[T, K], strides=[stride_xt, 1],
@@ -188,12 +201,6 @@ def check_offs_values(ends: list, T: int) -> None:
     if ends and ends[-1] > T:
         raise ValueError(f"offs[-1] = {ends[-1]} but x has only T = {T} rows: the experts' rows must lie "
                          "inside x (offs[-1] <= T; rows past offs[-1] come out as zeros)")
-
-
-#: the device-side check's message (torch._assert_async prints it with the device-side assert)
-BAD_OFFS_MESSAGE = ("grouped_mm: bad offs: an entry is negative, a pair decreases, or offs[-1] > T = rows of x "
-                    "(offs must be int32 cumulative row ends, 0 <= offs[0] <= ... <= offs[-1] <= T); "
-                    "check_offs=True names the entry")
 
 
 def _check_shapes(x, w, offs) -> None:
@@ -319,12 +326,9 @@ def _forward(x, w, offs, tma, check_offs):
             out = x.new_empty(launch.out_shape)
             if launch.bound is None:
                 return out.zero_()
-            ok = _offs_flag(x)
             if launch.uses_tma:
                 ensure_tma_allocator()
-            launch.bound.launch_with(x_ptr=x, w_ptr=w, out_ptr=out, offs_ptr=offs, ok_ptr=ok, trace_ptr=ok)
-            if device_check:
-                torch._assert_async(ok, BAD_OFFS_MESSAGE)
+            launch.bound.launch_with(x_ptr=x, w_ptr=w, out_ptr=out, offs_ptr=offs, trace_ptr=offs)
             return out
     offs = _check_inputs(x, w, offs, check_offs is True or (check_offs is None and not on_gpu))
     T, K = x.shape
@@ -338,29 +342,28 @@ def _forward(x, w, offs, tma, check_offs):
     uses_tma = flags["USE_TMA"] or flags["OUT_TMA"]
     if uses_tma:
         ensure_tma_allocator()
-    args = _launch_args(x, w, offs, out, flags)
-    ok = _offs_flag(x) if on_gpu else torch.empty(1, device=x.device, dtype=torch.int32)
+    args = {**_launch_args(x, w, offs, out, flags), **offs_check_options(device_check)}
     grid = lambda meta: (num_programs_for(T, w.shape[0], N, meta["BLOCK_M"], meta["BLOCK_N"]),)  # noqa: E731
-    bound = _grouped_mm_tuned.bind(grid, x, w, out, offs, ok, ok, **args, TRACE=False) if on_gpu else None
+    bound = _grouped_mm_tuned.bind(grid, x, w, out, offs, offs, **args, TRACE=False) if on_gpu else None
     if hasattr(bound, "launch_with"):
         bound()  # binding may have launched through the autotuner: this launch is the one that counts
         if not check_offs:  # kept without this call's tensors (the cache must not hold their memory)
-            bound.forget("x_ptr", "w_ptr", "out_ptr", "offs_ptr", "ok_ptr", "trace_ptr")
+            bound.forget("x_ptr", "w_ptr", "out_ptr", "offs_ptr", "trace_ptr")
             _remember(x, w, offs, tma, check_offs, _Launch((T, N), bound, uses_tma))
     elif bound is not None:  # the autotuner's choice is not readable here: launch through it
         bound()
     else:
-        _grouped_mm_tuned[grid](x, w, out, offs, ok, ok, **args, TRACE=False)
-    if device_check:
-        torch._assert_async(ok, BAD_OFFS_MESSAGE)
+        _grouped_mm_tuned[grid](x, w, out, offs, offs, **args, TRACE=False)
     return out
 
 
-def _offs_flag(x) -> torch.Tensor:
-    """The int32 flag program 0 writes (1: offs good) and ``torch._assert_async`` reads: one
-    per stream, kept (runtime.stream_buffer): the flag's ``torch.empty`` was ~2.4 us of a call's
-    host time.  Calls on one stream run in order, each kernel writing it before its check reads it."""
-    return runtime.stream_buffer("grouped_mm offs flag", 1, torch.int32, x.get_device())
+def offs_check_options(device_check: bool) -> dict:
+    """The kernel's CHECK_OFFS switch and the launch options it needs: ``debug=True`` keeps
+    ``tl.device_assert`` in the compiled kernel; ``sanitize_overflow=False`` keeps out the
+    overflow checks ``debug`` would add to every 32-bit integer add and multiply."""
+    if device_check:
+        return {"CHECK_OFFS": True, "debug": True, "sanitize_overflow": False}
+    return {"CHECK_OFFS": False}
 
 
 def _remember(x, w, offs, tma, check_offs, launch: _Launch) -> None:
@@ -438,8 +441,8 @@ def grouped_mm(x, w, offs, *, tma=None, check_offs=None):
     ``tma``: None (default) uses TMA where the GPU has it and x, w are 16-byte aligned for it;
     True insists (RuntimeError before sm_90, ValueError naming the unaligned tensor); False uses
     pointer loads.  ``check_offs``: None (default) checks offs without a host sync on a GPU (the
-    kernel flags a bad offs and ``torch._assert_async`` raises a device-side assert at the next
-    synchronising call; capturable in CUDA graphs) and on the host on the CPU, where that is
+    kernel's ``tl.device_assert`` stops it on a bad offs, raised as a device-side assert at the
+    next synchronising call; capturable in CUDA graphs) and on the host on the CPU, where that is
     free; True checks on the host (a device-to-host copy: a sync), with a ValueError naming the
     bad entry; False checks nothing (the kernel still clamps every range into x, so a bad offs
     gives wrong rows, never out-of-bounds memory).
