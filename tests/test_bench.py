@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import gemm_kernels as gk
 from gemm_kernels import results, runtime
 from gemm_kernels.bench import core, l2, report, seed, suites
 from gemm_kernels.testing import rel_err
@@ -788,3 +789,26 @@ def test_counters_name_any_moe_suite_row():
                 "moe Mixtral-8x7B up T=512 uniform fwd", "moe Mixtral-8x7B up 512 uniform"):
         with pytest.raises(ValueError, match="or any moe suite row"):
             counters.case_named(bad)
+
+
+def test_moe_configs_candidates_each_compute_the_product():
+    """bench.moe_configs: every candidate launch (each config, offs check compiled in or not)
+    writes the right rows; the autotuner's pick is marked; only forward moe rows are taken."""
+    from gemm_kernels.bench import moe_configs
+    from gemm_kernels.testing import assert_close
+
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(37, 32, generator=gen).to(gk.DEVICE, torch.bfloat16)
+    w = torch.randn(4, 48, 32, generator=gen).to(gk.DEVICE, torch.bfloat16).transpose(1, 2)
+    offs = torch.tensor([5, 5, 20, 30], dtype=torch.int32, device=gk.DEVICE)
+    launches, picked, out = moe_configs.candidates(x, w, offs)
+    names = [name for name, _ in launches]
+    assert names[-1] == "torch._grouped_mm" and sum("(picked)" in n for n in names) == 2
+    assert {n.rsplit(" ", 1)[1] for n in names[:-1]} == {"checked", "unchecked"} and picked is not None
+    ref = gk.grouped_mm_ref(x, w, offs, out_dtype=torch.float64)
+    for name, launch in launches[:-1]:
+        out.fill_(float("nan"))
+        launch()
+        assert_close(out[:30], ref[:30], torch.bfloat16)
+    with pytest.raises(ValueError, match="not a forward moe row"):
+        moe_configs.measure("moe OLMoE-1B-7B down T=512 uniform fwd+bwd")

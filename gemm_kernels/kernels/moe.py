@@ -415,15 +415,15 @@ _grouped_mm_op.register_autograd(_backward, setup_context=_setup_backward)
 
 class _GroupedMMFunction(torch.autograd.Function):
     """Eager autograd of grouped_mm: the custom op's forward and backward without its dispatch,
-    which cost ~200 µs of host time per training step on an H100's host (PERF_NOTES 20)."""
+    which cost ~200 µs of host time per training step on an H100's host (PERF_NOTES 20).  The
+    forward takes ``ctx`` itself: with a separate ``setup_context``, ``Function.apply`` binds
+    the arguments through ``inspect.signature`` on every call (~50 µs, PERF_NOTES 22)."""
 
     @staticmethod
-    def forward(x, w, offs, tma, check_offs):
-        return _forward(x, w, offs, tma, check_offs)
-
-    @staticmethod
-    def setup_context(ctx, inputs, output):
-        _setup_backward(ctx, inputs, output)
+    def forward(ctx, x, w, offs, tma, check_offs):
+        out = _forward(x, w, offs, tma, check_offs)
+        _setup_backward(ctx, (x, w, offs, tma, check_offs), out)
+        return out
 
     @staticmethod
     def backward(ctx, dy):
