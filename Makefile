@@ -60,6 +60,7 @@ test-gpu: $(STAMP)  ## only the tests that need a CUDA GPU
 sanitize: $(STAMP)  ## every kernel on ragged shapes under compute-sanitizer memcheck (needs a CUDA GPU)
 	GEMM_KERNELS_AUTOTUNE=0 compute-sanitizer --tool memcheck --error-exitcode 1 $(BIN)/python tests/sanitize_kernels.py
 	GEMM_KERNELS_AUTOTUNE=0 compute-sanitizer --tool memcheck --error-exitcode 1 $(BIN)/python tests/sanitize_bad_offs.py unchecked
+	GEMM_KERNELS_AUTOTUNE=0 compute-sanitizer --tool memcheck --error-exitcode 1 $(BIN)/python tests/sanitize_bad_offs.py default
 
 sanitize-ws: $(STAMP)  ## matmul_ws under memcheck, racecheck and synccheck (needs an sm_90 GPU; kernels/WS_NOTES.md reads racecheck's reports)
 	GEMM_KERNELS_AUTOTUNE=0 compute-sanitizer --tool memcheck --error-exitcode 1 $(BIN)/python tests/sanitize_ws.py

@@ -24,7 +24,7 @@ _PUBLIC = {
     "matmul_streamk": "kernels.streamk",
     **dict.fromkeys(["matmul_ws", "trace_ws_tiles", "ws_schedule"], "kernels.matmul_ws"),
     **dict.fromkeys(["GroupedMatmulPlan", "grouped_matmul", "grouped_matmul_ref"], "kernels.grouped"),
-    **dict.fromkeys(["grouped_mm", "grouped_mm_ref", "route_tokens"], "kernels.moe"),
+    **dict.fromkeys(["grouped_mm", "grouped_mm_ref", "route_tokens", "raise_pending_offs_error"], "kernels.moe"),
     **dict.fromkeys(["trace_program_tiles", "trace_persistent_tiles", "trace_streamk_segments",
                      "trace_grouped_schedule", "trace_moe_schedule"], "lab.traces"),
     **dict.fromkeys(["tile_schedule", "grouped_gemm_schedule"], "models.schedule"),

@@ -600,75 +600,94 @@ def test_gpu_calls_on_two_streams_at_once(tma):
             assert_close(out, ref, torch.bfloat16)
 
 
-UNCHECKED_SCRIPT = """
-import torch, gemm_kernels
-x = torch.randn(64, 32, device="cuda", dtype=torch.float16)
-w = torch.randn(2, 32, 16, device="cuda", dtype=torch.float16)
-good = torch.tensor([20, 64], device="cuda", dtype=torch.int32)
-bad = torch.tensor([40, 20], device="cuda", dtype=torch.int32)
-other = torch.cuda.Stream()
-for _ in range(200):
-    gemm_kernels.grouped_mm(x, w, good)
-    with torch.cuda.stream(other):  # unchecked: no report, on either stream
-        gemm_kernels.grouped_mm(x, w, bad, check_offs=False)
-    gemm_kernels.grouped_mm(x, w, bad, check_offs=False)
-torch.cuda.synchronize()
-print("no false alarm", flush=True)
-gemm_kernels.grouped_mm(x, w, bad)
-torch.cuda.synchronize()
-print("NOT REPORTED", flush=True)
-"""
+BAD_OFFS = {  # offs for x of 64 rows and 3 experts -> what the report must say
+    "decreasing": ([40, 20, 64], r"offs must be non-decreasing, but offs\[0\] = 40 > offs\[1\] = 20"),
+    "negative": ([-3, 10, 64], r"offs\[0\] = -3 is negative"),
+    "negative inside": ([3, -10, 64], r"offs\[1\] = -10 is negative"),
+    "past T": ([10, 20, 65], r"offs\[2\] = 65 but x has only T = 64 rows"),
+    "far past T": ([10, 2**31 - 1, 2**31 - 1], r"offs\[1\] = 2147483647 but x has only T = 64 rows"),
+}
 
 
 @pytest.mark.gpu
-def test_gpu_unchecked_calls_give_no_false_alarm_and_default_still_reports(tmp_path):
+@pytest.mark.parametrize("name", list(BAD_OFFS))
+def test_gpu_bad_offs_is_reported_at_the_next_call_without_a_sync(name):
+    """The default call returns without waiting; its kernel records the bad entry in pinned host
+    memory; the next call raises a ValueError naming it (the CUDA context survives, and later
+    calls work); raise_pending_offs_error does the same after a synchronize."""
+    from gemm_kernels import raise_pending_offs_error
+
+    offs_list, message = BAD_OFFS[name]
+    x, w, good = make_inputs([20, 0, 44], 32, 16, torch.float16)
+    bad = torch.tensor(offs_list, device=DEVICE, dtype=torch.int32)
+    grouped_mm(x, w, good)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        grouped_mm(x, w, bad)  # no sync here
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    torch.cuda.synchronize()
+    with pytest.raises(ValueError, match="a call launched earlier had a bad offs .*" + message):
+        grouped_mm(x, w, good)
+    check(x, w, good)  # reported once, then cleared; the context is fine
+    grouped_mm(x, w, bad)
+    torch.cuda.synchronize()
+    with pytest.raises(ValueError, match=message):
+        raise_pending_offs_error()
+    raise_pending_offs_error()  # nothing pending
+
+
+@pytest.mark.gpu
+def test_gpu_unchecked_calls_and_other_streams_give_no_false_alarm():
     """check_offs=False calls with a bad offs (on this stream and another), mixed with default
-    calls with a good one, report nothing (no check state leaks between calls or streams); a
-    default call with a bad offs still is.  A device assert ends the CUDA context: a subprocess."""
-    import subprocess
-    import sys
+    calls with a good one, report nothing; a default call with a bad offs on a side stream is
+    reported like any other."""
+    from gemm_kernels import raise_pending_offs_error
 
-    script = tmp_path / "unchecked.py"
-    script.write_text(UNCHECKED_SCRIPT)
-    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
-    assert "no false alarm" in result.stdout, result.stderr[-2000:]
-    assert "NOT REPORTED" not in result.stdout and result.returncode != 0
-    assert "grouped_mm: bad offs" in result.stderr, result.stderr[-2000:]
-
-
-BAD_OFFS_SCRIPT = """
-import torch, gemm_kernels
-x = torch.randn(64, 32, device="cuda", dtype=torch.float16)
-w = torch.randn(2, 32, 16, device="cuda", dtype=torch.float16)
-offs = torch.tensor({offs}, device="cuda", dtype=torch.int32)
-out = gemm_kernels.grouped_mm(x, w, offs)
-print("launched without a sync", flush=True)
-torch.cuda.synchronize()
-print("NOT REPORTED", flush=True)
-"""
+    x, w, good = make_inputs([20, 0, 44], 32, 16, torch.float16)
+    bad = torch.tensor(BAD_OFFS["decreasing"][0], device=DEVICE, dtype=torch.int32)
+    other = torch.cuda.Stream()
+    for _ in range(50):
+        grouped_mm(x, w, good)
+        with torch.cuda.stream(other):
+            grouped_mm(x, w, bad, check_offs=False)
+        grouped_mm(x, w, bad, check_offs=False)
+    torch.cuda.synchronize()
+    raise_pending_offs_error()  # nothing pending
+    with torch.cuda.stream(other):
+        grouped_mm(x, w, bad)
+    torch.cuda.synchronize()
+    with pytest.raises(ValueError, match=BAD_OFFS["decreasing"][1]):
+        grouped_mm(x, w, good)
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("offs", [[40, 20], [-3, 10], [10, 65]], ids=["decreasing", "negative", "past_T"])
-def test_gpu_bad_offs_is_reported_without_a_sync(offs, tmp_path):
-    """The default call returns before the device checks offs; the next sync raises the
-    device-side assert with the message.  A device assert ends the CUDA context: a subprocess."""
-    import subprocess
-    import sys
+def test_gpu_bad_offs_in_a_cuda_graph_replay_is_reported():
+    """A captured default call checks the offs of each replay (the record is pinned host memory)."""
+    from gemm_kernels import raise_pending_offs_error
 
-    script = tmp_path / "bad_offs.py"
-    script.write_text(BAD_OFFS_SCRIPT.format(offs=offs))
-    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
-    assert "launched without a sync" in result.stdout
-    assert "NOT REPORTED" not in result.stdout and result.returncode != 0
-    assert "device-side assert" in result.stderr and "grouped_mm: bad offs" in result.stderr, result.stderr[-2000:]
+    x, w, offs = make_inputs([20, 0, 44], 32, 16, torch.float16)
+    grouped_mm(x, w, offs)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        grouped_mm(x, w, offs)
+    graph.replay()
+    torch.cuda.synchronize()
+    raise_pending_offs_error()  # good offs: nothing
+    offs.copy_(torch.tensor(BAD_OFFS["past T"][0], dtype=torch.int32))
+    graph.replay()
+    torch.cuda.synchronize()
+    with pytest.raises(ValueError, match=BAD_OFFS["past T"][1]):
+        raise_pending_offs_error()
 
 
 @pytest.mark.gpu
 def test_gpu_bad_offs_under_memcheck():
     """tests/sanitize_bad_offs.py under compute-sanitizer memcheck: bad offs through the unchecked
-    path and the weight gradient touch no memory outside x, w, dy and the outputs (0 errors), and
-    the default call stops at its device assert with the message, no memory error before it."""
+    path, the weight gradient and the default call touch no memory outside x, w, dy and the
+    outputs (0 errors), and every default call's bad offs is reported after the synchronize."""
     import shutil
     import subprocess
     import sys
@@ -690,8 +709,8 @@ def test_gpu_bad_offs_under_memcheck():
     assert "unchecked path and weight gradient: 0 wrong" in text
     default = run("default")
     text = default.stdout + default.stderr
-    assert "launched without a sync" in text and "raised at the synchronize" in text, text[-3000:]
-    assert "grouped_mm: bad offs" in text and "Invalid __global__" not in text, text[-3000:]
+    assert default.returncode == 0 and "ERROR SUMMARY: 0 errors" in text, text[-3000:]
+    assert "launched without a sync" in text and "5 of 5 reported" in text, text[-3000:]
 
 
 @pytest.mark.gpu
@@ -713,3 +732,22 @@ def test_gpu_backward_matches_float64(tokens, E, top_k, K, N):
     assert_close(x.grad, dx_ref, torch.bfloat16, what="dx")
     dw_ref = moe_wgrad.grouped_mm_wgrad_ref(x.detach(), dy, routing.offs)
     assert_close(w.grad.flatten(0, 1), dw_ref.flatten(0, 1), torch.bfloat16, what="dw")
+
+
+@pytest.mark.parametrize("lane, start, end, T, E, expected", [
+    (0, 0, -3, 64, 3, "offs[0] = -3 is negative"),
+    (2, -10, 64, 64, 3, "offs[1] = -10 is negative"),
+    (1, 40, 20, 64, 3, "offs must be non-decreasing, but offs[0] = 40 > offs[1] = 20"),
+    (2, 10, 65, 64, 3, "offs[2] = 65 but x has only T = 64 rows (offs[-1] <= T)"),
+    (3, 70, 64, 64, 3, "offs[-1] = 70 but x has only T = 64 rows (offs[-1] <= T)"),
+])
+def test_device_check_report_names_the_entry(lane, start, end, T, E, expected, monkeypatch):
+    """The GPU kernel's record [flag, lane, offs[lane-1], offs[lane], T, E] becomes the host
+    check's words; reading it clears it (the record is faked here: pinned memory needs a GPU)."""
+    record = np.array([1, lane, start, end, T, E, 0, 0], dtype=np.int32)
+    monkeypatch.setattr(moe, "_pending", record)
+    assert moe.describe_bad_offs(lane, start, end, T, E) == expected
+    with pytest.raises(ValueError, match="a call launched earlier had a bad offs"):
+        moe.raise_pending_offs_error()
+    assert record[0] == 0
+    moe.raise_pending_offs_error()  # nothing pending now

@@ -35,7 +35,7 @@ def candidates(x, w, offs):
     args = moe._launch_args(x, w, offs, out, flags)
     moe.grouped_mm(x, w, offs)  # tunes this key the way the default call does
     tuned = moe._grouped_mm_tuned
-    picked = tuned.chosen.get(tuned.tuning_key(x, w, out, offs, offs, **args))
+    picked = tuned.chosen.get(tuned.tuning_key(x, w, out, offs, offs, offs, **args))  # error, trace: int32 too
     T, N, E = x.shape[0], w.shape[2], w.shape[0]
     launches = []
     for config in moe.configs.fit_to_device(tuned.configs, {**args, "x_ptr": x, "w_ptr": w, "out_ptr": out}):
@@ -44,10 +44,10 @@ def candidates(x, w, offs):
         label = (f"{bm}x{bn}x{config.kwargs['BLOCK_K']} w{config.num_warps} s{config.num_stages}"
                  + (" (picked)" if picked is not None and config.all_kwargs() == picked.all_kwargs() else ""))
         for checked in (True, False):
-            options = moe.offs_check_options(checked)
+            error = moe.error_record() if checked and runtime.on_gpu() else offs
 
-            def launch(config=config, grid=grid, options=options):
-                moe._grouped_mm_kernel[grid](x, w, out, offs, offs, **args, **options, TRACE=False,
+            def launch(config=config, grid=grid, checked=checked, error=error):
+                moe._grouped_mm_kernel[grid](x, w, out, offs, error, offs, **args, TRACE=False, CHECK_OFFS=checked,
                                              **config.all_kwargs())
             launches.append((f"{label} {'checked' if checked else 'unchecked'}", launch))
     launches.append(("torch._grouped_mm", lambda: torch._grouped_mm(x, w, offs=offs)))

@@ -171,8 +171,7 @@ class TunedKernel:
     and the autotuner is never asked.  (Triton 3.6 and 3.7's autotuner would still time a list
     pruned to one config.)
 
-    Used like the autotuner: ``tuned[grid](*args, **kwargs)``; keyword arguments that are not
-    the kernel's parameters are launch options (``debug=True``).  ``fn`` is the kernel, ``keys``
+    Used like the autotuner: ``tuned[grid](*args, **kwargs)``.  ``fn`` is the kernel, ``keys``
     the key names, ``autotuner`` Triton's object, ``chosen`` the memory; ``do_bench`` times one
     candidate (:func:`time_candidate` by default).
     """
@@ -242,10 +241,8 @@ class TunedKernel:
         config = self.config_for(grid, *args, **kwargs)
         if config is None:  # the choice is not readable: every run goes through the autotuner
             return _AutotunedLaunch(self, grid, args, kwargs)
-        params = {k: v for k, v in kwargs.items() if k in self.arg_names}
-        launch_options = {k: v for k, v in kwargs.items() if k not in self.arg_names}  # e.g. debug=True
-        options = {**launch_options, **{k: v for k, v in config.all_kwargs().items() if k not in config.kwargs}}
-        return _triton_compat.BoundLaunch(self.fn, grid, args, {**params, **config.kwargs}, options)
+        options = {k: v for k, v in config.all_kwargs().items() if k not in config.kwargs}
+        return _triton_compat.BoundLaunch(self.fn, grid, args, {**kwargs, **config.kwargs}, options)
 
 
 class _AutotunedLaunch:

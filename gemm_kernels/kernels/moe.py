@@ -17,14 +17,17 @@ running sum (``tl.cumsum``), and finds a tile's expert with ``tiles.locate_probl
 programs stride over the device-computed total.  The walk is ``tiles.multi_problem_schedule``
 with problem ``e`` of shape ``(rows_e, N)``, which the TRACE test proves.
 
-No host sync: on a GPU nothing here waits for the device.  Program 0 also checks ``offs``
-(no negative entry, non-decreasing, ``offs[-1] <= T``) with ``tl.device_assert``: a bad
-``offs`` stops the kernel with a device-side assert naming the rule, raised at the next
-synchronising call.  Triton compiles device asserts only into kernels built with
-``debug=True``; the default call launches such a variant (``CHECK_OFFS``; integer-overflow
-checks, which ``debug`` also turns on, are switched off), so the check costs no extra launch
-and no flag (PERF_NOTES 22).  ``check_offs=True`` checks on the host instead (a sync, and a
-ValueError naming the bad entry); on the CPU that check is free and always on.
+No host sync: on a GPU nothing here waits for the device.  Program 0 of the default call's
+kernel (``CHECK_OFFS``) also checks ``offs`` (no negative entry, non-decreasing,
+``offs[-1] <= T``) and, when it is bad, writes the first bad entry to a small record in pinned
+host memory, which the GPU writes straight into.  The host reads that record, without a sync,
+at the start of the next ``grouped_mm`` call, which raises a ValueError naming the entry (or
+call :func:`raise_pending_offs_error` after a synchronize).  No flag is allocated and no second
+kernel is launched (PERF_NOTES 22), and the CUDA context survives, unlike a device-side assert.
+A ``tl.device_assert`` would not do: the call to ``__assertfail`` it compiles to makes ptxas
+serialise the kernel's wgmma instructions, 10-25% slower on large problems (measured, PERF_NOTES
+22).  ``check_offs=True`` checks on the host instead (a sync, and a ValueError before the
+launch); on the CPU that check is free and always on.
 
 Memory safety: stores are masked by the expert's last row (or clipped by a descriptor that
 ends there), so a tile never writes another expert's rows; w is read as a 3-D array, so a tile
@@ -70,21 +73,13 @@ from .tiles import locate_problem_in_ends, record_tile, tile_coords
 
 
 # ----------------------------------------------------------------------------- device side
-#: the device-side check's message (printed with the device-side assert)
-BAD_OFFS_MESSAGE = ("grouped_mm: bad offs: an entry is negative, a pair decreases, or offs[-1] > T = rows of x "
-                    "(offs must be int32 cumulative row ends, 0 <= offs[0] <= ... <= offs[-1] <= T); "
-                    "check_offs=True names the entry")
-_BAD_OFFS = tl.constexpr(BAD_OFFS_MESSAGE)  # a kernel reads module globals only as constexprs
-#: lanes of the assert's condition: at least one per thread (8 warps), so one thread reports
-_ASSERT_LANES = tl.constexpr(256)
-
-
 @triton.jit
 def _expert_tiles(offs_ptr, T, E, num_pid_n, E_PAD: tl.constexpr, BLOCK_M: tl.constexpr):
     """Per-expert row ranges and cumulative tile counts, from the device-side ``offs``.
 
     Returns vectors over E_PAD lanes: first row, last row + 1, the running total of tiles
-    (``tile_ends``), and ``offs_ok`` (1 when offs is valid, else 0).  Lane E is the tail (rows
+    (``tile_ends``); then the first lane whose entries break the rules (E_PAD when none) and
+    the raw values it checked (lane e: ``offs[e-1]``, or 0, and ``offs[e]``, or T for the tail).  Lane E is the tail (rows
     ``offs[E-1]:T``, owned by no expert); lanes past it are empty.  Offsets are clamped to
     [0, T] and a decreasing pair gives an empty expert, so bad offsets cannot send a tile out of
     bounds."""
@@ -94,12 +89,12 @@ def _expert_tiles(offs_ptr, T, E, num_pid_n, E_PAD: tl.constexpr, BLOCK_M: tl.co
     raw_ends = tl.where(lanes == E, T, raw_ends)
     # lane e checks offs[e-1] >= 0 and offs[e-1] <= offs[e]; the tail lane checks offs[E-1] <= T
     bad = (lanes <= E) & ((raw_starts < 0) | (raw_ends < raw_starts) | (raw_ends > T))
-    offs_ok = 1 - tl.max(bad.to(tl.int32), axis=0)
+    first_bad = tl.min(tl.where(bad, lanes, E_PAD), axis=0)
     row_ends = tl.minimum(tl.maximum(raw_ends, 0), T)
     row_starts = tl.minimum(tl.maximum(raw_starts, 0), T)
     rows = tl.maximum(row_ends - row_starts, 0)
     tile_ends = tl.cumsum(tl.cdiv(rows, BLOCK_M) * num_pid_n, axis=0)
-    return row_starts, row_starts + rows, tile_ends, offs_ok
+    return row_starts, row_starts + rows, tile_ends, first_bad, raw_starts, raw_ends
 
 
 @triton.jit
@@ -117,7 +112,7 @@ def _wide(stride):
 
 @triton.jit
 def _grouped_mm_kernel(
-    x_ptr, w_ptr, out_ptr, offs_ptr, trace_ptr,
+    x_ptr, w_ptr, out_ptr, offs_ptr, error_ptr, trace_ptr,
     T, N, K, E,
     stride_xt, stride_xk, stride_we, stride_wk, stride_wn, stride_ot, stride_on,
     t_bucket,  # autotune key only: next power of two of T
@@ -127,15 +122,20 @@ def _grouped_mm_kernel(
     WIDEN: tl.constexpr, TRACE: tl.constexpr, CHECK_OFFS: tl.constexpr,
 ):
     num_pid_n = tl.cdiv(N, BLOCK_N)
-    row_starts, row_ends, tile_ends, offs_ok = _expert_tiles(offs_ptr, T, E, num_pid_n, E_PAD, BLOCK_M)
+    row_starts, row_ends, tile_ends, first_bad, raw_starts, raw_ends = _expert_tiles(
+        offs_ptr, T, E, num_pid_n, E_PAD, BLOCK_M)
     experts = tl.arange(0, E_PAD)
     total_tiles = tl.max(tile_ends, axis=0)
     dtype = out_ptr.dtype.element_ty
     pid = tl.program_id(0)
-    if CHECK_OFFS:  # launched with debug=True, else Triton drops device asserts: no host sync
-        if pid == 0:  # only lane 0 can fail, so one thread prints the message, not every thread
-            lane = tl.arange(0, _ASSERT_LANES)
-            tl.device_assert((offs_ok == 1) | (lane > 0), _BAD_OFFS)
+    if CHECK_OFFS:  # a bad offs goes to the pinned host record the next call reads: no host sync
+        if (pid == 0) & (first_bad < E_PAD):
+            tl.store(error_ptr + 1, first_bad)
+            tl.store(error_ptr + 2, _pick(raw_starts, experts, first_bad))
+            tl.store(error_ptr + 3, _pick(raw_ends, experts, first_bad))
+            tl.store(error_ptr + 4, T)
+            tl.store(error_ptr + 5, E)
+            tl.store(error_ptr, 1)  # last: the host reads the flag first
 
     if USE_TMA:  # the same x and w descriptors serve every tile of this program
         x_desc = tl.make_tensor_descriptor(x_ptr, shape=[T, K], strides=[stride_xt, 1],
@@ -316,6 +316,8 @@ _MAX_LAUNCHES = 256
 def _forward(x, w, offs, tma, check_offs):
     """``grouped_mm``'s forward: ``check_offs`` None (device-side check on a GPU, host check on the
     CPU), True (host check) or False (none).  On a GPU a repeated shape takes a bound launch."""
+    if _pending is not None and _pending[0]:  # an earlier call's kernel found a bad offs
+        raise_pending_offs_error()
     if x.is_neg() or w.is_neg() or x.is_conj() or w.is_conj():  # the memory holds the values before it
         x, w = checks.resolve_lazy_views(x, w)
     on_gpu = runtime.on_gpu()
@@ -342,28 +344,66 @@ def _forward(x, w, offs, tma, check_offs):
     uses_tma = flags["USE_TMA"] or flags["OUT_TMA"]
     if uses_tma:
         ensure_tma_allocator()
-    args = {**_launch_args(x, w, offs, out, flags), **offs_check_options(device_check)}
+    args = _launch_args(x, w, offs, out, flags)
+    error = error_record() if device_check else offs  # the record, or any int32 pointer: not written
     grid = lambda meta: (num_programs_for(T, w.shape[0], N, meta["BLOCK_M"], meta["BLOCK_N"]),)  # noqa: E731
-    bound = _grouped_mm_tuned.bind(grid, x, w, out, offs, offs, **args, TRACE=False) if on_gpu else None
+    bound = (_grouped_mm_tuned.bind(grid, x, w, out, offs, error, offs, **args, TRACE=False, CHECK_OFFS=device_check)
+             if on_gpu else None)
     if hasattr(bound, "launch_with"):
         bound()  # binding may have launched through the autotuner: this launch is the one that counts
         if not check_offs:  # kept without this call's tensors (the cache must not hold their memory)
-            bound.forget("x_ptr", "w_ptr", "out_ptr", "offs_ptr", "trace_ptr")
+            bound.forget("x_ptr", "w_ptr", "out_ptr", "offs_ptr", "trace_ptr")  # error_ptr: the record, kept
             _remember(x, w, offs, tma, check_offs, _Launch((T, N), bound, uses_tma))
     elif bound is not None:  # the autotuner's choice is not readable here: launch through it
         bound()
     else:
-        _grouped_mm_tuned[grid](x, w, out, offs, offs, **args, TRACE=False)
+        _grouped_mm_tuned[grid](x, w, out, offs, error, offs, **args, TRACE=False, CHECK_OFFS=device_check)
     return out
 
 
-def offs_check_options(device_check: bool) -> dict:
-    """The kernel's CHECK_OFFS switch and the launch options it needs: ``debug=True`` keeps
-    ``tl.device_assert`` in the compiled kernel; ``sanitize_overflow=False`` keeps out the
-    overflow checks ``debug`` would add to every 32-bit integer add and multiply."""
-    if device_check:
-        return {"CHECK_OFFS": True, "debug": True, "sanitize_overflow": False}
-    return {"CHECK_OFFS": False}
+# The default call's report of a bad offs: int32 [flag, lane, offs[lane-1] (or 0), offs[lane] (or T), T, E]
+# in pinned host memory, which the kernel writes over the bus and the host reads without a sync.
+_record: torch.Tensor | None = None
+_pending = None  # a numpy view of _record: reading it costs ~0.1 us per call
+
+
+def error_record() -> torch.Tensor:
+    """The pinned host record a default call's kernel writes a bad offs to (made on first use;
+    pinned memory is addressable from every GPU of the process)."""
+    global _record, _pending
+    if _record is None:
+        _record = torch.zeros(8, dtype=torch.int32, pin_memory=True)
+        _pending = _record.numpy()
+    return _record
+
+
+def raise_pending_offs_error() -> None:
+    """Raise the ValueError for a bad ``offs`` that a default ``grouped_mm`` call's kernel found
+    (and clear it); do nothing if none did.  ``grouped_mm`` calls this first on every call, so a
+    bad offs is reported at the first call after the GPU ran the bad one; call it after a
+    ``torch.cuda.synchronize()`` to check every call launched so far."""
+    if _pending is None or not _pending[0]:
+        return
+    lane, start, end, T, E = (int(v) for v in _pending[1:6])
+    _pending[0] = 0
+    raise ValueError("grouped_mm: a call launched earlier had a bad offs (checked on the GPU, reported at the "
+                     f"next call): {describe_bad_offs(lane, start, end, T, E)}; the rows of that call's output "
+                     "are not the product (every access stayed inside x, w and out). check_offs=True checks before "
+                     "the launch")
+
+
+def describe_bad_offs(lane: int, start: int, end: int, T: int, E: int) -> str:
+    """What the kernel's check found at ``lane`` (lane e checks offs[e-1] = ``start`` (0 for e = 0)
+    and offs[e] = ``end`` (T for the tail lane E)), in the words of the host check."""
+    if lane > 0 and start < 0:
+        return f"offs[{lane - 1}] = {start} is negative"
+    if lane < E and end < 0:
+        return f"offs[{lane}] = {end} is negative"
+    if end < start:
+        if lane == E:
+            return f"offs[-1] = {start} but x has only T = {T} rows (offs[-1] <= T)"
+        return f"offs must be non-decreasing, but offs[{lane - 1}] = {start} > offs[{lane}] = {end}"
+    return f"offs[{lane}] = {end} but x has only T = {T} rows (offs[-1] <= T)"
 
 
 def _remember(x, w, offs, tma, check_offs, launch: _Launch) -> None:
@@ -441,8 +481,9 @@ def grouped_mm(x, w, offs, *, tma=None, check_offs=None):
     ``tma``: None (default) uses TMA where the GPU has it and x, w are 16-byte aligned for it;
     True insists (RuntimeError before sm_90, ValueError naming the unaligned tensor); False uses
     pointer loads.  ``check_offs``: None (default) checks offs without a host sync on a GPU (the
-    kernel's ``tl.device_assert`` stops it on a bad offs, raised as a device-side assert at the
-    next synchronising call; capturable in CUDA graphs) and on the host on the CPU, where that is
+    kernel records a bad offs in pinned host memory and the next ``grouped_mm`` call raises a
+    ValueError naming the entry, or :func:`raise_pending_offs_error` after a synchronize;
+    capturable in CUDA graphs) and on the host on the CPU, where that is
     free; True checks on the host (a device-to-host copy: a sync), with a ValueError naming the
     bad entry; False checks nothing (the kernel still clamps every range into x, so a bad offs
     gives wrong rows, never out-of-bounds memory).

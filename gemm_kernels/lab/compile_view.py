@@ -55,8 +55,6 @@ HIGHLIGHTS = {
     "mma.sync": (r"\bmma\.sync", "Ampere-style warp-level MMA (synchronous, operands in registers)"),
     "cp.async": (r"\bcp\.async\.c[ag]\b", "Ampere-style asynchronous copies (per thread, 4-16 bytes each)"),
     "atom": (r"\batom\.", "an atomic read-modify-write in global memory (Stream-K's flags between programs)"),
-    "assert": (r"\bcall(\.uni)?\s+__assertfail", "a device-side assert (tl.device_assert, compiled in only with "
-                                                 "debug=True): prints its message and stops the kernel"),
 }
 STAGES = ("ttir", "ttgir", "llir", "ptx")
 
@@ -262,9 +260,8 @@ def _encode(value):
 
 
 #: compile options a request may set beside num_warps / num_stages (Gluon's warp-specialized
-#: kernels launch with ``maxnreg``: registers per thread before setmaxnreg moves them;
-#: ``grouped_mm``'s default call with ``debug`` and ``sanitize_overflow``: its device assert)
-COMPILE_OPTIONS = ("maxnreg", "debug", "sanitize_overflow")
+#: kernels launch with ``maxnreg``: registers per thread before setmaxnreg moves them)
+COMPILE_OPTIONS = ("maxnreg",)
 
 
 def _request(kernel, args, target, config, num_warps, num_stages, name, constexprs, options=None) -> dict:
