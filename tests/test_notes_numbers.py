@@ -128,7 +128,7 @@ def claims():
     yield WS_NOTES, (f"`gelu` takes {fused['torch matmul+act']:.1f} µs")
     yield WS_NOTES, (f"{fused['torch matmul+act']:.1f} / {ws_plain:.1f} = {fused['torch matmul+act'] / ws_plain:.3f}×")
 
-    host = json.loads((BENCH / "moe_host.json").read_text())
+    host = json.loads((BENCH / "moe_host_entry21.json").read_text())  # entry 21: the code before entry 22
     calls, steps, gpu = host["host_us"], host["parts_host_us_median_of_5"], host["gpu"]
     for label, value in (("the bound launch alone (output and flag kept)", steps["launch only (kept output and flag)"]),
                          ("+ `torch.empty` of the output", steps["+ torch.empty(out)"]),

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import statistics
 import subprocess
 import sys
@@ -147,7 +148,7 @@ def main(argv=None) -> None:
                   f"{row['speedup_at_base_clock']:.3f}x at the baseline's clock", flush=True)
     if args.json:
         given = sys.argv[1:] if argv is None else argv
-        record = {"command": "python -m gemm_kernels.bench.clocks " + " ".join(given),
+        record = {"command": "python -m gemm_kernels.bench.clocks " + shlex.join(given),
                   "device": torch.cuda.get_device_name(), "torch": torch.__version__,
                   "timing": f"do_bench median, rep {args.rep_ms} ms, {args.rounds} rounds interleaved; "
                             f"nvidia-smi every {args.period_ms} ms", "rows": rows}

@@ -345,7 +345,9 @@ def _forward(x, w, offs, tma, check_offs):
     if uses_tma:
         ensure_tma_allocator()
     args = _launch_args(x, w, offs, out, flags)
-    error = error_record() if device_check else offs  # the record, or any int32 pointer: not written
+    # the record (written only when CHECK_OFFS); on a GPU always it, so that a kept launch holds
+    # no caller's tensor; the interpreter takes any int32 tensor (no pinned memory without CUDA)
+    error = error_record() if on_gpu else offs
     grid = lambda meta: (num_programs_for(T, w.shape[0], N, meta["BLOCK_M"], meta["BLOCK_N"]),)  # noqa: E731
     bound = (_grouped_mm_tuned.bind(grid, x, w, out, offs, error, offs, **args, TRACE=False, CHECK_OFFS=device_check)
              if on_gpu else None)
