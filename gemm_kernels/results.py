@@ -269,6 +269,39 @@ def counters_table(case_prefix: str = "", directory: str | Path | None = None, k
     return "\n".join(lines)
 
 
+def committed_record(name: str, directory: str | Path | None = None) -> dict:
+    """``images/bench/<name>.json``: what a bench tool wrote with ``--json`` (``moe_host``,
+    ``clocks``, ``moe_configs``), with its command, device and the code it measured."""
+    path = Path(directory or BENCH_DIR) / f"{name}.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"no committed record {path}: run the command in PERF_NOTES.md that makes it")
+    return json.loads(path.read_text())
+
+
+def clocks_table(name: str = "clocks", directory: str | Path | None = None) -> str:
+    """A committed ``python -m gemm_kernels.bench.clocks`` record as a text table: per row, our
+    speed-up over the row's vendor provider (``do_bench`` medians of interleaved rounds) and the SM
+    clock and power each ran at."""
+    record = committed_record(name, directory)
+    lines = [f"{record['device']}, {record['timing']}; code: {record.get('code', '?')}",
+             f"{'case':44} {'provider':18} {'µs':>9} {'speed-up':>9} {'SM MHz':>7} {'W':>5}"]
+    for r in record["rows"]:
+        lines.append(f"{r['case'][:44]:44} {r['provider'][:18]:18} {r['us']:9.1f} {r['speedup']:8.3f}x "
+                     f"{r['sm_mhz']:7.0f} {r['watts']:5.0f}")
+    return "\n".join(lines)
+
+
+def host_time_table(name: str = "moe_host", directory: str | Path | None = None) -> str:
+    """A committed ``python -m gemm_kernels.bench.moe_host`` record: host µs per call, then GPU
+    time by ``do_bench`` and from a CUDA graph."""
+    record = committed_record(name, directory)
+    lines = [f"{record['device']}, {record['problem']}; code: {record.get('code', '?')}"]
+    lines += [f"  host time per call, {call}: {us:.1f} µs" for call, us in record["host_us"].items()]
+    lines += [f"  GPU time, {call}: do_bench {g['do_bench_us']:.1f} µs, CUDA graph {g['cuda_graph']}"
+              for call, g in record["gpu"].items()]
+    return "\n".join(lines)
+
+
 def short_gpu(device: str) -> str:
     """'NVIDIA H100 80GB HBM3' -> 'H100', 'NVIDIA H200' -> 'H200' (the model, for a table)."""
     words = [w for w in str(device).split() if w.upper() not in ("NVIDIA", "TESLA", "GEFORCE")]
