@@ -71,7 +71,7 @@ class ClockSampler:
 
 
 #: nvidia-smi's clock-event reasons (nvml's nvmlClocksEventReasons bits) named in the report
-REASONS = {0x1: "idle", 0x2: "app clocks", 0x4: "sw power cap", 0x8: "hw slowdown", 0x20: "sw thermal",
+REASONS = {0x1: "idle", 0x2: "app clocks", 0x4: "sw power cap", 0x8: "hw slowdown", 0x10: "sync boost", 0x20: "sw thermal",
            0x40: "hw thermal", 0x80: "hw power brake", 0x100: "display clocks"}
 
 

@@ -24,9 +24,10 @@ host memory, which the GPU writes straight into.  The host reads that record, wi
 at the start of the next ``grouped_mm`` call, which raises a ValueError naming the entry (or
 call :func:`raise_pending_offs_error` after a synchronize).  No flag is allocated and no second
 kernel is launched (PERF_NOTES 22), and the CUDA context survives, unlike a device-side assert.
-A ``tl.device_assert`` would not do: the call to ``__assertfail`` it compiles to makes ptxas
-serialise the kernel's wgmma instructions, 10-25% slower on large problems (measured, PERF_NOTES
-22).  ``check_offs=True`` checks on the host instead (a sync, and a ValueError before the
+A ``tl.device_assert`` would not do: it compiles to a call to ``__assertfail``, around which
+ptxas serialises the kernel's wgmma pipeline (the SASS shows 8 warpgroup waits instead of 3),
+and the kernel took 11-25% longer on large problems (measured, PERF_NOTES 22).
+``check_offs=True`` checks on the host instead (a sync, and a ValueError before the
 launch); on the CPU that check is free and always on.
 
 Memory safety: stores are masked by the expert's last row (or clipped by a descriptor that
