@@ -277,3 +277,29 @@ def test_ws_notes_quote_the_later_clocks_and_counters():
     busy = {p: float(r["sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed"]) for p, r in rows.items()}
     assert _squash(f"`ws` takes {us['ws']:.1f} µs against cuBLAS's {us['cuBLAS']:.1f}") in text
     assert _squash(f"busy {busy['ws']:.1f}% against {busy['cuBLAS']:.1f}%") in text
+
+
+def test_entry22_control_sample_and_estimate():
+    """PERF_NOTES 22's control sample (the suite's fastest and random rows re-timed) and the
+    estimate with every re-timed forward row substituted."""
+    text = _squash(PERF_NOTES.read_text())
+    suite = {r["case"]: r["speedup"] for r in _rows("moe") if r["provider"] == "grouped_mm"}
+    sample = [r for r in json.loads((BENCH / "clocks_sample.json").read_text())["rows"] if r["provider"] == "grouped_mm"]
+    shifts = [math.log(r["speedup"] / suite[r["case"].removeprefix("moe ")]) for r in sample]
+    fastest = sorted(suite, key=suite.get)[-5:]
+    assert [r["case"].removeprefix("moe ") for r in sample[:5]] == fastest
+    top, rest = sample[:5], sample[5:]
+    assert _squash(f"moved by {100 * (math.exp(sum(shifts[:5]) / 5) - 1):.1f}% on average").replace("-", "−") in text
+    assert f"by +{100 * (math.exp(sum(shifts[5:]) / 5) - 1):.1f}%" in text
+    assert _squash(f"({min(suite[c] for c in fastest):.3f}–{max(suite[c] for c in fastest):.3f}× in the suite, "
+                   f"{min(r['speedup'] for r in top):.3f}–{max(r['speedup'] for r in top):.3f}× re-timed)") in text
+    retimed = {}
+    for name in ("clocks", "clocks_sample"):
+        for r in json.loads((BENCH / f"{name}.json").read_text())["rows"]:
+            if r["provider"] == "grouped_mm" and not r["case"].endswith("fwd+bwd"):
+                retimed[r["case"].removeprefix("moe ")] = r["speedup"]
+    values = [retimed.get(c, v) for c, v in suite.items()]
+    assert len(retimed) == 24 and len(values) == 96
+    assert _squash(f"these 24 re-timed values substituted have a geomean of {_geomean(values):.3f}× and a minimum "
+                   f"of {min(values):.3f}×") in text
+    assert rest and f"1.102× in the estimate above" in text
