@@ -2,6 +2,8 @@
 machine without one: a kernel that cannot be built for a GPU fails here, not on the GPU.  The
 compiles run in the compile view's worker process, two batches (one per target) for the file."""
 
+import re
+
 import pytest
 import torch
 import triton
@@ -210,3 +212,17 @@ def test_compile_view_imports_no_triton_internals():
     for internal in ("triton.runtime.interpreter", "knobs.runtime.interpret", "native_specialize_impl",
                      "InterpretedFunction"):
         assert internal not in source
+
+
+def test_grouped_mm_offs_check_adds_no_call_to_the_kernel(views):
+    """The default call's kernel reports a bad offs with plain stores and two system-scope atomics
+    into pinned host memory: no function call (a tl.device_assert's __assertfail call made ptxas
+    serialise the wgmma pipeline, PERF_NOTES 22), and as many wgmma as the unchecked kernel."""
+    from gemm_kernels.lab.compile_examples import moe_examples
+
+    by_name = {e.name: e for e in moe_examples()}
+    checked = views(by_name["grouped_mm[bf16, tma, offs checked on the device]"], 90).ptx
+    plain = views(by_name["grouped_mm[bf16, tma, w as [E, N, K]]"], 90).ptx
+    assert "__assertfail" not in checked and not re.search(r"^\s*call", checked, re.M)
+    assert re.search(r"atom\.global\.acquire\.sys\.cas", checked) and re.search(r"atom\.global\.sys\.release\.exch", checked)
+    assert checked.count("wgmma.mma_async") == plain.count("wgmma.mma_async")

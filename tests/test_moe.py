@@ -1,6 +1,8 @@
 """gemm_kernels.grouped_mm (MoE): routings against float64, the device-side expert lookup against the
 numpy mirror, w layouts, TMA choices, offs validation, and the routing helper."""
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -565,7 +567,8 @@ def test_gpu_stream_buffer_is_kept_per_stream_and_fresh_in_a_capture():
     with torch.cuda.stream(side):
         on_side = runtime.stream_buffer("test", 4, torch.int32, index)
     assert on_side.data_ptr() != first.data_ptr()
-    assert runtime.stream_buffer("test", 4, torch.int32, index, side.cuda_stream).data_ptr() == on_side.data_ptr()
+    with torch.cuda.stream(side):
+        assert runtime.stream_buffer("test", 2, torch.int32, index).data_ptr() == on_side.data_ptr()
     bigger = runtime.stream_buffer("test", 1 << 20, torch.int32, index)
     assert bigger.numel() >= 1 << 20
     assert runtime.stream_buffer("test", 4, torch.int32, index).data_ptr() == bigger.data_ptr()
@@ -734,20 +737,29 @@ def test_gpu_backward_matches_float64(tokens, E, top_k, K, N):
     assert_close(w.grad.flatten(0, 1), dw_ref.flatten(0, 1), torch.bfloat16, what="dw")
 
 
-@pytest.mark.parametrize("lane, start, end, T, E, expected", [
-    (0, 0, -3, 64, 3, "offs[0] = -3 is negative"),
-    (2, -10, 64, 64, 3, "offs[1] = -10 is negative"),
-    (1, 40, 20, 64, 3, "offs must be non-decreasing, but offs[0] = 40 > offs[1] = 20"),
-    (2, 10, 65, 64, 3, "offs[2] = 65 but x has only T = 64 rows (offs[-1] <= T)"),
-    (3, 70, 64, 64, 3, "offs[-1] = 70 but x has only T = 64 rows (offs[-1] <= T)"),
+@pytest.mark.parametrize("offs, T, expected", [
+    ([-3, 10, 64], 64, "offs[0] = -3 is negative"),
+    ([3, -10, 64], 64, "offs[1] = -10 is negative"),
+    ([40, 20, 64], 64, "offs must be non-decreasing, but offs[0] = 40 > offs[1] = 20"),
+    ([10, 20, 65], 64, "offs[2] = 65 but x has only T = 64 rows (every entry must be <= T)"),
+    ([3, 10, 5], 8, "offs[1] = 10 but x has only T = 8 rows (every entry must be <= T)"),
+    ([0, 0, 2**31 - 1], 64, "offs[2] = 2147483647 but x has only T = 64 rows"),
 ])
-def test_device_check_report_names_the_entry(lane, start, end, T, E, expected, monkeypatch):
-    """The GPU kernel's record [flag, lane, offs[lane-1], offs[lane], T, E] becomes the host
-    check's words; reading it clears it (the record is faked here: pinned memory needs a GPU)."""
-    record = np.array([1, lane, start, end, T, E, 0, 0], dtype=np.int32)
+def test_device_check_report_names_the_entry(offs, T, expected, monkeypatch):
+    """The kernel's first bad lane (mirrored here in numpy: lane e checks offs[e-1], or 0, against
+    offs[e], or T for the tail) and its record [flag, lane, offs[lane-1], offs[lane], T, E, -, claim]
+    become a message naming the entry; reading it clears the flag and frees the claim (the record
+    is faked here: pinned memory needs a GPU)."""
+    E = len(offs)
+    starts = np.array([0, *offs], dtype=np.int64)
+    ends = np.array([*offs, T], dtype=np.int64)
+    bad = (starts < 0) | (ends < starts) | (ends > T)
+    lane = int(np.argmax(bad))
+    assert bad.any()
+    record = np.array([1, lane, starts[lane], ends[lane], T, E, 0, 1], dtype=np.int64).astype(np.int32)
     monkeypatch.setattr(moe, "_pending", record)
-    assert moe.describe_bad_offs(lane, start, end, T, E) == expected
-    with pytest.raises(ValueError, match="a call launched earlier had a bad offs"):
+    assert expected in moe.describe_bad_offs(lane, int(starts[lane]), int(ends[lane]), T)
+    with pytest.raises(ValueError, match="a call launched earlier had a bad offs .*" + re.escape(expected)):
         moe.raise_pending_offs_error()
-    assert record[0] == 0
+    assert record[0] == 0 and record[7] == 0
     moe.raise_pending_offs_error()  # nothing pending now

@@ -125,8 +125,9 @@ CASES = (  # the most telling first: a run cut short keeps them
 
 
 def case_named(name: str) -> CounterCase:
-    """A listed case, or any row of the ``moe`` suite named as ``"moe " + its case label``
-    (``"moe OLMoE-1B-7B down T=512 uniform fwd+bwd"``; see ``python -m gemm_kernels.bench --list``)."""
+    """A listed case, or a ``moe`` row named like the suite's case labels, ``"moe " + label``
+    (``"moe OLMoE-1B-7B down T=512 uniform fwd+bwd"``; ``python -m gemm_kernels.bench --list``
+    lists the suite's): one of the suite's models, projections and routings, at any T >= 1."""
     for case in CASES:
         if case.name == name:
             return case

@@ -2,8 +2,8 @@
 without a CUDA graph, on a small MoE problem (8 experts, 512 rows, 256 x 256 weights) where the
 GPU is faster than the host, so the host's Python is what a call costs.
 
-Host time: 1000 calls back to back (the GPU queue absorbs them), wall time per call, then one
-sync; five rounds, the calls interleaved, medians reported.  GPU time: ``do_bench`` and ``do_bench_cudagraph`` medians.  A call that syncs
+Host time: 1000 calls back to back (200 for ``check_offs=True``, which syncs on each), wall time
+per call, then one sync; five rounds, the calls interleaved, medians reported.  GPU time: ``do_bench`` and ``do_bench_cudagraph`` medians.  A call that syncs
 (``check_offs=True``) cannot be captured in a graph: that line says so.  GPU only.
 """
 
@@ -31,8 +31,9 @@ def parts(x, w, offs, repeats: int = 5) -> dict:
     sequence, GPU queue absorbing the launches), each variant ``repeats`` times interleaved;
     prints and returns the medians.  The differences between neighbouring lines are what each
     added step costs inside a call, which timing a step alone did not show (PERF_NOTES 20).
-    The last rebuilt line adds what the check cost before PERF_NOTES 22 (a fresh flag and a
-    ``torch._assert_async`` launch); "fresh descriptor scratch" allocates what
+    The last rebuilt line adds a check like the one before PERF_NOTES 22 (a flag made by
+    ``torch.ones``, which also launches a fill, and a ``torch._assert_async`` launch); "fresh
+    descriptor scratch" allocates what
     ``runtime.stream_buffer`` now keeps per stream."""
     import statistics
 

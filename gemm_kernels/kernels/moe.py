@@ -20,7 +20,8 @@ with problem ``e`` of shape ``(rows_e, N)``, which the TRACE test proves.
 No host sync: on a GPU nothing here waits for the device.  Program 0 of the default call's
 kernel (``CHECK_OFFS``) also checks ``offs`` (no negative entry, non-decreasing,
 ``offs[-1] <= T``) and, when it is bad, writes the first bad entry to a small record in pinned
-host memory, which the GPU writes straight into.  The host reads that record, without a sync,
+host memory, which the GPU writes straight into (claimed by a system-scope compare-and-swap, so
+two bad calls never mix, and flagged by a release exchange after the fields).  The host reads that record, without a sync,
 at the start of the next ``grouped_mm`` call, which raises a ValueError naming the entry (or
 call :func:`raise_pending_offs_error` after a synchronize).  No flag is allocated and no second
 kernel is launched (PERF_NOTES 22), and the CUDA context survives, unlike a device-side assert.
@@ -131,12 +132,17 @@ def _grouped_mm_kernel(
     pid = tl.program_id(0)
     if CHECK_OFFS:  # a bad offs goes to the pinned host record the next call reads: no host sync
         if (pid == 0) & (first_bad < E_PAD):
-            tl.store(error_ptr + 1, first_bad)
-            tl.store(error_ptr + 2, _pick(raw_starts, experts, first_bad))
-            tl.store(error_ptr + 3, _pick(raw_ends, experts, first_bad))
-            tl.store(error_ptr + 4, T)
-            tl.store(error_ptr + 5, E)
-            tl.store(error_ptr, 1)  # last: the host reads the flag first
+            # the first bad kernel claims the record (word 7; the host frees it after reading), so
+            # two bad calls never mix their fields; it fills the fields, then sets the flag (word 0)
+            # with release semantics at system scope: a host that sees the flag sees the fields
+            if tl.atomic_cas(error_ptr + 7, 0, 1, sem="acquire", scope="sys") == 0:
+                tl.store(error_ptr + 1, first_bad)
+                tl.store(error_ptr + 2, _pick(raw_starts, experts, first_bad))
+                tl.store(error_ptr + 3, _pick(raw_ends, experts, first_bad))
+                tl.store(error_ptr + 4, T)
+                tl.store(error_ptr + 5, E)
+                tl.debug_barrier()  # every thread's field stores before the flag
+                tl.atomic_xchg(error_ptr, 1, sem="release", scope="sys")
 
     if USE_TMA:  # the same x and w descriptors serve every tile of this program
         x_desc = tl.make_tensor_descriptor(x_ptr, shape=[T, K], strides=[stride_xt, 1],
@@ -364,8 +370,9 @@ def _forward(x, w, offs, tma, check_offs):
     return out
 
 
-# The default call's report of a bad offs: int32 [flag, lane, offs[lane-1] (or 0), offs[lane] (or T), T, E]
-# in pinned host memory, which the kernel writes over the bus and the host reads without a sync.
+# The default call's report of a bad offs: int32 [flag, lane, offs[lane-1] (or 0), offs[lane] (or T), T, E,
+# unused, claim] in pinned host memory, which the kernel writes over the bus and the host reads without
+# a sync.  The first bad kernel claims it; later ones, until the host has read it, are not recorded.
 _record: torch.Tensor | None = None
 _pending = None  # a numpy view of _record: reading it costs ~0.1 us per call
 
@@ -387,26 +394,25 @@ def raise_pending_offs_error() -> None:
     ``torch.cuda.synchronize()`` to check every call launched so far."""
     if _pending is None or not _pending[0]:
         return
-    lane, start, end, T, E = (int(v) for v in _pending[1:6])
+    lane, start, end, T = (int(v) for v in _pending[1:5])
     _pending[0] = 0
+    _pending[7] = 0  # free the claim: the next bad kernel may write
     raise ValueError("grouped_mm: a call launched earlier had a bad offs (checked on the GPU, reported at the "
-                     f"next call): {describe_bad_offs(lane, start, end, T, E)}; the rows of that call's output "
+                     f"next call): {describe_bad_offs(lane, start, end, T)}; the rows of that call's output "
                      "are not the product (every access stayed inside x, w and out). check_offs=True checks before "
                      "the launch")
 
 
-def describe_bad_offs(lane: int, start: int, end: int, T: int, E: int) -> str:
-    """What the kernel's check found at ``lane`` (lane e checks offs[e-1] = ``start`` (0 for e = 0)
-    and offs[e] = ``end`` (T for the tail lane E)), in the words of the host check."""
-    if lane > 0 and start < 0:
-        return f"offs[{lane - 1}] = {start} is negative"
-    if lane < E and end < 0:
+def describe_bad_offs(lane: int, start: int, end: int, T: int) -> str:
+    """What the kernel's check found at its first bad ``lane`` (lane e checks offs[e-1] = ``start``,
+    0 for e = 0, and offs[e] = ``end``).  At the first bad lane the fault is always offs[lane]
+    itself: negative, below the entry before it, or past T (a negative offs[lane-1], or
+    offs[-1] > T at the tail lane, would have marked an earlier lane)."""
+    if end < 0:
         return f"offs[{lane}] = {end} is negative"
     if end < start:
-        if lane == E:
-            return f"offs[-1] = {start} but x has only T = {T} rows (offs[-1] <= T)"
         return f"offs must be non-decreasing, but offs[{lane - 1}] = {start} > offs[{lane}] = {end}"
-    return f"offs[{lane}] = {end} but x has only T = {T} rows (offs[-1] <= T)"
+    return f"offs[{lane}] = {end} but x has only T = {T} rows (every entry must be <= T)"
 
 
 def _remember(x, w, offs, tma, check_offs, launch: _Launch) -> None:
@@ -460,7 +466,8 @@ class _GroupedMMFunction(torch.autograd.Function):
     """Eager autograd of grouped_mm: the custom op's forward and backward without its dispatch,
     which cost ~200 µs of host time per training step on an H100's host (PERF_NOTES 20).  The
     forward takes ``ctx`` itself: with a separate ``setup_context``, ``Function.apply`` binds
-    the arguments through ``inspect.signature`` on every call (~50 µs, PERF_NOTES 22)."""
+    the arguments through ``inspect.signature`` on every call (~50 µs of host time per training
+    step in a cProfile run, images/bench/moe_step_profile.txt, PERF_NOTES 22)."""
 
     @staticmethod
     def forward(ctx, x, w, offs, tma, check_offs):
@@ -484,10 +491,11 @@ def grouped_mm(x, w, offs, *, tma=None, check_offs=None):
     ``tma``: None (default) uses TMA where the GPU has it and x, w are 16-byte aligned for it;
     True insists (RuntimeError before sm_90, ValueError naming the unaligned tensor); False uses
     pointer loads.  ``check_offs``: None (default) checks offs without a host sync on a GPU (the
-    kernel records a bad offs in pinned host memory and the next ``grouped_mm`` call raises a
-    ValueError naming the entry, or :func:`raise_pending_offs_error` after a synchronize;
-    capturable in CUDA graphs) and on the host on the CPU, where that is
-    free; True checks on the host (a device-to-host copy: a sync), with a ValueError naming the
+    kernel records a bad offs in pinned host memory and the next ``grouped_mm`` call, whichever
+    it is, raises a ValueError naming the entry, or :func:`raise_pending_offs_error` after a
+    synchronize; capturable in CUDA graphs; the first bad call is recorded until the report is
+    read; an empty problem, T, N or K zero, launches nothing and so is not checked) and on the
+    host on the CPU, where that is free; True checks on the host (a device-to-host copy: a sync), with a ValueError naming the
     bad entry; False checks nothing (the kernel still clamps every range into x, so a bad offs
     gives wrong rows, never out-of-bounds memory).
 
