@@ -747,19 +747,19 @@ def test_gpu_backward_matches_float64(tokens, E, top_k, K, N):
 ])
 def test_device_check_report_names_the_entry(offs, T, expected, monkeypatch):
     """The kernel's first bad lane (mirrored here in numpy: lane e checks offs[e-1], or 0, against
-    offs[e], or T for the tail) and its record [flag, lane, offs[lane-1], offs[lane], T, E, -, claim]
-    become a message naming the entry; reading it clears the flag and frees the claim (the record
-    is faked here: pinned memory needs a GPU)."""
+    offs[e], or T for the tail) and its record [flag, lane, offs[lane-1], offs[lane], T, E, -, -]
+    become a message naming the entry; reading it clears the flag (the record is faked here:
+    pinned memory needs a GPU)."""
     E = len(offs)
     starts = np.array([0, *offs], dtype=np.int64)
     ends = np.array([*offs, T], dtype=np.int64)
     bad = (starts < 0) | (ends < starts) | (ends > T)
     lane = int(np.argmax(bad))
     assert bad.any()
-    record = np.array([1, lane, starts[lane], ends[lane], T, E, 0, 1], dtype=np.int64).astype(np.int32)
+    record = np.array([1, lane, starts[lane], ends[lane], T, E, 0, 0], dtype=np.int64).astype(np.int32)
     monkeypatch.setattr(moe, "_pending", record)
     assert expected in moe.describe_bad_offs(lane, int(starts[lane]), int(ends[lane]), T)
     with pytest.raises(ValueError, match="a call launched earlier had a bad offs .*" + re.escape(expected)):
         moe.raise_pending_offs_error()
-    assert record[0] == 0 and record[7] == 0
+    assert record[0] == 0
     moe.raise_pending_offs_error()  # nothing pending now

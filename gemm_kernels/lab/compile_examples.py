@@ -119,7 +119,7 @@ def moe_examples():
          {90: ("wgmma", "cp.async.bulk.tensor", "tensormap", "mbarrier")}),
         # the default call's variant: offs checked on the device, a bad one recorded for the host
         ("grouped_mm[bf16, tma, offs checked on the device]", torch.bfloat16, True, True, (90,),
-         {90: ("wgmma", "cp.async.bulk.tensor", "atom")}),
+         {90: ("wgmma", "cp.async.bulk.tensor")}),
     ]:
         x = torch.zeros(T, K, dtype=dtype, device=runtime.DEVICE)
         w = (torch.zeros(E, N, K, dtype=dtype, device=runtime.DEVICE).transpose(1, 2) if tma
