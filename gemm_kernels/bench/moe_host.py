@@ -3,8 +3,9 @@ without a CUDA graph, on a small MoE problem (8 experts, 512 rows, 256 x 256 wei
 GPU is faster than the host, so the host's Python is what a call costs.
 
 Host time: 1000 calls back to back (200 for ``check_offs=True``, which syncs on each), wall time
-per call, then one sync; five rounds, the calls interleaved, medians reported.  GPU time: ``do_bench`` and ``do_bench_cudagraph`` medians.  A call that syncs
-(``check_offs=True``) cannot be captured in a graph: that line says so.  GPU only.
+per call, then one sync; five rounds, the calls interleaved, medians reported.  GPU time:
+``do_bench`` and ``do_bench_cudagraph`` medians.  A call that syncs (``check_offs=True``) cannot
+be captured in a graph: that line says so.  GPU only.
 """
 
 from __future__ import annotations

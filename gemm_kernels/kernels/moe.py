@@ -20,9 +20,10 @@ with problem ``e`` of shape ``(rows_e, N)``, which the TRACE test proves.
 No host sync: on a GPU nothing here waits for the device.  Program 0 of the default call's
 kernel (``CHECK_OFFS``) also checks ``offs`` (no negative entry, non-decreasing,
 ``offs[-1] <= T``) and, when it is bad, writes the first bad entry to a small record in pinned
-host memory, which the GPU writes straight into (the flag last, after a system-scope fence).  The host reads that record, without a sync,
-at the start of the next ``grouped_mm`` call, which raises a ValueError naming the entry (or
-call :func:`raise_pending_offs_error` after a synchronize).  No flag is allocated and no second
+host memory, which the GPU writes straight into (the flag last, after a system-scope fence).
+The host reads that record, without a sync, at the start of the next ``grouped_mm`` call, which
+raises a ValueError naming the entry (or call :func:`raise_pending_offs_error` after a
+synchronize).  No flag is allocated and no second
 kernel is launched (PERF_NOTES 22), and the CUDA context survives, unlike a device-side assert.
 A ``tl.device_assert`` would not do: it compiles to a call to ``__assertfail``, around which
 ptxas serialises the kernel's wgmma pipeline (the SASS shows 8 warpgroup waits instead of 3),
@@ -80,8 +81,9 @@ def _expert_tiles(offs_ptr, T, E, num_pid_n, E_PAD: tl.constexpr, BLOCK_M: tl.co
 
     Returns vectors over E_PAD lanes: first row, last row + 1, the running total of tiles
     (``tile_ends``); then the first lane whose entries break the rules (E_PAD when none) and
-    the raw values it checked (lane e: ``offs[e-1]``, or 0, and ``offs[e]``, or T for the tail).  Lane E is the tail (rows
-    ``offs[E-1]:T``, owned by no expert); lanes past it are empty.  Offsets are clamped to
+    the raw values it checked (lane e: ``offs[e-1]``, or 0, and ``offs[e]``, or T for the
+    tail).  Lane E is the tail (rows ``offs[E-1]:T``, owned by no expert); lanes past it are
+    empty.  Offsets are clamped to
     [0, T] and a decreasing pair gives an empty expert, so bad offsets cannot send a tile out of
     bounds."""
     lanes = tl.arange(0, E_PAD)
@@ -492,10 +494,11 @@ def grouped_mm(x, w, offs, *, tma=None, check_offs=None):
     pointer loads.  ``check_offs``: None (default) checks offs without a host sync on a GPU (the
     kernel records a bad offs in pinned host memory and the next ``grouped_mm`` call, whichever
     it is, raises a ValueError naming the entry, or :func:`raise_pending_offs_error` after a
-    synchronize; capturable in CUDA graphs; an empty problem, T, N or K zero, launches nothing and so is not checked) and on the
-    host on the CPU, where that is free; True checks on the host (a device-to-host copy: a sync), with a ValueError naming the
-    bad entry; False checks nothing (the kernel still clamps every range into x, so a bad offs
-    gives wrong rows, never out-of-bounds memory).
+    synchronize; capturable in CUDA graphs; an empty problem, T, N or K zero, launches nothing
+    and so is not checked) and on the host on the CPU, where that is free; True checks on the
+    host (a device-to-host copy: a sync), with a ValueError naming the bad entry; False checks
+    nothing (the kernel still clamps every range into x, so a bad offs gives wrong rows, never
+    out-of-bounds memory).
 
     Differentiable in x and w (``dx = grouped_mm(dy, wᵀ)``, ``dw[e] = x_eᵀ dy_e``), and a
     PyTorch custom op (``torch.ops.gemm_kernels.grouped_mm``) that ``torch.compile`` traces
