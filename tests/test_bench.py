@@ -812,3 +812,15 @@ def test_moe_configs_candidates_each_compute_the_product():
         assert_close(out[:30], ref[:30], torch.bfloat16)
     with pytest.raises(ValueError, match="not a forward moe row"):
         moe_configs.measure("moe OLMoE-1B-7B down T=512 uniform fwd+bwd")
+
+
+def test_tool_records_quote_their_command(tmp_path):
+    """report.write_record: the --json record of clocks, moe_configs and moe_host names the command
+    with its arguments quoted (case names hold spaces), the GPU, date and versions, then the fields."""
+    path = tmp_path / "r.json"
+    report.write_record(path, "clocks", ["--case", "moe Mixtral-8x7B up T=512 uniform", "--json", "r.json"],
+                        rows=[{"us": 1.0}], timing="do_bench median")
+    record = json.loads(path.read_text())
+    assert record["command"] == "python -m gemm_kernels.bench.clocks --case 'moe Mixtral-8x7B up T=512 uniform' --json r.json"
+    assert record["rows"] == [{"us": 1.0}] and record["timing"] == "do_bench median"
+    assert {"device", "date", "torch", "triton"} <= set(record)

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from gemm_kernels.bench import report
+from gemm_kernels.results import committed_record
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "images" / "bench"
@@ -128,7 +129,7 @@ def claims():
     yield WS_NOTES, (f"`gelu` takes {fused['torch matmul+act']:.1f} µs")
     yield WS_NOTES, (f"{fused['torch matmul+act']:.1f} / {ws_plain:.1f} = {fused['torch matmul+act'] / ws_plain:.3f}×")
 
-    host = json.loads((BENCH / "moe_host_entry21.json").read_text())  # entry 21: the code before entry 22
+    host = committed_record("moe_host_entry21")  # entry 21: the code before entry 22
     calls, steps, gpu = host["host_us"], host["parts_host_us_median_of_5"], host["gpu"]
     for label, value in (("the bound launch alone (output and flag kept)", steps["launch only (kept output and flag)"]),
                          ("+ `torch.empty` of the output", steps["+ torch.empty(out)"]),
@@ -148,7 +149,7 @@ def claims():
 
 def entry22_claims():
     """PERF_NOTES entry 22: the host-time record, the re-timed rows, the config sweeps, the clocks."""
-    host = json.loads((BENCH / "moe_host.json").read_text())
+    host = committed_record("moe_host")
     calls, steps, gpu = host["host_us"], host["parts_host_us_median_of_5"], host["gpu"]
     default, theirs = gpu["grouped_mm default"], gpu["torch._grouped_mm"]
     graph = {k: v["cuda_graph"].split()[0] for k, v in gpu.items()}
@@ -168,7 +169,7 @@ def entry22_claims():
                        f"output's `torch.empty` {steps['+ torch.empty(out)']:.1f}, + a check like entry 21's")
     yield PERF_NOTES, (f"`torch._assert_async`) "
                        f"{steps['+ the check before (a flag' + chr(39) + 's torch.ones, torch._assert_async)']:.1f}")
-    kept = json.loads((BENCH / "moe_host_kept_flag.json").read_text())
+    kept = committed_record("moe_host_kept_flag")
     kparts = kept["parts_host_us_median_of_5"]
     yield PERF_NOTES, (f"put the fresh flag at +{kparts['+ fresh flag (torch.empty)'] - kparts['+ torch._assert_async(flag, message)']:.1f} µs "
                        f"and the fresh scratch at +{kparts['+ fresh flag and scratch'] - kparts['+ fresh flag (torch.empty)']:.1f} µs, "
@@ -176,7 +177,7 @@ def entry22_claims():
                        f"took {kparts['torch._grouped_mm']:.1f} µs")
     yield PERF_NOTES, (f"{kept['host_us']['grouped_mm default']:.1f} µs in `moe_host_kept_flag.json` against "
                        f"{kparts['grouped_mm default']:.1f} µs for the same call in its parts")
-    asserted = json.loads((BENCH / "moe_host_device_assert.json").read_text())
+    asserted = committed_record("moe_host_device_assert")
     yield PERF_NOTES, f"Host time fell to {asserted['host_us']['grouped_mm default']:.1f} µs"
     profile = (BENCH / "moe_step_profile.txt").read_text()
     down = profile.split("step moe OLMoE-1B-7B down T=512 uniform fwd+bwd | grouped_mm: ")[1].splitlines()
@@ -186,13 +187,13 @@ def entry22_claims():
     yield PERF_NOTES, f"({inspect_us} µs of host time per training step in cProfile"
     yield PERF_NOTES, (f"| `grouped_mm` default call, host time | ≤ 25 µs | {calls['grouped_mm default']:.1f} µs "
                        f"(`torch._grouped_mm` {calls['torch._grouped_mm']:.1f} µs on the same host) | met (entry 22) |")
-    old = json.loads((BENCH / "moe_host_entry21.json").read_text())
+    old = committed_record("moe_host_entry21")
     yield PERF_NOTES, (f"`do_bench` {default['do_bench_us']:.1f} against "
                        f"{old['gpu']['grouped_mm default']['do_bench_us']:.1f} µs in entry 21's record")
 
     # the re-timed rows: every suite row below 0.95x, forward and forward+backward
     suite = {r["case"]: r["speedup"] for r in _rows("moe") if r["ours"]}
-    clocks = json.loads((BENCH / "clocks.json").read_text())["rows"]
+    clocks = committed_record("clocks")["rows"]
     ours = {r["case"].removeprefix("moe "): r for r in clocks if r["provider"] == "grouped_mm"}
     low = {c for c, v in suite.items() if v < 0.95}
     assert low == set(ours), f"the re-timed rows should be the suite's rows below 0.95x: {sorted(low ^ set(ours))}"
@@ -208,7 +209,7 @@ def entry22_claims():
                        f"{ours['DeepSeek-V2-Lite up T=32768 skewed']['speedup']:.3f}×")
 
     def sweep(name):
-        return {(r["case"], r["candidate"]): r["us"] for r in json.loads((BENCH / f"{name}.json").read_text())["rows"]}
+        return {(r["case"], r["candidate"]): r["us"] for r in committed_record(name)["rows"]}
 
     picked = {case: (sweep_us[case, c], sweep_us[case, c.replace("checked", "unchecked")])
               for sweep_us in [sweep("moe_configs_device_assert")] for case, c in sweep_us
@@ -225,7 +226,7 @@ def entry22_claims():
                        f"{now[case, '128x256x64 w8 s3 (picked) unchecked']:.1f} µs, torch's {now[case, 'torch._grouped_mm']:.1f} µs")
 
     # the first run's clocks table
-    first = {(r["case"], r["provider"]): r for r in json.loads((BENCH / "clocks_flag_check.json").read_text())["rows"]}
+    first = {(r["case"], r["provider"]): r for r in committed_record("clocks_flag_check")["rows"]}
     for case, provider, vendor, words, suite_value in (
             ("square 8192^3 bf16", "ws", "cuBLAS", "`matmul_ws` 8192³ bf16 vs cuBLAS",
              _speedup(_rows("square"), "8192x8192x8192", "ws", "bf16")),
@@ -293,7 +294,7 @@ def test_ws_notes_quote_the_later_clocks_and_counters():
     """WS_NOTES entry 9's two later measurements: the clocks of matmul_ws against cuBLAS at 8192³
     and the Llama-3-8B QKV counters."""
     text = _squash(WS_NOTES.read_text())
-    first = {(r["case"], r["provider"]): r for r in json.loads((BENCH / "clocks_flag_check.json").read_text())["rows"]}
+    first = {(r["case"], r["provider"]): r for r in committed_record("clocks_flag_check")["rows"]}
     ws, cublas = first["square 8192^3 bf16", "ws"], first["square 8192^3 bf16", "cuBLAS"]
     assert _squash(f"`matmul_ws` 0.992× cuBLAS at {ws['sm_mhz']:.0f} MHz against cuBLAS's {cublas['sm_mhz']:.0f} MHz") in text
     assert f"{ws['speedup']:.3f}" == "0.992" and f"{ws['speedup_at_vendor_clock']:.3f}×" in text
@@ -310,7 +311,7 @@ def test_entry22_control_sample_and_estimate():
     estimate with every re-timed forward row substituted."""
     text = _squash(PERF_NOTES.read_text())
     suite = {r["case"]: r["speedup"] for r in _rows("moe") if r["provider"] == "grouped_mm"}
-    sample = [r for r in json.loads((BENCH / "clocks_sample.json").read_text())["rows"] if r["provider"] == "grouped_mm"]
+    sample = [r for r in committed_record("clocks_sample")["rows"] if r["provider"] == "grouped_mm"]
     shifts = [math.log(r["speedup"] / suite[r["case"].removeprefix("moe ")]) for r in sample]
     fastest = sorted(suite, key=suite.get)[-5:]
     assert [r["case"].removeprefix("moe ") for r in sample[:5]] == fastest
@@ -321,7 +322,7 @@ def test_entry22_control_sample_and_estimate():
                    f"{min(r['speedup'] for r in top):.3f}–{max(r['speedup'] for r in top):.3f}× re-timed)") in text
     retimed = {}
     for name in ("clocks", "clocks_sample"):
-        for r in json.loads((BENCH / f"{name}.json").read_text())["rows"]:
+        for r in committed_record(name)["rows"]:
             if r["provider"] == "grouped_mm" and not r["case"].endswith("fwd+bwd"):
                 retimed[r["case"].removeprefix("moe ")] = r["speedup"]
     values = [retimed.get(c, v) for c, v in suite.items()]

@@ -17,17 +17,15 @@ times, interleaved, with ``do_bench(return_mode="median")`` over ``--rep-ms``.
 from __future__ import annotations
 
 import argparse
-import json
-import shlex
 import statistics
 import subprocess
-import sys
 import threading
 
 import torch
 
 from .. import runtime
 from . import counters
+from .report import write_record
 
 FIELDS = ("clocks.sm", "power.draw", "clocks_throttle_reasons.active")
 
@@ -147,14 +145,9 @@ def main(argv=None) -> None:
                   f"SM {row['sm_mhz']:.0f} MHz, {row['watts']:.0f} W, reasons {row['reasons']}, "
                   f"{row['speedup_at_vendor_clock']:.3f}x at the baseline's clock", flush=True)
     if args.json:
-        given = sys.argv[1:] if argv is None else argv
-        record = {"command": "python -m gemm_kernels.bench.clocks " + shlex.join(given),
-                  "device": torch.cuda.get_device_name(), "torch": torch.__version__,
-                  "timing": f"do_bench median, rep {args.rep_ms} ms, {args.rounds} rounds interleaved; "
-                            f"nvidia-smi every {args.period_ms} ms", "rows": rows}
-        with open(args.json, "w") as f:
-            json.dump(record, f, indent=2)
-            f.write("\n")
+        write_record(args.json, "clocks", argv, rows=rows,
+                     timing=f"do_bench median, rep {args.rep_ms} ms, {args.rounds} rounds interleaved; "
+                            f"nvidia-smi every {args.period_ms} ms")
 
 
 if __name__ == "__main__":

@@ -181,18 +181,26 @@ def build_call(case: CounterCase, provider: str):
             calls = {"cuBLAS": lambda: torch.matmul(a, b), "ws": lambda: matmul_ws.matmul_ws(a, b),
                      "tma": lambda: matmul_tma(a, b), "stream_k": lambda: matmul_streamk(a, b)}
         return calls[provider]
-    model_name, projection, tokens, routing, moe_pass = case.shape
+    x, w, offs = moe_inputs(case, dtype, gen)
+    mm = {"torch._grouped_mm": lambda a, b, o: torch._grouped_mm(a, b, offs=o), "grouped_mm": moe.grouped_mm}[provider]
+    if case.shape[4] == "fwd":
+        return lambda: mm(x, w, offs)
+    dy = torch.randn(x.shape[0], w.shape[2], device=runtime.DEVICE, dtype=dtype, generator=gen)
+    return suites._moe_fwd_bwd(mm, x, w, offs, dy)
+
+
+def moe_inputs(case: CounterCase, dtype, gen) -> tuple:
+    """A moe case's x [T * top_k, K], w [E, K, N] (the suite's transposed view) and offs, drawn
+    from ``gen`` (w, then x) with the suite's routing of seed 0."""
+    from . import suites
+
+    model_name, projection, tokens, routing, _ = case.shape
     model = next(m for m in suites.MOE_MODELS["full"] if m.name == model_name)
-    k, n = (model.hidden, model.ffn) if projection == "up" else (model.ffn, model.hidden)
+    k = model.hidden if projection == "up" else model.ffn
     w = suites._moe_weights(model, projection, dtype, gen)
     offs = torch.cumsum(suites._route(model, tokens, routing, 0), 0).to(device=runtime.DEVICE, dtype=torch.int32)
-    rows = tokens * model.top_k
-    x = torch.randn(rows, k, device=runtime.DEVICE, dtype=dtype, generator=gen)
-    mm = {"torch._grouped_mm": lambda a, b, o: torch._grouped_mm(a, b, offs=o), "grouped_mm": moe.grouped_mm}[provider]
-    if moe_pass == "fwd":
-        return lambda: mm(x, w, offs)
-    dy = torch.randn(rows, n, device=runtime.DEVICE, dtype=dtype, generator=gen)
-    return suites._moe_fwd_bwd(mm, x, w, offs, dy)
+    x = torch.randn(tokens * model.top_k, k, device=runtime.DEVICE, dtype=dtype, generator=gen)
+    return x, w, offs
 
 
 def worker(case_name: str, provider: str, warmup: int = 5) -> dict:

@@ -13,14 +13,12 @@ alike), the median of the rounds reported.
 from __future__ import annotations
 
 import argparse
-import json
-import shlex
 import statistics
-import sys
 
 import torch
 
 from .. import runtime
+from .report import write_record
 
 
 def candidates(x, w, offs):
@@ -58,18 +56,12 @@ def candidates(x, w, offs):
 def measure(case_name: str, rounds: int = 3, rep_ms: int = 200) -> list[dict]:
     from triton.testing import do_bench
 
-    from . import counters, suites
+    from . import counters
 
     case = counters.case_named(case_name)
     if case.kind != "moe" or case.shape[4] != "fwd":
         raise ValueError(f"{case_name!r} is not a forward moe row")
-    model_name, projection, tokens, routing, _ = case.shape
-    model = next(m for m in suites.MOE_MODELS["full"] if m.name == model_name)
-    k = model.hidden if projection == "up" else model.ffn
-    gen = torch.Generator(device=runtime.DEVICE).manual_seed(0)
-    w = suites._moe_weights(model, projection, torch.bfloat16, gen)
-    offs = torch.cumsum(suites._route(model, tokens, routing, 0), 0).to(device=runtime.DEVICE, dtype=torch.int32)
-    x = torch.randn(tokens * model.top_k, k, device=runtime.DEVICE, dtype=torch.bfloat16, generator=gen)
+    x, w, offs = counters.moe_inputs(case, torch.bfloat16, torch.Generator(device=runtime.DEVICE).manual_seed(0))
     launches, _, _ = candidates(x, w, offs)
     times: dict[str, list[float]] = {name: [] for name, _ in launches}
     for _ in range(rounds):
@@ -100,13 +92,8 @@ def main(argv=None) -> None:
         raise SystemExit("moe_configs times kernels on a CUDA GPU; none here")
     rows = [row for name in args.case for row in measure(name, args.rounds, args.rep_ms)]
     if args.json:
-        given = sys.argv[1:] if argv is None else argv
-        with open(args.json, "w") as f:
-            json.dump({"command": "python -m gemm_kernels.bench.moe_configs " + shlex.join(given),
-                       "device": torch.cuda.get_device_name(), "torch": torch.__version__,
-                       "timing": f"do_bench median, rep {args.rep_ms} ms, {args.rounds} rounds interleaved",
-                       "rows": rows}, f, indent=2)
-            f.write("\n")
+        write_record(args.json, "moe_configs", argv, rows=rows,
+                     timing=f"do_bench median, rep {args.rep_ms} ms, {args.rounds} rounds interleaved")
 
 
 if __name__ == "__main__":

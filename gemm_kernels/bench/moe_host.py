@@ -122,13 +122,11 @@ def training_step(case_name: str, steps: int = 200) -> dict:
 
 def main(argv=None) -> None:
     import argparse
-    import datetime
-    import json
-
-    import triton
 
     import gemm_kernels as gk
     from triton.testing import do_bench, do_bench_cudagraph
+
+    from .report import write_record
 
     parser = argparse.ArgumentParser(prog="python -m gemm_kernels.bench.moe_host", description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", metavar="PATH", help="also write the numbers there (images/bench/moe_host.json)")
@@ -181,15 +179,10 @@ def main(argv=None) -> None:
         gpu[name] = {"do_bench_us": round(plain * 1e3, 1), "cuda_graph": graph}
         print(f"{name}: do_bench {plain * 1e3:.1f} us, cuda graph {graph}", flush=True)
     if args.json:
-        record = {"command": "python -m gemm_kernels.bench.moe_host", "device": torch.cuda.get_device_name(),
-                  "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
-                  "torch": torch.__version__, "triton": triton.__version__,
-                  "problem": "8 experts x 512 rows x 256 x 256, bf16; host us per call over 1000 calls then one sync, "
-                             "median of 5 interleaved rounds",
-                  "host_us": host, "parts_host_us_median_of_5": steps, "gpu": gpu}
-        with open(args.json, "w") as f:
-            json.dump(record, f, indent=2, ensure_ascii=False)
-            f.write("\n")
+        write_record(args.json, "moe_host", argv,
+                     problem="8 experts x 512 rows x 256 x 256, bf16; host us per call over 1000 calls then one "
+                             "sync, median of 5 interleaved rounds",
+                     host_us=host, parts_host_us_median_of_5=steps, gpu=gpu)
 
 
 if __name__ == "__main__":

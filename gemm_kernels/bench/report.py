@@ -414,6 +414,28 @@ def merge_shards(sources: list[Path], suite: str) -> tuple[list[dict], dict]:
     return rows, merged
 
 
+def write_record(path, tool: str, argv: list[str] | None, **fields) -> None:
+    """A bench tool's ``--json`` record (``python -m gemm_kernels.bench.<tool>``): the command that
+    made it, arguments quoted (``argv`` None: this process's), the GPU, date and versions, then
+    ``fields``.  ``images/bench/*.json`` are these; a ``code`` field naming the commit is added
+    when one is committed."""
+    import datetime
+    import shlex
+    import sys
+
+    import torch
+    import triton
+
+    given = sys.argv[1:] if argv is None else list(argv)
+    record = {"command": f"python -m gemm_kernels.bench.{tool} " + shlex.join(given),
+              "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "CPU",
+              "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
+              "torch": torch.__version__, "triton": triton.__version__, **fields}
+    with open(path, "w") as f:
+        json.dump(record, f, indent=2, ensure_ascii=False)
+        f.write("\n")
+
+
 def write_dict_csv(rows: list[dict], path: Path) -> None:
     """Rows as read by :func:`read_csv`, written back in the same format."""
     write_csv([Row(**{c: r.get(c) for c in COLUMNS}) for r in rows], path)
