@@ -812,6 +812,15 @@ def test_moe_configs_candidates_each_compute_the_product():
         assert_close(out[:30], ref[:30], torch.bfloat16)
     with pytest.raises(ValueError, match="not a forward moe row"):
         moe_configs.measure("moe OLMoE-1B-7B down T=512 uniform fwd+bwd")
+    launches, picked, out = moe_configs.candidates(x, w, offs, picked_only=True, switch="OUT_SHARED_DESC")
+    names = [name for name, _ in launches]
+    assert len(names) == 5 and all("(picked)" in n for n in names[:-1])
+    assert sorted(n.rsplit(" ", 1)[1] for n in names[:-1]) == ["OUT_SHARED_DESC=False", "OUT_SHARED_DESC=False",
+                                                                "OUT_SHARED_DESC=True", "OUT_SHARED_DESC=True"]
+    for name, launch in launches[:-1]:
+        out.fill_(float("nan"))
+        launch()
+        assert_close(out[:30], ref[:30], torch.bfloat16)
 
 
 def test_tool_records_quote_their_command(tmp_path):

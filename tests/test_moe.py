@@ -331,6 +331,32 @@ def test_gpu_kept_launches_hold_none_of_the_callers_tensors(check_offs):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("w_transposed", [False, True])
+def test_gpu_shared_out_descriptor_never_writes_past_an_expert(w_transposed):
+    """Tiles that end inside their expert store through one [T, N] descriptor, the expert's last
+    row tile through its own (OUT_SHARED_DESC): every config, checked and unchecked, with and
+    without it, writes every row (NaN-poisoned out, a zero tail) and the two agree bit for bit."""
+    from gemm_kernels.bench import moe_configs
+
+    counts = [0, 1, 127, 128, 129, 300, 256, 64, 0]
+    x, w, offs = make_inputs(counts, 256, 384, torch.bfloat16, w_transposed=w_transposed)
+    x = torch.cat([x, torch.randn(37, 256, device=DEVICE).to(torch.bfloat16)])  # offs[-1] < T: a zero tail
+    launches, _, out = moe_configs.candidates(x, w, offs, switch="OUT_SHARED_DESC")
+    assert moe._plan_tma(x, w, out, None)["OUT_TMA"], "this test is about the TMA store"
+    ref = grouped_mm_ref(x, w, offs, out_dtype=torch.float64)
+    results = {}
+    for name, launch in launches[:-1]:
+        out.fill_(float("nan"))
+        launch()
+        torch.cuda.synchronize()
+        assert_close(out, ref, torch.bfloat16, what=name)
+        results[name] = out.clone()
+    for name, result in results.items():
+        if name.endswith("=True"):
+            assert torch.equal(result, results[name[:-len("True")] + "False"]), name
+
+
+@pytest.mark.gpu
 def test_gpu_matches_torch_grouped_mm():
     fn = _torch_grouped_mm()
     if fn is None:

@@ -21,10 +21,12 @@ from .. import runtime
 from .report import write_record
 
 
-def candidates(x, w, offs):
+def candidates(x, w, offs, picked_only=False, switch=None):
     """(name, no-argument launch) for each config x {checked, unchecked} and torch's op, the
     autotuner's pick for the default call (tuned by a first call, as in any run), and the output
-    the kernel launches write."""
+    the kernel launches write.  ``picked_only``: the picked config alone.  ``switch``: the name of
+    one of the kernel's boolean constexpr switches: each launch is also timed with it off (an A/B
+    of a kernel change on the same config, same inputs, same process)."""
     from ..kernels import moe
 
     out = torch.empty(x.shape[0], w.shape[2], device=x.device, dtype=x.dtype)
@@ -37,23 +39,29 @@ def candidates(x, w, offs):
     picked = tuned.chosen.get(tuned.tuning_key(x, w, out, offs, offs, offs, **args))  # error, trace: int32 too
     T, N, E = x.shape[0], w.shape[2], w.shape[0]
     launches = []
-    for config in moe.configs.fit_to_device(tuned.configs, {**args, "x_ptr": x, "w_ptr": w, "out_ptr": out}):
+    fitting = moe.configs.fit_to_device(tuned.configs, {**args, "x_ptr": x, "w_ptr": w, "out_ptr": out})
+    if picked_only:
+        fitting = [c for c in fitting if picked is not None and c.all_kwargs() == picked.all_kwargs()] or fitting[:1]
+    for config in fitting:
         bm, bn = config.kwargs["BLOCK_M"], config.kwargs["BLOCK_N"]
         grid = (moe.num_programs_for(T, E, N, bm, bn),)
         label = (f"{bm}x{bn}x{config.kwargs['BLOCK_K']} w{config.num_warps} s{config.num_stages}"
                  + (" (picked)" if picked is not None and config.all_kwargs() == picked.all_kwargs() else ""))
         for checked in (True, False):
             error = moe.error_record() if runtime.on_gpu() else offs
+            for on in ((True, False) if switch else (True,)):
+                flip = {switch: on} if switch else {}
 
-            def launch(config=config, grid=grid, checked=checked, error=error):
-                moe._grouped_mm_kernel[grid](x, w, out, offs, error, offs, **args, TRACE=False, CHECK_OFFS=checked,
-                                             **config.all_kwargs())
-            launches.append((f"{label} {'checked' if checked else 'unchecked'}", launch))
+                def launch(config=config, grid=grid, checked=checked, error=error, flip=flip):
+                    moe._grouped_mm_kernel[grid](x, w, out, offs, error, offs, **args, TRACE=False,
+                                                 CHECK_OFFS=checked, **flip, **config.all_kwargs())
+                name = f"{label} {'checked' if checked else 'unchecked'}"
+                launches.append((name + (f" {switch}={on}" if switch else ""), launch))
     launches.append(("torch._grouped_mm", lambda: torch._grouped_mm(x, w, offs=offs)))
     return launches, picked, out
 
 
-def measure(case_name: str, rounds: int = 3, rep_ms: int = 200) -> list[dict]:
+def measure(case_name: str, rounds: int = 3, rep_ms: int = 200, picked_only=False, switch=None) -> list[dict]:
     from triton.testing import do_bench
 
     from . import counters
@@ -62,7 +70,7 @@ def measure(case_name: str, rounds: int = 3, rep_ms: int = 200) -> list[dict]:
     if case.kind != "moe" or case.shape[4] != "fwd":
         raise ValueError(f"{case_name!r} is not a forward moe row")
     x, w, offs = counters.moe_inputs(case, torch.bfloat16, torch.Generator(device=runtime.DEVICE).manual_seed(0))
-    launches, _, _ = candidates(x, w, offs)
+    launches, _, _ = candidates(x, w, offs, picked_only, switch)
     times: dict[str, list[float]] = {name: [] for name, _ in launches}
     for _ in range(rounds):
         for name, fn in launches:
@@ -82,6 +90,9 @@ def main(argv=None) -> None:
     parser.add_argument("--case", action="append", required=True, help="a forward moe row, 'moe <case label>'")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--rep-ms", type=int, default=200)
+    parser.add_argument("--picked-only", action="store_true", help="time the autotuner's pick alone")
+    parser.add_argument("--switch", metavar="NAME",
+                        help="a boolean constexpr of the kernel (e.g. OUT_SHARED_DESC): time each launch with it on and off")
     parser.add_argument("--json", metavar="PATH")
     args = parser.parse_args(argv)
     from . import counters
@@ -90,7 +101,8 @@ def main(argv=None) -> None:
         counters.case_named(name)  # fail before timing anything
     if not runtime.on_gpu():
         raise SystemExit("moe_configs times kernels on a CUDA GPU; none here")
-    rows = [row for name in args.case for row in measure(name, args.rounds, args.rep_ms)]
+    rows = [row for name in args.case
+            for row in measure(name, args.rounds, args.rep_ms, args.picked_only, args.switch)]
     if args.json:
         write_record(args.json, "moe_configs", argv, rows=rows,
                      timing=f"do_bench median, rep {args.rep_ms} ms, {args.rounds} rounds interleaved")

@@ -122,7 +122,7 @@ def _grouped_mm_kernel(
     E_PAD: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_SIZE_M: tl.constexpr,
     USE_TMA: tl.constexpr, W_NK: tl.constexpr, OUT_TMA: tl.constexpr,
-    WIDEN: tl.constexpr, TRACE: tl.constexpr, CHECK_OFFS: tl.constexpr,
+    WIDEN: tl.constexpr, TRACE: tl.constexpr, CHECK_OFFS: tl.constexpr, OUT_SHARED_DESC: tl.constexpr = True,
 ):
     num_pid_n = tl.cdiv(N, BLOCK_N)
     row_starts, row_ends, tile_ends, first_bad, raw_starts, raw_ends = _expert_tiles(
@@ -156,6 +156,10 @@ def _grouped_mm_kernel(
             w_desc = tl.make_tensor_descriptor(w_ptr, shape=[E, K, N], strides=[stride_we, stride_wk, 1],
                                                block_shape=[1, BLOCK_K, BLOCK_N])
 
+    if OUT_TMA and OUT_SHARED_DESC:  # one out descriptor for the tiles that end inside their expert
+        out_all_desc = tl.make_tensor_descriptor(out_ptr, shape=[T, N], strides=[stride_ot, 1],
+                                                 block_shape=[BLOCK_M, BLOCK_N])
+
     for tile in range(pid, total_tiles, tl.num_programs(0)):
         expert, local_tile = locate_problem_in_ends(tile, tile_ends)
         row_start = _pick(row_starts, experts, expert)
@@ -179,10 +183,14 @@ def _grouped_mm_kernel(
                                   _wide(stride_xt), _wide(stride_xk), _wide(stride_wk), _wide(stride_wn),
                                   BLOCK_M, BLOCK_N, BLOCK_K, WIDEN)
 
-        if OUT_TMA:  # shape ends at the expert's last row: the rows after it are clipped
-            out_desc = tl.make_tensor_descriptor(out_ptr, shape=[row_end, N], strides=[stride_ot, 1],
-                                                 block_shape=[BLOCK_M, BLOCK_N])
-            out_desc.store([first_row, pid_n * BLOCK_N], acc.to(dtype))
+        if OUT_TMA:
+            if OUT_SHARED_DESC and first_row + BLOCK_M <= row_end:
+                out_all_desc.store([first_row, pid_n * BLOCK_N], acc.to(dtype))
+            else:  # the expert's last row tile: a descriptor whose shape ends at the expert's last row
+                # clips the rows after it (making one costs a global write and a fence per tile)
+                out_desc = tl.make_tensor_descriptor(out_ptr, shape=[row_end, N], strides=[stride_ot, 1],
+                                                     block_shape=[BLOCK_M, BLOCK_N])
+                out_desc.store([first_row, pid_n * BLOCK_N], acc.to(dtype))
         else:
             offs_om = first_row + tl.arange(0, BLOCK_M)
             offs_on = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
