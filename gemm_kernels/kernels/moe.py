@@ -41,7 +41,10 @@ TMA (``tma=None`` chooses it when the GPU has TMA and x, w are aligned for it): 
 ``[T, K]`` descriptor (rows past an expert's end belong to the next expert, are in bounds and
 their results are never stored), w through one 3-D ``[E, K, N]`` descriptor with a
 ``[1, BLOCK_K, BLOCK_N]`` block (or ``[E, N, K]`` when w is a transposed view of ``[E, N, K]``
-weights), out through a per-tile descriptor whose shape ends at the expert's last row.
+weights), out through one ``[T, N]`` descriptor for the tiles that end inside their expert, and
+for an expert's last row tile a descriptor of its own whose shape ends at the expert's last row
+(one made for every tile cost up to 9% on large problems, PERF_NOTES 23; ``OUT_SHARED_DESC=False``
+brings that back, for an A/B).
 Otherwise plain masked pointer loads (any strides).
 
 Training: ``grouped_mm`` is differentiable.  In eager mode autograd goes through a
