@@ -809,7 +809,7 @@ def test_moe_configs_candidates_each_compute_the_product():
     for name, launch in launches[:-1]:
         out.fill_(float("nan"))
         launch()
-        assert_close(out[:30], ref[:30], torch.bfloat16)
+        assert_close(out, ref, torch.bfloat16, what=name)  # the tail rows (offs[-1] < T) too: zeros
     with pytest.raises(ValueError, match="not a forward moe row"):
         moe_configs.measure("moe OLMoE-1B-7B down T=512 uniform fwd+bwd")
     launches, picked, out = moe_configs.candidates(x, w, offs, picked_only=True, switch="OUT_SHARED_DESC")

@@ -110,7 +110,10 @@ def claims():
     cases = sorted({r["case"] for r in mixtral if r["provider"] == "per-expert loop"})  # the forward rows
     loop_wins = sum(min((r for r in mixtral if r["case"] == c), key=lambda r: float(r["time_ms"]))["provider"]
                     == "per-expert loop" for c in cases)
-    yield nb07, f"fastest** in {loop_wins} of the {len(cases)} forward rows"
+    winners = {c for c in cases if min((r for r in mixtral if r["case"] == c), key=lambda r: float(r["time_ms"]))["provider"]
+               == "per-expert loop"}
+    where = "every one at T ≥ 4096" if winners == {c for c in cases if " T=512 " not in c + " "} else "(not the T ≥ 4096 rows)"
+    yield nb07, f"fastest** in {loop_wins} of the {len(cases)} forward rows, {where}"
     ms = {p: committed_value("moe", case="Mixtral-8x7B up T=4096 uniform", provider=p)
           for p in ("per-expert loop", "grouped_mm", "torch._grouped_mm")}
     yield nb07, (f"{ms['per-expert loop']:.2f} ms against {ms['grouped_mm']:.2f} for `grouped_mm` and "

@@ -41,7 +41,12 @@ def candidates(x, w, offs, picked_only=False, switch=None):
     launches = []
     fitting = moe.configs.fit_to_device(tuned.configs, {**args, "x_ptr": x, "w_ptr": w, "out_ptr": out})
     if picked_only:
-        fitting = [c for c in fitting if picked is not None and c.all_kwargs() == picked.all_kwargs()] or fitting[:1]
+        if picked is not None:
+            fitting = [c for c in fitting if c.all_kwargs() == picked.all_kwargs()]
+        elif len(fitting) > 1:
+            raise RuntimeError("moe_configs --picked-only: the autotuner's pick for this call is not known")
+        if not fitting:
+            raise RuntimeError("moe_configs --picked-only: the autotuner's pick is not in the tuning list")
     for config in fitting:
         bm, bn = config.kwargs["BLOCK_M"], config.kwargs["BLOCK_N"]
         grid = (moe.num_programs_for(T, E, N, bm, bn),)

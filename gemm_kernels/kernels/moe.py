@@ -31,8 +31,9 @@ and the kernel took 11-25% longer on large problems (measured, PERF_NOTES 22).
 ``check_offs=True`` checks on the host instead (a sync, and a ValueError before the
 launch); on the CPU that check is free and always on.
 
-Memory safety: stores are masked by the expert's last row (or clipped by a descriptor that
-ends there), so a tile never writes another expert's rows; w is read as a 3-D array, so a tile
+Memory safety: stores are masked by the expert's last row, or clipped by a descriptor that
+ends there, or (a tile that ends inside its expert) whole, so a tile never writes another
+expert's rows; w is read as a 3-D array, so a tile
 never reads another expert's K rows.  ``offs`` values are also clamped to ``[0, T]`` in the
 kernel, so even bad offsets cannot make it touch memory outside x, w and out.  Pointer
 offsets are 64-bit wherever a stride times an index can pass 2**31.
@@ -43,8 +44,8 @@ their results are never stored), w through one 3-D ``[E, K, N]`` descriptor with
 ``[1, BLOCK_K, BLOCK_N]`` block (or ``[E, N, K]`` when w is a transposed view of ``[E, N, K]``
 weights), out through one ``[T, N]`` descriptor for the tiles that end inside their expert, and
 for an expert's last row tile a descriptor of its own whose shape ends at the expert's last row
-(one made for every tile cost up to 9% on large problems, PERF_NOTES 23; ``OUT_SHARED_DESC=False``
-brings that back, for an A/B).
+(one made for every tile cost about 2% of the suite's forward time on an H100, PERF_NOTES 23;
+``OUT_SHARED_DESC=False`` brings that back, for an A/B).
 Otherwise plain masked pointer loads (any strides).
 
 Training: ``grouped_mm`` is differentiable.  In eager mode autograd goes through a
