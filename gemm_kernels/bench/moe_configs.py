@@ -8,6 +8,10 @@ candidate timed once per round (interleaved, so a GPU settling under its power l
 alike), the median of the rounds reported.
 
     python -m gemm_kernels.bench.moe_configs --case "moe Qwen3-30B-A3B down T=32768 uniform" [--json PATH]
+
+An A/B of a kernel change behind a boolean constexpr switch, on the picked config only (PERF_NOTES 23):
+
+    python -m gemm_kernels.bench.moe_configs --case "moe ..." --picked-only --switch OUT_SHARED_DESC
 """
 
 from __future__ import annotations
