@@ -833,3 +833,280 @@ def test_tool_records_quote_their_command(tmp_path):
     assert record["command"] == "python -m gemm_kernels.bench.clocks --case 'moe Mixtral-8x7B up T=512 uniform' --json r.json"
     assert record["rows"] == [{"us": 1.0}] and record["timing"] == "do_bench median"
     assert {"device", "date", "torch", "triton"} <= set(record)
+
+
+# ------------------------------------------------------------------------------ corrupt, cut and atomic outputs
+
+
+def _full_quick_run(out):
+    """A complete quick stream-k run (2 cases of 5 rows) in ``out``; returns its case order."""
+    assert _quick("--suite", "stream-k", "--out", out) == 0
+    return _case_order(report.read_csv(out / "stream-k.csv"))
+
+
+def _meta_entry(out):
+    return json.loads((out / "meta.json").read_text())["suites"]["stream-k"]
+
+
+def _write_entry(out, **changes):
+    meta = json.loads((out / "meta.json").read_text())
+    entry = meta["suites"]["stream-k"]
+    entry.update(changes)
+    for key in [k for k, v in changes.items() if v is _DROP]:
+        del entry[key]
+    (out / "meta.json").write_text(json.dumps(meta))
+
+
+_DROP = object()
+
+
+def _read_raw(path):
+    with open(path, newline="") as f:
+        return f.read()
+
+
+def _write_raw(path, text):
+    with open(path, "w", newline="") as f:
+        f.write(text)
+
+
+@pytest.mark.skipif(runtime.on_gpu(), reason="quick CPU runs")
+@pytest.mark.parametrize("text, what", [
+    ("{not json", "not JSON"),
+    ("[]", "suites"),
+    ('{"suites": []}', "suites"),
+    ('{"suites": {"stream-k": "fast"}}', "stream-k"),
+])
+def test_resume_over_a_corrupt_meta_json_names_it(tmp_path, capsys, text, what):
+    """--resume over a meta.json that is not JSON, or not {"suites": {suite: {...}}}, gave a traceback."""
+    out = tmp_path / "run"
+    _full_quick_run(out)
+    (out / "meta.json").write_text(text)
+    capsys.readouterr()
+    assert _quick("--suite", "stream-k", "--resume", "--out", out) == 2
+    said = capsys.readouterr().out
+    assert f"error: {out / 'meta.json'} is corrupt" in said and what in said and "delete it" in said
+    assert (out / "meta.json").read_text() == text  # nothing overwritten
+
+
+@pytest.mark.skipif(runtime.on_gpu(), reason="quick CPU runs")
+@pytest.mark.parametrize("changes, what", [
+    ({"device": _DROP}, "no 'device'"),
+    ({"timing": "fast"}, "'timing'"),
+    ({"elapsed_s": "long"}, "'elapsed_s'"),
+    ({"shard": 3}, "'shard'"),
+    ({"resumed": "twice"}, "'resumed'"),
+])
+def test_resume_over_a_corrupt_meta_entry_names_it(tmp_path, capsys, changes, what):
+    """A meta.json entry missing a key or holding a wrong type gave a traceback (or a misleading
+    "the earlier run had device = None")."""
+    out = tmp_path / "run"
+    _full_quick_run(out)
+    _write_entry(out, **changes)
+    capsys.readouterr()
+    assert _quick("--suite", "stream-k", "--resume", "--out", out) == 2
+    said = capsys.readouterr().out
+    assert f"the stream-k entry of {out / 'meta.json'} is corrupt" in said and what in said
+    assert "run without --resume" in said
+
+
+@pytest.mark.skipif(runtime.on_gpu(), reason="quick CPU runs")
+@pytest.mark.parametrize("edit, what", [
+    (lambda lines: lines[:3] + [lines[3].replace(",True,", ",True,extra,", 1)] + lines[4:], "line 4: 23 fields"),
+    (lambda lines: lines[:2] + [lines[2].replace(",0.000", ",abc0.000", 1)] + lines[3:], "line 3: rel_err"),
+    (lambda lines: lines[:5] + [lines[5].replace(",True,cuBLAS,", ",yes,cuBLAS,", 1)] + lines[6:], "line 6: ours"),
+    (lambda lines: ["suite,panel,speed\r\n"] + lines[1:], "line 1: the header"),
+    (lambda lines: ["\r\n"] + lines[1:], "line 1: the header"),
+    (lambda lines: [lines[0].replace(",vendor_kernel", ",x_ms")] + lines[1:], "line 1: the header"),
+])
+def test_resume_over_a_corrupt_csv_names_the_file_and_line(tmp_path, capsys, edit, what):
+    """A malformed row (wrong column count, unparsable number) or header gave a traceback, or
+    was kept as a finished case."""
+    out = tmp_path / "run"
+    _full_quick_run(out)
+    csv_path = out / "stream-k.csv"
+    lines = _read_raw(csv_path).splitlines(keepends=True)
+    _write_raw(csv_path, "".join(edit(lines)))
+    with pytest.raises(ValueError, match=rf"{csv_path} is corrupt \({what}"):
+        report.read_csv(csv_path, suite_csv=True)
+    capsys.readouterr()
+    assert _quick("--suite", "stream-k", "--resume", "--out", out) == 2
+    said = capsys.readouterr().out
+    assert f"error: {csv_path} is corrupt ({what}" in said and "delete it" in said
+
+
+@pytest.mark.skipif(runtime.on_gpu(), reason="quick CPU runs")
+def test_a_corrupt_csv_of_another_suite_is_found_before_the_run(tmp_path, capsys):
+    """results.md is rebuilt from every CSV in --out: a corrupt one gave a traceback at the end."""
+    out = tmp_path / "run"
+    _full_quick_run(out)
+    (out / "square.csv").write_text("garbage\r\n1,2\r\n")
+    capsys.readouterr()
+    assert _quick("--suite", "stream-k", "--out", out) == 2
+    said = capsys.readouterr().out
+    assert f"error: {out / 'square.csv'} is corrupt" in said and "[stream-k]" not in said
+
+
+@pytest.mark.skipif(runtime.on_gpu(), reason="quick CPU runs")
+@pytest.mark.parametrize("cut", ["mid-row", "after-case-column", "one-field", "cr-only"])
+def test_resume_reruns_the_case_of_a_row_cut_mid_write(tmp_path, capsys, cut):
+    """A CSV cut in the middle of its last row (killed while writing) was resumed as done: the
+    half row counted as a finished case and the case's other providers were never run."""
+    out = tmp_path / "run"
+    whole = _full_quick_run(out)
+    csv_path = out / "stream-k.csv"
+    text = _read_raw(csv_path)
+    last_start = text.rstrip("\r\n").rfind("\n") + 1
+    last = text[last_start:]
+    keep = {"mid-row": len(last) // 2, "after-case-column": len("stream-k,fp16,70x40x200,"),
+            "one-field": len("stream-k,f"), "cr-only": len(last) - 1}[cut]
+    _write_raw(csv_path, text[:last_start + keep])
+    with pytest.raises(ValueError, match=rf"{csv_path} is corrupt \(line 11: cut off"):
+        report.read_csv(csv_path)  # only --resume drops a cut case
+    capsys.readouterr()
+    assert _quick("--suite", "stream-k", "--resume", "--out", out) == 0
+    said = capsys.readouterr().out
+    assert "the last row of" in said and "was cut off" in said and "resuming: 1 cases kept" in said
+    resumed = report.read_csv(csv_path)
+    assert _case_order(resumed) == whole
+    assert resumed[-1]["note"].startswith("sk_tiles=2")
+
+
+@pytest.mark.skipif(runtime.on_gpu(), reason="quick CPU runs")
+@pytest.mark.parametrize("cut", ["empty", "in-header"])
+def test_resume_over_a_csv_cut_before_its_first_row_runs_every_case(tmp_path, capsys, cut):
+    """A CSV emptied (the old writer truncated it first) or cut in its header: nothing was kept."""
+    out = tmp_path / "run"
+    whole = _full_quick_run(out)
+    csv_path = out / "stream-k.csv"
+    _write_raw(csv_path, {"empty": "", "in-header": "suite,panel,ca"}[cut])
+    with pytest.raises(ValueError, match=rf"{csv_path} is corrupt \({'empty' if cut == 'empty' else 'line 1: cut off'}"):
+        report.read_csv(csv_path)
+    capsys.readouterr()
+    assert _quick("--suite", "stream-k", "--resume", "--out", out) == 0
+    said = capsys.readouterr().out
+    assert "was cut off before its first row: every case runs again" in said and "resuming: 0 cases kept" in said
+    assert _case_order(report.read_csv(csv_path)) == whole
+
+
+class _Unwritable:
+    """A row whose cells cannot be formatted: the write fails half-way through the file."""
+
+    def as_dict(self):
+        raise RuntimeError("killed mid-write")
+
+
+def _row(**kw):
+    return core.Row("square", "fp16", "c", 1, "fp16", "tma", "cuBLAS", ok=True, rel_err=0.0, tol=1.0, **kw)
+
+
+def test_write_csv_failing_half_way_keeps_the_old_file(tmp_path):
+    """write_csv truncated the CSV first: a write killed half-way lost the rows already measured."""
+    path = tmp_path / "square.csv"
+    report.write_csv([_row()], path)
+    before = path.read_bytes()
+    with pytest.raises(RuntimeError, match="killed mid-write"):
+        report.write_csv([_row(), _row(), _Unwritable()], path)
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["square.csv"]  # no temporary left behind
+
+
+def test_write_record_failing_half_way_keeps_the_old_file(tmp_path):
+    path = tmp_path / "r.json"
+    report.write_record(path, "clocks", [], rows=[1])
+    before = path.read_bytes()
+    with pytest.raises(TypeError):
+        report.write_record(path, "clocks", [], rows=[1], bad=object())  # json.dump fails mid-file
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json"]
+
+
+@pytest.mark.parametrize("writer", ["write_csv", "write_dict_csv", "update_meta", "write_record", "render_markdown",
+                                    "l2.write_outputs", "counters.write_outputs", "vendor_kernels.write"])
+def test_result_files_are_replaced_atomically(tmp_path, monkeypatch, writer):
+    """Every result file is written to a temporary in the same directory, flushed and fsync'ed,
+    then renamed over the old one: a kill at any moment leaves the old file or the new one."""
+    from gemm_kernels.bench import counters, vendor_kernels
+
+    target, write = {
+        "write_csv": ("square.csv", lambda: report.write_csv([_row()], tmp_path / "square.csv")),
+        "write_dict_csv": ("square.csv", lambda: report.write_dict_csv([_row().as_dict()], tmp_path / "square.csv")),
+        "update_meta": ("meta.json", lambda: report.update_meta(tmp_path, "square", {"device": "x"})),
+        "write_record": ("r.json", lambda: report.write_record(tmp_path / "r.json", "clocks", [], rows=[])),
+        "render_markdown": ("results.md", lambda: report.render_markdown(tmp_path)),
+        "l2.write_outputs": ("l2.csv", lambda: l2.write_outputs([], tmp_path, {"device": "x"})),
+        "counters.write_outputs": ("counters.csv", lambda: counters.write_outputs([], [], tmp_path, [])),
+        "vendor_kernels.write": ("vendor_kernels.csv", lambda: vendor_kernels.write([], tmp_path / "vendor_kernels.csv")),
+    }[writer]
+    path = tmp_path / target
+    if target != "meta.json":
+        path.write_text("old")
+    synced = []
+    real_fsync = os.fsync
+
+    def fsync(fd):
+        name = os.readlink(f"/proc/self/fd/{fd}")
+        synced.append((Path(name), path.read_text() if path.exists() else None))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    if writer == "l2.write_outputs":
+        monkeypatch.setattr(l2, "plot_l2", lambda *a, **k: None)
+    write()
+    mine = [(name, seen) for name, seen in synced if name.parent == tmp_path and name.name.startswith(f".{target}.")]
+    assert mine, f"{target} was not written through an fsync'ed temporary beside it: {synced}"
+    assert all(seen == (None if target == "meta.json" else "old") for _, seen in mine)  # untouched until renamed
+    assert path.read_text() != "old"
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
+# ------------------------------------------------------------------------------ numeric options
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--rounds", "0"], "argument --rounds: must be an integer >= 1, got '0'"),
+    (["--rounds", "-2"], "argument --rounds: must be an integer >= 1"),
+    (["--rounds", "two"], "argument --rounds: must be an integer >= 1, got 'two'"),
+    (["--rep", "0"], "argument --rep: must be an integer >= 1"),
+    (["--rep", "-100"], "argument --rep: must be an integer >= 1"),
+    (["--warmup", "-1"], "argument --warmup: must be an integer >= 0"),
+    (["--time-budget", "0"], "argument --time-budget: must be a number > 0"),
+    (["--time-budget", "-60"], "argument --time-budget: must be a number > 0"),
+    (["--time-budget", "nan"], "argument --time-budget: must be a number > 0"),
+    (["--seed", str(2**62)], "argument --seed: must be an integer in -2147483648..2147483647"),
+])
+def test_bad_numeric_options_are_usage_errors(argv, message, tmp_path, capsys):
+    """--rounds -1, --rep 0, --time-budget 0 (no budget at all) or -5 were accepted."""
+    from gemm_kernels.bench import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--quick", "--suite", "order", "--out", str(tmp_path / "out"), *argv])
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()  # refused before any work
+
+
+def test_edge_numeric_options_are_accepted():
+    from gemm_kernels.bench import build_parser
+
+    args = build_parser().parse_args(["--rounds", "1", "--rep", "1", "--warmup", "0", "--time-budget", "0.5",
+                                      "--seed", "-3"])
+    assert (args.rounds, args.rep, args.warmup, args.time_budget, args.seed) == (1, 1, 0, 0.5, -3)
+
+
+@pytest.mark.parametrize("tool, argv, message", [
+    ("clocks", ["--rounds", "0"], "argument --rounds: must be an integer >= 1"),
+    ("clocks", ["--rep-ms", "-1"], "argument --rep-ms: must be an integer >= 1"),
+    ("clocks", ["--period-ms", "0"], "argument --period-ms: must be an integer >= 1"),
+    ("moe_configs", ["--case", "x", "--rounds", "-1"], "argument --rounds: must be an integer >= 1"),
+    ("moe_configs", ["--case", "x", "--rep-ms", "0"], "argument --rep-ms: must be an integer >= 1"),
+    ("l2", ["--model-only", "--programs-per-sm", "0"], "argument --programs-per-sm: must be an integer >= 1"),
+    ("l2", ["--worker", "--M", "-4", "--N", "8", "--K", "8"], "argument --M: must be an integer >= 1"),
+])
+def test_bench_tools_reject_bad_numeric_options(tool, argv, message, capsys):
+    import importlib
+
+    with pytest.raises(SystemExit) as exit_info:
+        importlib.import_module(f"gemm_kernels.bench.{tool}").main(argv)
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err

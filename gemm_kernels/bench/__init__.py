@@ -45,16 +45,19 @@ from pathlib import Path
 import torch
 
 from .. import runtime
-from ..results import BENCH_DIR, extract_section, section_heading
+from ..results import BENCH_DIR, META_JSON, extract_section, section_heading
 from . import report
 from .core import (DTYPES, FatalBenchError, Row, Skip, Stopwatch, TimingSettings, dense_peak_tflops, dtype_name,
-                   gemm_flops, gemm_min_bytes, measure_ceilings, peak_entry, run_case, tflops)
+                   gemm_flops, gemm_min_bytes, measure_ceilings, non_negative_int, number_arg, peak_entry,
+                   positive_float, positive_int, run_case, tflops)
 from .suites import CUDA_GRAPH_SUITES, SUITES, SuiteSettings
 
 __all__ = ["main", "SUITES", "dense_peak_tflops", "gemm_flops", "gemm_min_bytes", "tflops", "run_suite"]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_OUT = "bench-results"
+#: a case's seed is ``seed * 1_000_003 + k``: an int32 base keeps it inside torch's int64 seeds
+SEED_ARG = number_arg(int, -2**31, 2**31 - 1)
 NO_GPU_MESSAGE = (
     "No CUDA GPU here ({reason}).\n"
     "Timings need a CUDA GPU: nothing is timed on this machine."
@@ -104,12 +107,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed-tutorial", metavar="PATH",
                    help="the saved page of Triton's tutorial 08 (the seed); default: $GEMM_BENCH_SEED_TUTORIAL, "
                         "seeds/ or ../shared/seeds/")
-    p.add_argument("--seed", type=int, default=0, help="base of the random seeds (default 0)")
-    p.add_argument("--warmup", type=int, default=25, help="do_bench warm-up, ms (default 25)")
-    p.add_argument("--rep", type=int, default=100, help="do_bench repetition time, ms (default 100)")
-    p.add_argument("--rounds", type=int, default=3,
+    p.add_argument("--seed", type=SEED_ARG, default=0, help="base of the random seeds (default 0)")
+    p.add_argument("--warmup", type=non_negative_int, default=25, help="do_bench warm-up, ms (default 25)")
+    p.add_argument("--rep", type=positive_int, default=100, help="do_bench repetition time, ms (default 100)")
+    p.add_argument("--rounds", type=positive_int, default=3,
                    help="time each case's providers this many times, interleaved; report medians (default 3)")
-    p.add_argument("--time-budget", type=float, metavar="SECONDS",
+    p.add_argument("--time-budget", type=positive_float, metavar="SECONDS",
                    help="start no new case after this many seconds (what ran is kept and reported as incomplete)")
     p.add_argument("--list", action="store_true",
                    help="list the cases a GPU run would time (with --quick: the quick ones), and exit")
@@ -196,6 +199,56 @@ def _cannot_resume(earlier: dict, run_info: dict, shard: tuple[int, int]) -> str
     return None
 
 
+#: what --resume reads from an earlier run's meta.json entry: key -> the types it may hold
+_ENTRY_TYPES = {"device": str, "torch": str, "triton": str, "timing": (dict, type(None)), "autotune": bool,
+                "seed": int, "date": str, "elapsed_s": (int, float), "resumed": int, "shard": list}
+_ENTRY_REQUIRED = ("device", "torch", "triton", "timing", "autotune", "seed")
+
+
+def _entry_problem(entry: dict) -> str | None:
+    """What is wrong with a meta.json suite entry that --resume reads (None: nothing)."""
+    missing = [k for k in _ENTRY_REQUIRED if k not in entry]
+    if missing:
+        return "no " + ", ".join(map(repr, missing))
+    for key, types in _ENTRY_TYPES.items():
+        if key in entry and not isinstance(entry[key], types):
+            return f"{key!r} is {entry[key]!r}"
+    shard = entry.get("shard", [0, 1])
+    if len(shard) != 2 or not all(isinstance(v, int) for v in shard):
+        return f"'shard' is {shard!r}"
+    return None
+
+
+def _read_out(out: Path, suites: list[str], resume: bool, run_info: dict,
+              shard: tuple[int, int]) -> dict[str, tuple[list[Row], dict]]:
+    """Check, before any work, what this run will read back from ``out``: meta.json, the CSVs of
+    the other suites there (results.md is rebuilt from them) and, with ``resume``, each suite's
+    earlier rows and meta.json entry.  Returns {suite: (rows kept, earlier entry)} to resume;
+    ValueError naming the file and what is wrong."""
+    meta = report.read_meta(out)
+    for other in report.suites_present(out):
+        if other not in suites:
+            report.read_csv(out / f"{other}.csv", suite_csv=True)
+    kept = {}
+    for suite in suites if resume else []:
+        csv_path = out / f"{suite}.csv"
+        if not csv_path.is_file():
+            continue
+        earlier = meta["suites"].get(suite, {})
+        wrong = _entry_problem(earlier) if earlier else None
+        if wrong:
+            raise ValueError(f"--resume {suite}: the {suite} entry of {out / META_JSON} is corrupt ({wrong}): "
+                             "run without --resume (its cases run again)")
+        problem = _cannot_resume(earlier, run_info, shard)
+        if problem:
+            raise ValueError(f"--resume {suite}: {problem}")
+        rows, cut = report.read_csv_to_resume(csv_path)
+        if cut:
+            print(f"[{suite}] {cut}")
+        kept[suite] = ([Row(**r) for r in rows], earlier)
+    return kept
+
+
 def _list_cases(suites: list[str], settings: SuiteSettings) -> None:
     for suite in suites:
         cases = SUITES[suite](settings)
@@ -280,6 +333,13 @@ def main(argv: list[str] | None = None) -> int:
         if on_gpu else None,
         "peak_entry": peak_entry(gpu) if on_gpu else None,
     }
+    out = Path(args.out)
+    shard = args.shard or (0, 1)
+    try:
+        resumed = _read_out(out, args.suite, args.resume, run_info, shard)
+    except ValueError as exc:  # a corrupt file or rows of another run: before any GPU time is spent
+        print(f"error: {exc}")
+        return 2
     if on_gpu:
         entry = peak_entry(gpu)
         print(f"dense fp16/bf16 peak: {dense_peak_tflops(gpu, torch.float16)} TFLOP/s ({entry})" if entry else
@@ -287,21 +347,13 @@ def main(argv: list[str] | None = None) -> int:
         run_info["ceilings"] = measure_ceilings(timing)
         print(f"measured ceilings: {run_info['ceilings']}")
 
-    out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     failures, fatal, incomplete = [], None, []
-    deadline = time.monotonic() + args.time_budget if args.time_budget else None
+    deadline = time.monotonic() + args.time_budget if args.time_budget is not None else None
     for suite in args.suite:
         watch = Stopwatch()  # a spent time budget still writes the suite's (empty) CSV: --resume runs it
-        shard = args.shard or (0, 1)
-        kept, earlier = [], {}
-        if args.resume and (out / f"{suite}.csv").is_file():
-            earlier = report.read_meta(out).get("suites", {}).get(suite, {})
-            problem = _cannot_resume(earlier, run_info, shard)
-            if problem:
-                print(f"error: --resume {suite}: {problem}")
-                return 2
-            kept = [Row(**r) for r in report.read_csv(out / f"{suite}.csv")]
+        kept, earlier = resumed.get(suite, ([], {}))
+        if suite in resumed:
             print(f"[{suite}] resuming: {len({(r.panel, r.case) for r in kept})} cases kept from {out}")
         try:
             rows, fatal, stopped = run_suite(suite, settings, timing, out / f"{suite}.csv", deadline, shard, kept)

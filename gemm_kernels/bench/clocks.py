@@ -25,6 +25,7 @@ import torch
 
 from .. import runtime
 from . import counters
+from .core import positive_int
 from .report import write_record
 
 FIELDS = ("clocks.sm", "power.draw", "clocks_throttle_reasons.active")
@@ -123,9 +124,9 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="python -m gemm_kernels.bench.clocks", description=__doc__.split("\n\n")[0])
     parser.add_argument("--case", action="append", help="a counters case (repeatable; default: the first four)")
     parser.add_argument("--list", action="store_true", help="list the cases and exit")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--rep-ms", type=int, default=2000, help="do_bench's rep (ms) per timing")
-    parser.add_argument("--period-ms", type=int, default=20, help="nvidia-smi's sampling period")
+    parser.add_argument("--rounds", type=positive_int, default=3)
+    parser.add_argument("--rep-ms", type=positive_int, default=2000, help="do_bench's rep (ms) per timing")
+    parser.add_argument("--period-ms", type=positive_int, default=20, help="nvidia-smi's sampling period")
     parser.add_argument("--json", metavar="PATH", help="also write the rows there")
     args = parser.parse_args(argv)
     if args.list:

@@ -19,6 +19,7 @@ same thing.  For every case the runner
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import inspect
 import math
@@ -97,6 +98,38 @@ def dtype_name(dtype: torch.dtype) -> str:
 
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
+
+
+# --- command lines ----------------------------------------------------------------------
+
+
+def number_arg(kind: type, low: float, high: float | None = None, low_open: bool = False) -> Callable[[str], object]:
+    """An argparse ``type=`` for an int or float option in [low, high], or > low with ``low_open``
+    (and no ``high``): anything else is a usage error that names the option and the range
+    ("argument --rounds: must be an integer >= 1, got '0'"), never a silent default."""
+    noun = "an integer" if kind is int else "a number"
+    assert not (low_open and high is not None), "low_open takes no high"
+    if high is not None:
+        allowed = f"{noun} in {low}..{high}"
+    else:
+        allowed = f"{noun} {'>' if low_open else '>='} {low}"
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            value = None
+        if value is None or not (value > low if low_open else value >= low) or (high is not None and value > high):
+            raise argparse.ArgumentTypeError(f"must be {allowed}, got {text!r}")
+        return value
+
+    parse.__name__ = kind.__name__
+    return parse
+
+
+positive_int = number_arg(int, 1)
+non_negative_int = number_arg(int, 0)
+positive_float = number_arg(float, 0, low_open=True)
 
 
 # --- cases and providers ----------------------------------------------------------------

@@ -259,9 +259,10 @@ def profile(ncu: str, case: CounterCase, provider: str, metrics: list[str], time
 
 
 def write_outputs(rows: list[dict], metrics: list[str], out: Path, header_lines: list[str]) -> None:
-    out.mkdir(parents=True, exist_ok=True)
+    from .report import atomic_write, write_text_atomic
+
     columns = ["case", "provider", "kernel", *metrics]
-    with (out / "counters.csv").open("w", newline="") as f:
+    with atomic_write(out / "counters.csv", newline="") as f:
         writer = csv.DictWriter(f, columns, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(rows)
@@ -280,7 +281,7 @@ def write_outputs(rows: list[dict], metrics: list[str], out: Path, header_lines:
             v = r.get(m)
             cells.append("" if v is None else (f"{v:.4g}" if isinstance(v, float) else str(v)))
         lines.append("| " + " | ".join(cells) + " |")
-    (out / "counters.md").write_text("\n".join(lines) + "\n")
+    write_text_atomic(out / "counters.md", "\n".join(lines) + "\n")
 
 
 def main(argv=None) -> int:

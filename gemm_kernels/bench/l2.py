@@ -51,6 +51,7 @@ import torch
 
 from .. import runtime
 from ..results import BENCH_DIR, section_heading
+from .core import positive_int
 
 #: (M, N, K), fp16.  2048^2: A and B fit in L2 (both orders should hit alike); 4096^2: B is 32 MiB;
 #: 8192^2: B is 128 MiB, far over the 50 MiB L2; 2048x16384x4096: a short, wide C.
@@ -361,14 +362,13 @@ def l2_markdown(rows: list[dict], meta: dict) -> str:
 def write_outputs(rows: list[dict], out: Path, meta: dict) -> None:
     from . import report
 
-    out.mkdir(parents=True, exist_ok=True)
-    with (out / "l2.csv").open("w", newline="") as f:
+    with report.atomic_write(out / "l2.csv", newline="") as f:
         w = csv.DictWriter(f, fieldnames=CSV_COLUMNS)
         w.writeheader()
         for r in rows:
             w.writerow({k: ("" if r[k] is None else (f"{r[k]:.6g}" if isinstance(r[k], float) else r[k]))
                         for k in CSV_COLUMNS})
-    (out / "l2.md").write_text(l2_markdown(rows, meta))
+    report.write_text_atomic(out / "l2.md", l2_markdown(rows, meta))
     report.update_meta(out, "l2", meta)
     plot_l2(rows, out / "l2.png", meta)
 
@@ -428,13 +428,13 @@ def main(argv=None) -> int:
     mode.add_argument("--run", action="store_true", help="driver: profile every shape and order under ncu")
     mode.add_argument("--worker", action="store_true", help="one launch of the fixed-config kernel (ncu profiles it)")
     mode.add_argument("--model-only", action="store_true", help="print the model's predictions and exit")
-    p.add_argument("--M", type=int)
-    p.add_argument("--N", type=int)
-    p.add_argument("--K", type=int)
+    p.add_argument("--M", type=positive_int)
+    p.add_argument("--N", type=positive_int)
+    p.add_argument("--K", type=positive_int)
     p.add_argument("--order", choices=ORDERS, default="grouped")
     p.add_argument("--out", default=str(BENCH_DIR), help=f"output directory (default {BENCH_DIR})")
     p.add_argument("--ncu", help="path of ncu (default: on PATH or /opt/nvidia/nsight-compute/*/ncu)")
-    p.add_argument("--programs-per-sm", type=int,
+    p.add_argument("--programs-per-sm", type=positive_int,
                    help="override the occupancy the model assumes (default: from the compiled kernel)")
     args = p.parse_args(argv)
 

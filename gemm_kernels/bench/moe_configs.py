@@ -22,6 +22,7 @@ import statistics
 import torch
 
 from .. import runtime
+from .core import positive_int
 from .report import write_record
 
 
@@ -97,8 +98,8 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="python -m gemm_kernels.bench.moe_configs",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--case", action="append", required=True, help="a forward moe row, 'moe <case label>'")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--rep-ms", type=int, default=200)
+    parser.add_argument("--rounds", type=positive_int, default=3)
+    parser.add_argument("--rep-ms", type=positive_int, default=200)
     parser.add_argument("--picked-only", action="store_true", help="time the autotuner's pick alone")
     parser.add_argument("--switch", metavar="NAME",
                         help="a boolean constexpr of the kernel (e.g. OUT_SHARED_DESC): time each launch with it on and off")

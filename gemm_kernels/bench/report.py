@@ -8,9 +8,12 @@ every CSV present.  The markdown layout (``## <suite>`` sections) is what
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import io
 import json
 import math
+import os
 import shutil
 from collections import OrderedDict
 from pathlib import Path
@@ -21,6 +24,32 @@ from .core import COLUMNS, Row
 SUITE_ORDER = ("square", "order", "fusion", "stream-k", "seed-grouped", "moe", "llm", "l2")
 _NUMERIC = {"x", "time_ms", "tflops", "pct_peak", "speedup", "baseline_spread", "gb_s", "rel_err", "tol"}
 _INTEGER = {"flops", "min_bytes"}
+
+
+# ------------------------------------------------------------------------------ files
+
+
+@contextlib.contextmanager
+def atomic_write(path: Path, newline: str | None = None):
+    """Open ``path`` for writing text so that a kill at any moment leaves either its old content
+    or the whole new one: the text goes to a temporary beside it, is flushed and fsync'ed, then
+    renamed over ``path`` (``os.replace``); on an error the temporary is removed, ``path`` kept."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with tmp.open("w", newline=newline, encoding="utf-8") as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    with atomic_write(path) as f:
+        f.write(text)
 
 
 # ------------------------------------------------------------------------------ CSV
@@ -35,29 +64,102 @@ def _fmt_csv(value) -> str:
 
 
 def write_csv(rows: list[Row], path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="") as f:
+    with atomic_write(path, newline="") as f:
         writer = csv.writer(f)
         writer.writerow(COLUMNS)
         for r in rows:
             writer.writerow([_fmt_csv(v) for v in r.as_dict().values()])
 
 
-def read_csv(path: Path) -> list[dict]:
-    """Rows of a suite CSV with numbers parsed (empty cells -> None, ok -> bool or None)."""
-    out = []
-    with Path(path).open(newline="") as f:
-        for raw in csv.DictReader(f):
-            row = dict(raw)
-            for k in _NUMERIC & row.keys():
-                row[k] = float(row[k]) if row[k] not in ("", None) else None
-            for k in _INTEGER & row.keys():
-                row[k] = int(float(row[k])) if row[k] not in ("", None) else 0
-            row["ok"] = {"True": True, "False": False}.get(row.get("ok"))
-            row["ours"] = row.get("ours") != "False"
-            row["vendor_kernel"] = row.get("vendor_kernel") or ""  # CSVs written before the column existed
-            out.append(row)
-    return out
+_OPTIONAL = {"vendor_kernel"}  # CSVs written before the column existed lack it
+_FLAGS = {"ok": {"True": True, "False": False, "": None}, "ours": {"True": True, "False": False}}
+
+
+def _parse_row(header: list[str], fields: list[str]) -> dict:
+    """One CSV record as a row dict (empty numbers -> None or 0); ValueError says what is wrong."""
+    if len(fields) != len(header):
+        raise ValueError(f"{len(fields)} fields, the header has {len(header)}")
+    row = dict(zip(header, fields))
+    for k in row.keys() & (_NUMERIC | _INTEGER | set(_FLAGS)):
+        text = row[k]
+        try:
+            if k in _FLAGS:
+                row[k] = _FLAGS[k][text]
+            elif text == "":
+                row[k] = None if k in _NUMERIC else 0
+            else:
+                row[k] = float(text) if k in _NUMERIC else int(float(text))
+        except (ValueError, KeyError, OverflowError):
+            raise ValueError(f"{k} = {text!r} is not " + ("True/False" if k in _FLAGS else "a number")) from None
+    row.setdefault("ok", None)  # defaults of the columns a suite CSV may lack (and other CSVs do)
+    row.setdefault("ours", True)
+    row.setdefault("vendor_kernel", "")
+    return row
+
+
+def _read_csv(path: Path, suite_csv: bool, drop_cut_case: bool = False) -> tuple[list[dict], str | None]:
+    """:func:`read_csv`; with ``drop_cut_case`` a last row cut off mid-write (the file does not
+    end with a line break) is dropped with the rows of its case, so that the case runs again,
+    and the second value says so."""
+    path = Path(path)
+
+    def corrupt(line: int | None, what: str) -> ValueError:
+        where = f"line {line}: " if line else ""
+        return ValueError(f"{path} is corrupt ({where}{what}): delete it and run its suite again")
+
+    try:
+        with path.open(newline="", encoding="utf-8") as f:
+            text = f.read()
+        reader = csv.reader(io.StringIO(text, newline=""))
+        records = [(reader.line_num, fields) for fields in reader]
+    except (UnicodeDecodeError, csv.Error) as exc:
+        raise corrupt(None, f"not a CSV: {exc}") from None
+    cut = not text.endswith("\n")  # csv.writer ends every row with a line break; a killed write may not
+    if cut and not drop_cut_case:
+        raise corrupt(records[-1][0] if records else None, "cut off mid-row" if records else "empty")
+    cut_record = records.pop()[1] if cut and records else []
+    if not records:
+        if cut:  # killed before its first row was whole: no case was kept
+            return [], f"{path} was cut off before its first row: every case runs again"
+        raise corrupt(None, "no header")
+    header = records[0][1]
+    if not header or "" in header or len(set(header)) != len(header) or suite_csv and (
+            set(header) - set(COLUMNS) or set(COLUMNS) - set(header) - _OPTIONAL):
+        raise corrupt(1, f"the header {','.join(header)[:200]!r} is not "
+                         + (repr(",".join(COLUMNS)) if suite_csv else "distinct column names"))
+    rows = []
+    for line, fields in records[1:]:
+        try:
+            rows.append(_parse_row(header, fields))
+        except ValueError as exc:
+            raise corrupt(line, str(exc)) from None
+    if not cut:
+        return rows, None
+    # the cut row's case: from its own cells when they reach past the case column, else the last
+    # complete row's (the cut row may have been that case's next provider)
+    at = (header.index("panel"), header.index("case"))
+    key = tuple(cut_record[i] for i in at) if len(cut_record) > max(at) + 1 else None
+    case = (rows[-1]["panel"], rows[-1]["case"]) if rows else None
+    dropped = 1
+    while rows and (rows[-1]["panel"], rows[-1]["case"]) == case and key in (None, case):
+        rows.pop()
+        dropped += 1
+    return rows, f"the last row of {path} was cut off mid-write: {dropped} row(s) of its case dropped, the case runs again"
+
+
+def read_csv(path: Path, suite_csv: bool = False) -> list[dict]:
+    """Rows of a CSV with the numbers of a suite CSV's columns parsed (empty cells -> None,
+    ok -> bool or None).  ValueError naming the file and line when a row has another number of
+    fields than the header, such a number or flag does not parse, the last row was cut off
+    mid-write, or (``suite_csv``) the header is not :data:`COLUMNS`."""
+    return _read_csv(path, suite_csv)[0]
+
+
+def read_csv_to_resume(path: Path) -> tuple[list[dict], str | None]:
+    """A suite CSV's rows for ``--resume``: like :func:`read_csv`, but a last row cut off
+    mid-write (a run killed while writing it) is dropped with the other rows of its case, so
+    the case runs again; the second value says so (None: nothing was cut)."""
+    return _read_csv(path, suite_csv=True, drop_cut_case=True)
 
 
 # ------------------------------------------------------------------------------ markdown
@@ -282,14 +384,32 @@ def targets_markdown(all_rows: dict[str, list[dict]]) -> str:
 
 
 def read_meta(directory: Path) -> dict:
+    """``directory``'s meta.json, ``{"suites": {suite: {...}}}`` (none there: no suites).
+    ValueError naming the file when it is not JSON or not of that shape."""
     path = Path(directory) / META_JSON
-    return json.loads(path.read_text()) if path.is_file() else {"suites": {}}
+    if not path.is_file():
+        return {"suites": {}}
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        problem = f"not JSON: {exc}"
+    else:
+        suites = meta.get("suites") if isinstance(meta, dict) else None
+        bad = [s for s, entry in suites.items() if not isinstance(entry, dict)] if isinstance(suites, dict) else None
+        if bad is None:
+            problem = 'not {"suites": {<suite>: {...}}}'
+        elif bad:
+            problem = f"the entry of {', '.join(bad)} is not an object"
+        else:
+            return meta
+    raise ValueError(f"{path} is corrupt ({problem}): delete it (the suites it describes lose their provenance: "
+                     "run them again) or restore it")
 
 
 def update_meta(directory: Path, suite: str, info: dict) -> dict:
     meta = read_meta(directory)
-    meta.setdefault("suites", {})[suite] = info
-    (Path(directory) / META_JSON).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    meta["suites"][suite] = info
+    write_text_atomic(Path(directory) / META_JSON, json.dumps(meta, indent=2, sort_keys=True) + "\n")
     return meta
 
 
@@ -314,7 +434,7 @@ def render_markdown(directory: Path) -> str:
     if l2_md.is_file():
         parts.append(l2_md.read_text())
     text = "\n".join(parts).rstrip() + "\n"
-    (directory / RESULTS_MD).write_text(text)
+    write_text_atomic(directory / RESULTS_MD, text)
     return text
 
 
@@ -431,7 +551,7 @@ def write_record(path, tool: str, argv: list[str] | None, **fields) -> None:
               "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "CPU",
               "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
               "torch": torch.__version__, "triton": triton.__version__, **fields}
-    with open(path, "w") as f:
+    with atomic_write(path) as f:
         json.dump(record, f, indent=2, ensure_ascii=False)
         f.write("\n")
 

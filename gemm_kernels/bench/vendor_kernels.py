@@ -45,8 +45,9 @@ def profile_suites(suites: list[str], quick: bool = False) -> list[dict]:
 
 
 def write(rows: list[dict], path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="") as f:
+    from .report import atomic_write
+
+    with atomic_write(path, newline="") as f:
         writer = csv.DictWriter(f, fieldnames=FIELDS)
         writer.writeheader()
         writer.writerows(rows)
@@ -78,7 +79,7 @@ def merge(names_csv: Path, bench_dir: Path, provenance: dict | None = None) -> d
             name = names.get((suite, row["case"], row["dtype"], row["provider"]))
             row["vendor_kernel"] = name if name is not None else row.get("vendor_kernel", "")
             filled[suite] += name is not None
-        with path.open("w", newline="") as f:
+        with report.atomic_write(path, newline="") as f:
             writer = csv.DictWriter(f, fieldnames=COLUMNS)
             writer.writeheader()
             writer.writerows({c: row.get(c, "") for c in COLUMNS} for row in raw)
