@@ -46,6 +46,7 @@ Uses:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
@@ -340,11 +341,13 @@ def ast_source(jit_fn, signature: dict, constexprs: dict, attrs: dict):
 # and store checked first.  Triton has no public hook for that, so it relies on the interpreter's
 # internals: ``triton.runtime.interpreter.interpreter_builder`` (the object whose ``create_*``
 # methods execute every IR operation on numpy arrays: ``create_masked_load``,
-# ``create_masked_store``, ``create_addptr``, ...; wrapped on the instance for one launch),
-# ``InterpretedFunction`` (an interpreted twin of a ``JITFunction``, built on the fly when the
-# process runs compiled kernels), ``InterpreterError`` (how the interpreter wraps an exception
-# raised inside a kernel) and ``KernelInterface.__getitem__`` (``kernel[grid]``, redirected while
-# an exercise check runs).  There is no public fallback: without them :func:`interpreter_internals`
+# ``create_masked_store``, ``create_addptr``, ...; wrapped on the instance while a checked run is
+# under way, acting in its thread only), ``InterpretedFunction`` (an interpreted twin of a
+# ``JITFunction``, built on the fly when the process runs compiled kernels), ``InterpreterError``
+# (how the interpreter wraps an exception raised inside a kernel) and ``KernelInterface.__getitem__``
+# (``kernel[grid]``, redirected in the thread of an exercise check).  Each of these process-wide
+# hooks is a :class:`ThreadLocalPatch`: other threads' launches go on unchecked, and overlapping
+# checks end in any order.  There is no public fallback: without them :func:`interpreter_internals`
 # raises a RuntimeError that says what is missing.
 
 #: the builder methods a checked run wraps; every one must exist for a checked run
@@ -388,37 +391,165 @@ def jit_source_function(kernel):
     return None
 
 
+class ThreadLocalPatch:
+    """Replacements of some attributes of one object (a class, a module, the interpreter's
+    builder) that act only in the threads that activated them.
+
+    A check patches process-wide things (``kernel[grid]``, ``torch.empty``, the interpreter
+    builder's memory operations), but other threads must go on as if nothing happened, and
+    overlapping checks may end in any order.  So the replacements are put in place when the first
+    activation in the process begins and taken out when the last one ends (whatever the order);
+    in between, each replacement asks :meth:`current` for this thread's innermost activation and
+    calls the original when this thread has none.  ``factories`` maps an attribute name to
+    ``make(original) -> replacement``; ``owner`` is a function returning the object (looked up on
+    first use: Triton is imported late).  An attribute that someone else replaced meanwhile is left
+    as they set it (ours, inactive, calls through).  In a forked child only the forking thread's
+    activations remain (see :func:`_after_fork_in_child`)."""
+
+    def __init__(self, owner: Callable[[], object], factories: dict[str, Callable[[Callable], Callable]]):
+        self._owner = owner
+        self._factories = factories
+        self._local = threading.local()
+        self._active: dict = {}      # token -> the activating thread's stack (a list of (token, value))
+        self._installed: dict = {}   # name -> (owner, had its own attribute, the old value, the replacement)
+        _THREAD_LOCAL_PATCHES.append(self)
+
+    def current(self):
+        """This thread's innermost active value (None when this thread has not activated it)."""
+        stack = getattr(self._local, "stack", None)
+        return stack[-1][1] if stack else None
+
+    def activate(self, value) -> object:
+        """Act with ``value`` in this thread until :meth:`deactivate` (returns its token)."""
+        if value is None:
+            raise ValueError("a ThreadLocalPatch needs a value other than None to activate")
+        token = object()
+        stack = self._local.__dict__.setdefault("stack", [])
+        with _PATCH_LOCK:
+            if not self._active:
+                self._install()
+            self._active[token] = stack
+        stack.append((token, value))
+        return token
+
+    def deactivate(self, token) -> None:
+        """End one activation (any order; from any thread); the last one restores the originals."""
+        with _PATCH_LOCK:
+            stack = self._active.pop(token, None)
+            if stack is None:
+                return  # ended already
+            for i in range(len(stack) - 1, -1, -1):
+                if stack[i][0] is token:
+                    del stack[i]
+                    break
+            if not self._active:
+                self._uninstall()
+
+    @contextlib.contextmanager
+    def active(self, value):
+        token = self.activate(value)
+        try:
+            yield value
+        finally:
+            self.deactivate(token)
+
+    def _install(self) -> None:
+        owner = self._owner()
+        installed = {}
+        try:
+            for name, make in self._factories.items():
+                own = vars(owner)
+                had, old = name in own, own.get(name)
+                replacement = make(getattr(owner, name))
+                setattr(owner, name, replacement)
+                installed[name] = (owner, had, old, replacement)
+        finally:
+            self._installed = installed
+
+    def _uninstall(self) -> None:
+        installed, self._installed = self._installed, {}
+        for name, (owner, had, old, replacement) in installed.items():
+            if vars(owner).get(name) is not replacement:
+                continue  # replaced by someone else since: theirs stays, ours (inactive) calls through
+            if had:
+                setattr(owner, name, old)
+            else:
+                delattr(owner, name)
+
+    def _keep_only_this_thread(self) -> None:
+        """After a fork: the other threads are gone, and so are their activations."""
+        mine = getattr(self._local, "stack", None)
+        self._active = {token: stack for token, stack in self._active.items() if stack is mine}
+        if not self._active and self._installed:
+            self._uninstall()
+
+
+#: guards every ThreadLocalPatch's activations (re-created in a forked child)
+_PATCH_LOCK = threading.Lock()
+_THREAD_LOCAL_PATCHES: list[ThreadLocalPatch] = []
+
+
+def _jit_class():
+    from triton.runtime.jit import JITFunction
+
+    return JITFunction
+
+
+def _interpreted_call(original):
+    def call(jit_fn, *args, **kwargs):
+        twins = _INTERPRETED_CALLS.current()
+        if twins is None:
+            return original(jit_fn, *args, **kwargs)
+        twin = twins.get(jit_fn.fn)
+        if twin is None:
+            _, InterpretedFunction, _ = interpreter_internals()  # noqa: N806
+            twin = twins[jit_fn.fn] = InterpretedFunction(jit_fn.fn).rewrite()
+        return twin(*args, **kwargs)
+    return call
+
+
+#: ``JITFunction.__call__`` (a ``@triton.jit`` helper called from a kernel) runs the helper's
+#: interpreted twin in a thread inside :class:`interpreting`
+_INTERPRETED_CALLS = ThreadLocalPatch(_jit_class, {"__call__": _interpreted_call})
+#: (thread id, the knob's value before) of each :class:`interpreting` that switched the knob on
+_knob_switches: list = []
+
+
 class interpreting:
-    """While active, ``@triton.jit`` functions run in the interpreter even in a process whose
-    kernels are compiled: the knob ``triton.knobs.runtime.interpret`` is on, and calling a
-    ``JITFunction`` from interpreted code (a helper such as ``tl.cdiv``) runs its interpreted twin.
-    A no-op in a process that interprets already."""
+    """While active, ``@triton.jit`` functions called from interpreted code in this thread (a
+    helper such as ``tl.cdiv``) run their interpreted twins, even in a process whose kernels are
+    compiled; and the knob ``triton.knobs.runtime.interpret`` is on (it is process-wide: in a
+    process that compiles, it is switched only while this thread holds :data:`INTERPRETER_LOCK`,
+    which this takes, so one interpreted launch runs at a time).  Other threads' calls are not
+    affected; in a process that interprets already, only the lock is taken."""
 
     def __enter__(self):
         from triton import knobs
-        from triton.runtime.jit import JITFunction
 
-        _, InterpretedFunction, _ = interpreter_internals()  # noqa: N806
-        self._knob = knobs.runtime.interpret
-        knobs.runtime.interpret = True
-        self._call = JITFunction.__call__
-        twins: dict = {}
-
-        def call_interpreted(jit_fn, *args, **kwargs):
-            twin = twins.get(jit_fn.fn)
-            if twin is None:
-                twin = twins[jit_fn.fn] = InterpretedFunction(jit_fn.fn).rewrite()
-            return twin(*args, **kwargs)
-
-        JITFunction.__call__ = call_interpreted
+        interpreter_internals()
+        self._lock = INTERPRETER_LOCK
+        self._lock.acquire()
+        try:
+            self._switched = not knobs.runtime.interpret
+            if self._switched:
+                _knob_switches.append((threading.get_ident(), knobs.runtime.interpret))
+                knobs.runtime.interpret = True
+            self._token = _INTERPRETED_CALLS.activate({})
+        except BaseException:
+            self._lock.release()
+            raise
         return self
 
     def __exit__(self, *exc):
         from triton import knobs
-        from triton.runtime.jit import JITFunction
 
-        JITFunction.__call__ = self._call
-        knobs.runtime.interpret = self._knob
+        try:
+            _INTERPRETED_CALLS.deactivate(self._token)
+            if self._switched:
+                _, before = _knob_switches.pop()
+                knobs.runtime.interpret = before
+        finally:
+            self._lock.release()
         return False
 
 
@@ -430,31 +561,43 @@ def interpreted_twin(kernel):
     return InterpretedFunction(kernel.fn)
 
 
+def _kernel_interface():
+    from triton.runtime.jit import KernelInterface
+
+    return KernelInterface
+
+
+def _redirecting_getitem(original):
+    def getitem(kernel, grid):
+        launch = _LAUNCH_REDIRECTS.current()
+        if launch is None or jit_source_function(kernel) is None:
+            return original(kernel, grid)
+        return lambda *args, **kwargs: launch(kernel, grid, *args, **kwargs)
+    return getitem
+
+
+#: ``kernel[grid]`` in a thread inside :class:`redirect_launches`
+_LAUNCH_REDIRECTS = ThreadLocalPatch(_kernel_interface, {"__getitem__": _redirecting_getitem})
+
+
 class redirect_launches:
-    """While active, ``kernel[grid](*args, **kwargs)`` of every plain ``@triton.jit`` kernel calls
-    ``launch(kernel, grid, *args, **kwargs)`` instead (autotuned kernels launch as usual)."""
+    """While active, ``kernel[grid](*args, **kwargs)`` of every plain ``@triton.jit`` kernel
+    launched *in this thread* calls ``launch(kernel, grid, *args, **kwargs)`` instead (autotuned
+    kernels launch as usual; other threads' launches are not affected).  Several may be active
+    at once, in one thread (the innermost acts) or in several, and end in any order."""
 
     def __init__(self, launch: Callable):
         self._launch = launch
+        self._tokens: list = []
 
     def __enter__(self):
-        from triton.runtime.jit import KernelInterface
-
-        self._getitem = KernelInterface.__getitem__
-        original, launch = self._getitem, self._launch
-
-        def getitem(kernel, grid):
-            if jit_source_function(kernel) is None:
-                return original(kernel, grid)
-            return lambda *args, **kwargs: launch(kernel, grid, *args, **kwargs)
-
-        KernelInterface.__getitem__ = getitem
+        self._tokens.append(_LAUNCH_REDIRECTS.activate(self._launch))
         return self
 
     def __exit__(self, *exc):
-        from triton.runtime.jit import KernelInterface
-
-        KernelInterface.__getitem__ = self._getitem
+        if self._tokens:
+            _LAUNCH_REDIRECTS.deactivate(self._tokens.pop())
+        return False
 
 
 # ----------------------------------------------------------------------------- interpreter
@@ -503,7 +646,8 @@ def interpret_library_functions() -> int:
             "in the environment before Python starts.") from err
 
 
-#: held by every interpreted launch (see serialise_interpreted_launches)
+#: held by every interpreted launch (see serialise_interpreted_launches); a forked child gets a
+#: fresh one (:func:`_after_fork_in_child`)
 INTERPRETER_LOCK = threading.RLock()
 
 
@@ -527,7 +671,9 @@ def serialise_interpreted_launches() -> bool:
 
         @functools.wraps(run)
         def locked_run(self, *args, **kwargs):
-            with INTERPRETER_LOCK:
+            if os.environ.get("TRITON_INTERPRET") != "1":  # changed since the import: say so, keep ours
+                keep_interpret_decision(True)
+            with INTERPRETER_LOCK:  # looked up on every call: a forked child has a new one
                 return run(self, *args, **kwargs)
 
         locked_run._gemm_kernels_locked = True
@@ -537,3 +683,72 @@ def serialise_interpreted_launches() -> bool:
         _give_up("interpreter_lock", RuntimeError(f"{err}; interpreted launches from several threads at once are "
                                                   "not safe: launch from one thread"))
         return False
+
+
+# ----------------------------------------------------------------------------- the decision made at import
+_TRUTHY = {"1", "true", "yes", "on"}
+_interpret_change_warned = False
+
+
+def keep_interpret_decision(interpreted: bool) -> None:
+    """Keep kernels interpreted (``interpreted``) or compiled, as ``gemm_kernels.runtime`` decided
+    at import, whatever happened to ``TRITON_INTERPRET`` since.
+
+    Triton reads ``TRITON_INTERPRET`` whenever it decorates a ``@triton.jit`` function (the
+    package's kernel modules load on first use) and in a few places at launch: unsetting it after
+    ``import gemm_kernels`` on a CPU made every kernel a compiled one ("0 active drivers"), and
+    setting it on a GPU machine would have sent tensors on the GPU to the interpreter.  So a change
+    is undone, with one warning saying it is ignored and how to switch for real, and Triton's knob
+    ``triton.knobs.runtime.interpret`` is pinned in an interpreting process (from then on the
+    variable no longer matters to Triton here)."""
+    global _interpret_change_warned
+
+    value = os.environ.get("TRITON_INTERPRET")
+    if ((value or "").strip().lower() in _TRUTHY) != interpreted:
+        if not _interpret_change_warned:
+            _interpret_change_warned = True
+            now = "unset" if value is None else f"set to {value!r}"
+            mode = "in Triton's interpreter on the CPU" if interpreted else "compiled on the GPU"
+            warnings.warn(
+                f"gemm_kernels: TRITON_INTERPRET was {now} after `import gemm_kernels`, which had already decided "
+                f"to run kernels {mode}; the change is ignored (Triton decides when each kernel is defined, so "
+                "switching now would break the kernels). To switch, set GEMM_KERNELS_INTERPRET=1 (or "
+                "TRITON_INTERPRET=1) before Python starts, or unset it there, and restart (the notebook kernel).",
+                RuntimeWarning, stacklevel=3)
+    elif not interpreted:
+        return  # compiled, and the variable untouched: nothing to do (Triton is not even imported here)
+    if interpreted:
+        os.environ["TRITON_INTERPRET"] = "1"
+    else:
+        os.environ.pop("TRITON_INTERPRET", None)
+    from triton import knobs  # after the variable is right: a first import decorates triton.language by it
+
+    if "interpret" not in vars(knobs.runtime) or knobs.runtime.interpret != interpreted:
+        knobs.runtime.interpret = interpreted  # pinned: read from here on, not from the environment
+        if not interpreted:
+            os.environ.pop("TRITON_INTERPRET", None)  # setting the knob wrote "0" there
+
+
+# ----------------------------------------------------------------------------- fork
+def _after_fork_in_child() -> None:
+    """A child forked while another thread was inside an interpreted launch (or a check) inherits
+    its locks held and its activations on: that thread does not exist in the child, so nothing
+    would ever release them (the child's first launch waited forever).  Fresh locks, and only the
+    forking thread's activations kept."""
+    global INTERPRETER_LOCK, _PATCH_LOCK
+
+    INTERPRETER_LOCK = threading.RLock()
+    _PATCH_LOCK = threading.Lock()
+    for patch in _THREAD_LOCAL_PATCHES:
+        patch._keep_only_this_thread()
+    me = threading.get_ident()
+    others = [before for thread, before in _knob_switches if thread != me]
+    if others:  # a thread that is gone had switched the knob on for its check: switch it back
+        from triton import knobs
+
+        knobs.runtime.interpret = others[0]
+        _knob_switches[:] = [(t, b) for t, b in _knob_switches if t == me]
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -234,3 +234,87 @@ def test_gpu_tensors_run_on_cpu_copies_and_get_the_results_back():
     gk.run_checked(copy_2d, (2, 2), views[:5, :7], copy, 5, 7, 8, 1, BM=4, BN=4, MASK_COLS=True)
     assert torch.equal(copy, views[:5, :7])
     assert np.isfinite(copy.cpu().numpy()).all()
+
+
+# ----------------------------------------------------------------------------- views far larger than their storage
+_EXPANDED_SCRIPT = """
+import resource, sys, torch, triton, triton.language as tl
+import gemm_kernels as gk
+
+@triton.jit
+def read_some(x_ptr, out_ptr, sx, BLOCK: tl.constexpr):
+    offsets = tl.arange(0, BLOCK)
+    tl.store(out_ptr + offsets, tl.load(x_ptr + offsets * sx))
+
+x = torch.full((1,), 7.0).expand(2**30)  # 2**30 elements over one float
+out = torch.zeros(16)
+soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+with open("/proc/self/statm") as f:
+    used = int(f.read().split()[0]) * resource.getpagesize()
+resource.setrlimit(resource.RLIMIT_AS, (used + 2**30, hard))  # a GiB more than now: 8 GiB is a failure
+gk.run_checked(read_some, (1,), x, out, x.stride(0), BLOCK=16)
+assert out.tolist() == [7.0] * 16, out
+try:  # a kernel that ignores the stride reads past the one float: stopped, and cheaply too
+    gk.run_checked(read_some, (1,), x, out, 1, BLOCK=16)
+except gk.OutOfBounds as err:
+    assert "x_ptr has 1073741824 elements" in str(err), err
+else:
+    raise AssertionError("reading 15 floats past a 1-float storage was not stopped")
+w = torch.arange(10**6, dtype=torch.float32).as_strided((10**6 - 999, 1000), (1, 1))  # ~10**9 elements
+gk.run_checked(read_some, (1,), w, out, w.stride(0), BLOCK=16)
+assert out.tolist() == list(range(16)), out
+print("ok")
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/statm").exists(), reason="measures memory through /proc")
+def test_a_view_much_larger_than_its_storage_costs_only_its_storage(tmp_path):
+    """run_checked sized its map of a view's elements by the view's logical size: a stride-0
+    ``torch.zeros(1).expand(2**30)`` cost 8 GiB for a kernel reading 16 elements.  It is sized by
+    the storage the view spans."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "expanded.py"
+    script.write_text(_EXPANDED_SCRIPT)
+    try:
+        out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        pytest.fail("run_checked on an expanded view took more than 120 s")
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-3000:]
+
+
+@pytest.mark.parametrize("make", [
+    lambda: torch.zeros(1).expand(2**40),
+    lambda: torch.zeros(3, 1).expand(3, 2**38),
+    lambda: torch.zeros(10**7).as_strided((10**7 - 10**5, 10**5), (1, 1)),  # 10**12 elements
+    lambda: torch.zeros(50).as_strided((4, 3, 5), (0, 7, 2)),
+])
+def test_the_element_map_of_a_view_is_sized_by_its_storage(make):
+    from gemm_kernels.lab.checked import Region
+
+    view = make()
+    region = Region.of("x", view)
+    span = 1 + sum((s - 1) * st for s, st in zip(view.shape, view.stride()))
+    assert region.span == span * view.element_size()
+    assert region.member is None or region.member.size <= span
+
+
+def test_the_element_map_of_any_small_view_is_exact():
+    """Membership (which offsets of the storage are elements of the view), against enumerating them."""
+    import itertools
+
+    from gemm_kernels.lab.checked import Region
+
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        ndim = int(rng.integers(1, 4))
+        shape = tuple(int(v) for v in rng.integers(1, 5, ndim))
+        stride = tuple(int(v) for v in rng.integers(0, 9, ndim))
+        view = torch.zeros(200).as_strided(shape, stride)
+        region = Region.of("x", view)
+        owned = {sum(i * st for i, st in zip(index, stride)) for index in itertools.product(*map(range, shape))}
+        span = max(owned) + 1
+        addresses = region.start + np.arange(-2, span + 2, dtype=np.int64) * 4
+        inside = region.contains(addresses, 4)
+        assert [o for o, ok in zip(range(-2, span + 2), inside) if ok] == sorted(owned), (shape, stride)

@@ -924,3 +924,132 @@ def test_every_check_has_three_distinct_hint_steps():
     for name, check in ALL_CHECKS.items():
         levels = [check.hint(level).text for level in (1, 2, 3)]
         assert len(set(levels)) == 3 and all(levels), name
+
+
+# ----------------------------------------------------------------------------- endless and huge answers
+class _Runaway(BaseException):
+    """An endless answer read far past any length a check expects: escapes every check (a check
+    that reads it to the end would fill memory until the OOM killer ended the process)."""
+
+
+class Endless:
+    """An endless iterable, as ``itertools.count()`` or a generator that never stops, that counts
+    how many of its items a check reads."""
+
+    LIMIT = 100_000
+
+    def __init__(self, item=lambda i: i):
+        self.item, self.read = item, 0
+
+    def __iter__(self):
+        while True:
+            self.read += 1
+            if self.read > self.LIMIT:
+                raise _Runaway(f"a check read {self.LIMIT} items of an endless answer")
+            yield self.item(self.read - 1)
+
+
+class Huge(Endless):
+    """A sequence of 10**12 items, as ``range(10**12)``: sized, indexable, far too long to read."""
+
+    def __len__(self):
+        return 10**12
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            raise TypeError("no slices")
+        if not -len(self) <= index < len(self):
+            raise IndexError(index)
+        self.read += 1
+        if self.read > self.LIMIT:
+            raise _Runaway(f"a check read {self.LIMIT} items of a huge answer")
+        return self.item(index)
+
+
+_ENDLESS = {
+    "count": lambda: Endless(),
+    "endless pairs": lambda: Endless(lambda i: (0, 0)),
+    "endless triples": lambda: Endless(lambda i: (0, 0, 0)),
+    "a pair of endless": lambda: (Endless(), Endless()),
+    "rows of endless": lambda: [Endless(), Endless()],
+    "endless rows": lambda: Endless(lambda i: Endless()),
+    "huge": lambda: Huge(),
+    "huge rows": lambda: Huge(lambda i: (0, 0, 0)),
+    "rows of huge": lambda: [Huge(), Huge(), Huge()],
+}
+
+
+def _plain_checks():
+    """Every check whose answer is a plain Python function (whose return value the check reads)."""
+    from gemm_kernels.lab.exercises import moe_training as moe_training_ex
+    from gemm_kernels.lab.exercises import warp_specialization as ws_ex
+
+    checks = {name: check for name, check in ALL_CHECKS.items() if name not in JIT_ANSWERS}
+    checks["ring_phases"] = ws_ex.check_ring_phases
+    checks["wgrad_work"] = moe_training_ex.check_wgrad_work
+    return checks
+
+
+@pytest.mark.parametrize("name", sorted(_plain_checks()))
+@pytest.mark.parametrize("kind", list(_ENDLESS))
+def test_an_endless_or_huge_answer_is_wrong_at_once(name, kind):
+    """A learner's function that returns itertools.count() (or a list of them, a generator that never
+    stops, range(10**12)) where a list is expected: the check reads no further than the expected
+    length plus one and says "wrong"; it used to grow until the OOM killer ended the process."""
+    made = []
+
+    def answer(*args, **kwargs):
+        value = _ENDLESS[kind]()
+        made.append(value)
+        return value
+
+    result = _plain_checks()[name](answer)
+    assert result.status == WRONG, str(result)
+    assert "MemoryError" not in str(result), str(result)
+
+    def endless_in(value):
+        if isinstance(value, Endless):
+            yield value
+        if isinstance(value, (list, tuple)):
+            for v in value:
+                yield from endless_in(v)
+
+    for value in made:
+        for endless in endless_in(value):
+            assert endless.read <= 1000, f"{name} read {endless.read} items of an endless answer"
+
+
+_ITERTOOLS_SCRIPT = """
+import itertools, resource, sys
+from gemm_kernels.lab.exercises import grouped_gemm, moe_training, persistent_tma, start_here, stream_k
+from gemm_kernels.lab.exercises import warp_specialization
+soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+with open("/proc/self/statm") as f:
+    used = int(f.read().split()[0]) * resource.getpagesize()
+resource.setrlimit(resource.RLIMIT_AS, (used + 2**30, hard))  # a GiB more than now
+checks = [start_here.check_launch_stats, persistent_tma.check_persistent_tiles, stream_k.check_streamk_share,
+          grouped_gemm.check_program_tiles, moe_training.check_wgrad_work, warp_specialization.check_ring_phases]
+answers = [lambda *a: itertools.count(), lambda *a: itertools.repeat((0, 0, 0)),
+           lambda *a: (itertools.count(), itertools.count()), lambda *a: range(10**12),
+           lambda *a: [range(10**12)] * 3]
+for check in checks:
+    for answer in answers:
+        result = check(answer)
+        assert result.status == "wrong" and "MemoryError" not in str(result), str(result)
+print("ok")
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/statm").exists(), reason="measures memory through /proc")
+def test_itertools_count_as_an_answer_is_wrong_in_bounded_memory(tmp_path):
+    """The review's own case, in a process whose memory is capped: itertools.count() and friends."""
+    import os
+    import subprocess
+    import sys
+
+    try:
+        out = subprocess.run([sys.executable, "-c", _ITERTOOLS_SCRIPT], capture_output=True, text=True,
+                             timeout=180, env={**os.environ})
+    except subprocess.TimeoutExpired:
+        pytest.fail("checks given itertools.count() did not finish in 180 s")
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-3000:]

@@ -257,3 +257,85 @@ def test_make_lab_serves_as_root_and_says_which_url_to_open(tmp_path):
             os.killpg(process.pid, signal.SIGKILL)
             process.wait(timeout=10)
 
+
+
+# ----------------------------------------------------------------------------- bad destinations and sources
+def _snapshot(folder: Path) -> dict:
+    return {p.relative_to(folder): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _one_line_error(capsys) -> str:
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1, err
+    assert "Traceback" not in err
+    return err
+
+
+@pytest.fixture
+def two_notebooks(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    for path in PATHS[:2]:
+        shutil.copy(path, src / path.name)
+    return src
+
+
+def test_a_file_as_the_destination_is_a_clear_error(two_notebooks, tmp_path, capsys):
+    afile = tmp_path / "student.txt"
+    afile.write_text("mine")
+    assert student.main([str(two_notebooks), str(afile)]) == 1
+    err = _one_line_error(capsys)
+    assert str(afile) in err and "not a directory" in err
+    assert afile.read_text() == "mine"
+    assert student.main([str(two_notebooks), str(afile / "inside")]) == 1  # a file on the way there
+    err = _one_line_error(capsys)
+    assert str(afile) in err and "not a directory" in err
+
+
+@pytest.mark.parametrize("content", [
+    b"not json at all",
+    b'{"cells": 5}',
+    b"{}",
+    b"[1, 2]",
+    b'{"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [{"cell_type": "code"}]}',
+    b"\xff\xfe\x00 binary",
+    b'{"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [',
+], ids=["text", "cells-not-a-list", "empty-object", "a-list", "cell-without-source", "binary", "truncated"])
+def test_a_corrupt_source_notebook_is_a_clear_error_and_nothing_is_written(two_notebooks, tmp_path, capsys, content):
+    bad = two_notebooks / "03b_broken.ipynb"
+    bad.write_bytes(content)
+    dest = tmp_path / "out"
+    before = _snapshot(two_notebooks)
+    assert student.main([str(two_notebooks), str(dest)]) == 1
+    err = _one_line_error(capsys)
+    assert str(bad) in err and "not a valid notebook" in err
+    assert not dest.exists()  # read everything first: nothing half written
+    assert _snapshot(two_notebooks) == before
+
+
+@pytest.mark.parametrize("spelling", ["same", "dot", "symlink"])
+@pytest.mark.parametrize("force", [True, False])
+def test_the_notebooks_directory_as_the_destination_is_refused_before_anything_changes(
+        two_notebooks, tmp_path, capsys, spelling, force):
+    """`--force` with source = destination used to back the notebooks up and write stripped copies
+    over them: the solutions gone from the source notebooks."""
+    dest = {"same": two_notebooks, "dot": two_notebooks / ".." / two_notebooks.name / "."}.get(spelling)
+    if spelling == "symlink":
+        dest = tmp_path / "link"
+        dest.symlink_to(two_notebooks, target_is_directory=True)
+    before = _snapshot(two_notebooks)
+    assert student.main([str(two_notebooks), str(dest)] + ["--force"] * force) == 1
+    err = _one_line_error(capsys)
+    assert "the notebooks directory itself" in err
+    assert _snapshot(two_notebooks) == before  # solutions intact, no NAME.ipynb.bak-N
+    with pytest.raises(ValueError, match="notebooks directory itself"):
+        student.write_student_copies(two_notebooks, dest, force=force)
+    assert _snapshot(two_notebooks) == before
+
+
+def test_bad_arguments_exit_non_zero_without_a_traceback(two_notebooks, tmp_path):
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    out = subprocess.run([sys.executable, "-m", "gemm_kernels.lab.student", str(two_notebooks), str(afile)],
+                         capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert out.returncode == 1 and "Traceback" not in out.stderr and out.stderr.startswith("error: "), out.stderr

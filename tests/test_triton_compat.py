@@ -358,3 +358,59 @@ def test_a_specialized_launch_in_the_interpreter_takes_fresh_arguments(fresh_com
         y, out = torch.randn(100, device=DEVICE), torch.empty(100, device=DEVICE)
         launch.launch([y, out, 100, factor, 64, 0.0])
         torch.testing.assert_close(out, y * factor)
+
+
+_ENV_CHANGED_SCRIPT = """
+import os, sys, warnings
+import torch
+import gemm_kernels as gk
+change = sys.argv[1]
+if change.endswith("after the kernels loaded"):
+    gk.matmul  # loads the kernel modules: their kernels are defined already
+if change.startswith("unset"):
+    os.environ.pop("TRITON_INTERPRET", None)
+else:
+    os.environ["TRITON_INTERPRET"] = "0"
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    a, b = torch.randn(20, 24), torch.randn(24, 9)
+    for _ in range(2):
+        torch.testing.assert_close(gk.matmul(a, b), a @ b, atol=1e-3, rtol=1e-3)
+    import triton, triton.language as tl
+
+    @triton.jit
+    def twice(x_ptr, n, BLOCK: tl.constexpr):
+        offsets = tl.arange(0, BLOCK)
+        tl.store(x_ptr + offsets, 2 * tl.load(x_ptr + offsets, mask=offsets < n), mask=offsets < n)
+
+    x = torch.arange(5, dtype=torch.float32)
+    twice[(1,)](x, 5, BLOCK=8)
+    assert x.tolist() == [0, 2, 4, 6, 8], x
+    gk.run_checked(twice, (1,), x, 5, BLOCK=8)
+    assert x.tolist() == [0, 4, 8, 12, 16], x
+said = [str(w.message) for w in caught if "TRITON_INTERPRET" in str(w.message)]
+print(len(said))
+print(said[0] if said else "")
+print(type(twice).__name__, os.environ.get("TRITON_INTERPRET"))
+"""
+
+
+@pytest.mark.parametrize("change", ["unset", "set to 0", "unset after the kernels loaded",
+                                    "set to 0 after the kernels loaded"])
+def test_triton_interpret_changed_after_import_is_ignored_with_one_warning(tmp_path, change):
+    """Unsetting TRITON_INTERPRET (or setting it to 0) after `import gemm_kernels` on a CPU made every
+    kernel fail with "0 active drivers" (kernel modules that load later were decorated as compiled
+    kernels) or an AssertionError at the first launch.  The decision made at import stands: the
+    kernels run, a learner's kernel defined afterwards is interpreted too, and one warning says the
+    change is ignored and how to switch."""
+    script = tmp_path / "changed.py"
+    script.write_text(_ENV_CHANGED_SCRIPT)
+    env = {**os.environ, "GEMM_KERNELS_INTERPRET": "1"}
+    out = subprocess.run([sys.executable, str(script), change], capture_output=True, text=True, env=env,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-4000:]
+    count, message, state = out.stdout.strip().splitlines()
+    assert count == "1", out.stdout
+    assert "TRITON_INTERPRET was" in message and "after `import gemm_kernels`" in message
+    assert "ignored" in message and "before Python starts" in message
+    assert state == "InterpretedFunction 1"

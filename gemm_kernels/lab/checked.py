@@ -80,17 +80,17 @@ class Region:
 
     @classmethod
     def of(cls, name: str, tensor: torch.Tensor) -> Region:
+        """The region of ``tensor``: sized by the storage its elements span, never by its number of
+        elements (``torch.zeros(1).expand(2**30)`` spans one float, ``as_strided`` windows overlap)."""
         itemsize = tensor.element_size()
         if tensor.numel() == 0:
             return cls(name, tensor, tensor.data_ptr(), 0, itemsize)
-        span_elems = 1 + sum((s - 1) * abs(st) for s, st in zip(tensor.shape, tensor.stride()))
+        # the dimensions that move through memory (size 1 or stride 0: the same elements again)
+        dims = sorted((abs(st), s) for s, st in zip(tensor.shape, tensor.stride()) if s > 1 and st != 0)
+        span_elems = 1 + sum((s - 1) * st for st, s in dims)
         member = None
-        if span_elems != tensor.numel() and span_elems <= MAX_MEMBERSHIP_MAP:
-            member = np.zeros(span_elems, dtype=bool)
-            offsets = np.zeros((), dtype=np.int64)
-            for size, stride in zip(tensor.shape, tensor.stride()):
-                offsets = offsets[..., None] + np.arange(size, dtype=np.int64) * stride
-            member[offsets.ravel()] = True
+        if not _dense(dims) and span_elems <= MAX_MEMBERSHIP_MAP:
+            member = _members(dims, span_elems)
         return cls(name, tensor, tensor.data_ptr(), span_elems * itemsize, itemsize, member)
 
     def contains(self, addr: np.ndarray, nbytes: int) -> np.ndarray:
@@ -125,6 +125,34 @@ class Region:
         if index is not None and t.dim() > 1:
             text += f" = index {index}"
         return f"{text} ({size})"
+
+
+def _dense(dims) -> bool:
+    """Whether (stride, size) dimensions, by increasing stride, own every offset of their span once."""
+    expected = 1
+    for stride, size in dims:
+        if stride != expected:
+            return False
+        expected *= size
+    return True
+
+
+def _members(dims, span: int) -> np.ndarray:
+    """The offsets a view owns, as a bool map of its span: one dimension at a time, the offsets so
+    far unioned with themselves shifted by k * stride for every k below the size, by doubling
+    (memory: the span; time: the span times log2 of each size, never the number of elements)."""
+    member = np.zeros(span, dtype=bool)
+    member[0] = True
+    reach = 1  # the largest offset so far, plus one
+    for stride, size in dims:
+        have = 1  # the offsets so far cover k = 0 .. have - 1 of this dimension
+        while have < size:
+            step = min(have, size - have)  # k = size - have .. size - 1 when fewer than have remain: a union
+            shift = step * stride
+            member[shift:reach + shift] |= member[:reach].copy()
+            reach += shift
+            have += step
+    return member
 
 
 def _decode(element: int, shape: tuple, stride: tuple):
@@ -318,7 +346,9 @@ def run_checked(kernel, grid, *args, reachable: Sequence[torch.Tensor] | dict = 
     twin = compat.interpreted_twin(kernel)
     monitor = _Monitor(builder, regions, _kernel_name(kernel))
     try:
-        with compat.interpreting(), monitor:
+        # one interpreted launch at a time (the builder holds the program id); the monitor acts in
+        # this thread only, so other threads' launches (queued on the lock) run unchecked
+        with compat.interpreting(), _MONITORS.active(monitor):
             twin.run(grid=grid3, warmup=False, **cpu_named)
     except interpreter_error as err:
         cause = err
@@ -386,7 +416,7 @@ class _Monitor:
             self.by_start.setdefault(r.start, ())
             self.by_start[r.start] += (i,)
         self.all = tuple(range(len(regions)))
-        self._saved: dict = {}
+        self.hooks = self._hooks()
 
     # -- origins
     def origin(self, handle) -> tuple | None:
@@ -402,8 +432,8 @@ class _Monitor:
                 attr[_ORIGIN] = found
         return found
 
-    def _propagating(self, method, pointer_args: tuple[int, ...]):
-        def wrapper(*args, **kwargs):
+    def _propagating(self, pointer_args: tuple[int, ...]):
+        def wrapper(method, *args, **kwargs):
             result = method(*args, **kwargs)
             origins = [self.origin(args[i]) for i in pointer_args if i < len(args) and _is_pointer(args[i])]
             if origins:
@@ -457,70 +487,78 @@ class _Monitor:
         return _Access(self.kernel, kind, pointer, region, program, filename, line, code, function,
                        np.array(offsets), np.array(active), np.array(bad), extra)
 
-    # -- the wrapped builder methods
-    def __enter__(self):
-        b = self.builder
-        originals = {name: getattr(b, name) for name in compat.CHECKED_BUILDER_METHODS}
-        self._saved = {name: b.__dict__[name] for name in originals if name in b.__dict__}
-        self._patched = list(originals)
+    # -- the builder methods, as this launch runs them (each gets the builder's own method first)
+    def _hooks(self) -> dict:
         monitor = self
 
-        def masked_load(ptrs, mask, other, *rest, **kw):
+        def masked_load(original, ptrs, mask, other, *rest, **kw):
             monitor.check("load", ptrs, mask.data)
-            return originals["create_masked_load"](ptrs, mask, other, *rest, **kw)
+            return original(ptrs, mask, other, *rest, **kw)
 
-        def masked_store(ptrs, value, mask, *rest, **kw):
+        def masked_store(original, ptrs, value, mask, *rest, **kw):
             monitor.check("store", ptrs, mask.data)
-            return originals["create_masked_store"](ptrs, value, mask, *rest, **kw)
+            return original(ptrs, value, mask, *rest, **kw)
 
-        def atomic_rmw(op, ptr, val, mask, *rest, **kw):
+        def atomic_rmw(original, op, ptr, val, mask, *rest, **kw):
             monitor.check("atomic", ptr, None if mask is None else mask.data)
-            return originals["create_atomic_rmw"](op, ptr, val, mask, *rest, **kw)
+            return original(op, ptr, val, mask, *rest, **kw)
 
-        def atomic_cas(ptr, cmp, val, *rest, **kw):
+        def atomic_cas(original, ptr, cmp, val, *rest, **kw):
             monitor.check("atomic", ptr, None)
-            return originals["create_atomic_cas"](ptr, cmp, val, *rest, **kw)
+            return original(ptr, cmp, val, *rest, **kw)
 
-        def make_descriptor(base, *rest, **kw):
-            desc = originals["create_make_tensor_descriptor"](base, *rest, **kw)
+        def make_descriptor(original, base, *rest, **kw):
+            desc = original(base, *rest, **kw)
             desc.gemm_kernels_origin = monitor.origin(base)
             return desc
 
-        def descriptor_access(kind, name):
-            def wrapper(desc, *rest, **kw):
+        def descriptor_access(kind):
+            def wrapper(original, desc, *rest, **kw):
                 indices = rest[1] if kind == "store" else rest[0]
                 ptrs, mask = desc.materialize_pointers(indices)
                 monitor.check(kind, ptrs, mask.data, getattr(desc, "gemm_kernels_origin", None), from_handle=False)
-                return originals[name](desc, *rest, **kw)
+                return original(desc, *rest, **kw)
             return wrapper
 
-        wrapped = {
+        hooks = {
             "create_masked_load": masked_load,
             "create_masked_store": masked_store,
             "create_atomic_rmw": atomic_rmw,
             "create_atomic_cas": atomic_cas,
             "create_make_tensor_descriptor": make_descriptor,
-            "create_descriptor_load": descriptor_access("load", "create_descriptor_load"),
-            "create_descriptor_store": descriptor_access("store", "create_descriptor_store"),
+            "create_descriptor_load": descriptor_access("load"),
+            "create_descriptor_store": descriptor_access("store"),
         }
-        propagate = {"create_addptr": (0,), "create_splat": (1,), "create_broadcast": (0,),
-                     "create_expand_dims": (0,), "create_reshape": (0,), "create_trans": (0,),
-                     "create_select": (1, 2), "create_cat": (0, 1), "create_join": (0, 1),
-                     "create_bitcast": (0,), "create_int_to_ptr": (0,)}
-        for name, args in propagate.items():
-            wrapped[name] = self._propagating(originals[name], args)
-        for name, fn in wrapped.items():
-            setattr(b, name, fn)
-        return self
+        for name, args in _PROPAGATE.items():
+            hooks[name] = self._propagating(args)
+        return hooks
 
-    def __exit__(self, *exc):
-        b = self.builder
-        for name in self._patched:
-            if name in self._saved:
-                setattr(b, name, self._saved[name])
-            else:
-                b.__dict__.pop(name, None)
-        return False
+
+#: pointer operations whose result addresses what their pointer operands (these positions) address
+_PROPAGATE = {"create_addptr": (0,), "create_splat": (1,), "create_broadcast": (0,), "create_expand_dims": (0,),
+              "create_reshape": (0,), "create_trans": (0,), "create_select": (1, 2), "create_cat": (0, 1),
+              "create_join": (0, 1), "create_bitcast": (0,), "create_int_to_ptr": (0,)}
+
+
+def _builder_hook(name: str):
+    def make(original):
+        def hooked(*args, **kwargs):
+            monitor = _MONITORS.current()
+            if monitor is None:  # another thread's launch, or no checked run in this thread
+                return original(*args, **kwargs)
+            return monitor.hooks[name](original, *args, **kwargs)
+        hooked.__name__ = name
+        return hooked
+    return make
+
+
+def _builder():
+    return compat.interpreter_internals()[0]
+
+
+#: the interpreter builder's memory and pointer operations, checked in the thread of a checked run
+#: only: the builder is one object for the whole process, and other threads launch kernels too
+_MONITORS = compat.ThreadLocalPatch(_builder, {name: _builder_hook(name) for name in compat.CHECKED_BUILDER_METHODS})
 
 
 def _is_pointer(handle) -> bool:
@@ -531,8 +569,10 @@ def _is_pointer(handle) -> bool:
 
 # ----------------------------------------------------------------------------- launches in a check
 class checked_launches:
-    """While active, every ``kernel[grid](...)`` of a plain ``@triton.jit`` kernel is a
-    :func:`run_checked` (with ``reachable``): learner launchers need no change to be checked."""
+    """While active, every ``kernel[grid](...)`` of a plain ``@triton.jit`` kernel launched in this
+    thread is a :func:`run_checked` (with ``reachable``): learner launchers need no change to be
+    checked.  Other threads' launches stay plain ones; several may be active at once and end in
+    any order (``_triton_compat.ThreadLocalPatch``)."""
 
     def __init__(self, reachable: Sequence[torch.Tensor] | dict = ()):
         self.reachable = reachable

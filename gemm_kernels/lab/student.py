@@ -53,6 +53,14 @@ class MarkerError(ValueError):
     """Unbalanced or nested solution markers."""
 
 
+class NotebookError(ValueError):
+    """A source notebook that is not a readable notebook (not JSON, not nbformat, bad bytes)."""
+
+
+class DestinationError(ValueError):
+    """A destination that cannot hold the copies: a file, or the notebooks directory itself."""
+
+
 def strip_solutions(source: str, where: str = "cell") -> str:
     """``source`` with every BEGIN/END SOLUTION region replaced by an indented stub line."""
     out, inside, indent = [], False, ""
@@ -122,9 +130,20 @@ class StudentCopies:
 
 
 def student_text(path: Path) -> str:
-    """The student copy of the notebook at ``path``, as the text written to disk."""
-    nb = nbformat.read(path, as_version=4)
-    return nbformat.writes(student_notebook(nb, path.name)) + "\n"
+    """The student copy of the notebook at ``path``, as the text written to disk.  NotebookError
+    (one line, naming the file) when it is not a valid notebook; MarkerError for bad markers."""
+    try:
+        nb = nbformat.read(path, as_version=4)
+        text = nbformat.writes(student_notebook(nb, path.name)) + "\n"
+    except (MarkerError, OSError):
+        raise
+    except Exception as exc:  # noqa: BLE001  (not JSON, not nbformat, bad bytes, cells of the wrong shape)
+        reason = " ".join(str(exc).split()) or type(exc).__name__
+        if len(reason) > 200:
+            reason = reason[:197] + "..."
+        raise NotebookError(f"{path} is not a valid notebook ({type(exc).__name__}: {reason}); restore it, or "
+                            f"move it out of {path.parent}") from None
+    return text
 
 
 def _backup_path(target: Path) -> Path:
@@ -143,14 +162,16 @@ def write_student_copies(src_dir: Path | str | None = None, dest_dir: Path | str
     only the copies that do not exist yet."""
     src = Path(src_dir) if src_dir is not None else REPO_ROOT / "notebooks"
     dest = Path(dest_dir) if dest_dir is not None else REPO_ROOT / "student"
+    _check_destination(src, dest)
     paths = notebook_paths(src)
     if not paths:
         raise FileNotFoundError(f"no NN_slug.ipynb notebooks in {src}")
+    texts = {path: student_text(path) for path in paths}  # every source read before anything is written
     dest.mkdir(parents=True, exist_ok=True)
     done = StudentCopies()
     for path in paths:
         target = dest / path.name
-        text = student_text(path)
+        text = texts[path]
         if target.exists():
             if only_missing or target.read_text(encoding="utf-8") == text:
                 (done.written if target.read_text(encoding="utf-8") == text else done.kept).append(target)
@@ -164,6 +185,28 @@ def write_student_copies(src_dir: Path | str | None = None, dest_dir: Path | str
         target.write_text(text, encoding="utf-8")
         done.written.append(target)
     return done
+
+
+def _check_destination(src: Path, dest: Path) -> None:
+    """DestinationError when ``dest`` cannot take the copies: it (or a folder on the way to it) is a
+    file, or it is ``src`` itself (however spelled: the copies would replace the notebooks, and
+    ``force`` would strip their solutions)."""
+    for folder in (dest, *dest.parents):
+        if folder.exists():
+            if not folder.is_dir():
+                raise DestinationError(f"{folder} is a file, not a directory: give a directory for the student "
+                                       "copies (default: student/)")
+            break
+    same = src.resolve() == dest.resolve()
+    if not same and src.exists() and dest.exists():
+        try:
+            same = os.path.samefile(src, dest)
+        except OSError:
+            pass
+    if same:
+        raise DestinationError(f"{dest} is the notebooks directory itself ({src}): student copies there would "
+                               "replace the notebooks and strip their solutions; give another directory "
+                               "(default: student/)")
 
 
 # ----------------------------------------------------------------------------- serving them
@@ -221,8 +264,8 @@ def main(argv=None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         done = write_student_copies(src, dest, force=args.force, only_missing=args.serve)
-    except (MarkerError, FileNotFoundError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    except (ValueError, OSError) as exc:  # bad markers or notebooks, a bad destination, a failed write
+        print("error: " + " ".join(str(exc).split()), file=sys.stderr)
         return 1
     for path in done.written:
         print(f"wrote {path}")

@@ -30,11 +30,16 @@ import base64
 import contextlib
 import functools
 import html
+import itertools
 import math
 import traceback
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
+
+from ..._triton_compat import ThreadLocalPatch
 
 NOT_ATTEMPTED = "not attempted"
 WRONG = "wrong"
@@ -340,17 +345,124 @@ def _poison(t):
     return t
 
 
+def _poisoning(original):
+    def poisoned(*args, **kwargs):
+        out = original(*args, **kwargs)
+        return _poison(out) if _POISONED_EMPTY.current() is not None else out
+    poisoned.__name__ = getattr(original, "__name__", "empty")
+    poisoned.__doc__ = getattr(original, "__doc__", None)
+    return poisoned
+
+
+#: torch.empty/empty_like, NaN-filling in the threads running a check only (other threads, and the
+#: learner's code after the check, get plain ones; overlapping checks may end in any order)
+_POISONED_EMPTY = ThreadLocalPatch(lambda: torch, {"empty": _poisoning, "empty_like": _poisoning})
+
+
 @contextlib.contextmanager
 def poisoned_empty():
-    """While a check runs, ``torch.empty``/``empty_like`` return NaN-filled tensors, so an
-    element the learner's kernel never wrote shows up as NaN instead of as stale memory."""
-    empty, empty_like = torch.empty, torch.empty_like
-    torch.empty = lambda *a, **k: _poison(empty(*a, **k))
-    torch.empty_like = lambda *a, **k: _poison(empty_like(*a, **k))
-    try:
+    """While a check runs, ``torch.empty``/``empty_like`` called in its thread return NaN-filled
+    tensors, so an element the learner's kernel never wrote shows up as NaN instead of as stale
+    memory.  Other threads are not affected."""
+    with _POISONED_EMPTY.active(True):
         yield
-    finally:
-        torch.empty, torch.empty_like = empty, empty_like
+
+
+# ----------------------------------------------------------------------------- reading a learner's answer
+# A learner's function may return anything where a list or an array is expected: itertools.count(),
+# a generator that never stops, range(10**12).  A check never reads more of an answer than it
+# expects plus one item (one more is enough to know the answer is wrong): list(answer),
+# tuple(answer), np.asarray(answer), a comprehension over it would fill memory until the OOM killer
+# ended the process.  Every check reads a returned iterable through read_items or answer_array.
+
+
+class AnswerItems(list):
+    """The items :func:`read_items` read from an answer: at most ``limit + 1`` of them.
+    ``more``: the answer had more than ``limit`` items; ``length``: its own ``len()``, when it has
+    one (a list, a range), else None."""
+
+    more: bool = False
+    length: int | None = None
+
+    def count_text(self) -> str:
+        """How many items the answer has, as far as it is known: ``5``, or ``more than 4``."""
+        if self.length is not None:
+            return f"{self.length:,}"
+        return f"more than {len(self) - 1}" if self.more else str(len(self))
+
+    def mapped(self, fn) -> AnswerItems:
+        """``fn`` of every item, keeping what is known of the answer's length."""
+        out = AnswerItems(fn(item) for item in self)
+        out.more, out.length = self.more, self.length
+        return out
+
+
+def _known_length(value) -> int | None:
+    try:
+        length = len(value)
+    except Exception:  # noqa: BLE001  (no len(), or one that fails)
+        return None
+    return length if isinstance(length, int) and length >= 0 else None
+
+
+def read_items(value, limit: int, *, inner: int | None = None) -> AnswerItems:
+    """The items of the learner's answer ``value`` (any iterable), reading at most ``limit + 1`` of
+    them, so an endless or huge one (``itertools.count()``, ``range(10**12)``) costs nothing and
+    comes out as ``more`` than ``limit`` (the caller says "wrong").  ``inner``: each item is itself
+    read with that limit (a list of pairs: ``inner=2``).  TypeError when ``value`` (or an item, with
+    ``inner``) is not iterable, as ``list(value)`` would raise."""
+    items = AnswerItems(itertools.islice(iter(value), limit + 1))
+    items.more, items.length = len(items) > limit, _known_length(value)
+    if inner is not None:
+        return items.mapped(lambda item: read_items(item, inner))
+    return items
+
+
+class AnswerShapeError(ValueError):
+    """An answer with more items along some dimension than the expected shape (raised by
+    :func:`answer_array`); its message says which, e.g. ``more than 3 items along dimension 0``."""
+
+
+def _expands(value) -> bool:
+    """Whether numpy would read ``value`` item by item when building an array (a sequence)."""
+    if isinstance(value, (str, bytes, bytearray, Mapping, np.ndarray, np.generic, torch.Tensor)):
+        return False
+    if hasattr(value, "__array__") or hasattr(value, "__array_interface__"):
+        return False  # numpy takes its array whole: in memory already
+    kind = type(value)
+    return hasattr(kind, "__len__") and hasattr(kind, "__getitem__")
+
+
+def _bounded_nested(value, shape: tuple, dim: int, total: int):
+    if not _expands(value):
+        return value  # a number, an array, or an iterator numpy keeps as one object: nothing to read
+    limit = shape[dim] if dim < len(shape) else total  # deeper than expected: never more than all of it
+    items = list(itertools.islice(iter(value), limit + 1))
+    if len(items) > limit:
+        length = _known_length(value)
+        count = f"{length:,}" if length is not None else f"more than {limit:,}"
+        raise AnswerShapeError(f"{count} items along dimension {dim}" + (
+            f" (expected {limit})" if dim < len(shape) else f" (more than the {total} values expected in all)"))
+    return [_bounded_nested(item, shape, dim + 1, total) for item in items]
+
+
+def answer_array(value, shape, dtype=None) -> np.ndarray:
+    """The learner's answer ``value`` as a numpy array (what ``np.asarray(value, dtype)`` gives),
+    reading no more of it than an array of the expected ``shape`` needs plus one item along each
+    dimension: AnswerShapeError, naming the dimension, for an answer with more.  Arrays and
+    tensors are taken as they are (their shape is known; a tensor is detached and moved to the CPU)."""
+    if isinstance(value, torch.Tensor):
+        return np.asarray(value.detach().cpu(), dtype=dtype)
+    if isinstance(value, np.ndarray):
+        return np.asarray(value, dtype=dtype)
+    shape = tuple(int(n) for n in shape)
+    total = max(1, math.prod(shape))
+    return np.asarray(_bounded_nested(value, shape, 0, total), dtype=dtype)
+
+
+def shown(value, limit: int = 80) -> str:
+    """A learner's value for a message: its repr, cut to ``limit`` characters (never failing)."""
+    return _short(_safe_repr(value), limit)
 
 
 def fmt(x) -> str:
@@ -368,14 +480,16 @@ def compare_arrays(expected, got, case: str, *, what: str = "element", atol=1e-5
 
     ``expected``/``got`` are numpy arrays or tensors.  Returns [] when they match, else lines
     like ``case: 3 of 12 elements wrong; [1, 2]: expected 7, got 9``."""
-    import numpy as np
-
     exp = np.asarray(expected.detach().cpu() if isinstance(expected, torch.Tensor) else expected)
     try:
-        g = np.asarray(got.detach().cpu() if isinstance(got, torch.Tensor) else got)
+        g = answer_array(got, exp.shape)  # the learner's: never read past the expected shape
+    except AnswerShapeError as exc:
+        return [f"{case}: expected shape {list(exp.shape)}, got {exc}"]
     except Exception:  # noqa: BLE001
         return [f"{case}: expected an array of shape {list(exp.shape)}, got {type(got).__name__}"]
     if g.shape != exp.shape:
+        if g.ndim == 0 and g.dtype == object:  # not an array at all: a generator, a dict, ...
+            return [f"{case}: expected an array of shape {list(exp.shape)}, got {type(got).__name__} {shown(got)}"]
         return [f"{case}: expected shape {list(exp.shape)}, got {list(g.shape)}"]
     if exp.dtype == bool or g.dtype == bool or np.issubdtype(exp.dtype, np.integer):
         bad = exp != g

@@ -13,7 +13,7 @@ from ... import runtime
 from ...models.l2model import l2_traffic
 from ...models.schedule import tile_schedule
 from ...models.tiles import tile_coords_np
-from ._core import AnswerRaised, Hints, call, exercise
+from ._core import AnswerRaised, Hints, call, exercise, read_items, shown
 
 # (num_pid_m, num_pid_n, GROUP_SIZE_N): a square grid, a ragged last group, a group wider than the
 # grid, groups of one column (= column-major), a wide grid
@@ -59,9 +59,9 @@ def _compare_tiles(expected: np.ndarray, got: np.ndarray, case: str) -> list[str
 
 def _as_pair(value, case: str):
     try:
-        pm, pn = (int(v) for v in value)
-    except (TypeError, ValueError):
-        raise AnswerRaised(case, TypeError(f"expected a pair (pid_m, pid_n), got {value!r}")) from None
+        pm, pn = (int(v) for v in read_items(value, 2))
+    except (TypeError, ValueError, OverflowError):
+        raise AnswerRaised(case, TypeError(f"expected a pair (pid_m, pid_n), got {shown(value)}")) from None
     return pm, pn
 
 
@@ -120,7 +120,7 @@ def check_wave_block_fetches(wave_block_fetches):
         try:
             got_int = int(got)
         except (TypeError, ValueError):
-            problems.append(f"{case}: expected a number of blocks, got {got!r}")
+            problems.append(f"{case}: expected a number of blocks, got {shown(got)}")
             continue
         if got_int != expected:
             rows, cols = len(np.unique(tiles[:, 0])), len(np.unique(tiles[:, 1]))

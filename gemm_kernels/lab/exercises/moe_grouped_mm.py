@@ -10,7 +10,7 @@ import torch
 from ... import runtime
 from ...kernels.moe import grouped_mm_ref
 from ...models.tiles import cdiv, problem_tile_starts
-from ._core import Hints, call, exercise
+from ._core import AnswerShapeError, Hints, answer_array, call, exercise, shown
 
 #: rows routed to each expert: skewed with idle experts, uniform, one busy expert, a single expert,
 #: every expert idle but one at the end
@@ -41,7 +41,7 @@ def check_offs_from_counts(offs_from_counts):
         got = call(offs_from_counts, torch.tensor(counts, dtype=torch.int64))
         expected = offs_ref(counts)
         if not isinstance(got, torch.Tensor):
-            problems.append(f"{case}: expected a torch.Tensor, got {type(got).__name__} {got!r}")
+            problems.append(f"{case}: expected a torch.Tensor, got {type(got).__name__} {shown(got)}")
             continue
         if got.dtype != torch.int32:
             problems.append(f"{case}: offs has dtype {str(got.dtype).replace('torch.', '')}; grouped_mm and "
@@ -83,10 +83,13 @@ def check_tiles_per_expert(tiles_per_expert):
             case = f"counts {counts}, N={N}, tiles {bm}x{bn}"
             got = call(tiles_per_expert, list(counts), N, bm, bn)
             expected = tiles_per_expert_ref(counts, N, bm, bn)
-            try:
-                got = np.asarray(got, dtype=np.int64).reshape(-1)
-            except (TypeError, ValueError):
-                problems.append(f"{case}: expected one number of tiles per expert, got {got!r}")
+            try:  # never more of it than one number per expert and one more
+                got = answer_array(got, expected.shape, np.int64).reshape(-1)
+            except AnswerShapeError as exc:
+                problems.append(f"{case}: expected {len(expected)} numbers (one per expert), got {exc}")
+                continue
+            except (TypeError, ValueError, OverflowError):
+                problems.append(f"{case}: expected one number of tiles per expert, got {shown(got)}")
                 continue
             if got.shape != expected.shape:
                 problems.append(f"{case}: expected {len(expected)} numbers (one per expert), got {len(got)}")
@@ -133,7 +136,7 @@ def check_padded_rows(padded_rows):
             try:
                 got = int(got)
             except (TypeError, ValueError):
-                problems.append(f"{case}: expected a number of rows, got {got!r}")
+                problems.append(f"{case}: expected a number of rows, got {shown(got)}")
                 continue
             if got == expected:
                 continue

@@ -10,7 +10,7 @@ import triton.language as tl
 
 from ... import runtime
 from ...models.tiles import cdiv, tile_coords_np
-from ._core import Hints, call, exercise
+from ._core import Hints, call, exercise, read_items, shown
 
 #: (rows per expert, T, num_pid_m, num_pid_n, GROUP_SIZE_M): idle experts first, in the middle
 #: and last, rows past offs[-1], one expert, more row tiles than a group
@@ -44,9 +44,11 @@ def check_wgrad_work(wgrad_work):
         got = call(wgrad_work, list(counts), K, N, bm, bn, bk)
         tiles, steps = wgrad_work_ref(counts, K, N, bm, bn, bk)
         try:
-            got_tiles, got_steps = [int(v) for v in got[0]], [int(v) for v in got[1]]
-        except (TypeError, ValueError, IndexError):
-            problems.append(f"{case}: expected (tiles per expert, steps per tile), two lists, got {got!r}")
+            pair = read_items(got, 2)  # never more of an answer than one item past what is expected
+            got_tiles = [int(v) for v in read_items(pair[0], len(counts))]
+            got_steps = [int(v) for v in read_items(pair[1], len(counts))]
+        except (TypeError, ValueError, IndexError, OverflowError):
+            problems.append(f"{case}: expected (tiles per expert, steps per tile), two lists, got {shown(got)}")
             continue
         if got_tiles != tiles:
             why = " (that follows the routing, as in the forward pass: here the tokens are the reduction)" \

@@ -10,7 +10,7 @@ from ... import runtime
 from ...kernels.matmul import matmul_ref
 from ...testing import TOLERANCES, rel_err
 from ...models.tiles import cdiv, launch_order_grid
-from ._core import Hints, call, compare_arrays, exercise
+from ._core import AnswerShapeError, Hints, answer_array, call, compare_arrays, exercise, shown
 
 # (M, N, K, BLOCK_M, BLOCK_N, BLOCK_K, pid): an exact fit, a ragged corner tile, an inside tile of
 # the same ragged problem, a 1x1 problem, a K much longer than BLOCK_K
@@ -52,8 +52,17 @@ def check_one_program(one_program):
         num_pid_n = cdiv(N, bn)
         case = (f"M={M}, N={N}, K={K}, blocks {bm}x{bn}x{bk}, program {pid} "
                 f"(tile ({pid // num_pid_n}, {pid % num_pid_n}))")
-        got = np.asarray(call(one_program, A.copy(), B.copy(), pid, bm, bn, bk), dtype=np.float64)
         expected = one_program_ref(A, B, pid, bm, bn, bk)
+        answer = call(one_program, A.copy(), B.copy(), pid, bm, bn, bk)
+        try:
+            got = answer_array(answer, expected.shape, np.float64)
+        except AnswerShapeError as exc:
+            problems.append(f"{case}: expected the whole [{bm}, {bn}] accumulator (zeros outside C), got {exc}")
+            continue
+        except (TypeError, ValueError, OverflowError):  # not numbers in a grid: a generator, strings, ...
+            problems.append(f"{case}: expected the whole [{bm}, {bn}] accumulator (zeros outside C) as an array of "
+                            f"numbers, got {shown(answer)}")
+            continue
         if got.shape != expected.shape:
             problems.append(f"{case}: expected the whole [{bm}, {bn}] accumulator (zeros outside C), "
                             f"got shape {list(got.shape)}")
@@ -86,7 +95,11 @@ def check_row_major_launch_order(row_major_launch_order):
         got = call(row_major_launch_order, num_pid_m, num_pid_n)
         expected = launch_order_grid(num_pid_m, num_pid_n, 1, 1, order="row_major")
         case = f"{num_pid_m}x{num_pid_n} tiles"
-        got_arr = np.asarray(got)
+        try:
+            got_arr = answer_array(got, expected.shape)
+        except AnswerShapeError as exc:
+            problems.append(f"{case}: expected a [{num_pid_m}, {num_pid_n}] grid of program ids, got {exc}")
+            continue
         if got_arr.shape != expected.shape:
             problems.append(f"{case}: expected a [{num_pid_m}, {num_pid_n}] grid of program ids, "
                             f"got shape {list(got_arr.shape)}")

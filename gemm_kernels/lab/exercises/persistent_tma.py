@@ -15,7 +15,7 @@ from ...kernels.tiles import record_tile
 from ...kernels.tma import tma_aligned, tma_layout
 from ...models.tiles import cdiv, persistent_schedule
 from ...testing import TOLERANCES, rel_err
-from ._core import Hints, call, compare_arrays, exercise
+from ._core import Hints, call, compare_arrays, exercise, read_items, shown
 
 # ----------------------------------------------------------------------------- exercise 1
 # (M, N, BLOCK_M, BLOCK_N, number of SMs): H100-sized squares, a single partial wave, an exact
@@ -54,9 +54,9 @@ def check_waves_and_tail(waves_and_tail):
         case = f"M={M}, N={N}, tiles {bm}x{bn}, {sms} SMs"
         got = call(waves_and_tail, M, N, bm, bn, sms)
         try:
-            got_waves, got_idle = (int(v) for v in got)
-        except (TypeError, ValueError):
-            problems.append(f"{case}: expected a pair (waves, idle programs in the last wave), got {got!r}")
+            got_waves, got_idle = (int(v) for v in read_items(got, 2))
+        except (TypeError, ValueError, OverflowError):
+            problems.append(f"{case}: expected a pair (waves, idle programs in the last wave), got {shown(got)}")
             continue
         waves, idle = waves_ref(M, N, bm, bn, sms)
         if (got_waves, got_idle) == (waves, idle):
@@ -89,11 +89,13 @@ def persistent_tiles_ref(pid: int, num_pid_m: int, num_pid_n: int, num_programs:
     return [(int(m), int(n)) for m, n in mine[:, 4:6]]
 
 
-def _as_tiles(value, case):
+def _as_tiles(value, case, expected_tiles: int):
+    """The learner's tiles as (pid_m, pid_n) tuples, at most ``expected_tiles + 1`` of them read (an
+    endless answer is never read to its end); a line saying what is wrong when they are not pairs."""
     try:
-        return [tuple(int(v) for v in pair) for pair in value]
-    except (TypeError, ValueError):
-        return f"{case}: expected a list of (pid_m, pid_n) pairs, got {value!r}"
+        return read_items(value, expected_tiles, inner=2).mapped(lambda pair: tuple(int(v) for v in pair))
+    except (TypeError, ValueError, OverflowError):
+        return f"{case}: expected a list of (pid_m, pid_n) pairs, got {shown(value)}"
 
 
 @exercise("persistent_tiles", hints=Hints(
@@ -110,17 +112,17 @@ def check_persistent_tiles(persistent_tiles):
         case = f"{num_pid_m}x{num_pid_n} tiles, {programs} programs, GROUP_SIZE_M={group}"
         wrong_programs = 0
         for pid in range(launched):
-            got = _as_tiles(call(persistent_tiles, pid, num_pid_m, num_pid_n, programs, group), case)
+            expected = persistent_tiles_ref(pid, num_pid_m, num_pid_n, programs, group)
+            got = _as_tiles(call(persistent_tiles, pid, num_pid_m, num_pid_n, programs, group), case, len(expected))
             if isinstance(got, str):
                 return [got]
-            expected = persistent_tiles_ref(pid, num_pid_m, num_pid_n, programs, group)
             if got == expected:
                 continue
             wrong_programs += 1
             if wrong_programs > 2:
                 continue
             if len(got) != len(expected):
-                problems.append(f"{case}: program {pid}: expected {len(expected)} tiles, got {len(got)} "
+                problems.append(f"{case}: program {pid}: expected {len(expected)} tiles, got {got.count_text()} "
                                 f"(tile indices {pid}, {pid + programs}, ... below {num_pid_m * num_pid_n})")
                 continue
             step = next(i for i, (e, g) in enumerate(zip(expected, got)) if e != g)
@@ -187,7 +189,7 @@ def check_tma_view(tma_view):
         got = call(tma_view, x)
         if expected is None:
             if not _is_false(got):
-                problems.append(f"{text} ({_describe(x)}): TMA cannot read it ({reason}), but you returned {got!r} "
+                problems.append(f"{text} ({_describe(x)}): TMA cannot read it ({reason}), but you returned {shown(got)} "
                                 "instead of False")
             continue
         if _is_false(got):
@@ -197,7 +199,7 @@ def check_tma_view(tma_view):
         try:
             got_pair = (bool(got[0]), int(got[1]))
         except (TypeError, ValueError, IndexError):
-            problems.append(f"{text} ({_describe(x)}): expected {expected} (col_major, outer stride), got {got!r}")
+            problems.append(f"{text} ({_describe(x)}): expected {expected} (col_major, outer stride), got {shown(got)}")
             continue
         if got_pair != tuple(expected):
             col_major, outer = expected

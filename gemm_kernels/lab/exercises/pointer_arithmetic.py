@@ -6,7 +6,7 @@ import numpy as np
 import torch
 
 from ... import runtime
-from ._core import Hints, call, compare_arrays, exercise
+from ._core import AnswerShapeError, Hints, answer_array, call, compare_arrays, exercise
 
 
 def block_offsets_ref(pid_m, pid_n, block_m, block_n, stride_m, stride_n) -> np.ndarray:
@@ -72,7 +72,11 @@ def check_block_mask(block_mask):
     for M, N, pm, pn, bm, bn in MASK_CASES:
         got = call(block_mask, pm, pn, bm, bn, M, N)
         case = f"M={M}, N={N}, block ({pm}, {pn}) of {bm}x{bn}"
-        got_arr = np.asarray(got)
+        try:
+            got_arr = answer_array(got, (bm, bn))
+        except AnswerShapeError as exc:
+            problems.append(f"{case}: expected a [{bm}, {bn}] bool array, got {exc}")
+            continue
         if got_arr.dtype != bool:
             problems.append(f"{case}: expected a bool array, got dtype {got_arr.dtype}")
             continue

@@ -6,7 +6,7 @@ import torch
 
 from ... import runtime
 from ...models.tiles import cdiv
-from ._core import Hints, call, compare_arrays, exercise
+from ._core import Hints, call, compare_arrays, exercise, read_items, shown
 
 #: (n, BLOCK) pairs: exact multiples, one element over, a single element, and big blocks
 LAUNCH_CASES = [(1000, 256), (1024, 256), (1025, 256), (1, 128), (5000, 1024), (4096, 4096)]
@@ -29,9 +29,9 @@ def check_launch_stats(launch_stats):
         got = call(launch_stats, n, block)
         programs, idle = launch_stats_ref(n, block)
         try:
-            got_programs, got_idle = (int(v) for v in got)
-        except (TypeError, ValueError):
-            problems.append(f"n={n}, BLOCK={block}: expected a pair (programs, idle_lanes), got {got!r}")
+            got_programs, got_idle = (int(v) for v in read_items(got, 2))
+        except (TypeError, ValueError, OverflowError):
+            problems.append(f"n={n}, BLOCK={block}: expected a pair (programs, idle_lanes), got {shown(got)}")
             continue
         if (got_programs, got_idle) != (programs, idle):
             problems.append(f"n={n}, BLOCK={block}: expected {programs} programs with {idle} idle lanes, "

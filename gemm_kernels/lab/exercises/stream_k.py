@@ -20,7 +20,7 @@ from ...kernels.matmul import matmul_ref
 from ...kernels.tiles import record_tile, streamk_range
 from ...models.tiles import cdiv, streamk_segments
 from ...testing import TOLERANCES, rel_err
-from ._core import Hints, call, compare_arrays, exercise
+from ._core import Hints, call, compare_arrays, exercise, read_items, shown
 
 
 def _segments_text(segments) -> str:
@@ -53,13 +53,16 @@ SHARE_CASES = [
 ]
 
 
-def _as_segments(value, case):
+def _as_segments(value, case, expected_segments: int):
+    """The learner's segments as (tile, k_first, k_end) tuples, at most ``expected_segments + 1`` of
+    them read (an endless answer is never read to its end); a line saying what is wrong when they
+    are not triples."""
     try:
-        segments = [tuple(int(v) for v in seg) for seg in value]
+        segments = read_items(value, expected_segments, inner=3).mapped(lambda seg: tuple(int(v) for v in seg))
     except (TypeError, ValueError, OverflowError):
-        return f"{case}: expected a list of (tile, k_first, k_end) triples, got {value!r:.80}"
+        return f"{case}: expected a list of (tile, k_first, k_end) triples, got {shown(value)}"
     if any(len(seg) != 3 for seg in segments):
-        return f"{case}: expected a list of (tile, k_first, k_end) triples, got {value!r:.80}"
+        return f"{case}: expected a list of (tile, k_first, k_end) triples, got {shown(value)}"
     return segments
 
 
@@ -98,17 +101,18 @@ def check_streamk_share(streamk_share):
         case = f"{num_tiles} tiles of {k_tiles} K iterations, {num_programs} programs, sk_tiles={sk_tiles}"
         wrong = 0
         for pid in range(num_programs):
-            got = _as_segments(call(streamk_share, pid, num_tiles, k_tiles, num_programs, sk_tiles), case)
+            expected = share_ref(pid, num_tiles, k_tiles, num_programs, sk_tiles)
+            got = _as_segments(call(streamk_share, pid, num_tiles, k_tiles, num_programs, sk_tiles), case,
+                               len(expected))
             if isinstance(got, str):
                 return [got]
-            expected = share_ref(pid, num_tiles, k_tiles, num_programs, sk_tiles)
             if got == expected:
                 continue
             wrong += 1
             if wrong <= 2:
                 why = _why_share(got, expected, pid, num_tiles, k_tiles, num_programs, sk_tiles)
                 problems.append(f"{case}: program {pid}: expected {_segments_text(expected)}; "
-                                f"got {_segments_text(got)}{why}")
+                                f"got {_segments_text(got)}{', ... (more)' if got.more else ''}{why}")
         if wrong > 2:
             problems.append(f"{case}: {wrong - 2} more programs with the wrong share")
         if problems:
