@@ -339,3 +339,55 @@ def test_a_kept_plan_holds_none_of_its_callers_tensors():
     assert all(r() is None for r in refs)
     a, b = _aligned(256, 384, 128, torch.float16)  # the kept plan, re-pointed at new tensors
     assert_close(ws.matmul_ws(a, b), matmul_ref(a, b, out_dtype=torch.float64), torch.float16)
+
+
+# ----------------------------------------------------------------------------- lazily negated views
+def _negated(t):
+    view = torch._neg_view(t)
+    assert view.is_neg()
+    return view
+
+
+def test_negated_views_are_resolved_before_the_plan(monkeypatch):
+    """The kernel reads memory: a lazily negated a, b or bias must reach the plan as its values
+    (and never share a kept plan with plain tensors).  Checked without a GPU: the plan is a stub."""
+    a = _negated(tma_aligned(random_matrix(16, 12)))  # rows of 12 halves padded to 16: TMA-readable
+    b = _negated(tma_aligned(random_matrix(12, 20)))
+    bias = _negated(torch.randn(20).to(DEVICE, torch.float16))
+    assert ws._plan_key(a, b, None, None, "cooperative", None, False) is None
+    assert ws._plan_key(a.resolve_neg(), b, None, bias, "cooperative", None, False) is None
+    seen = {}
+
+    class Stub:
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def __call__(self, a, b, bias, trace):
+            seen.update(a=a, b=b, bias=bias)
+
+    monkeypatch.setattr(ws, "_require_hopper", lambda: None)
+    monkeypatch.setattr(ws, "_Plan", Stub)
+    monkeypatch.setattr(ws, "_PLANS", {})
+    ws.matmul_ws(a, b, bias=bias)
+    for name, given in (("a", a), ("b", b), ("bias", bias)):
+        assert not seen[name].is_neg() and torch.equal(seen[name], given.resolve_neg()), name
+    assert seen["a"].stride() == a.stride() and seen["b"].stride() == b.stride()  # still TMA-readable
+
+
+@pytest.mark.gpu
+@needs_hopper
+@pytest.mark.parametrize("schedule", ws.SCHEDULES)
+@pytest.mark.usefixtures("seed")
+def test_gpu_negated_views_keep_their_sign(schedule):
+    """A negated padded a, a negated column-major b and a negated bias: the right answer, also
+    when a kept plan of the same layout exists."""
+    M, N, K, dtype = 200, 136, 72, torch.float16
+    a = tma_aligned(random_matrix(M, K + 3, dtype))[:, :K]
+    b = random_matrix(N, K, dtype).t()
+    bias = torch.randn(N).to(DEVICE, dtype)
+    ws._launch(a, b, bias=bias, activation="relu", schedule=schedule)  # keeps a plan for this layout
+    na, nb, nbias = _negated(a), _negated(b), _negated(bias)
+    out = ws._launch(na, nb, bias=nbias, activation="relu", schedule=schedule)
+    ref = matmul_ref(na.resolve_neg(), nb.resolve_neg(), activation="relu", bias=nbias.resolve_neg(),
+                     out_dtype=torch.float64)
+    assert_close(out, ref, dtype)

@@ -244,14 +244,29 @@ def _prepare(group_a, group_b, tma, block_shapes):
     return shapes, group_c, meta[:num_meta], meta[num_meta:], facts, total_tiles
 
 
-def _addresses_and_versions(tensors) -> list:
-    """Per tensor: its data address and its version counter (bumped by every in-place change)."""
-    return [(t.data_ptr(), t._version) for t in tensors]
+#: what :func:`_layout` returns, as the error of a changed tensor names it
+_LAYOUT_FIELDS = ("address", "shape", "strides", "storage offset", "dtype")
 
 
-def _layouts(groups) -> list:
-    """What a plan's saved metadata depends on, per input tensor: address, shape, strides, dtype."""
-    return [(t.data_ptr(), t.shape, t.stride(), t.dtype) for tensors in groups for t in tensors]
+def _layout(t) -> tuple:
+    """What a plan's saved metadata depends on, per tensor: address, shape, strides, offset, dtype."""
+    return t.data_ptr(), tuple(t.shape), t.stride(), t.storage_offset(), t.dtype
+
+
+def _watch(t) -> tuple:
+    """(tensor, an alias of its storage and view, address, dtype): :func:`_unchanged`'s record.
+    The alias also keeps the planned memory alive whatever happens to ``t``."""
+    return t, t.detach(), t.data_ptr(), t.dtype
+
+
+def _unchanged(watched) -> bool:
+    """Every tensor still has the storage, offset, shape, strides, address and dtype it was planned
+    with (``is_set_to`` compares the first four in one call: ``.data = x.data.t()`` keeps the
+    address and the version counter, so neither alone sees it)."""
+    for t, alias, address, dtype in watched:
+        if t.data_ptr() != address or t.dtype is not dtype or not t.is_set_to(alias):
+            return False
+    return True
 
 
 class GroupedMatmulPlan:
@@ -265,11 +280,12 @@ class GroupedMatmulPlan:
     the pointer arrays the tutorial builds once before timing its kernel.
 
     The plan holds the A_i and B_i tensors (the kernel only has their addresses): changing their
-    values in place between runs is fine, replacing them needs a new plan.  Each :meth:`run`
-    checks that every input still has the address, shape, strides and dtype it was planned with
-    (``a.data = ...``, ``a.resize_(...)`` or ``a.set_(...)`` change them, and the saved address
-    would then point at freed memory) and raises ValueError naming the tensor otherwise; the full
-    comparison runs only when an address moved or an input was written in place.
+    values in place between runs is fine, replacing them needs a new plan.  It also holds its C_i
+    (and each run refills the list it returns), so a caller replacing or dropping a returned
+    tensor never frees memory the kernel writes.  Each :meth:`run` checks that every input and
+    output still has the storage, address, shape, strides, offset and dtype it was planned with
+    (``a.data = ...``, even ``a.data = a.data.t()``, ``a.resize_(...)`` or ``a.set_(...)``
+    change them) and raises ValueError naming the tensor otherwise.
 
     On a GPU the launch itself is fixed too: the first :meth:`run` tunes (if needed) and keeps
     the compiled kernel with its arguments (:class:`~gemm_kernels._triton_compat.BoundLaunch`); later
@@ -289,15 +305,18 @@ class GroupedMatmulPlan:
                              "use cuda_graph=False")
         if tma is True:
             runtime.require_tma("grouped_matmul(tma=True)", USE_POINTER_PATH)
-        (self.shapes, self.outputs, self._problems, self._tile_starts, facts,
+        (self.shapes, self._returned, self._problems, self._tile_starts, facts,
          self._total_tiles) = _prepare(group_a, group_b, tma, BLOCK_SHAPES)
         self.tma = tma
         checks.check_no_lazy_views({f"{name}[{i}]": t for name, group in (("group_a", group_a), ("group_b", group_b))
                                     for i, t in enumerate(group)})
-        self._inputs = (list(group_a), list(group_b))  # keep the storage the addresses point to alive
-        self._planned_layouts = _layouts(self._inputs)
-        self._flat_inputs = [t for tensors in self._inputs for t in tensors]
-        self._seen = _addresses_and_versions(self._flat_inputs)
+        self._outputs = tuple(self._returned)  # the plan's own C_i: a caller's list edits cannot free them
+        self._names = [f"{name}[{i}]" for name, tensors in (("group_a", group_a), ("group_b", group_b),
+                                                            ("outputs", self._outputs))
+                       for i in range(len(tensors))]
+        tensors = [*group_a, *group_b, *self._outputs]
+        self._planned = [_layout(t) for t in tensors]
+        self._watched = [_watch(t) for t in tensors]  # also keeps the memory the addresses point to alive
         dtype = group_a[0].dtype
         self._kwargs = dict(num_problems=len(self.shapes), **_autotune_key(self.shapes), DTYPE=TL_DTYPES[dtype],
                             USE_TMA=tma, **facts, WIDEN=widen_for_dot(dtype), TRACE=False)
@@ -330,36 +349,34 @@ class GroupedMatmulPlan:
         return graph
 
     def _check_inputs_unchanged(self) -> None:
-        # Fast path: no address moved and nothing wrote to an input since the last run.  A new
-        # storage (``.data =``, ``set_``, a growing ``resize_``) moves the address; an in-place
-        # change (values, or a shrinking ``resize_``, an ``as_strided_``) bumps the version, and
-        # only then are shapes and strides compared (values may change, the layout may not).
-        seen = _addresses_and_versions(self._flat_inputs)
-        if seen == self._seen:
+        if _unchanged(self._watched):
             return
-        if _layouts(self._inputs) == self._planned_layouts:
-            self._seen = seen
-            return
-        names = [f"{group}[{i}]" for group, tensors in zip(("group_a", "group_b"), self._inputs)
-                 for i in range(len(tensors))]
-        for name, now, planned in zip(names, _layouts(self._inputs), self._planned_layouts):
-            if now != planned:
-                what = ", ".join(field for field, x, y in zip(("address", "shape", "strides", "dtype"), now, planned)
-                                 if x != y)
+        for name, (t, alias, _, _), planned in zip(self._names, self._watched, self._planned):
+            now = _layout(t)
+            if now != planned or not t.is_set_to(alias):
+                what = ", ".join(f for f, x, y in zip(_LAYOUT_FIELDS, now, planned) if x != y) or "storage"
+                role = "writes its results to" if name.startswith("outputs") else "reads"
                 raise ValueError(f"{name} changed since this GroupedMatmulPlan was built ({what}; e.g. by "
-                                 f"`.data = ...`, `.resize_()` or `.set_()`): the plan's saved address would read "
-                                 "freed or wrong memory. Build a new plan for the new tensors (values may change "
-                                 "in place, the storage may not)")
+                                 f"`.data = ...`, `.resize_()` or `.set_()`): the plan {role} the memory and layout "
+                                 "it was built with, so it would use freed or wrong memory. Build a new plan for the "
+                                 "new tensors (values may change in place, the storage and layout may not)")
 
     def run(self) -> list:
         """Launch the kernel (or replay its graph); returns the list of C_i (the plan's own tensors,
-        overwritten).  ValueError when an input's storage or layout changed since planning."""
+        overwritten; the same list every run, refilled).  ValueError when an input's or output's
+        storage or layout changed since planning."""
         self._check_inputs_unchanged()
         if self._graph is not None:
             self._graph.replay()
         else:
             self._launch()
-        return self.outputs
+        self._returned[:] = self._outputs  # a caller may have replaced or removed elements
+        return self._returned
+
+    @property
+    def outputs(self) -> list:
+        """The list of C_i that :meth:`run` fills and returns."""
+        return self._returned
 
 
 def grouped_matmul(group_a, group_b, *, tma=False):

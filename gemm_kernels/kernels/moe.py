@@ -339,6 +339,8 @@ def _forward(x, w, offs, tma, check_offs):
     CPU), True (host check) or False (none).  On a GPU a repeated shape takes a bound launch."""
     if _pending is not None and _pending[0]:  # an earlier call's kernel found a bad offs
         raise_pending_offs_error()
+    if not (isinstance(x, torch.Tensor) and isinstance(w, torch.Tensor) and isinstance(offs, torch.Tensor)):
+        _check_shapes(x, w, offs)  # a TypeError naming the argument, before any attribute is read
     if x.is_neg() or w.is_neg() or x.is_conj() or w.is_conj():  # the memory holds the values before it
         x, w = checks.resolve_lazy_views(x, w)
     on_gpu = runtime.on_gpu()
@@ -455,6 +457,8 @@ def _setup_backward(ctx, inputs, output):
 
 def _backward(ctx, dy):
     x, w, offs = ctx.saved_tensors
+    if torch.is_grad_enabled():  # create_graph=True: the gradients must be differentiable themselves
+        return (*_differentiable_grads(x, w, offs, dy, ctx.tma, ctx.needs_input_grad), None, None, None)
     # Eager autograd calls the launchers directly: each custom-op dispatch costs host time that
     # small experts' kernels do not cover (PERF_NOTES 20).  A traced backward (fake or functional
     # tensors, torch.compile) must see the ops.
@@ -470,6 +474,18 @@ def _backward(ctx, dy):
         else:
             dw = wgrad(x, dy, offs, ctx.tma)
     return dx, dw, None, None, None
+
+
+def _differentiable_grads(x, w, offs, dy, tma, needs_input_grad) -> tuple:
+    """``(dx, dw)`` as ops autograd records, for double backward (a gradient penalty):
+    ``grouped_mm`` and the weight-gradient op, whose backward is ``grouped_mm`` again."""
+    dx = dw = None
+    if needs_input_grad[0]:
+        dx = grouped_mm(dy, w.transpose(1, 2), offs, tma=tma, check_offs=False)
+    if needs_input_grad[1]:
+        wgrad = torch.ops.gemm_kernels.grouped_mm_wgrad
+        dw = wgrad(dy, x, offs, tma).transpose(1, 2) if w.stride(1) < w.stride(2) else wgrad(x, dy, offs, tma)
+    return dx, dw
 
 
 _grouped_mm_op.register_autograd(_backward, setup_context=_setup_backward)
@@ -512,9 +528,9 @@ def grouped_mm(x, w, offs, *, tma=None, check_offs=None):
     nothing (the kernel still clamps every range into x, so a bad offs gives wrong rows, never
     out-of-bounds memory).
 
-    Differentiable in x and w (``dx = grouped_mm(dy, wᵀ)``, ``dw[e] = x_eᵀ dy_e``), and a
-    PyTorch custom op (``torch.ops.gemm_kernels.grouped_mm``) that ``torch.compile`` traces
-    without a graph break.
+    Differentiable in x and w (``dx = grouped_mm(dy, wᵀ)``, ``dw[e] = x_eᵀ dy_e``), twice too
+    (``create_graph=True``, e.g. a gradient penalty), and a PyTorch custom op
+    (``torch.ops.gemm_kernels.grouped_mm``) that ``torch.compile`` traces without a graph break.
     """
     if check_offs is not None and not isinstance(check_offs, bool):
         raise TypeError(f"check_offs must be None, True or False, got {check_offs!r}")

@@ -32,6 +32,7 @@ import triton.language as tl
 from .. import runtime
 from ..runtime import ensure_tma_allocator
 from . import checks, configs, tma
+from .autograd import grad_enabled_for
 from .epilogue import store_tile_masked, widen_for_dot
 from .matmul import k_loop_pointers
 from .tma import tma_strides
@@ -143,6 +144,8 @@ _MAX_LAUNCHES = 256
 def launch(x, dy, offs, tma) -> torch.Tensor:
     """The weight gradient's launch, unchecked (the backward pass's inputs were checked by the
     forward).  On a GPU a repeated shape takes a bound launch: no argument handling."""
+    if x.is_neg() or dy.is_neg() or x.is_conj() or dy.is_conj():  # the kernel reads memory, not the lazy bit
+        x, dy = checks.resolve_lazy_views(x, dy)
     key = _launch_key(x, dy, offs, tma) if runtime.on_gpu() else None
     kept = _LAUNCHES.get(key) if key is not None else None
     if kept is not None:
@@ -192,6 +195,26 @@ def _(x, dy, offs, tma):
     return x.new_empty((offs.shape[0], x.shape[1], dy.shape[1]))
 
 
+def _setup_backward(ctx, inputs, output):
+    x, dy, offs, tma = inputs
+    ctx.save_for_backward(x, dy, offs)
+    ctx.tma = tma
+
+
+def _backward(ctx, g):
+    """Of ``dw[e] = x_eᵀ dy_e``: ``dx_e = dy_e g[e]ᵀ`` and ``ddy_e = x_e g[e]``, both ``grouped_mm``
+    (rows past offs[-1] get zeros).  What makes ``grouped_mm``'s double backward."""
+    from .moe import grouped_mm  # moe imports this module
+
+    x, dy, offs = ctx.saved_tensors
+    gx = grouped_mm(dy, g.transpose(1, 2), offs, tma=ctx.tma, check_offs=False) if ctx.needs_input_grad[0] else None
+    gdy = grouped_mm(x, g, offs, tma=ctx.tma, check_offs=False) if ctx.needs_input_grad[1] else None
+    return gx, gdy, None, None
+
+
+_wgrad_op.register_autograd(_backward, setup_context=_setup_backward)
+
+
 def grouped_mm_wgrad(x, dy, offs, *, tma=None):
     """``dw[e] = x[offs[e-1]:offs[e]]ᵀ @ dy[offs[e-1]:offs[e]]`` for every expert e: ``[E, K, N]``
     in x's dtype (fp32 accumulation).  Rows past ``offs[-1]`` take no part; an expert with no rows
@@ -201,6 +224,8 @@ def grouped_mm_wgrad(x, dy, offs, *, tma=None):
     _check(x, dy, offs)
     if tma is not None and not isinstance(tma, bool):
         raise TypeError(f"tma must be None, True or False, got {tma!r}")
+    if grad_enabled_for(x, dy):  # differentiable through the op (its backward is grouped_mm)
+        return torch.ops.gemm_kernels.grouped_mm_wgrad(x, dy, offs, tma)
     return launch(x, dy, offs, tma)
 
 

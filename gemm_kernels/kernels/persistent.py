@@ -195,8 +195,9 @@ def matmul_tma(a, b, *, activation=None, bias=None, order="grouped", group_size_
     Needs sm_90+ on a GPU: on an older GPU it raises RuntimeError (no silent fallback, so a
     benchmark never reports pointer-kernel numbers under the TMA name).  Runs in the interpreter.
 
-    Differentiable in a, b and bias: the backward products run through this kernel too
-    (``kernels.autograd``; a gradient whose rows TMA cannot read is copied into aligned rows).
+    Differentiable in a, b and bias, twice too (``create_graph=True``): the backward products
+    run through this kernel (``kernels.autograd``; a gradient whose rows TMA cannot read is
+    copied into aligned rows).
     """
     options = dict(order=order, group_size_m=group_size_m, num_programs=num_programs, config=config)
     if grad_enabled_for(a, b, bias):
@@ -220,7 +221,8 @@ class _MatmulTma(torch.autograd.Function):
         def product(x, y, bias):  # TMA reads any row-/column-major view with 16-byte aligned rows
             x = x if tma.descriptor_layouts(x) else tma.tma_aligned(x)
             y = y if tma.descriptor_layouts(y) else tma.tma_aligned(y)
-            return _launch("tma", x, y, activation=None, bias=bias, **ctx.options)
+            # matmul_tma itself: differentiable again under create_graph=True (double backward)
+            return matmul_tma(x, y, activation=None, bias=bias, **ctx.options)
 
         da, db, dbias = matmul_grads(product, a, b, bias, ctx.activation, dc, ctx.needs_input_grad[:3])
         return da, db, dbias, None, None
