@@ -21,7 +21,7 @@ OLDEST_TRITON ?= 3.6.0
 OLDEST_VENV ?= .venv-triton36
 OLDEST_STAMP := $(OLDEST_VENV)/.installed
 
-.PHONY: setup lab lab-student test test-triton-oldest test-gpu sanitize sanitize-ws student images bench bench-quick clean
+.PHONY: setup lab lab-student test test-triton-oldest test-no-tma test-gpu test-gpu-fast test-gpu-notebooks sanitize sanitize-ws student images bench bench-quick clean
 
 setup: $(STAMP)
 
@@ -54,8 +54,18 @@ $(OLDEST_STAMP): pyproject.toml
 test-triton-oldest: $(OLDEST_STAMP)  ## unit tests (no notebooks, no browser) on the oldest supported Triton, interpreted
 	$(OLDEST_VENV)/bin/python -m pytest -n 2 -p no:cacheprovider -m "not browser" tests $(PYTEST_ARGS)
 
-test-gpu: $(STAMP)  ## only the tests that need a CUDA GPU
-	$(BIN)/python -m pytest -m gpu tests $(PYTEST_ARGS)
+test-no-tma: $(STAMP)  ## every notebook and the switch's tests as an Ampere/Ada learner runs them (GEMM_KERNELS_ARCH=sm_86)
+	GEMM_KERNELS_ARCH=sm_86 $(BIN)/python -m pytest -n 2 --nbmake --nbmake-timeout=600 -p no:cacheprovider notebooks tests/test_arch_switch.py $(PYTEST_ARGS)
+
+test-gpu: $(STAMP)  ## the tests that need a CUDA GPU, with the default autotuning (what a learner runs)
+	GEMM_KERNELS_AUTOTUNE=1 $(BIN)/python -m pytest -m gpu tests $(PYTEST_ARGS)
+
+test-gpu-fast: $(STAMP)  ## the same with autotuning off (each kernel's first config): quicker, not a substitute
+	GEMM_KERNELS_AUTOTUNE=0 $(BIN)/python -m pytest -m gpu tests $(PYTEST_ARGS)
+
+test-gpu-notebooks: $(STAMP)  ## each notebook alone on the GPU, cold Triton cache, timed: default mode, then an 8 GB card without TMA
+	$(BIN)/python -m gemm_kernels.bench.notebooks --json images/bench/notebook_times.json
+	$(BIN)/python -m gemm_kernels.bench.notebooks --arch sm_86 --memory-gb 8 --json images/bench/notebook_times_sm86.json
 
 sanitize: $(STAMP)  ## every kernel on ragged shapes under compute-sanitizer memcheck (needs a CUDA GPU)
 	GEMM_KERNELS_AUTOTUNE=0 compute-sanitizer --tool memcheck --error-exitcode 1 $(BIN)/python tests/sanitize_kernels.py

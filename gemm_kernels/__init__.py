@@ -15,7 +15,8 @@ from __future__ import annotations
 import importlib
 
 from . import runtime  # noqa: I001  (must run before any kernel module defines a @triton.jit)
-from .runtime import DEVICE, describe, gpu_name, interpreted, num_sms, on_gpu, supports_tma
+from .runtime import (DEVICE, default_autotune, describe, free_gpu_bytes, gpu_name, half_dtype, interpreted, num_sms,
+                      on_gpu, set_autotune, supports_bf16, supports_tma, supports_wgmma)
 
 #: public name -> the module that defines it
 _PUBLIC = {
@@ -32,9 +33,11 @@ _PUBLIC = {
     **dict.fromkeys(["schedule_explorer", "pointer_explorer", "grouped_schedule_explorer"], "viz.widgets"),
     **dict.fromkeys(["run_checked", "OutOfBounds"], "lab.checked"),
     "ws_timeline_explorer": "viz.timeline",
+    "raise_pending_streamk_error": "kernels.streamk",
 }
 
-__all__ = ["DEVICE", "describe", "gpu_name", "interpreted", "num_sms", "on_gpu", "supports_tma", *_PUBLIC]
+__all__ = ["DEVICE", "default_autotune", "describe", "free_gpu_bytes", "gpu_name", "half_dtype", "interpreted", "num_sms",
+           "on_gpu", "set_autotune", "supports_bf16", "supports_tma", "supports_wgmma", *_PUBLIC]
 
 
 def __getattr__(name):

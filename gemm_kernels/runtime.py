@@ -8,6 +8,10 @@ when a kernel is decorated.  Everything else in the package asks this module.
 * ``GEMM_KERNELS_INTERPRET=1`` (or ``TRITON_INTERPRET=1``) -> the interpreter even on
   a GPU machine, so a learner can ``print`` / ``pdb`` inside a kernel.
 * Otherwise -> compiled kernels on ``cuda``.
+* ``GEMM_KERNELS_ARCH=sm_86`` (or sm_75/80/89) -> the runtime reports that GPU's features (no
+  TMA, wgmma, Gluon or clusters before sm_90; its shared memory) while the kernels still run on the
+  GPU present (or the interpreter): an H100 then takes the paths a learner's Ampere or Ada card
+  takes, and a CPU runs the notebooks' no-TMA branches.
 
 On a CPU-only machine nothing here touches the CUDA driver: a CPU build of
 torch is recognised without a CUDA call, and the interpreter never loads one.
@@ -33,6 +37,15 @@ FORCE_INTERPRET_ENV = "GEMM_KERNELS_INTERPRET"
 #: Set by the compile view's worker process (``gemm_kernels.lab.compile_view``): no GPU, but kernels
 #: stay real ``JITFunction``s (not interpreted) so ``triton.compile`` can build them for a target.
 COMPILE_ONLY_ENV = "GEMM_KERNELS_COMPILE_ONLY"
+#: Report an older GPU than the one present, e.g. ``sm_86`` (module docstring).
+ARCH_ENV = "GEMM_KERNELS_ARCH"
+#: Shared memory per block (the opt-in maximum, bytes) of the architectures ARCH_ENV may name:
+#: Turing, A100, RTX 30xx/A10, Jetson Orin, RTX 40xx/L4, Hopper.
+ARCH_SHARED_MEMORY = {(7, 5): 65536, (8, 0): 166912, (8, 6): 101376, (8, 7): 166912, (8, 9): 101376,
+                      (9, 0): 232448}
+#: Cap this process's GPU memory, in GB (e.g. 8: a learner's laptop card), through
+#: ``torch.cuda.set_per_process_memory_fraction``; :func:`free_gpu_bytes` then reports the capped room.
+MEMORY_GB_ENV = "GEMM_KERNELS_MEMORY_GB"
 #: Set to 0 to skip autotuning on a GPU: each kernel then uses the first (default) config of its
 #: list.  Meant for quick correctness runs (each new shape otherwise compiles and times every config).
 AUTOTUNE_ENV = "GEMM_KERNELS_AUTOTUNE"
@@ -62,9 +75,35 @@ class Runtime:
     interpreted: bool
     device: torch.device
     gpu_name: str
-    capability: tuple[int, int] | None
+    capability: tuple[int, int] | None  # what the kernels may use: the GPU's, or ARCH_ENV's
     num_sms: int
     reason: str
+    arch_from_env: bool = False  # capability comes from ARCH_ENV, not from the device
+
+
+def parse_arch(value: str) -> tuple[int, int]:
+    """``"sm_86"`` (or ``"86"``, ``"8.6"``) -> (8, 6), for one of ARCH_SHARED_MEMORY's architectures."""
+    import re
+
+    match = re.fullmatch(r"(?:sm_?)?(\d)\.?(\d)a?", value.strip().lower())
+    cap = (int(match.group(1)), int(match.group(2))) if match else None
+    if cap not in ARCH_SHARED_MEMORY:
+        known = ", ".join(f"sm_{a}{b}" for a, b in ARCH_SHARED_MEMORY)
+        raise ValueError(f"{ARCH_ENV}={value!r} is not an architecture this package knows; use one of {known}")
+    return cap
+
+
+def _with_arch(decided: Runtime) -> Runtime:
+    """ARCH_ENV applied to the decision: the reported capability, never newer than the GPU's."""
+    value = os.environ.get(ARCH_ENV, "").strip()
+    if not value:
+        return decided
+    cap = parse_arch(value)
+    if decided.capability is not None and cap > decided.capability:
+        raise ValueError(f"{ARCH_ENV}={value} asks for a newer GPU than this {decided.gpu_name} "
+                         f"(sm_{decided.capability[0]}{decided.capability[1]}): it can only hide features")
+    return Runtime(decided.interpreted, decided.device, decided.gpu_name, cap, decided.num_sms,
+                   f"{decided.reason}; {ARCH_ENV}={value}: features of an sm_{cap[0]}{cap[1]} GPU", True)
 
 
 def _decide() -> Runtime:
@@ -92,7 +131,25 @@ def _decide() -> Runtime:
     )
 
 
-RUNTIME = _decide()
+RUNTIME = _with_arch(_decide())
+
+
+def _cap_memory() -> None:
+    value = os.environ.get(MEMORY_GB_ENV, "").strip()
+    if not value or RUNTIME.interpreted:
+        return
+    try:
+        gb = float(value)
+    except ValueError:
+        gb = -1.0
+    total = torch.cuda.get_device_properties(0).total_memory
+    if not 0 < gb * 2**30 <= total:
+        raise ValueError(f"{MEMORY_GB_ENV}={value!r}: give a number of GB above 0 and at most this GPU's "
+                         f"{total / 2**30:.0f}")
+    torch.cuda.set_per_process_memory_fraction(gb * 2**30 / total, 0)
+
+
+_cap_memory()
 #: The device every tensor of the package lives on.
 DEVICE = RUNTIME.device
 
@@ -100,12 +157,20 @@ DEVICE = RUNTIME.device
 def prepare_interpreter() -> None:
     """When kernels are interpreted: make Triton's library ``@jit`` helpers interpreted (needed
     when Triton was imported before this package) and serialise interpreted launches (Triton's
-    interpreter is not thread-safe).  Imports Triton; a no-op on a GPU and in the compile-only worker.
-    ``gemm_kernels.kernels`` calls it before any kernel module loads."""
-    if not RUNTIME.interpreted or _truthy(os.environ.get(COMPILE_ONLY_ENV)):
+    interpreter is not thread-safe).  Imports Triton; a no-op in the compile-only worker.
+    ``gemm_kernels.kernels`` calls it before any kernel module loads.
+
+    First it keeps the decision made at import: ``TRITON_INTERPRET`` changed since (unset on a
+    CPU, set on a GPU machine) is put back, with one warning, and Triton's knob is pinned when
+    interpreting (``_triton_compat.keep_interpret_decision``); kernels defined afterwards would
+    otherwise be of the other kind and every launch fail ("0 active drivers")."""
+    if _truthy(os.environ.get(COMPILE_ONLY_ENV)):
         return
     from . import _triton_compat
 
+    _triton_compat.keep_interpret_decision(RUNTIME.interpreted)
+    if not RUNTIME.interpreted:
+        return
     _triton_compat.interpret_library_functions()
     _triton_compat.serialise_interpreted_launches()
 
@@ -133,7 +198,7 @@ _STREAM_BUFFERS: dict = {}
 _MAX_STREAM_BUFFERS = 64
 
 
-def stream_buffer(purpose: str, numel: int, dtype: torch.dtype, device_index: int) -> torch.Tensor:
+def stream_buffer(purpose: str, numel: int, dtype: torch.dtype, device_index: int, zeroed: bool = False) -> torch.Tensor:
     """A device buffer of at least ``numel`` elements of ``dtype`` on device ``device_index``,
     kept for launches on that device's current CUDA stream, for ``purpose`` (e.g. "tma scratch";
     one dtype per purpose).
@@ -147,17 +212,25 @@ def stream_buffer(purpose: str, numel: int, dtype: torch.dtype, device_index: in
     replayed on another stream, at the same time as eager launches on this one.  Two cases the
     key cannot tell apart, so kernels using it must not do them: programmatic dependent launch
     (a kernel starting before the previous one on its stream ends), and a stream destroyed
-    while its work is pending whose handle a new stream then reuses."""
+    while its work is pending whose handle a new stream then reuses.  ``zeroed``: a new buffer
+    starts at zero (the kernels that ask for it leave it at zero)."""
+    new = torch.zeros if zeroed else torch.empty
     if torch._C._cuda_isCurrentStreamCapturing():
-        return torch.empty(numel, device=torch.device("cuda", device_index), dtype=dtype)
+        return new(numel, device=torch.device("cuda", device_index), dtype=dtype)
     # the raw handle, as Triton's launcher reads it (torch.cuda.current_stream is slower)
     key = (device_index, torch._C._cuda_getCurrentRawStream(device_index), purpose)
     buffer = _STREAM_BUFFERS.get(key)
     if buffer is None or buffer.numel() < numel:
         if len(_STREAM_BUFFERS) >= _MAX_STREAM_BUFFERS:  # many streams: start over (frees stream-ordered)
             _STREAM_BUFFERS.clear()
-        buffer = _STREAM_BUFFERS[key] = torch.empty(numel, device=torch.device("cuda", device_index), dtype=dtype)
+        buffer = _STREAM_BUFFERS[key] = new(numel, device=torch.device("cuda", device_index), dtype=dtype)
     return buffer
+
+
+def reset_stream_buffers(purpose: str) -> None:
+    """Forget every kept buffer of ``purpose`` (the next launches get new ones)."""
+    for key in [k for k in _STREAM_BUFFERS if k[2] == purpose]:
+        del _STREAM_BUFFERS[key]
 
 
 def _tma_scratch(size: int, alignment: int, stream):
@@ -180,10 +253,67 @@ def ensure_tma_allocator() -> None:
 def supports_tma() -> bool:
     """Tensor descriptors (TMA) need Hopper (sm_90) or newer.
 
-    The interpreter emulates tensor descriptors, so the TMA kernels also run there."""
-    if RUNTIME.interpreted:
+    The interpreter emulates tensor descriptors, so the TMA kernels also run there (unless
+    GEMM_KERNELS_ARCH names an older GPU)."""
+    if RUNTIME.interpreted and not RUNTIME.arch_from_env:
         return True
     return RUNTIME.capability is not None and RUNTIME.capability[0] >= 9
+
+
+def supports_wgmma() -> bool:
+    """Hopper's warpgroup MMA, and with it the Gluon kernels (matmul_ws): compiled on an sm_90 GPU
+    only (no interpreter, nor an older GPU, nor GEMM_KERNELS_ARCH below sm_90)."""
+    return on_gpu() and RUNTIME.capability is not None and RUNTIME.capability[0] == 9
+
+
+def gpu_description() -> str:
+    """"this NVIDIA A100 is sm_80", or how GEMM_KERNELS_ARCH changed that: for error messages."""
+    if RUNTIME.capability is None:
+        return f"this machine has no usable CUDA GPU ({RUNTIME.reason})"
+    if RUNTIME.arch_from_env:
+        return f"this {gpu_name()} is treated as {arch_name()} ({ARCH_ENV} is set)"
+    return f"this {gpu_name()} is {arch_name()}"
+
+
+def supports_bf16() -> bool:
+    """bf16 tensor-core products need Ampere (sm_80) or newer; the interpreter has them (unless
+    GEMM_KERNELS_ARCH names an older GPU)."""
+    if RUNTIME.interpreted and not RUNTIME.arch_from_env:
+        return True
+    return RUNTIME.capability is not None and RUNTIME.capability >= (8, 0)
+
+
+def shared_memory_bytes() -> int:
+    """Shared memory one program may use (the opt-in maximum): the GPU's, GEMM_KERNELS_ARCH's, or
+    Hopper's where no GPU can be asked (the interpreter, the compile view)."""
+    if RUNTIME.arch_from_env:
+        return ARCH_SHARED_MEMORY[RUNTIME.capability]
+    if on_gpu():
+        return torch.cuda.get_device_properties(0).shared_memory_per_block_optin
+    return ARCH_SHARED_MEMORY[(9, 0)]
+
+
+def half_dtype() -> torch.dtype:
+    """bf16 where this GPU multiplies it (sm_80+, the interpreter), else fp16: the 16-bit type a demo uses."""
+    return torch.bfloat16 if supports_bf16() else torch.float16
+
+
+def free_gpu_bytes() -> int | None:
+    """Bytes a demo may still allocate on the GPU: the driver's free memory plus torch's cached
+    blocks, within ``torch.cuda.set_per_process_memory_fraction``'s cap; None in the interpreter.
+    GPU demos size themselves from it, so they fit a learner's 8 GB card."""
+    if not on_gpu():
+        return None
+    free, total = torch.cuda.mem_get_info()
+    allocated, reserved = torch.cuda.memory_allocated(), torch.cuda.memory_reserved()
+    fraction = torch.cuda.get_per_process_memory_fraction() if hasattr(torch.cuda, "get_per_process_memory_fraction") else 1.0
+    return max(0, min(free + reserved - allocated, int(fraction * total) - allocated))
+
+
+def arch_name() -> str:
+    """``sm_90`` etc.: the architecture the kernels may use, or ``"interpreter"``."""
+    cap = RUNTIME.capability
+    return f"sm_{cap[0]}{cap[1]}" if cap else "interpreter"
 
 
 def require_tma(what: str, instead: str) -> None:
@@ -191,10 +321,8 @@ def require_tma(what: str, instead: str) -> None:
     architecture, and ``instead``, the pointer-load alternative.  Never a silent fallback, so a
     benchmark never reports pointer-kernel numbers under a TMA name."""
     if not supports_tma():
-        cap = RUNTIME.capability
-        arch = f"sm_{cap[0]}{cap[1]}" if cap else "of unknown compute capability"
         raise RuntimeError(f"{what} needs the Tensor Memory Accelerator (tensor descriptors) of an sm_90 "
-                           f"(Hopper) or newer GPU; this {gpu_name()} is {arch}. {instead}")
+                           f"(Hopper) or newer GPU; {gpu_description()}. {instead}")
 
 
 def tma_row_length(length: int, itemsize: int) -> int:
@@ -209,9 +337,34 @@ def num_sms() -> int:
     return RUNTIME.num_sms
 
 
+#: GEMM_KERNELS_AUTOTUNE's values: every config, a short search (the notebooks), the first config only
+AUTOTUNE_MODES = ("full", "small", "off")
+
+
+def autotune_mode() -> str:
+    """``"full"`` (the default), ``"small"`` (``GEMM_KERNELS_AUTOTUNE=small``: a few tile shapes,
+    shorter timing; what the notebooks ask for) or ``"off"`` (``=0``: each kernel's first config)."""
+    value = os.environ.get(AUTOTUNE_ENV, "1").strip().lower()
+    return "off" if value in ("0", "off") else "small" if value == "small" else "full"
+
+
+def set_autotune(mode: str) -> None:
+    """Set the autotuning mode for this process (one of AUTOTUNE_MODES); shapes already tuned keep their pick."""
+    if mode not in AUTOTUNE_MODES:
+        raise ValueError(f"autotune mode must be one of {AUTOTUNE_MODES}, got {mode!r}")
+    os.environ[AUTOTUNE_ENV] = {"full": "1", "small": "small", "off": "0"}[mode]
+
+
+def default_autotune(mode: str) -> None:
+    """:func:`set_autotune`, unless GEMM_KERNELS_AUTOTUNE is set: what a notebook asks for, which
+    the person running it can still override."""
+    if not os.environ.get(AUTOTUNE_ENV, "").strip():
+        set_autotune(mode)
+
+
 def autotune_enabled() -> bool:
     """Autotuning happens only on a GPU, and only unless GEMM_KERNELS_AUTOTUNE=0."""
-    return on_gpu() and os.environ.get(AUTOTUNE_ENV, "1").strip() != "0"
+    return on_gpu() and autotune_mode() != "off"
 
 
 def gpu_name() -> str:
@@ -240,6 +393,8 @@ def describe() -> dict:
         "compute_capability": RUNTIME.capability,
         "num_sms": RUNTIME.num_sms,
         "supports_tma": supports_tma(),
+        "arch_from_env": RUNTIME.arch_from_env,
+        "shared_memory_bytes": shared_memory_bytes(),
         "torch": torch.__version__,
         "triton": triton.__version__,
     }

@@ -139,3 +139,46 @@ def triton_config(block_k):
 
     return triton.Config({**configs.INTERPRETER_BLOCKS, "BLOCK_K": block_k, **configs.PERSISTENT_LOOP_DEFAULTS},
                          num_warps=4, num_stages=1)
+
+
+@pytest.mark.parametrize("kind", LISTS)
+@pytest.mark.parametrize("limit", sorted(set(runtime.ARCH_SHARED_MEMORY.values())))
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32], ids=str)
+def test_every_list_fits_every_architectures_shared_memory(kind, limit, dtype, autotune_on, monkeypatch):
+    """GEMM_KERNELS_ARCH=sm_86 (99 KB) with fp32 left no config of the moe list (notebook 09 on an
+    H100 in that mode: a 240 KB config was launched): the smallest then gets smaller blocks."""
+    monkeypatch.setattr(configs, "shared_memory_limit", lambda: limit)
+    fitted = configs.fit_to_device(LISTS[kind](), {"a_ptr": torch.empty(1, dtype=dtype)})
+    element_bytes = torch.finfo(dtype).bits // 8
+    assert fitted and all(configs._bytes(c, c.num_stages, element_bytes) <= limit for c in fitted)
+    assert all(min(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"], c.kwargs["BLOCK_K"]) >= 32 for c in fitted)
+
+
+@pytest.mark.parametrize("kind", LISTS)
+def test_the_small_search_tries_a_few_tile_shapes(kind, monkeypatch):
+    """GEMM_KERNELS_AUTOTUNE=small (the notebooks): the first config of each of the first few tile
+    shapes, so a small problem still gets a small tile, in the list's order."""
+    monkeypatch.setenv(runtime.AUTOTUNE_ENV, "small")
+    monkeypatch.setattr(runtime, "autotune_enabled", lambda: True)
+    small = configs.fit_to_device(LISTS[kind](), {"a_ptr": torch.empty(1, dtype=torch.float16)})
+    shapes = [(c.kwargs["BLOCK_M"], c.kwargs["BLOCK_N"]) for c in small]
+    assert small[0] == LISTS[kind]()[0] and len(set(shapes)) == len(shapes) <= configs.SMALL_SEARCH_SHAPES
+    assert [c for c in LISTS[kind]() if c in small] == small and len(small) < len(LISTS[kind]())
+
+
+@pytest.mark.parametrize("value,mode", [("", "full"), ("1", "full"), ("0", "off"), ("off", "off"), ("small", "small"),
+                                        ("SMALL", "small")])
+def test_autotune_modes(value, mode, monkeypatch):
+    monkeypatch.setenv(runtime.AUTOTUNE_ENV, value)
+    assert runtime.autotune_mode() == mode
+
+
+def test_default_autotune_leaves_a_setting_the_user_made(monkeypatch):
+    monkeypatch.setenv(runtime.AUTOTUNE_ENV, "0")
+    runtime.default_autotune("small")
+    assert runtime.autotune_mode() == "off"
+    monkeypatch.delenv(runtime.AUTOTUNE_ENV)
+    runtime.default_autotune("small")
+    assert runtime.autotune_mode() == "small"
+    with pytest.raises(ValueError, match="autotune mode must be one of"):
+        runtime.set_autotune("fast")

@@ -14,6 +14,7 @@ import triton
 from gemm_kernels import DEVICE, matmul_ref, runtime
 from gemm_kernels.kernels import configs
 from gemm_kernels.models import tiles
+from gemm_kernels.kernels import streamk
 from gemm_kernels.kernels.streamk import MAX_PROGRAMS_PER_SM, _streamk_tuned, matmul_streamk
 from gemm_kernels.kernels.tma import tma_aligned
 from gemm_kernels.lab.traces import trace_streamk_segments
@@ -84,19 +85,62 @@ def test_store_paths(n, subtile):
     assert_close(out, _ref(a, b, activation="relu"))
 
 
-def test_an_interrupted_launch_leaves_nothing_for_the_next(monkeypatch):
-    """Flags and ticket are zeroed per launch: a launch that stopped half way (an exception, a
-    KeyboardInterrupt in a notebook) cannot hand its raised flags to the next call."""
+def _launch_raw(a, b, partials, flags, record, num_programs, sk_tiles, spin_limit=1 << 22):
+    """The kernel launched with given buffers, as the autotuner and a CUDA graph replay do: no reset."""
+    M, K = a.shape
+    N = b.shape[1]
+    c = torch.full((M, N), float("nan"), device=DEVICE, dtype=a.dtype)
+    args = streamk._tma_args(a, b, c, None, None, order="grouped", group_size_m=8, num_programs=num_programs,
+                             activation=None)
+    args.update(partial_ptr=partials, flag_ptr=flags, error_ptr=record, spin_limit=spin_limit,
+                sk_tiles_requested=sk_tiles, SYSTEM_FENCE=runtime.on_gpu())
+    streamk._matmul_streamk_kernel[(num_programs,)](**args, **configs.explicit_config_kwargs(_config(), "tma"))
+    return c
+
+
+def test_repeated_launches_on_one_buffer_need_no_reset():
+    """The autotuner times a config by replaying one launch, buffers and all (notebook 05b hung the
+    GPU when the ticket counter was zeroed only per call): every launch leaves flags and ticket at zero."""
     a, b = _inputs(97, 89, 301, torch.float16)
-    real_zeros = torch.zeros
-    buffers = []
-    monkeypatch.setattr(torch, "zeros", lambda *args, **kw: buffers.append(real_zeros(*args, **kw)) or buffers[-1])
-    for _ in range(2):
-        out = matmul_streamk(a, b, num_programs=7, config=_config(), sk_tiles=7)
-        assert_close(out, _ref(a, b))
-    flags = [f for f in buffers if f.dtype == torch.int32]
-    assert len(flags) == 2 and flags[0].data_ptr() != flags[1].data_ptr()
-    assert int(flags[1][7]) == 7  # the ticket counter: every program took one
+    partials = torch.empty(7 * 32 * 32, dtype=torch.float32, device=DEVICE)
+    flags = torch.zeros(8, dtype=torch.int32, device=DEVICE)
+    record = torch.zeros(8, dtype=torch.int32, device=DEVICE)
+    for _ in range(3):
+        assert_close(_launch_raw(a, b, partials, flags, record, num_programs=7, sk_tiles=7), _ref(a, b))
+        assert flags.tolist() == [0] * 8 and record.tolist() == [0] * 8
+
+
+def _dirty_workspace(monkeypatch, counter):
+    """Make the launcher's flag buffer start with the ticket counter at ``counter`` (a buffer a
+    failed launch left dirty)."""
+    real_workspace = streamk._workspace
+
+    def dirty(num_programs, tile_elements, device):
+        partials, flags = real_workspace(num_programs, tile_elements, device)
+        flags[num_programs] = counter
+        return partials, flags
+
+    monkeypatch.setattr(streamk, "_workspace", dirty)
+    return real_workspace
+
+
+@pytest.mark.parametrize("counter,pattern", [
+    # tickets 2..6, then the reset, then 0 and 1: in the interpreter ticket 2 waits for ticket 1,
+    # whose program runs last, so the wait runs out of polls
+    (2, r"share 2 waited 50 polls for the partial sum of share 1"),
+    (7, r"drew ticket \d+ of 7: the flag buffer was not zero"),  # every ticket past the last share
+])
+def test_a_wait_that_never_ends_is_bounded_and_reported(monkeypatch, counter, pattern):
+    """A flag buffer left dirty: the launch still ends (every wait is bounded), and the next call
+    raises a RuntimeError naming the kernel and the wait, then runs clean."""
+    a, b = _inputs(97, 89, 301, torch.float16)
+    monkeypatch.setattr(streamk, "SPIN_LIMIT", 50)
+    real_workspace = _dirty_workspace(monkeypatch, counter)
+    with pytest.raises(RuntimeError, match=r"matmul_streamk: a launch of _matmul_streamk_kernel \(7 programs\) "
+                                           r"stopped early: .*" + pattern):
+        matmul_streamk(a, b, num_programs=7, config=_config(), sk_tiles=5)
+    monkeypatch.setattr(streamk, "_workspace", real_workspace)
+    assert_close(matmul_streamk(a, b, num_programs=7, config=_config(), sk_tiles=5), _ref(a, b))
 
 
 # ---------------------------------------------------------------- schedule: kernel == mirror, mirror's properties
@@ -261,18 +305,89 @@ print("ok", programs)
 """
 
 
-def _run_gpu_script(mode):
+_DEFAULT_PATH_SCRIPT = """
+import sys, torch, gemm_kernels as gk
+from gemm_kernels.kernels import streamk
+from gemm_kernels.testing import assert_close
+torch.manual_seed(0)
+mode = sys.argv[1]
+a = torch.randn(1024, 8192, device="cuda", dtype=torch.float16)
+b = torch.randn(8192, 1024, device="cuda", dtype=torch.float16)
+ref = a.double() @ b.double()
+if mode == "notebook":  # notebook 05b's call: default arguments, autotuning on
+    for _ in range(3):
+        assert_close(gk.matmul_streamk(a, b), ref, what="default call")
+elif mode == "graph":  # captured once, replayed 50 times
+    gk.matmul_streamk(a, b)  # tunes outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = gk.matmul_streamk(a, b)
+    for i in range(50):
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert_close(out, ref, what=f"replay {i}")
+elif mode == "streams":  # two streams at once, back-to-back launches on each
+    gk.matmul_streamk(a, b)
+    a2, b2 = a[:512].contiguous(), b[:, :512].contiguous()
+    ref2 = a2.double() @ b2.double()
+    s1, s2 = torch.cuda.Stream(), torch.cuda.Stream()
+    torch.cuda.synchronize()
+    outs = []
+    for _ in range(10):
+        with torch.cuda.stream(s1):
+            outs.append((gk.matmul_streamk(a, b), ref))
+        with torch.cuda.stream(s2):
+            outs.append((gk.matmul_streamk(a2, b2), ref2))
+    torch.cuda.synchronize()
+    for out, r in outs:
+        assert_close(out, r, what="two streams")
+elif mode == "dirty":  # a flag buffer left dirty: reported, bounded, and the next call is clean
+    import triton
+    config = triton.Config({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64}, num_warps=8, num_stages=3)
+    P = gk.num_sms()
+    partials, flags = streamk._workspace(P, 128 * 128, a.device)
+    flags[P] = P  # every ticket past the last share
+    try:
+        gk.matmul_streamk(a, b, config=config, sk_tiles=64)
+        torch.cuda.synchronize()
+        streamk.raise_pending_streamk_error()
+    except RuntimeError as e:
+        assert "not zero" in str(e), e
+    else:
+        raise AssertionError("no RuntimeError for a dirty flag buffer")
+    assert_close(gk.matmul_streamk(a, b, config=config, sk_tiles=64), ref, what="after the reset")
+torch.cuda.synchronize()
+streamk.raise_pending_streamk_error()
+print("ok", mode)
+"""
+
+
+def _run_gpu_script(mode, script=_GPU_SCRIPT, autotune=False, timeout=300):
     import os
     import subprocess
     import sys
 
+    env = {k: v for k, v in os.environ.items() if k != "GEMM_KERNELS_AUTOTUNE"}
+    if not autotune:
+        env["GEMM_KERNELS_AUTOTUNE"] = "0"
     try:
-        out = subprocess.run([sys.executable, "-c", _GPU_SCRIPT, mode], capture_output=True, text=True,
-                             env={**os.environ, "GEMM_KERNELS_AUTOTUNE": "0"}, timeout=300)
+        out = subprocess.run([sys.executable, "-c", script, mode], capture_output=True, text=True, env=env,
+                             timeout=timeout)
     except subprocess.TimeoutExpired:
-        pytest.fail(f"matmul_streamk ({mode}) did not finish in 300 s: a spin-wait never ended")
+        pytest.fail(f"matmul_streamk ({mode}) did not finish in {timeout} s: a spin-wait never ended")
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.startswith("ok")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode", ["notebook", "graph", "streams", "dirty"])
+def test_gpu_default_path_finishes_and_is_correct(mode):
+    """With autotuning on (the learner's default): the autotuner replays one launch many times,
+    a captured graph is replayed 50 times, two streams launch at once.  Each run is bounded: a
+    hang fails the test instead of the GPU."""
+    _run_gpu_script(mode, _DEFAULT_PATH_SCRIPT, autotune=True)
 
 
 @pytest.mark.gpu

@@ -30,6 +30,10 @@ def check_tensor(x, name: str, ndim: int, dtypes=SUPPORTED_DTYPES) -> None:
     if x.dtype not in dtypes:
         names = ", ".join(str(d).replace("torch.", "") for d in dtypes)
         raise TypeError(f"{name} has dtype {str(x.dtype).replace('torch.', '')}; supported: {names}")
+    if x.dtype == torch.bfloat16 and not runtime.supports_bf16():
+        raise TypeError(f"{name} is bfloat16, which this GPU ({runtime.arch_name()}) cannot multiply on its tensor "
+                        "cores (bf16 needs sm_80 or newer): use float16, or the CPU interpreter "
+                        "(GEMM_KERNELS_INTERPRET=1)")
     if x.device.type != runtime.DEVICE.type:
         where = "compiled on the GPU" if runtime.on_gpu() else "in the CPU interpreter"
         raise ValueError(
@@ -41,10 +45,37 @@ def check_tensor(x, name: str, ndim: int, dtypes=SUPPORTED_DTYPES) -> None:
 def resolve_lazy_views(*tensors):
     """The tensors with torch's lazy negation and conjugation applied (others, and non-tensors,
     unchanged, with no copy).  ``z.conj().imag`` is a view whose values are the negated memory
-    (``is_neg()``); a kernel reads the memory, so it would get the sign wrong.  Every
-    single-GEMM launcher and ``grouped_matmul`` pass their inputs through this first."""
-    return tuple(t.resolve_neg().resolve_conj() if isinstance(t, torch.Tensor) and (t.is_neg() or t.is_conj())
-                 else t for t in tensors)
+    (``is_neg()``); a kernel reads the memory, so it would get the sign wrong.  Every launcher
+    (single GEMMs, ``grouped_matmul``, ``grouped_mm`` and its weight gradient) passes its inputs
+    through this first.  The copy keeps the view's layout (:func:`resolved_copy`)."""
+    return tuple(resolved_copy(t) if isinstance(t, torch.Tensor) and (t.is_neg() or t.is_conj()) else t
+                 for t in tensors)
+
+
+def _dense(t: torch.Tensor) -> bool:
+    """No gaps and no overlap: the strides, sorted, are the running products of the sizes."""
+    expected = 1
+    for stride, size in sorted((t.stride(d), t.shape[d]) for d in range(t.dim()) if t.shape[d] != 1):
+        if stride != expected:
+            return False
+        expected *= size
+    return True
+
+
+def resolved_copy(t: torch.Tensor) -> torch.Tensor:
+    """``t``'s values in fresh memory laid out like ``t``, so that a layout a kernel accepts stays
+    accepted (``resolve_neg()`` alone makes a row-padded view contiguous, its rows then not
+    16-byte aligned for TMA).  A dense ``t`` keeps its strides; any other is copied dense in
+    its dimension order, the unit-stride dimension padded to 16 bytes (``tma.tma_aligned``)."""
+    if t.dim() < 2 or t.numel() == 0 or _dense(t):
+        return t.resolve_neg().resolve_conj()  # torch keeps a dense tensor's strides
+    order = sorted(range(t.dim()), key=t.stride, reverse=True)  # outermost dimension first
+    shape = [t.shape[d] for d in order]
+    inner = shape[-1]
+    shape[-1] = runtime.tma_row_length(inner, t.element_size())
+    out = torch.empty(shape, dtype=t.dtype, device=t.device)[..., :inner].permute(
+        [order.index(d) for d in range(t.dim())])
+    return out.copy_(t)  # copy_ applies the negation (and conjugation)
 
 
 def check_no_lazy_views(tensors: dict) -> None:

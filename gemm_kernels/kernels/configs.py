@@ -31,17 +31,13 @@ def _tuning_list(cfgs):
 
 
 #: Hopper's shared memory per block (227 KiB), used where no GPU can be asked (compile view, tests)
-HOPPER_SHARED_MEMORY_BYTES = 232448
+HOPPER_SHARED_MEMORY_BYTES = runtime.ARCH_SHARED_MEMORY[(9, 0)]
 MIN_STAGES = 2
 
 
 def shared_memory_limit() -> int:
-    """Shared memory one program may use on this GPU (opt-in maximum), or Hopper's on a CPU."""
-    if runtime.on_gpu():
-        import torch
-
-        return torch.cuda.get_device_properties(0).shared_memory_per_block_optin
-    return HOPPER_SHARED_MEMORY_BYTES
+    """Shared memory one program may use on this GPU (opt-in maximum), GEMM_KERNELS_ARCH's, or Hopper's on a CPU."""
+    return runtime.shared_memory_bytes()
 
 
 def pipeline_bytes(config: triton.Config, element_bytes: int) -> int:
@@ -61,29 +57,71 @@ def _element_bytes(args: dict) -> int:
     return 2
 
 
+def _bytes(config: triton.Config, stages: int, element_bytes: int) -> int:
+    """Shared memory of ``config`` at ``stages``: the pipeline, plus the C tile staged for the store."""
+    k = config.kwargs
+    per_stage = pipeline_bytes(config, element_bytes) // config.num_stages
+    return stages * per_stage + k["BLOCK_M"] * k["BLOCK_N"] * element_bytes
+
+
+def _fewer_stages(config: triton.Config, element_bytes: int, limit: int):
+    """``config`` with as few stages taken off as it needs to fit (down to MIN_STAGES), or None."""
+    stages = config.num_stages
+    while stages > MIN_STAGES and _bytes(config, stages, element_bytes) > limit:
+        stages -= 1
+    if _bytes(config, stages, element_bytes) > limit:
+        return None
+    return config if stages == config.num_stages else triton.Config(dict(config.kwargs), num_warps=config.num_warps,
+                                                                    num_stages=stages)
+
+
+def _smaller_blocks(config: triton.Config, element_bytes: int, limit: int) -> triton.Config:
+    """When no config of a list fits (fp32 on a 100 KB Ampere/Ada card): the smallest one at
+    MIN_STAGES with its largest block halved until it fits (blocks stay >= 32, tl.dot's comfort)."""
+    k = dict(config.kwargs)
+    shrunk = triton.Config(k, num_warps=config.num_warps, num_stages=MIN_STAGES)
+    while _bytes(shrunk, MIN_STAGES, element_bytes) > limit:
+        name = max(("BLOCK_K", "BLOCK_N", "BLOCK_M"), key=lambda n: k[n])
+        if k[name] <= 32:
+            break
+        k[name] //= 2
+        shrunk = triton.Config(dict(k), num_warps=min(config.num_warps, 4), num_stages=MIN_STAGES)
+    return shrunk
+
+
 def fit_to_device(config_list, named_args, **kwargs):
     """``early_config_prune`` of every kernel: make each config fit this launch, then apply the
     GEMM_KERNELS_AUTOTUNE switch.
 
     The lists above are tuned for 2-byte inputs; fp32 doubles every block's bytes, so a config
     whose pipeline plus the C tile staged for the epilogue would overflow shared memory gets
-    fewer stages (down to 2) or is dropped.  With
+    fewer stages (down to 2) or is dropped; if none is left, the smallest gets smaller blocks.  With
     GEMM_KERNELS_AUTOTUNE=0 only the first surviving config remains (no tuning run)."""
     element_bytes = _element_bytes({**named_args, **kwargs})
     limit = shared_memory_limit()
-    fitted = []
-    for config in config_list:
-        k = config.kwargs
-        epilogue = k["BLOCK_M"] * k["BLOCK_N"] * element_bytes  # C tile staged for the store
-        per_stage = pipeline_bytes(config, element_bytes) // config.num_stages
-        stages = config.num_stages
-        while stages > MIN_STAGES and stages * per_stage + epilogue > limit:
-            stages -= 1
-        if stages * per_stage + epilogue <= limit:
-            fitted.append(config if stages == config.num_stages else
-                          triton.Config(dict(k), num_warps=config.num_warps, num_stages=stages))
-    fitted = fitted or [min(config_list, key=lambda c: pipeline_bytes(c, element_bytes))]
-    return fitted if runtime.autotune_enabled() else fitted[:1]
+    fitted = [c for c in (_fewer_stages(config, element_bytes, limit) for config in config_list) if c is not None]
+    fitted = fitted or [_smaller_blocks(min(config_list, key=lambda c: _bytes(c, MIN_STAGES, element_bytes)),
+                                        element_bytes, limit)]
+    if not runtime.autotune_enabled():
+        return fitted[:1]
+    return small_search(fitted) if runtime.autotune_mode() == "small" else fitted
+
+
+#: tile shapes the small search (GEMM_KERNELS_AUTOTUNE=small, the notebooks) tries per new shape
+SMALL_SEARCH_SHAPES = 3
+
+
+def small_search(fitted):
+    """The first config of each of the first SMALL_SEARCH_SHAPES tile shapes (BLOCK_M x BLOCK_N):
+    a few compiles per new problem instead of every config, but still a small tile for a small
+    problem (the lists put the large, Hopper-friendly tiles first)."""
+    seen, picked = set(), []
+    for config in fitted:
+        shape = (config.kwargs["BLOCK_M"], config.kwargs["BLOCK_N"])
+        if shape not in seen and len(seen) < SMALL_SEARCH_SHAPES:
+            seen.add(shape)
+            picked.append(config)
+    return picked
 
 
 #: block sizes an explicit config may use: tl.dot needs >= 16, a TMA block dimension <= 256
@@ -146,13 +184,15 @@ def time_candidate(kernel_call, quantiles=None):
     # metadata was: misaligned-address faults, only with several processes on the GPU).  Its
     # writes to C must also be done before this stream's real launch.  Wait both ways.
     torch.cuda.synchronize()
-    timings = do_bench_cudagraph(kernel_call, rep=AUTOTUNE_REP_MS, quantiles=quantiles)
+    rep = SMALL_SEARCH_REP_MS if runtime.autotune_mode() == "small" else AUTOTUNE_REP_MS
+    timings = do_bench_cudagraph(kernel_call, rep=rep, quantiles=quantiles)
     torch.cuda.synchronize()
     return timings
 
 
-#: milliseconds of replays per candidate config
+#: milliseconds of replays per candidate config (full search, small search)
 AUTOTUNE_REP_MS = 50
+SMALL_SEARCH_REP_MS = 10
 
 
 class TunedKernel:

@@ -58,7 +58,7 @@ _tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_globa
 # --- the package helpers this module uses (one block, to re-point when the package moves) ---
 from .. import _triton_compat, runtime
 from ..models.tiles import cdiv, tile_coords_np
-from .checks import check_int, check_matmul_inputs as _check_matmul_inputs
+from .checks import check_int, check_matmul_inputs as _check_matmul_inputs, resolve_lazy_views
 from .epilogue import _TAIL_COEFFS, LEAKY_RELU_SLOPE, activation_ref
 from .tma import tma_aligned, tma_layout
 # ----------------------------------------------------------------------------------------------
@@ -353,11 +353,9 @@ def _tile_m(config) -> int:
 
 
 def _require_hopper() -> None:
-    cap = runtime.RUNTIME.capability
-    if runtime.on_gpu() and cap is not None and cap[0] == 9:
+    if runtime.supports_wgmma():
         return
-    where = (f"this {runtime.gpu_name()} is sm_{cap[0]}{cap[1]}" if runtime.on_gpu() and cap
-             else f"this machine has no usable CUDA GPU ({runtime.RUNTIME.reason})")
+    where = runtime.gpu_description()
     raise RuntimeError("matmul_ws needs an sm_90 (Hopper: H100/H200) GPU: it is a Gluon kernel built on wgmma "
                        f"(warpgroup_mma), TMA and mbarriers, and does not run in Triton's interpreter; {where}. "
                        "Use matmul_tma (sm_90+) or matmul_persistent (any GPU, or the interpreter) instead.")
@@ -428,8 +426,8 @@ _A, _B, _C, _C_PTR, _BIAS, _TRACE = range(6)  # positions of the kernel's first 
 
 def _tensor_key(t):
     """Everything about ``t`` the checks and Triton's specialisation look at (not its values or address)."""
-    if type(t) is not torch.Tensor or t.requires_grad:
-        return None  # not cacheable: a subclass, or a tensor whose check depends on autograd's mode
+    if type(t) is not torch.Tensor or t.requires_grad or t.is_neg() or t.is_conj():
+        return None  # not cacheable: a subclass, a tensor whose check depends on autograd's mode, a lazy view
     return t.shape, t.stride(), t.dtype, t.device, t.data_ptr() % 16
 
 
@@ -489,6 +487,7 @@ def _launch(a, b, *, activation=None, bias=None, schedule=None, num_programs=Non
     if plan is not None:
         return plan(a, b, bias, trace)
 
+    a, b, bias = resolve_lazy_views(a, b, bias)  # the kernel reads memory, not torch's lazy negation
     bias_in = bias
     bias = _check_ws_inputs(a, b, activation, bias)
     config = dict(config or CONFIGS[config_name])

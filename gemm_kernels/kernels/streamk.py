@@ -23,15 +23,13 @@ the same K offset.  So by default only few-tile, long-K problems are split
 (``tiles.streamk_default_tiles``); ``sk_tiles`` sets any other split.
 
 Waiting on another program is only safe if that program is running: CUDA promises neither that
-programs start in pid order nor that all of them fit on the GPU at once (``num_programs`` may be
-up to ``MAX_PROGRAMS_PER_SM`` per SM, and another stream's kernel may hold SMs).  So Stream-K
-shares are handed out by an atomic ticket, not by pid: a program takes the next ticket when it
-reaches the Stream-K phase, and waits only for lower tickets, which were taken, so by programs
-already running (a started program keeps its SM until it ends); the lowest waits for nobody.
-The waits end for any grid size and whatever else runs on the GPU.  The flags and the ticket
-are zeroed per launch (one small int32 buffer), so calls on different streams or threads, or
-after an interrupted launch, never see each other's flags.  In the interpreter programs run one
-after another in pid order, so the ticket equals the pid there.
+programs start in pid order nor that all of them fit on the GPU at once.  So Stream-K shares are
+handed out by an atomic ticket, not by pid: a program waits only for lower tickets, taken by
+programs already running.  Every launch leaves its flags and ticket counter at zero (the
+consumer lowers each flag it reads, the last ticket resets the counter), so back-to-back
+launches, autotuner replays and CUDA-graph replays need no reset in between; the buffer is kept
+per stream.  Every wait has a bound (``SPIN_LIMIT`` polls): past it the kernel reports the wait
+through a pinned host record and moves on, and the next call raises a ``RuntimeError``.
 
 Three layers as elsewhere: ``_matmul_streamk_kernel``, the validated launcher
 ``matmul_streamk``, ``configs.streamk_configs``.
@@ -46,6 +44,7 @@ import triton.language as tl
 from .. import runtime
 from ..models.tiles import cdiv
 from . import checks, configs, tma
+from .host_record import HostRecord, publish
 from .epilogue import load_bias
 from .matmul import matmul
 from .persistent import _tma_args
@@ -66,9 +65,30 @@ def _publish_partial(acc, partial_ptr, flag_ptr, share, BLOCK_M: tl.constexpr, B
     tl.atomic_xchg(flag_ptr + share, 1, sem="release", scope="gpu")  # ...and visible to whoever sees it
 
 
+#: what a Stream-K error record's field 1 says (``host_record``): a wait ran out of polls, or a
+#: ticket came out past the last share (the flag buffer was not zero when the launch began)
+WAIT_TIMED_OUT, TICKET_OUT_OF_RANGE = tl.constexpr(1), tl.constexpr(2)
+
+
 @triton.jit
-def _add_partials(acc, partial_ptr, flag_ptr, share, done, tile_end, total_iters,
-                  NUM_PROGRAMS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+def _wait_for_flag(flag_ptr, other, share, spin_limit, error_ptr, NUM_PROGRAMS: tl.constexpr,
+                   SYSTEM_FENCE: tl.constexpr):
+    """Wait (at most ``spin_limit`` polls) for share ``other``'s flag and lower it in the same
+    atomic.  True when it came; otherwise the wait is reported to the host record."""
+    polls = 0
+    seen = tl.atomic_cas(flag_ptr + other, 1, 0, sem="acquire", scope="gpu")
+    while (seen != 1) & (polls < spin_limit):
+        polls += 1
+        seen = tl.atomic_cas(flag_ptr + other, 1, 0, sem="acquire", scope="gpu")
+    if seen != 1:
+        publish(error_ptr, WAIT_TIMED_OUT, share, other, polls, NUM_PROGRAMS, SYSTEM_FENCE)
+    return seen == 1
+
+
+@triton.jit
+def _add_partials(acc, partial_ptr, flag_ptr, share, done, tile_end, total_iters, spin_limit, error_ptr,
+                  NUM_PROGRAMS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                  SYSTEM_FENCE: tl.constexpr):
     """Add the partial sums of the shares that ran K iterations ``[done, tile_end)`` of this
     tile: shares ``share - 1, share - 2, ...`` (``streamk_range`` hands them out in that order),
     held by programs that took their tickets before this one, so are running or done."""
@@ -76,29 +96,43 @@ def _add_partials(acc, partial_ptr, flag_ptr, share, done, tile_end, total_iters
     while done < tile_end:
         first, end = streamk_range(other, total_iters, NUM_PROGRAMS)
         if end > first:  # a program with an empty share published nothing
-            # Wait for its flag (zeroed per launch) and lower it in the same atomic.
-            while tl.atomic_cas(flag_ptr + other, 1, 0, sem="acquire", scope="gpu") != 1:
-                pass
-            # .cg: read from L2, where the other SM's stores went, never from this SM's L1
-            acc += tl.load(partial_ptr + _partial_offsets(other, BLOCK_M, BLOCK_N), cache_modifier=".cg")
+            if _wait_for_flag(flag_ptr, other, share, spin_limit, error_ptr, NUM_PROGRAMS, SYSTEM_FENCE):
+                # .cg: read from L2, where the other SM's stores went, never from this SM's L1
+                acc += tl.load(partial_ptr + _partial_offsets(other, BLOCK_M, BLOCK_N), cache_modifier=".cg")
         done = end
         other -= 1
     return acc
+
+
+@triton.jit
+def _take_ticket(flag_ptr, error_ptr, NUM_PROGRAMS: tl.constexpr, SYSTEM_FENCE: tl.constexpr):
+    """This program's share: the next ticket.  The last ticket resets the counter (every program
+    has taken one by then), so the launch leaves it at zero for the next.  A ticket past the
+    last share means the buffer was not zero: reported, and the program takes no share."""
+    share = tl.atomic_add(flag_ptr + NUM_PROGRAMS, 1, sem="relaxed", scope="gpu")
+    if share == NUM_PROGRAMS - 1:
+        tl.atomic_xchg(flag_ptr + NUM_PROGRAMS, 0, sem="relaxed", scope="gpu")
+    if share >= NUM_PROGRAMS:
+        publish(error_ptr, TICKET_OUT_OF_RANGE, share, -1, 0, NUM_PROGRAMS, SYSTEM_FENCE)
+    return share
 
 
 # ----------------------------------------------------------------------------- kernel
 @triton.jit
 def _matmul_streamk_kernel(
     a_ptr, b_ptr, c_ptr, bias_ptr, trace_ptr, partial_ptr,
-    flag_ptr,  # int32 [NUM_PROGRAMS + 1], zeroed: a flag per share, then the ticket counter
+    flag_ptr,  # int32 [NUM_PROGRAMS + 1], zero, left zero: a flag per share, then the ticket counter
+    error_ptr,  # host_record's int32 [8] record
     M, N, K,
     stride_a, stride_b, stride_c, stride_cn,
     sk_tiles_requested,  # < 0: tiles.streamk_default_tiles
+    spin_limit,  # most polls of one wait
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     GROUPED: tl.constexpr, GROUP_SIZE_M: tl.constexpr, NUM_PROGRAMS: tl.constexpr,
     A_COL_MAJOR: tl.constexpr, B_COL_MAJOR: tl.constexpr, C_TMA: tl.constexpr,
     HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, WIDEN: tl.constexpr, TRACE: tl.constexpr,
     FLATTEN: tl.constexpr, WARP_SPECIALIZE: tl.constexpr, EPILOGUE_SUBTILE: tl.constexpr,
+    SYSTEM_FENCE: tl.constexpr = True,  # False in the interpreter (the record is a CPU tensor)
 ):
     a_desc, b_desc = tma.input_descriptors(a_ptr, b_ptr, M, N, K, stride_a, stride_b,
                                            A_COL_MAJOR, B_COL_MAJOR, BLOCK_M, BLOCK_N, BLOCK_K)
@@ -127,9 +161,11 @@ def _matmul_streamk_kernel(
     # 2. Stream-K: a share of the last sk_tiles tiles' K iterations (at most two segments: the end
     #    of one tile, then the start of the next).  The share is the next ticket, not the pid:
     #    lower tickets, the only ones a share waits for, were taken by programs already running.
-    share = tl.atomic_add(flag_ptr + NUM_PROGRAMS, 1, sem="relaxed", scope="gpu")
+    share = _take_ticket(flag_ptr, error_ptr, NUM_PROGRAMS, SYSTEM_FENCE)
     total_iters = sk_tiles * k_tiles
     it, it_end = streamk_range(share, total_iters, NUM_PROGRAMS)
+    if share >= NUM_PROGRAMS:
+        it_end = it
     segment = 0
     while it < it_end:
         t = it // k_tiles
@@ -147,7 +183,7 @@ def _matmul_streamk_kernel(
             _publish_partial(acc, partial_ptr, flag_ptr, share, BLOCK_M, BLOCK_N)
         else:  # this program finishes the tile
             acc = _add_partials(acc, partial_ptr, flag_ptr, share, t * k_tiles + k_end, (t + 1) * k_tiles,
-                                total_iters, NUM_PROGRAMS, BLOCK_M, BLOCK_N)
+                                total_iters, spin_limit, error_ptr, NUM_PROGRAMS, BLOCK_M, BLOCK_N, SYSTEM_FENCE)
             bias = load_bias(bias_ptr, off_n, N, BLOCK_N, HAS_BIAS)
             tma.finish_tile(acc, bias, c_out, off_m, off_n, M, N, stride_c, stride_cn, HAS_BIAS, ACTIVATION, C_TMA,
                             EPILOGUE_SUBTILE, BLOCK_M, BLOCK_N)
@@ -180,6 +216,7 @@ def _launch_streamk(a, b, *, activation, bias, order, group_size_m, num_programs
         raise ValueError(f"num_programs={num_programs} is more than {MAX_PROGRAMS_PER_SM} per SM "
                          f"({MAX_PROGRAMS_PER_SM} x {runtime.num_sms()} SMs): every Stream-K program is launched "
                          "and keeps a tile-sized fp32 workspace, so the extra ones would only wait and take memory")
+    raise_pending_streamk_error()
     config_kwargs = None if config is None else configs.explicit_config_kwargs(config, "tma")
     runtime.require_tma("matmul_streamk", "Use matmul_persistent (pointer loads) instead.")
     M, K = a.shape
@@ -198,17 +235,57 @@ def _launch_streamk(a, b, *, activation, bias, order, group_size_m, num_programs
     c = torch.empty((M, N), device=a.device, dtype=a.dtype)
     args = _tma_args(a, b, c, bias, trace, order=order, group_size_m=group_size_m, num_programs=num_programs,
                      activation=activation)
-    partials = torch.empty(num_programs * _tile_elements(config), dtype=torch.float32, device=a.device)
-    flags = torch.zeros(num_programs + 1, dtype=torch.int32, device=a.device)  # per launch: see the docstring
-    args.update(partial_ptr=partials, flag_ptr=flags,
-                sk_tiles_requested=-1 if sk_tiles is None else sk_tiles)
+    partials, flags = _workspace(num_programs, _tile_elements(config), a.device)
+    args.update(partial_ptr=partials, flag_ptr=flags, error_ptr=_errors.tensor, spin_limit=SPIN_LIMIT,
+                sk_tiles_requested=-1 if sk_tiles is None else sk_tiles, SYSTEM_FENCE=runtime.on_gpu())
     runtime.ensure_tma_allocator()
     grid = (num_programs,)  # every program takes part in the split, even with fewer tiles than programs
     if config_kwargs is None:
         _streamk_tuned[grid](**args)
     else:
         _matmul_streamk_kernel[grid](**args, **config_kwargs)
+    raise_pending_streamk_error()  # a tuning run has synchronised: report its waits now
     return c
+
+
+def _workspace(num_programs: int, tile_elements: int, device: torch.device):
+    """The fp32 partial-sum slots and the int32 flags + ticket (zero, and left zero by every
+    launch): kept per stream on a GPU, fresh in the interpreter."""
+    if runtime.interpreted():
+        return (torch.empty(num_programs * tile_elements, dtype=torch.float32, device=device),
+                torch.zeros(num_programs + 1, dtype=torch.int32, device=device))
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    partials = runtime.stream_buffer("streamk partials", num_programs * tile_elements, torch.float32, index)
+    flags = runtime.stream_buffer("streamk flags", num_programs + 1, torch.int32, index, zeroed=True)
+    return partials, flags
+
+
+#: most polls of one wait for another program's partial sum.  A legitimate wait is for one
+#: share of K iterations (well under a millisecond); a poll is an L2 atomic (about a microsecond),
+#: so a wait that runs out has waited seconds and is reported, never hung.
+SPIN_LIMIT = 1 << 22
+
+_errors = HostRecord()
+
+
+def raise_pending_streamk_error() -> None:
+    """Raise the RuntimeError for a Stream-K wait that ran out of polls in a launch that has
+    finished (and clear it); nothing if none did.  ``matmul_streamk`` calls it before and after
+    every launch; call it after a ``torch.cuda.synchronize()`` to check every launch so far."""
+    fields = _errors.take()
+    if fields is None:
+        return
+    what, share, other, polls, programs = fields[:5]
+    runtime.reset_stream_buffers("streamk flags")  # a wait that gave up may have left a flag raised
+    if what == WAIT_TIMED_OUT.value:
+        detail = (f"the program holding share {share} waited {polls} polls for the partial sum of share {other}, "
+                  "which never came")
+    else:
+        detail = (f"a program drew ticket {share} of {programs}: the flag buffer was not zero when the launch "
+                  "began (a launch that failed earlier left it so)")
+    raise RuntimeError(f"matmul_streamk: a launch of _matmul_streamk_kernel ({programs} programs) stopped "
+                       f"early: {detail}. Its output is wrong; the flags are reset, so the next call starts clean. If "
+                       "this repeats, report it with the shapes and config")
 
 
 def matmul_streamk(a, b, *, activation=None, bias=None, order="grouped", group_size_m=8, num_programs=None,

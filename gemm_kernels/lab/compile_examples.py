@@ -78,7 +78,8 @@ def streamk_examples():
     bias = torch.zeros(256, dtype=torch.float16)
     args = persistent._tma_args(a, b_t, c, bias, None, order="grouped", group_size_m=8, num_programs=132, activation="gelu")
     args.update(partial_ptr=torch.zeros(16, dtype=torch.float32), flag_ptr=torch.zeros(16, dtype=torch.int32),
-                sk_tiles_requested=-1)
+                error_ptr=torch.zeros(8, dtype=torch.int32), sk_tiles_requested=-1, spin_limit=streamk.SPIN_LIMIT,
+                SYSTEM_FENCE=True)
     return [KernelExample("matmul_streamk[fp16, A row-major, B^T, gelu+bias]", streamk._matmul_streamk_kernel, args,
                           configs.streamk_configs(gpu=True)[0], targets=(90,),
                           expect={90: ("wgmma", "cp.async.bulk.tensor", "atom")})]

@@ -1,0 +1,38 @@
+"""python -m gemm_kernels.bench.notebooks (make test-gpu-notebooks): each notebook alone, timed,
+with a record; on the CPU it runs the interpreter path of the same notebooks."""
+
+import json
+
+import pytest
+
+from gemm_kernels import runtime
+from gemm_kernels.bench import notebooks
+
+
+def test_one_notebook_alone_is_run_timed_and_recorded(tmp_path):
+    out = tmp_path / "times.json"
+    assert notebooks.main(["--only", "00_start_here", "--arch", "sm_86", "--json", str(out)]) == 0
+    record = json.loads(out.read_text())
+    (row,) = record["notebooks"]
+    assert row["notebook"] == "00_start_here.ipynb" and row["passed"] and row["seconds"] > 0
+    assert record["mode"] == f"{runtime.ARCH_ENV}=sm_86" and "cold Triton cache" in record["timing"]
+
+
+def test_a_failing_notebook_is_recorded_with_its_output(tmp_path, monkeypatch):
+    bad = tmp_path / "bad.ipynb"
+    bad.write_text(json.dumps({"cells": [{"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
+                                          "source": "raise ValueError('broken on purpose')"}],
+                               "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                                           "language": "python"}},
+                               "nbformat": 4, "nbformat_minor": 5}))
+    monkeypatch.setattr(notebooks, "NOTEBOOKS_DIR", tmp_path)
+    out = tmp_path / "times.json"
+    assert notebooks.main(["--json", str(out)]) == 1
+    (row,) = json.loads(out.read_text())["notebooks"]
+    assert not row["passed"] and "broken on purpose" in row["tail"]
+
+
+@pytest.mark.parametrize("args", [["--arch", "sm_99"], ["--memory-gb", "0"], ["--timeout", "0"]])
+def test_bad_options_are_refused(args):
+    with pytest.raises((SystemExit, ValueError)):
+        notebooks.main([*args, "--only"])
