@@ -82,14 +82,6 @@ def claims():
     yield doc, (f"50 of 20: {streamk_us('1280x1280x1280', TAIL):.1f} against "
                 f"{streamk_us('1280x1280x1280', UNSPLIT):.1f}")
     yield doc, f"split: {big.replace(' µs', ' us')}"
-    doc = "gemm_kernels/kernels/streamk.py"  # the module docstring quotes the same runs
-    yield doc, (f"512 x 512 x 16384: {streamk_us('512x512x16384', TAIL):.1f} us against "
-                f"{streamk_us('512x512x16384', UNSPLIT):.0f} unsplit")
-    yield doc, (f"1024 x 1024 x 8192: {streamk_us('1024x1024x8192', TAIL):.1f} against "
-                f"{streamk_us('1024x1024x8192', UNSPLIT):.1f}")
-    yield doc, (f"1280^3: {streamk_us('1280x1280x1280', TAIL):.1f} against "
-                f"{streamk_us('1280x1280x1280', UNSPLIT):.1f}")
-    yield doc, f"(4096^3: {big.replace(' µs', '')})"
 
     yield nb03, f"ranged from {order_gain('2048x2048x2048')} at 2048³"
     yield nb03, f"to {order_gain('8192x8192x8192')} at 8192³"

@@ -14,13 +14,10 @@ follows it).  A tile cut between programs is finished by the program holding its
 iteration: the others write their fp32 partial sums to a workspace and raise a flag; it waits
 for the flags, adds the partials and runs the epilogue.
 
-What it bought on an H100 (128x256 tiles, GPU times from CUDA graphs, ``images/bench/stream-k.csv``):
-with few tiles and a long K, most of the kernel (512 x 512 x 16384: 84.8 us against 147 unsplit;
-1024 x 1024 x 8192: 54.4 against 78.1).  With a short K (1280^3: 28.7 against 17.6) or a multi-wave
-problem's partial last wave (4096^3: 236 against 207) it lost: each partial sum is a 128 KiB round
-trip through L2 (about 5 K iterations' time), and programs that share an A or B panel no longer read it at
-the same K offset.  So by default only few-tile, long-K problems are split
-(``tiles.streamk_default_tiles``); ``sk_tiles`` sets any other split.
+It pays with few tiles and a long K, and loses with a short K or a multi-wave problem's last
+wave (each partial sum is a tile-sized round trip through L2): so by default only few-tile,
+long-K problems are split (``tiles.streamk_default_tiles`` gives the rule and its measurements);
+``sk_tiles`` sets any other split.
 
 Waiting on another program is only safe if that program is running: CUDA promises neither that
 programs start in pid order nor that all of them fit on the GPU at once.  So Stream-K shares are
