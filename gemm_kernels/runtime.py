@@ -131,7 +131,34 @@ def _decide() -> Runtime:
     )
 
 
-RUNTIME = _with_arch(_decide())
+def _check_interpreter_numpy(decided: Runtime) -> Runtime:
+    """Triton 3.6 and 3.7's interpreter breaks with numpy >= 2.4 (3.8 and later work): refuse that
+    one combination here, saying what to install, instead of failing inside the first kernel."""
+    if not decided.interpreted or _truthy(os.environ.get(COMPILE_ONLY_ENV)):
+        return decided
+    from importlib.metadata import PackageNotFoundError, version
+
+    import numpy
+
+    try:
+        triton_version = version("triton")
+    except PackageNotFoundError:
+        return decided
+    if _release(triton_version) < (3, 8) and _release(numpy.__version__) >= (2, 4):
+        raise ImportError(f"gemm_kernels runs kernels in Triton's interpreter here, and Triton {triton_version}'s "
+                          f"interpreter does not work with numpy {numpy.__version__} (numpy >= 2.4 needs Triton >= 3.8). "
+                          "Install one of them: pip install 'numpy<2.4', or pip install 'triton>=3.8'")
+    return decided
+
+
+def _release(text: str) -> tuple[int, ...]:
+    """'3.6.0+git1234' -> (3, 6, 0)."""
+    import re
+
+    return tuple(int(part) for part in re.findall(r"\d+", text.split("+")[0])[:3])
+
+
+RUNTIME = _check_interpreter_numpy(_with_arch(_decide()))
 
 
 def _cap_memory() -> None:
