@@ -1,0 +1,36 @@
+"""Claims the course makes about its tools, checked mechanically where a CPU can check them."""
+
+import dataclasses
+import inspect
+import re
+
+import triton
+
+from gemm_kernels.kernels import configs
+
+
+def test_warp_specialize_changes_nothing_on_sm_90():
+    """``tl.range(..., warp_specialize=True)`` on Hopper: the PTX of matmul_tma's main config is
+    byte-identical with the switch on or off (so notebook 05 does not list it, and no config asks for it)."""
+    from gemm_kernels.lab.compile_examples import persistent_examples
+    from gemm_kernels.lab.compile_view import compile_many
+
+    example = next(e for e in persistent_examples() if e.name.startswith("matmul_tma[fp16"))
+    requests = [dataclasses.replace(example, config=triton.Config(
+        {**example.config.kwargs, "WARP_SPECIALIZE": ws, "EPILOGUE_SUBTILE": True}, num_warps=8, num_stages=3)).request(90)
+        for ws in (False, True)]
+    off, on = (re.sub(r"^\s*//.*$", "", view.ptx, flags=re.M) for view in compile_many(requests))
+    assert off == on
+    assert not any(c.kwargs.get("WARP_SPECIALIZE") for c in configs.tma_configs(gpu=True) + configs.persistent_configs(gpu=True))
+
+
+def test_do_bench_times_with_events_after_an_l2_flush():
+    """What the notebooks teach about ``triton.testing.do_bench``: CUDA events around each call,
+    each call preceded by a cache-clearing write that the host does not wait for."""
+    from triton.testing import do_bench
+
+    source = inspect.getsource(do_bench)
+    loop = source[source.rindex("for i in range(n_repeat):"):]  # the timed loop
+    flush, start, call, end = (loop.index(s) for s in ("clear_cache(cache)", "start_event[i].record()", "fn()",
+                                                         "end_event[i].record()"))
+    assert flush < start < call < end and "synchronize" not in loop[:end]
