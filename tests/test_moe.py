@@ -788,7 +788,7 @@ def test_device_check_report_names_the_entry(offs, T, expected, monkeypatch):
     lane = int(np.argmax(bad))
     assert bad.any()
     record = np.array([1, lane, starts[lane], ends[lane], T, E, 0, 0], dtype=np.int64).astype(np.int32)
-    monkeypatch.setattr(moe, "_pending", record)
+    monkeypatch.setattr(moe._errors, "_view", record)
     assert expected in moe.describe_bad_offs(lane, int(starts[lane]), int(ends[lane]), T)
     with pytest.raises(ValueError, match="a call launched earlier had a bad offs .*" + re.escape(expected)):
         moe.raise_pending_offs_error()

@@ -51,6 +51,10 @@ class HostRecord:
             self._view = self._tensor.numpy()
         return self._tensor
 
+    def raised(self) -> bool:
+        """Whether a kernel raised the flag (no read of the fields, no clearing)."""
+        return self._view is not None and bool(self._view[0])
+
     def take(self) -> tuple[int, ...] | None:
         """The fields 1-7 of a raised record (and lower it), or None when no kernel wrote it."""
         if self._view is None or not self._view[0]:

@@ -1,60 +1,31 @@
 """MoE grouped GEMM: ``grouped_mm(x, w, offs)``, tokens sorted by expert times each expert's weights.
 
-``x [T, K]`` holds the routed tokens, sorted so that expert ``e`` owns rows
-``offs[e-1]:offs[e]`` (``offs`` int32 ``[E]``, cumulative row ends, ``offs[-1] <= T``);
-``w [E, K, N]`` holds one weight matrix per expert.  ``out[rows of e] = x[rows of e] @ w[e]``:
-the 2-D x 3-D case of ``torch._grouped_mm`` / ``torch.nn.functional.grouped_mm``.  Rows past
-``offs[-1]`` (a padded token buffer, dropped tokens) belong to no expert and come out as zeros,
-as in torch.
+Contract (the 2-D x 3-D case of ``torch._grouped_mm``): ``x [T, K]`` holds the routed tokens,
+expert ``e`` owning rows ``offs[e-1]:offs[e]`` (``offs`` int32 ``[E]``, cumulative, ``offs[-1] <= T``);
+``w [E, K, N]``; ``out[rows of e] = x[rows of e] @ w[e]``.  Rows past ``offs[-1]`` belong to no
+expert: this package writes zeros there (torch leaves them uninitialised and says to ignore them).
 
-The design point: ``offs`` is produced on the device by the router, so the host cannot know
-how many tiles each expert has without a sync.  The kernel works it out itself: every program
-loads ``offs`` as a vector of ``E_PAD`` lanes, turns it into tile counts per expert and a
-running sum (``tl.cumsum``), and finds a tile's expert with ``tiles.locate_problem_in_ends``
-(the number of experts whose tiles end at or before it).  Lane ``E`` is the tail, rows
-``offs[-1]:T``: its tiles skip the K loop and store zeros.  The grid is an upper bound,
-``min(num_sms, (cdiv(T, BLOCK_M) + E + 1) * cdiv(N, BLOCK_N))``, known without reading ``offs``;
-programs stride over the device-computed total.  The walk is ``tiles.multi_problem_schedule``
-with problem ``e`` of shape ``(rows_e, N)``, which the TRACE test proves.
+Design: ``offs`` comes from the router on the device, so the host cannot count an expert's tiles
+without a sync.  Each program loads ``offs`` as a vector, turns it into tiles per expert and a
+running sum (``tl.cumsum``), and finds a tile's expert with ``tiles.locate_problem_in_ends``; the
+grid is an upper bound known without reading ``offs``.  The walk is
+``tiles.multi_problem_schedule``, which the TRACE test proves.
 
-No host sync: on a GPU nothing here waits for the device.  Program 0 of the default call's
-kernel (``CHECK_OFFS``) also checks ``offs`` (no negative entry, non-decreasing,
-``offs[-1] <= T``) and, when it is bad, writes the first bad entry to a small record in pinned
-host memory, which the GPU writes straight into (the flag last, after a system-scope fence).
-The host reads that record, without a sync, at the start of the next ``grouped_mm`` call, which
-raises a ValueError naming the entry (or call :func:`raise_pending_offs_error` after a
-synchronize).  No flag is allocated and no second
-kernel is launched (PERF_NOTES 22), and the CUDA context survives, unlike a device-side assert.
-A ``tl.device_assert`` would not do: it compiles to a call to ``__assertfail``, around which
-ptxas serialises the kernel's wgmma pipeline (the SASS shows 8 warpgroup waits instead of 3),
-and the kernel took 11-25% longer on large problems (measured, PERF_NOTES 22).
-``check_offs=True`` checks on the host instead (a sync, and a ValueError before the
-launch); on the CPU that check is free and always on.
+No host sync: the default call's kernel checks ``offs`` itself and reports a bad entry through a
+pinned host record (``host_record``) that the next call turns into a ValueError; the CUDA context
+survives.  ``check_offs=True`` checks on the host before the launch instead (a sync).  A
+``tl.device_assert`` would compile to a call that makes ptxas serialise the wgmma pipeline.
 
-Memory safety: stores are masked by the expert's last row, or clipped by a descriptor that
-ends there, or (a tile that ends inside its expert) whole, so a tile never writes another
-expert's rows; w is read as a 3-D array, so a tile
-never reads another expert's K rows.  ``offs`` values are also clamped to ``[0, T]`` in the
-kernel, so even bad offsets cannot make it touch memory outside x, w and out.  Pointer
-offsets are 64-bit wherever a stride times an index can pass 2**31.
+Memory safety: stores are masked or clipped at the expert's last row, w is read as a 3-D array,
+and ``offs`` is clamped to ``[0, T]`` in the kernel, so even a bad ``offs`` touches nothing
+outside x, w and out.  TMA (``tma=None``: when the GPU has it and x, w are aligned) reads x, w
+through descriptors and stores out through one ``[T, N]`` descriptor plus one per expert's last
+row tile; otherwise masked pointer loads (any strides).
 
-TMA (``tma=None`` chooses it when the GPU has TMA and x, w are aligned for it): x through one
-``[T, K]`` descriptor (rows past an expert's end belong to the next expert, are in bounds and
-their results are never stored), w through one 3-D ``[E, K, N]`` descriptor with a
-``[1, BLOCK_K, BLOCK_N]`` block (or ``[E, N, K]`` when w is a transposed view of ``[E, N, K]``
-weights), out through one ``[T, N]`` descriptor for the tiles that end inside their expert, and
-for an expert's last row tile a descriptor of its own whose shape ends at the expert's last row
-(one made for every tile cost about 2% of the suite's forward time on an H100, PERF_NOTES 23;
-``OUT_SHARED_DESC=False`` brings that back, for an A/B).
-Otherwise plain masked pointer loads (any strides).
-
-Training: ``grouped_mm`` is differentiable.  In eager mode autograd goes through a
-``torch.autograd.Function`` that calls the launchers directly; ``torch.compile`` sees the PyTorch
-custom op ``gemm_kernels::grouped_mm`` (a fake implementation, capturable in CUDA graphs) with
-the same backward:
-``dx = grouped_mm(dy, wᵀ)`` through this kernel with w read transposed, and
-``dw[e] = x_eᵀ · dy_e`` through the weight-gradient kernel of :mod:`.moe_wgrad`, a grouped GEMM
-whose ragged dimension is the reduction.
+Training: differentiable, in eager mode through a ``torch.autograd.Function`` and under
+``torch.compile`` through the custom op ``gemm_kernels::grouped_mm``: ``dx = grouped_mm(dy, wᵀ)``
+and ``dw[e] = x_eᵀ · dy_e`` (:mod:`.moe_wgrad`, a grouped GEMM over a ragged reduction).  The
+history and measurements of these choices are in ``bench/PERF_NOTES.md`` (entries 19-23).
 """
 
 from __future__ import annotations
@@ -75,6 +46,7 @@ from .epilogue import widen_for_dot
 from .grouped import USE_POINTER_PATH
 from .matmul import k_loop_pointers
 from .tma import tma_strides
+from .host_record import HostRecord, publish
 from .tiles import locate_problem_in_ends, record_tile, tile_coords
 
 
@@ -137,18 +109,8 @@ def _grouped_mm_kernel(
     pid = tl.program_id(0)
     if CHECK_OFFS:  # a bad offs goes to the pinned host record the next call reads: no host sync
         if (pid == 0) & (first_bad < E_PAD):
-            # the fields, then a system-scope fence, then the flag (word 0): a host that sees the
-            # flag sees the fields.  Plain stores, no atomics: compute-sanitizer's memcheck stops a
-            # kernel that runs atomics on host memory (measured), and this path must pass it.
-            tl.store(error_ptr + 1, first_bad)
-            tl.store(error_ptr + 2, _pick(raw_starts, experts, first_bad))
-            tl.store(error_ptr + 3, _pick(raw_ends, experts, first_bad))
-            tl.store(error_ptr + 4, T)
-            tl.store(error_ptr + 5, E)
-            tl.debug_barrier()  # every thread's field stores before the fence
-            flag = tl.inline_asm_elementwise("fence.sc.sys;\n\tmov.u32 $0, 1;", "=r", [], dtype=tl.int32,
-                                             is_pure=False, pack=1)
-            tl.store(error_ptr, flag)
+            publish(error_ptr, first_bad, _pick(raw_starts, experts, first_bad), _pick(raw_ends, experts, first_bad),
+                    T, E, SYSTEM_FENCE=True)
 
     if USE_TMA:  # the same x and w descriptors serve every tile of this program
         x_desc = tl.make_tensor_descriptor(x_ptr, shape=[T, K], strides=[stride_xt, 1],
@@ -337,7 +299,7 @@ _MAX_LAUNCHES = 256
 def _forward(x, w, offs, tma, check_offs):
     """``grouped_mm``'s forward: ``check_offs`` None (device-side check on a GPU, host check on the
     CPU), True (host check) or False (none).  On a GPU a repeated shape takes a bound launch."""
-    if _pending is not None and _pending[0]:  # an earlier call's kernel found a bad offs
+    if _errors.raised():  # an earlier call's kernel found a bad offs
         raise_pending_offs_error()
     if not (isinstance(x, torch.Tensor) and isinstance(w, torch.Tensor) and isinstance(offs, torch.Tensor)):
         _check_shapes(x, w, offs)  # a TypeError naming the argument, before any attribute is read
@@ -386,21 +348,13 @@ def _forward(x, w, offs, tma, check_offs):
     return out
 
 
-# The default call's report of a bad offs: int32 [flag, lane, offs[lane-1] (or 0), offs[lane] (or T), T, E,
-# unused, unused] in pinned host memory, which the kernel writes over the bus and the host reads without
-# a sync.  Two bad calls in flight at once may both write it: the fields then come from either.
-_record: torch.Tensor | None = None
-_pending = None  # a numpy view of _record: reading it costs ~0.1 us per call
+# The default call's report of a bad offs: fields [lane, offs[lane-1] (or 0), offs[lane] (or T), T, E].
+_errors = HostRecord()
 
 
 def error_record() -> torch.Tensor:
-    """The pinned host record a default call's kernel writes a bad offs to (made on first use;
-    pinned memory is addressable from every GPU of the process)."""
-    global _record, _pending
-    if _record is None:
-        _record = torch.zeros(8, dtype=torch.int32, pin_memory=True)
-        _pending = _record.numpy()
-    return _record
+    """The pinned host record a default call's kernel writes a bad offs to (made on first use)."""
+    return _errors.tensor
 
 
 def raise_pending_offs_error() -> None:
@@ -408,10 +362,10 @@ def raise_pending_offs_error() -> None:
     (and clear it); do nothing if none did.  ``grouped_mm`` calls this first on every call, so a
     bad offs is reported at the first call after the GPU ran the bad one; call it after a
     ``torch.cuda.synchronize()`` to check every call launched so far."""
-    if _pending is None or not _pending[0]:
+    fields = _errors.take()
+    if fields is None:
         return
-    lane, start, end, T = (int(v) for v in _pending[1:5])
-    _pending[0] = 0
+    lane, start, end, T = fields[:4]
     raise ValueError("grouped_mm: a call launched earlier had a bad offs (checked on the GPU, reported at the "
                      f"next call): {describe_bad_offs(lane, start, end, T)}; the rows of that call's output "
                      "are not the product (every access stayed inside x, w and out). check_offs=True checks before "
