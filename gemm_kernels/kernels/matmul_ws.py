@@ -1,41 +1,25 @@
 """A persistent, warp-specialized Hopper GEMM written in Gluon: ``C = act(A @ B + bias)``.
 
-``matmul_tma`` leaves the schedule to Triton's compiler: every warp loads, multiplies and runs
-the epilogue in turn, so each tile's epilogue (bias, GELU, the store) stalls the tensor cores.
-Here the schedule is written out by hand with Gluon (``triton.experimental.gluon``), Triton's
-lower-level language where layouts, shared memory, barriers and warps are explicit:
+``matmul_tma`` leaves the schedule to Triton's compiler: every warp loads, multiplies and runs the
+epilogue in turn, so a tile's epilogue stalls the tensor cores.  Here the schedule is explicit
+(``triton.experimental.gluon``: layouts, shared memory, barriers and warps written out):
 
-* a **producer** warp issues TMA loads of A and B blocks into a ring of ``STAGES`` shared
-  memory slots; each slot has a ``ready`` mbarrier (the TMA unit completes it when the bytes
-  have landed) and an ``empty`` one (the consumers arrive on it when their wgmma has read it);
+* a **producer** warp issues TMA loads of A and B blocks into a ring of ``STAGES`` shared-memory
+  slots, each with a ``ready`` mbarrier (completed by the TMA unit when the bytes land) and an
+  ``empty`` one (arrived on by the consumers when their wgmma has read the slot);
 * two **consumer** warpgroups run ``warpgroup_mma`` (wgmma) on the slots, then the epilogue.
 
-Two ways to share the work between the consumers (``SCHEDULE``):
+``SCHEDULE``: ``pingpong`` gives each consumer whole 128 x 128 tiles in turn, ordered by a pair
+of *turn* mbarriers (one runs its epilogue while the other multiplies; the turns also keep a
+parity wait from passing on a phase two fills old); ``cooperative`` (the default, faster in
+WS_NOTES.md's runs) splits every 128 x 256 tile between both consumers, 64 rows each.
 
-``pingpong``     each consumer owns whole 128 x 128 tiles, alternating (a program's local
-                 tiles 0, 2, 4... and 1, 3, 5...).  A pair of *turn* mbarriers orders the main
-                 loops (CUTLASS's "order barrier"): a consumer starts its main loop when the other
-                 has queued its last wgmma, then runs its epilogue while the other keeps the
-                 tensor cores busy.  The turns are needed for correctness too: a parity wait
-                 cannot tell phase p from p + 2, and without them consumer 1 waited on ring
-                 positions a whole tile ahead and passed on an old phase.
-``cooperative``  both consumers work on every 128 x 256 tile, each on 64 of its rows (one
-                 m64n256k16 wgmma per k-step); the epilogues coincide, but the producer already
-                 loads the next tile meanwhile.  The default: measured faster than pingpong at
-                 8192^3 and on the large LLM shapes (WS_NOTES.md).
-
-Tiles are visited in the grouped order of ``tiles.tile_grouped`` (``GROUP_SIZE_M``
-super-grouping), program ``pid`` taking tiles ``pid, pid + P, pid + 2P, ...``: the schedule of
-``matmul_tma``.  ``ws_schedule`` is its numpy mirror; ``trace_ws_tiles`` runs the kernel with
-TRACE on and returns which warpgroup ran which tile, and when (``%globaltimer``).
-
-Every ring position ``q`` (the q-th K block this program loads) maps to slot ``q % STAGES``
-and barrier phase ``(q // STAGES) & 1``; ``q`` is computed from the tile and K indices, never
-carried from one loop to the next, so the producer and both consumers agree by construction.
-
-Needs an sm_90 GPU (wgmma exists on Hopper only); fp16 and bf16 (fp32 would need tf32 wgmma
-with K-major operands: use ``matmul_tma``).  Any M, N, K: TMA zero-fills the loads past the
-edges and clips the stores.  Same input contract and errors as ``matmul_tma``.
+Tiles follow ``matmul_tma``'s grouped persistent order (``ws_schedule`` is the numpy mirror;
+``trace_ws_tiles`` records which warpgroup ran which tile, and when).  Ring position ``q`` (the
+q-th K block a program loads) is slot ``q % STAGES``, phase ``(q // STAGES) & 1``, computed from
+the tile and K indices, never carried between loops, so producer and consumers agree by
+construction.  Needs an sm_90 GPU; fp16 and bf16; any M, N, K (TMA zero-fills and clips); the
+same input contract and errors as ``matmul_tma``.
 """
 
 from __future__ import annotations

@@ -1,60 +1,23 @@
 """How many A and B block loads of a schedule hit in L2, and how many go to DRAM.
 
-The model in one paragraph
---------------------------
-A program computing C tile ``(pid_m, pid_n)`` walks K in ``k_blocks = cdiv(K, BLOCK_K)``
-steps; at step ``k`` it loads block ``k`` of A's row-block ``pid_m`` (``BLOCK_M x BLOCK_K``)
-and block ``k`` of B's column-block ``pid_n`` (``BLOCK_K x BLOCK_N``).  The programs of one
-wave (see :mod:`gemm_kernels.models.schedule`) start together and take their K steps in
-lockstep.  L2 is one LRU cache of ``l2_bytes``.  A block load *misses* (goes to DRAM)
-when the block is not in L2, and *hits* otherwise.  C tiles are written once each.
+The model: a program computing C tile ``(pid_m, pid_n)`` walks K in ``cdiv(K, BLOCK_K)`` steps,
+loading block ``k`` of A's row-block and of B's column-block at step ``k``.  The programs of one
+wave (:mod:`gemm_kernels.models.schedule`) start together and step in lockstep; L2 is one LRU
+cache of ``l2_bytes``; a load misses (goes to DRAM) when its block is not in L2.  So:
 
-Consequences, worked out exactly below:
+* loads of one block by several programs of a wave are one DRAM fetch: the seed notes' 9x9-block
+  example fetches **90** blocks in row-major order and **54** in grouped order (3x3 tiles);
+* a block from an earlier wave hits iff the bytes touched since its last use fit in ``l2_bytes``
+  (``(1 - k/k_blocks) * a + (k/k_blocks) * b``, with ``a``, ``b`` the blocks of the waves between),
+  so more cache never means more misses.
 
-* Loads of the same block by several programs of one wave are one DRAM fetch: in the
-  seed notes' 9x9-block example with 9 programs in flight, the first wave of row-major
-  order fetches 1 row-block of A and 9 column-blocks of B, 10 x 9 K-blocks = **90**
-  blocks; grouped order (3x3 tiles) fetches 3 + 3 row/column-blocks = **54**; both
-  write **9** C blocks.  (162 loads are issued either way: 9 programs x 2 x 9.)
-* A block reused from an earlier wave hits when the data touched since its last use
-  still fits: between step ``k`` of wave ``w'`` and step ``k`` of wave ``w`` the cache
-  sees the rest of wave ``w'``, every wave in between and the first ``k`` steps of
-  wave ``w``.  With ``a`` the bytes of every row/column-block used in waves ``w'..w-1``
-  and ``b`` those of waves ``w'+1..w``, that is ``(1 - k/k_blocks) * a + (k/k_blocks) * b``
-  bytes, and the block hits iff this is ``<= l2_bytes``.  (Blocks of one K step share
-  one LRU age; the cache keeps the most recent steps that fit.)  Every hit decision is
-  a fixed number compared with ``l2_bytes``, so more cache never means more misses.
-
-Assumptions, and where the model is optimistic
-----------------------------------------------
-* **Lockstep waves.**  Real programs drift apart, and the next wave starts SM by SM as
-  programs finish, so waves blur.  Merging same-wave loads into one fetch is the
-  optimistic side of this: drifting programs may each miss.
-* **Ideal LRU of ``l2_bytes`` for A and B.**  Real L2s are set-associative with hashed sets,
-  not perfectly LRU, and also hold C writes and everything else.  An H100's 50 MiB L2 is
-  two partitions, each serving the SMs near it; a line that SMs on both sides read can be
-  held once in each, so when every block is read from both halves only about half the
-  capacity holds distinct data.  :func:`effective_l2_bytes` gives both settings
-  (``duplicated=False``: all of it; ``True``: :data:`PARTITION_DUPLICATED_FRACTION` of it),
-  and ``l2_traffic(..., effective_fraction=)`` applies one.  The truth lies in between and
-  depends on which SMs read what; either way the model stays optimistic.
-* **Bytes, not cache lines.**  Ragged edge blocks count their true bytes; sectors and
-  128-byte lines are ignored.  When several problems of different K share a wave,
-  progress is measured as the fraction of each program's own K loop.
-* ``programs_in_flight`` must be SMs x programs per SM for the kernel's occupancy:
-  :data:`H100_PROGRAMS_IN_FLIGHT` for notebook 03's kernel (128x128x64 fp16 blocks, 3
-  stages: 96 KiB of shared memory, so two programs fit in an SM's 228 KiB).
-
-Validated against hardware counters in a later notebook; treat numbers as a model.
-
-Typical use::
-
-    from gemm_kernels.models.schedule import tile_schedule
-    from gemm_kernels.models.l2model import l2_traffic, H100_L2_BYTES, H100_PROGRAMS_IN_FLIGHT
-    s = tile_schedule(8192, 8192, 128, 128, "grouped", 8, programs_in_flight=H100_PROGRAMS_IN_FLIGHT)
-    t = l2_traffic(s, block_k=64, K=8192, l2_bytes=H100_L2_BYTES)
-    half = l2_traffic(s, block_k=64, K=8192, l2_bytes=H100_L2_BYTES, effective_fraction=0.5)
-    print(t.summary())
+Where it is optimistic: real waves drift and blur; a real L2 is set-associative, hashed, and holds
+C and everything else too; an H100's 50 MiB L2 is two partitions, and NVIDIA does not document
+whether a line read from both sides is held once in each (a hypothesis the model can test:
+:func:`effective_l2_bytes` with ``duplicated=True`` halves the capacity, ``False`` keeps all of
+it); bytes are counted, not 128-byte lines.  ``programs_in_flight`` is SMs x programs per SM
+(:data:`H100_PROGRAMS_IN_FLIGHT` for notebook 03's kernel).  Notebook 03 checks the model against
+Nsight Compute's counters: treat its numbers as a model.
 """
 
 from __future__ import annotations
