@@ -13,17 +13,13 @@ Suites (``--suite``, comma-separated or ``all``):
 * ``llm``: dense projections (QKV, O, gate/up, down) of Llama-3-8B/70B, Qwen3-32B,
   Mistral-Small-24B and DeepSeek-V3, ``x @ W^T``, fp16 and bf16, with the cuBLAS kernel's name.
 
-Every cell is checked against a float64 reference once and, on a CUDA GPU, timed
-(``do_bench`` median; host-timed, so a call's Python launch is included) and the vendor
-baseline's kernel named (``torch.profiler``, the ``vendor_kernel`` column).  Outputs in ``--out`` (default ``bench-results/``): ``<suite>.csv``,
-``<suite>.png``, ``results.md``, ``meta.json``.  ``--commit`` also copies them into
-``images/bench/`` (the committed copy notebooks and README show); ``--publish DIR`` copies an
-earlier run's directory there (e.g. results fetched from a GPU machine).
-
-A long suite can be split: ``--shard I/N`` runs one N-th of the cases (one shard per GPU,
-``CUDA_VISIBLE_DEVICES=I``), ``--resume`` continues a run that a ``--time-budget`` ended
-(the cases already in ``--out`` are kept), and ``--publish DIR0 DIR1 ...`` merges the N shards
-back into one suite in the original case order, refusing a missing or incomplete shard.
+Every cell is checked against a float64 reference once and, on a CUDA GPU, timed (``do_bench``
+median: CUDA events around each call, an L2-flushing write queued before it, so host time shows
+only where it outlasts that write; ``stream-k`` replays CUDA graphs) and the vendor baseline's
+kernel named (``torch.profiler``).  Outputs in ``--out`` (default ``bench-results/``): CSV, plot,
+``results.md``, ``meta.json``; ``--commit`` copies them to ``images/bench/``, ``--publish DIR...``
+copies (and merges the ``--shard I/N`` parts of) earlier runs there; ``--resume`` continues a run
+that ``--time-budget`` ended.
 
 On a machine without a CUDA GPU nothing can be timed; ``--quick`` still runs every suite's
 kernels at tiny sizes in Triton's interpreter and checks them (CI runs this).

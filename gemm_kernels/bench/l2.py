@@ -20,12 +20,7 @@ Three modes::
     python -m gemm_kernels.bench.l2 --model-only
         # the model's side only (any machine)
 
-The driver builds, per (shape, order)::
-
-    ncu --metrics <METRICS> --csv --print-units base --kernel-name regex:_matmul_kernel
-        --launch-count 1 --log-file <tmp> python -m gemm_kernels.bench.l2 --worker ...
-
-ncu's default cache control flushes the caches before the profiled launch, so the kernel
+The driver runs ncu once per (shape, order) on ``--worker`` (:func:`ncu_command`).  ncu's default cache control flushes the caches before the profiled launch, so the kernel
 starts cold, as the model assumes.  Hit rate means read hits / (read hits + read misses)
 on both sides: the counters' ``lts__t_sectors_op_read_lookup_{hit,miss}`` (32-byte sectors)
 and the model's block loads that hit / all block loads.

@@ -2,41 +2,25 @@
 
 **Do not use this kernel for real work: use** :func:`gemm_kernels.grouped_matmul`.
 
-``pointer_array_matmul`` follows the *design* of Triton's tutorial 08 (Group GEMM), written
-afresh for this collection:
+``pointer_array_matmul`` follows the design of Triton's tutorial 08 (Group GEMM): the host packs
+per-problem arrays of data pointers (int64), sizes ``(M, N, K)`` and row strides (int32); a fixed
+number of programs walks the tiles of all problems laid end to end, program ``p`` taking global
+tiles ``p, p + NUM_PROGRAMS, ...`` (``tiles.multi_problem_schedule(order="row_major")`` is the
+mirror; ``trace=True`` records the real walk).
 
-* per problem, the host packs three small device arrays: the data pointers of A, B and C
-  (int64), the sizes ``(M, N, K)`` and the leading dimensions (row strides) of A, B and C
-  (int32); every matrix is assumed to have contiguous rows;
-* a fixed number of programs (``NUM_PROGRAMS``, the SM count) walks the tiles of all the
-  problems laid end to end, program ``p`` taking global tiles ``p, p + NUM_PROGRAMS, ...``,
-  each problem's tiles in row-major order (``tiles.multi_problem_schedule`` with
-  ``order="row_major"`` is the numpy mirror; ``trace=True`` records the real walk).
+By default it keeps the tutorial's "assume full tiles": **no load or store is masked**, right
+only when every M, N and K is a multiple of the blocks.  On a GPU a ragged tile's stray accesses
+land in whatever memory follows; here they are made visible safely: :func:`sentinel_group` puts
+every matrix in the corner of a buffer padded by at least one block (NaN around A and B, so a
+stray read poisons its sums; :data:`C_SENTINEL` around C, so a stray write shows), and
+:func:`damage_report` says which elements of C are wrong and which around it were overwritten.
+``contiguous=True`` keeps the matrices contiguous (stray stores then land in C's next row);
+:meth:`SentinelGroup.lend_outputs` lends the C views to ``grouped_matmul``.
 
-By default it keeps the tutorial's simplification, "assume full tiles": **no load and no
-store is masked**.  That is right when every M, N and K is a multiple of the blocks and wrong
-otherwise: a ragged tile reads past the ends of A and B and writes past the end of C.  On a GPU
-those stray accesses land in whatever memory follows (another tensor, or nothing: a fault);
-here they are made visible *safely*:
-
-:func:`sentinel_group` places every A, B and C as a view in the top-left corner of a larger
-buffer, padded by at least one whole block on the right and below, so each stray access of
-this kernel stays inside allocated memory (it never reaches more than one block past an edge).
-A's and B's padding holds NaN, so a stray read poisons the sums it enters; C's padding holds
-:data:`C_SENTINEL`, so a stray write shows as a changed sentinel.  :func:`damage_report`
-says, per problem, which elements of C are wrong and which elements around C were overwritten.
-That layout shows where stray accesses go, not what they do to ordinary tensors:
-``sentinel_group(..., contiguous=True)`` keeps every matrix contiguous (``ldc = N``) with padding
-rows below only, and there a ragged N's stray stores land in the next row of C itself.
-:meth:`SentinelGroup.lend_outputs` lends the same C views to a launcher that allocates its own
-outputs (``grouped_matmul``), so its stores can be inspected the same way.
-
-Masks: ``pointer_array_matmul(..., masks=fn)`` takes a ``@triton.jit`` function
-``fn(rows, cols, ks, M, N, K) -> (a_mask, b_mask, c_mask)``: ``rows`` (``BLOCK_M``), ``cols``
-(``BLOCK_N``) and ``ks`` (``BLOCK_K``) are the absolute row, column and K indices of the blocks
-being loaded and stored; ``a_mask`` must broadcast to ``[BLOCK_M, BLOCK_K]``, ``b_mask`` to
-``[BLOCK_K, BLOCK_N]`` and ``c_mask`` to ``[BLOCK_M, BLOCK_N]``.  Notebook 06's exercise writes
-the right one; :func:`record_masks` evaluates such a function on its own, for checks.
+``masks=fn`` takes a ``@triton.jit`` ``fn(rows, cols, ks, M, N, K) -> (a_mask, b_mask, c_mask)``
+over the absolute indices of the blocks (broadcasting to ``[BLOCK_M, BLOCK_K]``,
+``[BLOCK_K, BLOCK_N]``, ``[BLOCK_M, BLOCK_N]``): notebook 06's exercise writes it;
+:func:`record_masks` evaluates one on its own, for checks.
 """
 
 from __future__ import annotations
