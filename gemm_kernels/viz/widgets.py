@@ -22,11 +22,17 @@ at 64x64 tiles.  A redraw stays interactive (well under 100 ms on one core) beca
 costly part, the L2 reuse model, grows with waves x blocks: past :data:`MODEL_BUDGET` the
 explorer draws the schedule, says how large the model would be, and computes it only when
 asked (``ex.compute_l2`` button, or ``ex.compute_l2_model()``).
+
+With ``GEMM_KERNELS_STATIC_WIDGETS=1`` (set by the book build, ``gemm_kernels.book``) an explorer
+that is displayed also leaves a static picture of its state as an ordinary output
+(:meth:`_Explorer.static_picture`), so a page read without a running kernel still shows it.
 """
 
 from __future__ import annotations
 
+import base64
 import html
+import os
 import time
 
 import ipywidgets as widgets
@@ -38,6 +44,8 @@ from ..models.schedule import grouped_gemm_schedule, tile_schedule
 from ..models.tiles import cdiv
 
 BLOCK_SIZES = (16, 32, 64, 128, 256)
+#: ``=1``: a displayed explorer also shows a static picture first (the book's pages have no kernel)
+STATIC_PICTURE_ENV = "GEMM_KERNELS_STATIC_WIDGETS"
 #: Explorers refuse launches with more tiles than this (drawing and the model stay interactive).
 MAX_TILES = 256 * 256
 #: Largest L2 model (waves x A/B blocks) computed on every redraw.  A new model costs about 130 ns
@@ -122,6 +130,34 @@ class _Explorer(widgets.VBox):
 
     def _update(self) -> None:
         raise NotImplementedError
+
+    def _repr_mimebundle_(self, **kwargs):
+        """The widget, as always; under ``GEMM_KERNELS_STATIC_WIDGETS=1`` its static picture is displayed first."""
+        if os.environ.get(STATIC_PICTURE_ENV, "").strip() == "1":
+            from IPython.display import display
+
+            display(self.static_picture(), raw=True)
+        return super()._repr_mimebundle_(**kwargs)
+
+    def static_picture(self) -> dict:
+        """A mime bundle (HTML, PNG, text) of what the explorer shows now: its picture and numbers, or its
+        message; with a note that moving the controls needs a running kernel."""
+        name = html.escape(type(self).__name__)
+        png = None if self.error is not None or not self.image.value else base64.b64encode(self.image.value).decode()
+        if png is None:
+            body = f"<div class='gk-explorer-message'>{self.message.value or html.escape(str(self.error))}</div>"
+        else:
+            body = (f"<img src='data:image/png;base64,{png}' alt='{name}: static picture of its first state'>"
+                    f"<div class='gk-explorer-counters'>{self.counters.value}</div>")
+        note = ("<p class='gk-explorer-note'><i>A static picture of the explorer as the cell above sets it up. "
+                "Its controls redraw only with a running Python kernel: open the notebook in Colab, on Binder, "
+                "or on your machine.</i></p>")
+        box = "display:flex;flex-wrap:wrap;gap:12px;align-items:flex-start"
+        bundle = {"text/html": f"<div class='gk-explorer-static' style='{box}'>{body}</div>{note}",
+                  "text/plain": f"{name}: static picture of its first state"}
+        if png is not None:
+            bundle["image/png"] = png
+        return bundle
 
 
 def _int_slider(description, value, lo, hi, step=1, width="320px", arg=None):

@@ -1,0 +1,41 @@
+"""The course as a website: ``make book``, or ``python -m gemm_kernels.book build OUT``.
+
+Every notebook is executed (on the CPU, in Triton's interpreter) and rendered with its outputs,
+beside a syllabus and a glossary; each page gets its objectives, previous/next links, the student
+copy and launch buttons (:mod:`.build`, :mod:`.pages`, :mod:`.sphinxext`).
+
+Why Sphinx with MyST-NB rather than Jupyter Book 2: everything installs from PyPI as the ``[book]``
+extra (Jupyter Book 2's engine, mystmd, runs on Node.js); MyST-NB caches executions (jupyter-cache),
+fails the build on a cell error, and renders saved ipywidgets state; and what each page needs (the
+glossary links, the header) is a small Sphinx extension in Python, tested like the rest.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+#: the GitHub repository the launch buttons open (``GEMM_KERNELS_REPO`` overrides it, e.g. with
+#: ``${{ github.repository }}`` in GitHub Actions)
+DEFAULT_REPO = "gemm-kernels/gemm-kernels"
+REPO_ENV = "GEMM_KERNELS_REPO"
+_REPO = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
+
+
+def github_repo(repo: str | None = None) -> str:
+    """``repo``, else ``$GEMM_KERNELS_REPO``, else :data:`DEFAULT_REPO`; ValueError unless OWNER/NAME."""
+    value = repo or os.environ.get(REPO_ENV) or DEFAULT_REPO
+    if not _REPO.match(value):
+        source = "repo" if repo else REPO_ENV
+        raise ValueError(f"{source} must be a GitHub repository as OWNER/NAME (e.g. {DEFAULT_REPO}), got {value!r}")
+    return value
+
+
+def colab_url(notebook: str, repo: str | None = None) -> str:
+    """Colab opening the student copy ``student/<notebook>`` of the repository's main branch."""
+    return f"https://colab.research.google.com/github/{github_repo(repo)}/blob/main/student/{notebook}"
+
+
+def binder_url(notebook: str, repo: str | None = None) -> str:
+    """Binder building the repository and opening JupyterLab on ``student/<notebook>``."""
+    return f"https://mybinder.org/v2/gh/{github_repo(repo)}/HEAD?labpath=student/{notebook}"
