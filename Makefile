@@ -11,8 +11,10 @@ TORCH_CPU_SPEC ?= torch==2.13.0
 TORCH_PIP_ARGS ?=
 PYTEST_ARGS ?=
 LAB_ARGS ?=
-# a port for `make lab` / `make lab-student` (default: the first free one from 8888)
+# a port for `make lab` / `make lab-solutions` (default: the first free one from 8888)
 LAB_PORT ?=
+# where `make lab` keeps your student copies (solutions removed; your work there is never overwritten)
+STUDENT_DIR ?= student
 # `make student FORCE=1`: back changed student copies up (NAME.ipynb.bak-N), then write fresh ones
 FORCE ?=
 
@@ -21,7 +23,7 @@ OLDEST_TRITON ?= 3.6.0
 OLDEST_VENV ?= .venv-triton36
 OLDEST_STAMP := $(OLDEST_VENV)/.installed
 
-.PHONY: setup lab lab-student test test-triton-oldest test-no-tma test-gpu test-gpu-fast test-gpu-notebooks sanitize sanitize-ws student images bench bench-quick clean
+.PHONY: setup lab lab-student lab-solutions test test-triton-oldest test-no-tma test-gpu test-gpu-fast test-gpu-notebooks sanitize sanitize-ws student images bench bench-quick clean
 
 setup: $(STAMP)
 
@@ -34,21 +36,23 @@ $(STAMP): pyproject.toml
 	  $(PYTHON) -m venv $(VENV) && \
 	  $(BIN)/python -m pip install -q $(TORCH_PIP_ARGS) "$(TORCH_CPU_SPEC)"; \
 	fi
-	$(BIN)/python -m pip install -q -e ".[test]"
+	$(BIN)/python -m pip install -q -e ".[lab,test]"
 	@touch $(STAMP)
 
-lab: $(STAMP)  ## JupyterLab on notebooks/ (prints the URL to open; --allow-root only as root)
-	$(BIN)/python -m gemm_kernels.lab.student --lab notebooks $(if $(LAB_PORT),--port $(LAB_PORT)) $(LAB_ARGS)
+lab: $(STAMP)  ## JupyterLab on your student copies in student/: makes the missing ones, never overwrites one (prints the URL)
+	$(BIN)/python -m gemm_kernels.lab.student --serve notebooks $(STUDENT_DIR) $(if $(LAB_PORT),--port $(LAB_PORT)) $(LAB_ARGS)
 
-lab-student: $(STAMP)  ## JupyterLab on student/: makes the student copies that are missing, never overwrites one
-	$(BIN)/python -m gemm_kernels.lab.student --serve $(if $(LAB_PORT),--port $(LAB_PORT)) $(LAB_ARGS)
+lab-student: lab  ## the same as `make lab` (its former name)
+
+lab-solutions: $(STAMP)  ## JupyterLab on notebooks/, the solved notebooks: for teachers and CI (--allow-root only as root)
+	$(BIN)/python -m gemm_kernels.lab.student --lab notebooks $(if $(LAB_PORT),--port $(LAB_PORT)) $(LAB_ARGS)
 
 test: $(STAMP)  ## unit tests + every notebook (nbmake), on the CPU interpreter unless a GPU is present
 	$(BIN)/python -m pytest -n 2 --nbmake --nbmake-timeout=600 -p no:cacheprovider $(PYTEST_ARGS)
 
 $(OLDEST_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(OLDEST_VENV)
-	$(OLDEST_VENV)/bin/python -m pip install -q $(TORCH_PIP_ARGS) "$(TORCH_CPU_SPEC)" "triton==$(OLDEST_TRITON)" -e ".[test]"
+	$(OLDEST_VENV)/bin/python -m pip install -q $(TORCH_PIP_ARGS) "$(TORCH_CPU_SPEC)" "triton==$(OLDEST_TRITON)" "numpy<2.4" -e ".[test]"
 	@touch $(OLDEST_STAMP)
 
 test-triton-oldest: $(OLDEST_STAMP)  ## unit tests (no notebooks, no browser) on the oldest supported Triton, interpreted
@@ -88,6 +92,24 @@ bench: $(STAMP)  ## time every suite on a CUDA GPU; writes bench-results/ and th
 
 bench-quick: $(STAMP)  ## short benchmark run (on a CPU: every suite's kernels at tiny sizes, correctness only)
 	$(BIN)/python -m gemm_kernels.bench --quick
+
+# The course as a website (gemm_kernels.book): every notebook executed on the CPU (interpreter) and
+# rendered with its outputs, in build/book; outputs cached in build/book-cache.
+BOOK_DIR ?= build/book
+# notebooks executed at once (each in its own kernel)
+BOOK_JOBS ?= 2
+BOOK_STAMP := $(VENV)/.installed-book
+.PHONY: book test-book
+
+$(BOOK_STAMP): $(STAMP) pyproject.toml
+	$(BIN)/python -m pip install -q -e ".[book]"
+	@touch $(BOOK_STAMP)
+
+book: $(BOOK_STAMP)  ## the course as a website in build/book (open build/book/index.html); fails on any notebook error or broken link
+	$(BIN)/python -m gemm_kernels.book build $(BOOK_DIR) --jobs $(BOOK_JOBS)
+
+test-book: $(BOOK_STAMP)  ## the site `make book` built: every notebook executed, links and images, every page in headless Chromium
+	GEMM_KERNELS_BOOK_SITE=$(BOOK_DIR) $(BIN)/python -m pytest -p no:cacheprovider -m book tests/test_book.py $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) $(OLDEST_VENV) build *.egg-info

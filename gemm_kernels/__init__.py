@@ -41,6 +41,8 @@ __all__ = ["DEVICE", "default_autotune", "describe", "free_gpu_bytes", "gpu_name
 
 
 def __getattr__(name):
+    if name == "lab":  # the subpackage itself: gk.lab.progress()
+        return importlib.import_module(".lab", __name__)
     module = _PUBLIC.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

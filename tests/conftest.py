@@ -2,6 +2,7 @@
 outputs are poisoned with NaN so an element a kernel never wrote fails its comparison."""
 
 import math
+import os
 
 import pytest
 import torch
@@ -19,6 +20,18 @@ def _nan_empty(*args, **kwargs):
     elif out.dtype in (torch.int32, torch.int64):
         out.fill_(-(2**30))
     return out
+
+
+@pytest.fixture(autouse=True)
+def keep_autotune_mode():
+    """A notebook cell run in-process (``gk.default_autotune("small")``) sets the mode through the
+    environment: put it back after every test, so a test never sees another's mode."""
+    before = os.environ.get(runtime.AUTOTUNE_ENV)
+    yield
+    if before is None:
+        os.environ.pop(runtime.AUTOTUNE_ENV, None)
+    else:
+        os.environ[runtime.AUTOTUNE_ENV] = before
 
 
 @pytest.fixture(autouse=True)

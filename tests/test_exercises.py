@@ -813,7 +813,7 @@ def find_tile_without_the_offset(tile, tile_starts_ptr, sizes_ptr, num_problems,
 
 def test_find_tile_reading_past_tile_starts_is_stopped_and_drawn():
     assert_out_of_bounds(grouped_ex.check_find_tile(find_tile_one_past), "load through tile_starts",
-                         "called from line", "element 5 (tile_starts has 5 elements: 0..4)")
+                         "called from the check's kernel", "element 5 (tile_starts has 5 elements: 0..4)")
 
 
 def test_find_tile_without_the_problem_offset_names_the_wrong_tiles():

@@ -1,6 +1,7 @@
 """Notebook 08's exercise checks (lab/exercises/warp_specialization.py): a right answer passes, a
 stub is "not attempted", each kind of mistake gets its step and hint, and nothing raises.  The
-Gluon main loops below are compiled for sm_90 by the compile view on any machine; on a Hopper
+Gluon main loops below are compiled for sm_90 by the compile view on any machine, and their ring
+played against the producer (tests/test_ws_protocol.py has the mistakes one by one); on a Hopper
 GPU the check also runs them (``gpu`` tests)."""
 
 import pytest
@@ -93,17 +94,32 @@ def does_not_compile(a_bufs, b_bufs, ready_bars, empty_bars, q0, k_tiles, PART: 
     return undefined_name  # noqa: F821
 
 
+@pytest.fixture(scope="module")
+def compiled():
+    """The loops below that compile, built in one compile-view worker (the checks find them in its cache)."""
+    from gemm_kernels.lab.compile_view import compile_many
+
+    compile_many([ex._compile_request(*ex._answer_module(f)) for f in (right_mainloop, never_waits, never_gives_back)])
+
+
 @pytest.mark.skipif(HOPPER, reason="on a Hopper GPU the check also runs the kernel (test_gpu_* below)")
 @pytest.mark.parametrize("answer, status, words", [
     (right_mainloop, CORRECT, "compiles for sm_90"),
-    (never_waits, WRONG, "step 2 of 3 (wait for the data)"),
-    (never_gives_back, WRONG, "step 3 of 3 (give the slot back)"),
-    (does_not_compile, WRONG, "step 1 of 3 (compile for sm_90)"),
+    (never_waits, WRONG, "step 3 of 4 (the ring, played against matmul_ws' producer): consumer 0, tile 0, "
+                         "K block 0 (ring position 0, slot 0)"),
+    (never_gives_back, WRONG, "the producer waits forever for empty[0] before refilling slot 0 with ring position 4"),
+    (does_not_compile, WRONG, "step 1 of 4 (compile for sm_90): NameError: undefined_name is not defined, at line "
+                              f"{does_not_compile.fn.__code__.co_firstlineno + 3} of your does_not_compile: "
+                              "return undefined_name"),
     (stub_mainloop, NOT_ATTEMPTED, ""),
 ])
-def test_consumer_mainloop_structure(answer, status, words):
+def test_consumer_mainloop_structure(answer, status, words, compiled):
     result = ex.check_consumer_mainloop(answer)
     assert result.status == status and words in str(result), str(result)
+    if answer is never_gives_back:
+        assert "your loop never arrives on empty_bars" in str(result)
+    if answer is never_waits:
+        assert "There is no mbarrier.wait before this wgmma" in str(result)
 
 
 def test_the_note_says_what_runs_here():
@@ -131,5 +147,7 @@ def waits_for_the_wrong_lap(a_bufs, b_bufs, ready_bars, empty_bars, q0, k_tiles,
 def test_gpu_right_answer_computes_and_a_wrong_phase_is_caught(monkeypatch):
     assert ex.check_consumer_mainloop(right_mainloop).status == CORRECT
     monkeypatch.setattr(ex, "GPU_TIME_LIMIT_S", 60)
-    result = ex.check_consumer_mainloop(waits_for_the_wrong_lap)  # wrong numbers, or a wait that never passes
-    assert result.status == WRONG and ("relative error" in str(result) or "did not finish" in str(result)), str(result)
+    result = ex.check_consumer_mainloop(waits_for_the_wrong_lap)  # the ring played on the CPU catches it first
+    assert result.status == WRONG and "stale data" in str(result), str(result)
+    problems = ex._run_on_gpu(*ex._answer_module(waits_for_the_wrong_lap))  # and the GPU run, on its own
+    assert problems and ("relative error" in problems[0] or "did not finish" in problems[0]), problems

@@ -1,6 +1,6 @@
 """Student copies: solutions out, stubs in, and the copies still run (every check then says
-"not attempted yet"); a learner's changed copy is never overwritten; `make lab` serves (as root
-too) and every picture a notebook shows loads under it."""
+"not attempted yet"); a learner's changed copy is never overwritten; `make lab` serves the student
+copies (as root too) and every picture a notebook shows loads under it."""
 
 from __future__ import annotations
 
@@ -201,7 +201,8 @@ def _markdown_images(nb):
 
 @pytest.mark.parametrize("path", PATHS, ids=lambda p: p.name)
 def test_every_markdown_image_loads_under_make_lab(path):
-    """`make lab` serves notebooks/ (and make lab-student serves student/): an image path must stay inside it."""
+    """`make lab-solutions` serves notebooks/ (and make lab serves student/, copies of it): an image path
+    must stay inside it."""
     for src in _markdown_images(read_nb(path)):
         if src.startswith(("http://", "https://", "data:")):
             continue
@@ -211,10 +212,15 @@ def test_every_markdown_image_loads_under_make_lab(path):
 
 
 def test_make_lab_serves_as_root_and_says_which_url_to_open(tmp_path):
-    """`make lab` on a free port (as root in CI's containers: --allow-root is added): the URL it
-    prints opens the lab, and the notebooks are there."""
+    """`make lab` on a free port (as root in CI's containers: --allow-root is added): it makes the
+    student copies, keeps (and reports) the learner's changed one, the URL it prints opens the lab,
+    and the student copies are there."""
     if shutil.which("make") is None:
         pytest.skip("make is not installed")
+    copies = tmp_path / "student"
+    copies.mkdir()
+    mine = copies / PATHS[1].name
+    mine.write_text("my own work")
     port = student.free_port(20000 + os.getpid() % 20000)
     env = dict(os.environ, PYTHONPATH=str(REPO))
     for var, sub in [("JUPYTER_CONFIG_DIR", "config"), ("JUPYTER_DATA_DIR", "data"),
@@ -222,7 +228,7 @@ def test_make_lab_serves_as_root_and_says_which_url_to_open(tmp_path):
         env[var] = str(tmp_path / sub)
     # STAMP= and BIN=: this environment's Python, not a fresh .venv
     command = ["make", "-s", "-C", str(REPO), "lab", "STAMP=", f"BIN={Path(sys.executable).parent}",
-               f"LAB_PORT={port}", "LAB_ARGS=--ServerApp.ip=127.0.0.1"]
+               f"STUDENT_DIR={copies}", f"LAB_PORT={port}", "LAB_ARGS=--ServerApp.ip=127.0.0.1"]
     log = tmp_path / "lab.log"
     with open(log, "wb") as out:
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -246,9 +252,16 @@ def test_make_lab_serves_as_root_and_says_which_url_to_open(tmp_path):
             pytest.fail(f"make lab did not serve within 60 s:\n{log.read_text(errors='replace')}")
         assert f":{port}/" in url and "JupyterLab" in page
         token = url.rsplit("token=", 1)[1]
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/contents/{PATHS[0].name}?content=0&token={token}",
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/contents/{PATHS[0].name}?token={token}",
                                     timeout=5) as response:
-            assert json.loads(response.read())["name"] == PATHS[0].name
+            served = json.loads(response.read())
+        assert served["name"] == PATHS[0].name
+        cells = served["content"]["cells"]
+        assert "Student copy" in cells[0]["source"]
+        assert not any(BEGIN in c["source"] for c in cells if c["cell_type"] == "code")
+        log_text = log.read_text(errors="replace")
+        assert f"kept your copy {mine}" in log_text and mine.read_text() == "my own work"
+        assert sorted(p.name for p in copies.glob("*.ipynb")) == [p.name for p in PATHS]
     finally:
         os.killpg(process.pid, signal.SIGTERM)
         try:

@@ -27,6 +27,13 @@ other), the kernel runs on the copies, and what it wrote is copied back, also wh
 stops it part way (what the earlier programs stored, as on a GPU).  Learner code never reaches the
 GPU unchecked.  The interpreter runs even when the package runs compiled kernels.
 
+**Budgets.**  Every operation of the interpreter is counted, per program and per launch, and the
+learner's lines that run are sampled: a kernel whose loop never ends is stopped with
+:class:`gemm_kernels.lab.watchdog.NeverEnded`, naming that loop (the watchdog's budgets; a
+``@triton.jit`` function calling itself too deep is stopped the same way).  Reports name the
+learner's line: an access in the package's helper is told as the learner's line that called it,
+and a check's own kernel is named without a line of the check's.
+
 Cost: a few numpy comparisons per load and store, on top of the interpreter's own work: 0.9x to
 1.2x the time of a plain interpreted launch on the exercises' sizes (an axpy of 4099 elements, a
 16x16x16-blocked fp16 matmul of 33x17x70 and 64x48x16; Triton 3.9 interpreter, noisy 2-core CPU).
@@ -38,12 +45,15 @@ pyarrow, flask and cairo as dependencies of a symbolic checker, too heavy for a 
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import linecache
+import math
 import numbers
 import sys
+import time
 import types
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -51,6 +61,7 @@ import numpy as np
 import torch
 
 from .. import _triton_compat as compat
+from . import watchdog
 
 __all__ = ["OutOfBounds", "run_checked", "checked_launches"]
 
@@ -205,13 +216,18 @@ class OutOfBounds(IndexError):
 
     def _message(self) -> str:
         a = self.access
-        where = f"line {a.line}" + (f" of {a.function}" if a.function and a.function != a.kernel else "")
         code = f": {a.code.strip()}" if a.code else ""
-        if "called_from" in a.extra:
-            code += f"\n  called from {a.extra['called_from']}"
+        if a.extra.get("learner", True):
+            where = " at line " + str(a.line) + (f" of {a.function}" if a.function and a.function != a.kernel else "")
+        else:  # a check's kernel, on what the learner's function gave it: no line of the check's is shown
+            yours = a.extra.get("learner_functions")
+            where = " in the check's kernel" + (f" (it calls your {yours})" if yours else "")
+        for key in ("inside", "called_from"):
+            if key in a.extra:
+                code += f"\n  {a.extra[key]}"
         lane = f"lane {self.first_lane[0] if len(self.first_lane) == 1 else self.first_lane}"
         program = ", ".join(map(str, a.program))
-        head = (f"{a.kernel}: {a.kind} through {a.pointer} at {where}{code}\n"
+        head = (f"{a.kernel}: {a.kind} through {a.pointer}{where}{code}\n"
                 f"  program_id {program}: {self.lanes} of {self.active_lanes} active lanes "
                 f"(block {'x'.join(map(str, self.block_shape)) or 'scalar'}) address memory outside "
                 f"{a.pointer if a.region is None else a.region.name}")
@@ -219,8 +235,12 @@ class OutOfBounds(IndexError):
             return head + f"; {lane} addresses {a.extra.get('address', '?')}, inside no tensor argument"
         address = a.region.start + self.first_offset * a.region.itemsize
         detail = f"; first: {lane} -> {a.region.describe_offset(address)}"
-        hint = (f"\n  check the offsets and loop bounds that lead here, and the mask of this {a.kind}: "
-                f"masked-off lanes are never {'read' if a.kind == 'load' else 'written'}")
+        if not a.extra.get("learner", True) and a.extra.get("learner_functions"):
+            hint = (f"\n  the check's kernel {a.kind}s where the values your {a.extra['learner_functions']} returned "
+                    "point: check them")
+        else:
+            hint = (f"\n  check the offsets and loop bounds that lead here, and the mask of this {a.kind}: "
+                    f"masked-off lanes are never {'read' if a.kind == 'load' else 'written'}")
         return head + detail + hint
 
     def picture(self, dpi: float = 100):
@@ -344,11 +364,16 @@ def run_checked(kernel, grid, *args, reachable: Sequence[torch.Tensor] | dict = 
         regions.append(Region.of(name, host.to_cpu(t)))
 
     twin = compat.interpreted_twin(kernel)
-    monitor = _Monitor(builder, regions, _kernel_name(kernel))
+    helpers = [fn.__name__ for fn in map(compat.jit_source_function, named.values())
+               if fn is not None and watchdog.learner_file(fn.__code__.co_filename)]
+    monitor = _Monitor(builder, regions, _kernel_name(kernel), grid3, sys._getframe(), helpers)
     try:
         # one interpreted launch at a time (the builder holds the program id); the monitor acts in
-        # this thread only, so other threads' launches (queued on the lock) run unchecked
-        with compat.interpreting(), _MONITORS.active(monitor):
+        # this thread only, so other threads' launches (queued on the lock) run unchecked; the
+        # watchdog's line tracing is off in here (it would double the time): the monitor meters
+        # the kernel by its operations instead
+        with compat.interpreting(), _MONITORS.active(monitor), _CALLS.active(monitor), watchdog.suspended(), \
+                _kernel_deadline(monitor):
             twin.run(grid=grid3, warmup=False, **cpu_named)
     except interpreter_error as err:
         cause = err
@@ -359,6 +384,20 @@ def run_checked(kernel, grid, *args, reachable: Sequence[torch.Tensor] | dict = 
         raise _learner_error(cause, monitor.kernel, builder) from None
     finally:
         host.copy_back()
+
+
+@contextlib.contextmanager
+def _kernel_deadline(monitor):
+    """The watchdog's last resort (its backstop) knows when this launch has to end."""
+    dog = monitor.dog
+    if dog is None:
+        yield
+        return
+    before, dog.kernel_deadline = dog.kernel_deadline, monitor.deadline
+    try:
+        yield
+    finally:
+        dog.kernel_deadline = before
 
 
 def _learner_error(exc: BaseException, kernel: str, builder) -> BaseException:
@@ -373,50 +412,145 @@ def _learner_error(exc: BaseException, kernel: str, builder) -> BaseException:
     for tb in reversed(frames):
         new_tb = types.TracebackType(new_tb, tb.tb_frame, tb.tb_lasti, tb.tb_lineno)
     program = getattr(builder, "grid_idx", None)
-    where = ""
-    if frames:
-        last = frames[-1]
-        code = linecache.getline(last.tb_frame.f_code.co_filename, last.tb_lineno).strip()
-        where = f", line {last.tb_lineno}: {code}"
+    mine = [tb for tb in frames if watchdog.learner_file(tb.tb_frame.f_code.co_filename)]
+    where = f", {watchdog.frame_where(mine[-1].tb_frame, mine[-1].tb_lineno)}" if mine else ""
     if hasattr(exc, "add_note"):
         exc.add_note(f"raised inside the kernel {kernel}, program_id {program}{where}")
     return exc.with_traceback(new_tb)
+
+
+def _launch_line(frame) -> str | None:
+    """Where the learner's code launched the kernel (the first of its frames outside ``frame``)."""
+    f = frame.f_back if frame is not None else None
+    while f is not None:
+        if watchdog.learner_file(f.f_code.co_filename):
+            return watchdog.frame_where(f)
+        f = f.f_back
+    return None
 
 
 def _internal(filename: str) -> bool:
     return filename.startswith(_TRITON_DIR) or filename == _THIS_FILE
 
 
-def _user_frames(kernel: str):
-    """(filename, line, function) of the innermost frame of the kernel's own code, and of the line
-    in the kernel itself that led there when the access happened in a helper it called (or None)."""
-    frame = sys._getframe(2)
-    inner = None
-    while frame is not None:
-        if not _internal(frame.f_code.co_filename):
-            here = (frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name)
-            if inner is None:
-                inner = here
-                if here[2] == kernel:
-                    return inner, None
-            elif here[2] == kernel:
-                return inner, here
+def _access_site(kernel: str, outer=None):
+    """Where an access of a kernel happens, for its report: ``(filename, line, function)`` of the
+    learner's innermost line on the way there, and ``extra`` lines: the package's helper that
+    line called when the access is in there (``inside``), the learner's kernel line that called
+    their helper (``called_from``).  Without a line of the learner's on the way (a check's kernel
+    storing what their function returned), the check's line, and ``extra["learner"]`` False: the
+    report then shows no line number of the check's.  ``outer``: the checked run's frame."""
+    frame = sys._getframe(1)
+    frames = []
+    while frame is not None and frame is not outer:
+        name = frame.f_code.co_filename
+        if not watchdog.triton_file(name) and not watchdog.machinery_file(name):
+            frames.append(frame)
         frame = frame.f_back
-    return inner or (None, None, None), None
+    if not frames:
+        return (None, None, None), {}
+    mine = [f for f in frames if watchdog.learner_file(f.f_code.co_filename)]
+    if not mine:
+        site = frames[0]
+        return (site.f_code.co_filename, site.f_lineno, site.f_code.co_name), {"learner": False}
+    inner = mine[0]
+    extra: dict = {}
+    if inner is not frames[0]:  # the access is in the package's code the learner's line called
+        helper = frames[frames.index(inner) - 1].f_code.co_name
+        extra["inside"] = (f"in {helper}, the package's helper called from line {inner.f_lineno} of "
+                           f"{watchdog.function_name(inner.f_code)}")
+    if inner.f_code.co_name != kernel:  # a helper of the learner's: which line of their kernel called it
+        caller = next((f for f in mine[1:] if f.f_code.co_name == kernel), None)
+        if caller is not None:
+            extra["called_from"] = f"called from {watchdog.frame_where(caller)}"
+        elif not any(f.f_code.co_name == kernel for f in mine):
+            extra["called_from"] = f"called from the check's kernel {kernel}"
+    return (inner.f_code.co_filename, inner.f_lineno, watchdog.function_name(inner.f_code)), extra
 
 
 # ----------------------------------------------------------------------------- the monitor
 class _Monitor:
-    """Wraps the interpreter builder's pointer and memory operations for one launch."""
+    """Wraps the interpreter builder's operations for one launch: checks the pointer and memory
+    ones, and meters all of them (the watchdog's budgets for a kernel, see :meth:`meter`)."""
 
-    def __init__(self, builder, regions: list[Region], kernel: str):
+    def __init__(self, builder, regions: list[Region], kernel: str, grid: tuple = (1, 1, 1), outer=None,
+                 learner_functions: Sequence[str] = ()):
         self.builder, self.regions, self.kernel = builder, regions, kernel
+        self.learner_functions = list(learner_functions)  # the learner's @triton.jit helpers a check's kernel calls
         self.by_start: dict[int, tuple] = {}
         for i, r in enumerate(regions):
             self.by_start.setdefault(r.start, ())
             self.by_start[r.start] += (i,)
         self.all = tuple(range(len(regions)))
         self.hooks = self._hooks()
+        # the meter: operations run, in this launch and since the current program began
+        self.grid, self.outer = grid, outer  # outer: run_checked's frame (the kernel runs inside it)
+        self.dog = watchdog.current()
+        self.kernel_ops = self.dog.kernel_ops if self.dog else watchdog.KERNEL_OPS
+        self.launch_ops = self.dog.launch_ops if self.dog else watchdog.LAUNCH_OPS
+        self.time_budget = self.dog.time_budget if self.dog else watchdog.TIME_BUDGET
+        self.ops = self.program_start = 0
+        self.program_time = self.start = time.monotonic()
+        # the learner's launcher's deadline, or this launch's own (a check's kernel calling theirs)
+        self.deadline = min(self.dog.deadline if self.dog else math.inf, self.start + self.time_budget)
+        self.next_meter = _METER_EVERY
+        self.lines = watchdog.LineSampler()  # which lines of the learner's kernel run (at self.ops)
+        self.depth: dict = {}  # @triton.jit function -> how deep it is calling itself now
+        self.recursion = self.dog.recursion if self.dog else watchdog.RECURSION_LIMIT
+
+    # -- the meter
+    def new_program(self):
+        self.program_start, self.program_time, self.lines = self.ops, time.monotonic(), watchdog.LineSampler()
+
+    def meter(self):
+        """Every few operations: note which lines of the learner's kernel run, and stop the kernel
+        (:class:`watchdog.NeverEnded`) past a budget: operations of this program or of the launch,
+        or the check's deadline."""
+        self.next_meter = self.ops + _METER_EVERY
+        stack = self._learner_stack()
+        self.lines.sample(stack, self.ops)
+        now = time.monotonic()
+        if self.ops - self.program_start > self.kernel_ops:
+            raise self._never_ended(stack, "the limit for one program of a kernel", program=True)
+        if self.ops > self.launch_ops:
+            raise self._never_ended(stack, "the limit for one launch", program=False)
+        if now > self.deadline:
+            long_program = now - self.program_time > self.time_budget / 4
+            raise self._never_ended(stack, f"the limit of {self.time_budget:g} s for one call of your code",
+                                    program=long_program)
+
+    def _learner_stack(self) -> list:
+        """The frames of the learner's code inside this launch, innermost first."""
+        out = []
+        f = sys._getframe(2)
+        while f is not None and f is not self.outer:
+            if watchdog.learner_file(f.f_code.co_filename):
+                out.append(f)
+            f = f.f_back
+        return out
+
+    def _program_text(self) -> str:
+        dims = max((i + 1 for i, g in enumerate(self.grid) if g > 1), default=1)
+        return ", ".join(map(str, tuple(getattr(self.builder, "grid_idx", (0, 0, 0)))[:dims]))
+
+    def _never_ended(self, stack, reason: str, program: bool):
+        seconds = time.monotonic() - self.start
+        if program:
+            ops = self.ops - self.program_start
+            spent = (f"when the check stopped it, after {ops:,} operations of this program and {seconds:.1f} s "
+                     f"({reason}: far more than a correct answer needs)")
+            return watchdog.never_ended(self.lines.frames(stack), self.ops - max(ops // 4, 1), spent,
+                                        f", program_id ({self._program_text()})")
+        programs = self.grid[0] * self.grid[1] * self.grid[2]
+        grid = tuple(g for g in self.grid if g > 1) or (1,)
+        launch = _launch_line(self.outer)
+        return watchdog.NeverEnded(
+            f"your kernel {self.kernel} never finished: its launch of {programs:,} programs (grid "
+            f"{grid if len(grid) > 1 else grid[0]}) was at program_id ({self._program_text()}) when the check "
+            f"stopped it, after {self.ops:,} operations and {seconds:.1f} s ({reason}: far more than a correct "
+            f"answer needs)", ([f"launched at {launch}"] if launch else []) +
+            ["are the grid and the block sizes the ones the exercise asks for? (each program's loops end: it is "
+             "the number of programs, or the work each one does)"])
 
     # -- origins
     def origin(self, handle) -> tuple | None:
@@ -463,8 +597,10 @@ class _Monitor:
             raise OutOfBounds(self._access(kind, addr, active, bad, origin))
 
     def _access(self, kind, addr, active, bad, origin) -> _Access:
-        (filename, line, function), caller = _user_frames(self.kernel)
+        (filename, line, function), extra = _access_site(self.kernel, self.outer)
         code = linecache.getline(filename, line) if filename else None
+        if not extra.get("learner", True) and self.learner_functions:
+            extra["learner_functions"] = " and ".join(self.learner_functions)
         first_address = int(addr[tuple(np.argwhere(bad)[0])]) if addr.ndim else int(addr)
         region = None
         if origin is not None:
@@ -481,9 +617,7 @@ class _Monitor:
         grid = tuple(getattr(self.builder, "grid_dim", (1, 1, 1)))
         dims = max((i + 1 for i, g in enumerate(grid) if g > 1), default=1)
         program = tuple(getattr(self.builder, "grid_idx", (0, 0, 0)))[:dims]
-        extra = {"address": hex(first_address)}
-        if caller is not None:
-            extra["called_from"] = f"line {caller[1]} of {caller[2]}: {linecache.getline(caller[0], caller[1]).strip()}"
+        extra["address"] = hex(first_address)
         return _Access(self.kernel, kind, pointer, region, program, filename, line, code, function,
                        np.array(offsets), np.array(active), np.array(bad), extra)
 
@@ -546,19 +680,108 @@ def _builder_hook(name: str):
             monitor = _MONITORS.current()
             if monitor is None:  # another thread's launch, or no checked run in this thread
                 return original(*args, **kwargs)
+            monitor.ops += 1
+            if monitor.ops >= monitor.next_meter:
+                monitor.meter()
             return monitor.hooks[name](original, *args, **kwargs)
         hooked.__name__ = name
         return hooked
     return make
 
 
+def _metered_hook(name: str):
+    def make(original):
+        def hooked(*args, **kwargs):
+            monitor = _MONITORS.current()
+            if monitor is not None:
+                monitor.ops += 1
+                if monitor.ops >= monitor.next_meter:
+                    monitor.meter()
+            return original(*args, **kwargs)
+        hooked.__name__ = name
+        return hooked
+    return make
+
+
+def _program_hook(original):
+    def set_grid_idx(*args, **kwargs):
+        monitor = _MONITORS.current()
+        if monitor is not None:
+            monitor.new_program()
+        return original(*args, **kwargs)
+    return set_grid_idx
+
+
 def _builder():
     return compat.interpreter_internals()[0]
 
 
-#: the interpreter builder's memory and pointer operations, checked in the thread of a checked run
-#: only: the builder is one object for the whole process, and other threads launch kernels too
-_MONITORS = compat.ThreadLocalPatch(_builder, {name: _builder_hook(name) for name in compat.CHECKED_BUILDER_METHODS})
+#: how often (in operations) the meter looks at the kernel's lines and its budgets
+_METER_EVERY = 32
+
+
+class _BuilderFactories(Mapping):
+    """The builder methods a checked run wraps, found when first installed (Triton is imported
+    late): the checked ones, every other operation (metered), and the program switch."""
+
+    def __init__(self):
+        self._factories: dict | None = None
+
+    def _all(self) -> dict:
+        if self._factories is None:
+            builder = _builder()
+            factories = {name: _builder_hook(name) for name in compat.CHECKED_BUILDER_METHODS}
+            for name in dir(type(builder)):
+                operation = name.startswith("create_") or (name.startswith(("get_int", "get_fp"))
+                                                           and not name.endswith("_ty"))  # a constant, not a type
+                if operation and name not in factories and callable(getattr(builder, name, None)):
+                    factories[name] = _metered_hook(name)
+            if callable(getattr(builder, "set_grid_idx", None)):
+                factories["set_grid_idx"] = _program_hook
+            self._factories = factories
+        return self._factories
+
+    def __getitem__(self, name):
+        return self._all()[name]
+
+    def __iter__(self):
+        return iter(self._all())
+
+    def __len__(self):
+        return len(self._all())
+
+
+#: the interpreter builder's operations, checked (memory and pointers) and metered in the thread
+#: of a checked run only: the builder is one object for the whole process, and other threads
+#: launch kernels too
+_MONITORS = compat.ThreadLocalPatch(_builder, _BuilderFactories())
+
+
+def _guarded_call(original):
+    def call(jit_fn, *args, **kwargs):
+        monitor = _CALLS.current()
+        if monitor is None:
+            return original(jit_fn, *args, **kwargs)
+        key = getattr(jit_fn, "fn", jit_fn)
+        depth = monitor.depth.get(key, 0) + 1
+        if depth > monitor.recursion:
+            # stopped here: deeper, Python's RecursionError would come out of the interpreter
+            # wrapped once per level, each wrap quoting the last (a message of 2**depth characters)
+            caller = sys._getframe(1)
+            raise watchdog.recursion_report(getattr(key, "__name__", "a function"), caller
+                                            if watchdog.learner_file(caller.f_code.co_filename) else None,
+                                            monitor.recursion)
+        monitor.depth[key] = depth
+        try:
+            return original(jit_fn, *args, **kwargs)
+        finally:
+            monitor.depth[key] = depth - 1
+    return call
+
+
+#: ``InterpretedFunction.__call__`` (a ``@triton.jit`` helper called from an interpreted kernel),
+#: counting how deep each helper calls itself, in the thread of a checked run only
+_CALLS = compat.ThreadLocalPatch(lambda: compat.interpreter_internals()[1], {"__call__": _guarded_call})
 
 
 def _is_pointer(handle) -> bool:
@@ -642,7 +865,8 @@ def draw_access(access: _Access, dpi: float = 100):
             if ch >= R.pt(7):
                 R.text(str(first[r]), x0 - 4, y0 + (r + 0.5) * ch, 7, color="#555555", ha="right")
     program = ", ".join(map(str, a.program))
-    R.text(f"{a.kernel}: {a.kind} through {a.pointer}, line {a.line}, program_id {program}",
+    line = f", line {a.line}" if a.extra.get("learner", True) else ", the check's kernel"
+    R.text(f"{a.kernel}: {a.kind} through {a.pointer}{line}, program_id {program}",
            R.width / 2, 4, 10, color="black", va="top")
     region = a.region
     size = ("no tensor argument" if region is None else f"{region.name} has {region.tensor.numel()} elements"

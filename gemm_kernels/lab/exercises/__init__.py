@@ -3,8 +3,16 @@
 Each ``check_<name>(answer)`` returns a :class:`~gemm_kernels.lab.exercises._core.CheckResult`:
 "not attempted yet" for an untouched stub, a precise explanation for a wrong answer
 (which elements, tiles or programs, expected vs got; for a kernel that leaves its tensor, the
-checked run's report and a picture of the bad lanes), or "correct".  It never raises.
-``check_<name>.hint(level)`` gives the hints in steps: 1 a nudge, 2 the approach, 3 a solution.
+checked run's report and a picture of the bad lanes, and the common mistake behind it when it is
+one: swapped strides, a grid rounded down, a missing K mask, a transposed mask, pid_m and pid_n
+swapped), or "correct".  It never raises.  ``check_<name>.hint(level)`` gives the hints in steps:
+1 a nudge, 2 the approach, 3 a solution.
+
+"Correct" for an exercise in ``@triton.jit`` code means it would run on a GPU
+(:mod:`._kernel_checks`): the learner's own kernel ran (not torch, not the package's code, not a
+check's ``*_ref``), it compiles for sm_90 with the arguments the check launched it with (in a
+worker process, on any machine), it keeps the exercise's rules (an fp32 accumulator, the clamp),
+and on a GPU it also runs there, compiled, on one case.
 
 =========================  ==========================================
 notebook                   module

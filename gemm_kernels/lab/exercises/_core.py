@@ -32,6 +32,7 @@ import functools
 import html
 import itertools
 import math
+import re
 import traceback
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -44,12 +45,14 @@ from ..._triton_compat import ThreadLocalPatch
 NOT_ATTEMPTED = "not attempted"
 WRONG = "wrong"
 CORRECT = "correct"
+#: what a CPU could check holds, but not all that "correct" needs (notebook 08's Gluon loop)
+STRUCTURE_ONLY = "structure only"
 
 #: how many failing cases a wrong answer lists before "... and N more"
 MAX_DETAILS = 8
 
-_ICONS = {NOT_ATTEMPTED: "[ ]", WRONG: "[x]", CORRECT: "[ok]"}
-_COLOURS = {NOT_ATTEMPTED: "#6c757d", WRONG: "#b02a37", CORRECT: "#146c43"}
+_ICONS = {NOT_ATTEMPTED: "[ ]", WRONG: "[x]", CORRECT: "[ok]", STRUCTURE_ONLY: "[~]"}
+_COLOURS = {NOT_ATTEMPTED: "#6c757d", WRONG: "#b02a37", CORRECT: "#146c43", STRUCTURE_ONLY: "#997404"}
 
 
 @dataclass(frozen=True)
@@ -171,26 +174,122 @@ class _NotAttempted(Exception):
 
 
 class AnswerRaised(Exception):
-    """The learner's code raised something other than NotImplementedError."""
+    """The learner's code raised something other than NotImplementedError.  The message names
+    the learner's own line (:func:`learner_location`), never a line of the check's."""
 
     def __init__(self, what: str, exc: BaseException):
         self.what, self.exc = what, exc
-        frames = [f for f in traceback.extract_tb(exc.__traceback__) if not _internal_file(f.filename)]
-        # the innermost frame outside Triton and the checked run is usually the learner's own line: name it
-        where = f" (line {frames[-1].lineno}: {frames[-1].line.strip()})" if frames and frames[-1].line else ""
-        super().__init__(f"{what} raised {type(exc).__name__}: {exc}{where}")
+        super().__init__(f"{what} raised {type(exc).__name__}: {_short(exc, 600)}{learner_location(exc)}")
 
 
-def _internal_file(filename: str) -> bool:
-    """Files whose lines are never the learner's: Triton's, the checked run's, Triton internals' wrappers."""
-    import os
+def learner_location(exc: BaseException) -> str:
+    """Where ``exc`` came from, in the learner's terms: `` (line 4 of f: code)``, their innermost
+    line in its traceback.  When a library's function that line called raised it (the package's
+    ``tile_coords_np`` refusing a tile index), also which of its parameters the message names and
+    the learner's argument for each.  With no line of theirs in it (the check's kernel unpacking
+    what their function returned), the check's code that used their function, no line number."""
+    from ..watchdog import frame_where, learner_file, machinery_file, triton_file
 
-    import triton
+    try:
+        entries = [(f, n) for f, n in traceback.walk_tb(exc.__traceback__)
+                   if not triton_file(f.f_code.co_filename) and not machinery_file(f.f_code.co_filename)]
+        mine = [i for i, (f, _) in enumerate(entries) if learner_file(f.f_code.co_filename)]
+        if mine:
+            f, line = entries[mine[-1]]
+            text = frame_where(f, line)
+            if mine[-1] + 1 < len(entries):
+                text += _callee_text(f, line, entries[mine[-1] + 1][0], exc)
+            return f" ({text})"
+        if entries:
+            return _check_code_text(*entries[-1])
+    except Exception:  # noqa: BLE001  (the message stands without a place)
+        pass
+    return ""
 
-    triton_dir = os.path.dirname(triton.__file__)
-    here = os.path.dirname(os.path.dirname(__file__))  # gemm_kernels/lab
-    return (filename.startswith(triton_dir) or filename == os.path.join(here, "checked.py")
-            or filename.endswith(os.path.join("gemm_kernels", "_triton_compat.py")))
+
+def _callee_text(frame, line: int, callee, exc) -> str:
+    """``; raised inside the package's tile_coords_np, which this line calls: its pid is your t = 35``."""
+    from ..watchdog import package_file
+
+    name = callee.f_code.co_name
+    owner = "the package's " if package_file(callee.f_code.co_filename) else ""
+    text = f"; raised inside {owner}{name}, which this line calls"
+    message = str(exc)
+    named = []
+    for param, (expr, value) in _call_arguments(frame, line, callee).items():
+        if re.search(rf"(?<![\w.]){re.escape(param)}(?!\w)", message):
+            value_text = "" if value is _UNKNOWN else f" = {shown(value, 40)}"
+            named.append(f"its {param} is your {expr}{value_text}")
+    return text + (": " + "; ".join(named) if named else "")
+
+
+_UNKNOWN = object()
+
+
+def _call_arguments(frame, line: int, callee) -> dict:
+    """The learner's arguments of the call of ``callee`` on ``line`` of ``frame``, by the callee's
+    parameter names: ``{param: (source of the argument, its value or _UNKNOWN)}``."""
+    import ast
+    import builtins
+    import linecache
+
+    code = callee.f_code
+    try:
+        tree = ast.parse("".join(linecache.getlines(frame.f_code.co_filename, frame.f_globals)))
+    except (SyntaxError, ValueError):
+        return {}
+    calls = [node for node in ast.walk(tree) if isinstance(node, ast.Call)
+             and node.lineno <= line <= (node.end_lineno or node.lineno)
+             and getattr(node.func, "id", getattr(node.func, "attr", None)) == code.co_name]
+    if not calls:
+        return {}
+    call_node = min(calls, key=lambda node: (node.end_lineno or node.lineno) - node.lineno)
+    positional = list(code.co_varnames[:code.co_argcount])
+    if isinstance(call_node.func, ast.Attribute) and positional[:1] in (["self"], ["cls"]):
+        positional = positional[1:]
+    keyword_only = set(code.co_varnames[code.co_argcount:code.co_argcount + code.co_kwonlyargcount])
+    pairs = []
+    for param, arg in zip(positional, call_node.args):
+        if isinstance(arg, ast.Starred):
+            break
+        pairs.append((param, arg))
+    pairs += [(kw.arg, kw.value) for kw in call_node.keywords if kw.arg in positional or kw.arg in keyword_only]
+    out = {}
+    for param, arg in pairs:
+        value = callee.f_locals.get(param, _UNKNOWN)  # as the callee got it (an expression's value)
+        if isinstance(arg, ast.Constant):
+            value = arg.value
+        elif isinstance(arg, ast.Name):
+            for space in (frame.f_locals, frame.f_globals, vars(builtins)):
+                if arg.id in space:
+                    value = space[arg.id]
+                    break
+        out[param] = (ast.get_source_segment("".join(linecache.getlines(frame.f_code.co_filename)), arg)
+                      or ast.dump(arg), value)
+    return out
+
+
+def _check_code_text(frame, line: int) -> str:
+    """The check's code where something of the learner's came out wrong, told by the learner's
+    function it used (``pid_m, pid_n = column_grouped_triton(...)``), never by its line number."""
+    from ..watchdog import learner_file, source_line
+
+    code = source_line(frame.f_code.co_filename, line, frame.f_globals)
+    yours = {}
+    for name in dict.fromkeys(re.findall(r"[A-Za-z_]\w*", code)):
+        value = frame.f_locals.get(name, frame.f_globals.get(name))
+        fn = value
+        for _ in range(3):  # a @triton.jit function, its interpreted twin: the Python function inside
+            fn = getattr(fn, "fn", fn)
+        inner = getattr(fn, "__code__", None)
+        if inner is not None and learner_file(inner.co_filename):
+            yours[name] = fn.__name__
+    if not yours:
+        return " (in the check's code, on what your code gave it)"
+    for name, real in yours.items():
+        code = re.sub(rf"\b{re.escape(name)}\b", real, code)
+    return (f" (in the check's code right after your {' and '.join(dict.fromkeys(yours.values()))} returned: "
+            f"`{code}`: does it return what this line expects?)")
 
 
 #: what the stub of a student copy raises (``raise NotImplementedError("your turn")``), as Triton
@@ -242,11 +341,13 @@ def _fmt_args(args) -> str:
     return "(" + ", ".join(one(a) for a in args) + ")"
 
 
-def exercise(title: str, *, hints: Hints, praise: str = "correct, well done."):
+def exercise(title: str, *, hints: Hints, praise: str = "correct, well done.", budget: dict | None = None):
     """Turn a check body ``body(answer, ...) -> list[str]`` into a check that never raises.
 
-    The body runs with ``torch.empty`` NaN-poisoned and every kernel launch checked
-    (:func:`gemm_kernels.lab.checked.checked_launches`).  The check gets ``check.hint(level)``."""
+    The body runs with ``torch.empty`` NaN-poisoned, every kernel launch checked
+    (:func:`gemm_kernels.lab.checked.checked_launches`) and the learner's code under a watchdog
+    (:class:`gemm_kernels.lab.watchdog.Watchdog`; ``budget``: its keyword arguments, for a check
+    that needs other limits than the defaults).  The check gets ``check.hint(level)``."""
 
     def decorate(body):
         @functools.wraps(body)
@@ -258,7 +359,7 @@ def exercise(title: str, *, hints: Hints, praise: str = "correct, well done."):
                                    f"{type(answer).__name__}: {_short(_safe_repr(answer), 80)}",
                                    hints=hints, hint_level=0)
             try:
-                result = _run_body(body, title, praise, answer, args, kwargs)
+                result = _run_body(body, title, praise, answer, args, kwargs, budget)
             except Exception as exc:  # noqa: BLE001  (a check never raises into the notebook)
                 result = CheckResult(title, WRONG, "your answer could not be checked: "
                                      f"{type(exc).__name__}: {_short(exc)}")
@@ -267,6 +368,8 @@ def exercise(title: str, *, hints: Hints, praise: str = "correct, well done."):
                 result.hints, result.hint_level = hints, min(_wrong_attempts[title], 2)
             elif result.status == CORRECT:
                 result.hints = hints
+            from ..progress import record  # the latest verdict, kept on disk for gk.lab.progress() (never raises)
+            record(body.__module__, title, result.status)
             return result
 
         def hint(level: int = 1) -> Hint:
@@ -282,12 +385,16 @@ def exercise(title: str, *, hints: Hints, praise: str = "correct, well done."):
     return decorate
 
 
-def _run_body(body, title, praise, answer, args, kwargs) -> CheckResult:
+def _run_body(body, title, praise, answer, args, kwargs, budget=None) -> CheckResult:
     from ..checked import OutOfBounds, checked_launches
+    from ..watchdog import NeverEnded, Watchdog
 
+    dog = Watchdog(**(budget or {}))
     try:
-        with poisoned_empty(), checked_launches():
+        with poisoned_empty(), checked_launches(), dog:
             problems = body(answer, *args, **kwargs)
+    except NeverEnded as exc:
+        return CheckResult(title, WRONG, exc.message, exc.details)
     except _NotAttempted:
         return _not_attempted(title)
     except AnswerRaised as exc:
@@ -296,6 +403,8 @@ def _run_body(body, title, praise, answer, args, kwargs) -> CheckResult:
         return CheckResult(title, WRONG, str(exc))
     except OutOfBounds as exc:
         return out_of_bounds_result(title, exc, None)
+    finally:
+        dog.close()  # again: the watch ends whatever happened on the way out
     if isinstance(problems, CheckResult):
         return problems
     problems = list(problems or [])

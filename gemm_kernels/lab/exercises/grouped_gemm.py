@@ -1,6 +1,7 @@
 """Checks for notebook 06 (grouped GEMM): the masks that fix the "assume full tiles" kernel,
 which tiles of which problems one program of the grouped launch computes, and the device-side
-lookup tile -> (problem, pid_m, pid_n) inside a grouped kernel (:func:`run_grouped_lookup`)."""
+lookup tile -> (problem, pid_m, pid_n) inside a grouped kernel (:func:`run_grouped_lookup`); the
+``@triton.jit`` answers are compiled for sm_90 too (``_kernel_checks``)."""
 
 from __future__ import annotations
 
@@ -15,8 +16,10 @@ from ...kernels.epilogue import mma_operand, widen_for_dot
 from ...kernels.grouped import TL_DTYPES
 from ...kernels.tiles import record_tile
 from ...models.tiles import multi_problem_schedule, problem_tile_starts
-from ..checked import OutOfBounds, checked_launches
-from ._core import Hints, call, exercise, out_of_bounds_result, read_items, shown
+from ...kernels.tiles import locate_problem, locate_problem_in_ends
+from ..checked import OutOfBounds
+from . import _kernel_checks as kc
+from ._core import Hints, call, out_of_bounds_result, read_items, shown
 from .persistent_tma import compare_schedule
 
 # ----------------------------------------------------------------------------- exercise 1
@@ -39,6 +42,11 @@ def _mask_problems(name, got, expected, index_names, limits, matrix, case):
     if not bad.any():
         return []
     lines = []
+    if got.shape == expected.shape and np.array_equal(got, _transposed(expected, index_names, limits)):
+        (_, i_name), (_, j_name) = index_names
+        i_var, j_var = _VARIABLES[i_name], _VARIABLES[j_name]
+        return [f"{case}: {name} is transposed: {i_var} go down the block ({i_var}[:, None] < {limits[0][0]}) and "
+                f"{j_var} across ({j_var}[None, :] < {limits[1][0]}); yours compares them the other way round"]
     (i0, i_name), (j0, j_name) = index_names
     extra = np.argwhere(got & ~expected)   # lanes switched on outside the matrix
     missing = np.argwhere(~got & expected)  # lanes switched off inside it
@@ -58,13 +66,21 @@ def _mask_problems(name, got, expected, index_names, limits, matrix, case):
     return lines
 
 
-@exercise("bounds_masks", hints=Hints(
-    nudge="each of the three blocks has two index vectors: which limit does each index have?",
-    approach="A's block is indexed by (rows, ks), B's by (ks, cols), C's by (rows, cols); a lane is inside when both "
-             "of its indices are below their limits; broadcast a column of one comparison against a row of the other",
-    solution="a_mask = (rows[:, None] < M) & (ks[None, :] < K); b_mask = (ks[:, None] < K) & (cols[None, :] < N); "
-             "c_mask = (rows[:, None] < M) & (cols[None, :] < N); return a_mask, b_mask, c_mask"))
-def check_bounds_masks(bounds_masks):
+#: the index vectors the exercise's function receives, by the name the feedback gives them
+_VARIABLES = {"row": "rows", "k": "ks", "column": "cols"}
+
+
+def _transposed(expected, index_names, limits):
+    """The mask a transposed broadcast gives: lane (i, j) on by index j's first limit and index i's second."""
+    (i0, _), (j0, _) = index_names
+    (_, lim_i), (_, lim_j) = limits
+    n_i, n_j = expected.shape
+    first = (i0 + np.arange(n_j)) < lim_i   # the first index vector, laid across the block
+    second = (j0 + np.arange(n_i)) < lim_j  # the second, laid down it
+    return second[:, None] & first[None, :]
+
+
+def _mask_cases(bounds_masks) -> list[str]:
     problems = []
     for row0, col0, k0, M, N, K in MASK_CASES:
         case = (f"M={M}, N={N}, K={K}, block at row {row0}, column {col0}, K index {k0}")
@@ -77,15 +93,28 @@ def check_bounds_masks(bounds_masks):
             ("c_mask", got[2], expected[2], ((row0, "row"), (col0, "column")), (("M", M), ("N", N)), "C"),
         ]:
             problems += _mask_problems(name, g, e, idx, limits, matrix, case)
+    return problems
+
+
+@kc.kernel_exercise("bounds_masks", kind="jit", gpu_case=_mask_cases,
+                    hints=Hints(
+    nudge="each of the three blocks has two index vectors: which limit does each index have?",
+    approach="A's block is indexed by (rows, ks), B's by (ks, cols), C's by (rows, cols); a lane is inside when both "
+             "of its indices are below their limits; broadcast a column of one comparison against a row of the other",
+    solution="a_mask = (rows[:, None] < M) & (ks[None, :] < K); b_mask = (ks[:, None] < K) & (cols[None, :] < N); "
+             "c_mask = (rows[:, None] < M) & (cols[None, :] < N); return a_mask, b_mask, c_mask"))
+def check_bounds_masks(bounds_masks):
+    problems = _mask_cases(bounds_masks)
     # end to end: the kernel with these masks, on views inside sentinel-filled buffers, checked: the
     # kernel reaches A, B and C through pointer arrays, so their views are named as reachable
     group = teaching.sentinel_group(SENTINEL_SHAPES)
     try:
-        with checked_launches(reachable=_views(group.group_a, group.group_b, group.group_c)):
+        with kc.recording(reachable=_views(group.group_a, group.group_b, group.group_c)):
             teaching.pointer_array_matmul(group.group_a, group.group_b, group.group_c, masks=bounds_masks)
     except OutOfBounds as err:
         result = out_of_bounds_result("bounds_masks", err, "pointer_array_matmul(..., masks=bounds_masks)")
-        result.details = problems + result.details
+        generic = "check the offsets and loop bounds"  # the masks' own lines say what is wrong
+        result.details = problems + [d for d in result.details if not (problems and generic in d)]
         return result
     problems += [f"run on sentinel buffers: {d.describe()}" for d in teaching.damage_report(group) if not d.ok]
     return problems
@@ -111,6 +140,7 @@ WALK_CASES = [
 ]
 
 
+@kc.reference
 def program_tiles_ref(shapes, block_m, block_n, num_programs, pid):
     """(problem, pid_m, pid_n) of every tile program ``pid`` computes, in order (row-major inside
     each problem, as ``teaching.pointer_array_matmul`` walks them)."""
@@ -128,7 +158,7 @@ def _restarting_walk(shapes, block_m, block_n, num_programs, pid):
     return out
 
 
-@exercise("program_tiles", hints=Hints(
+@kc.plain_exercise("program_tiles", hints=Hints(
     nudge="the programs do not start again at each problem: think of all the problems' tiles laid end to end",
     approach="number the tiles of every problem in one sequence (problem 0's first, each problem row-major); program "
              "pid takes every NUM_PROGRAMS-th of them from pid on; translate each global tile back into its problem "
@@ -223,7 +253,7 @@ def run_grouped_lookup(find_tile, shapes, num_programs: int, *, seed: int = 0):
 
     sizes = torch.tensor(list(shapes), dtype=torch.int32).to(runtime.DEVICE)
     tile_starts = torch.tensor(starts, dtype=torch.int32).to(runtime.DEVICE)
-    with checked_launches(reachable=_views(group_a, group_b, group_c)):
+    with kc.recording(reachable=_views(group_a, group_b, group_c)):
         _grouped_lookup_kernel[(num_programs,)](
             pointers(group_a), pointers(group_b), pointers(group_c), sizes, tile_starts, len(shapes), trace,
             DTYPE=TL_DTYPES[dtype], NUM_PROGRAMS=num_programs, FIND_TILE=find_tile,
@@ -240,7 +270,24 @@ LOOKUP_CASES = [
 ]
 
 
-@exercise("find_tile", hints=Hints(
+def _find_tile_case(find_tile, shapes, programs) -> list[str]:
+    bm, bn = LOOKUP_BLOCKS["BLOCK_M"], LOOKUP_BLOCKS["BLOCK_N"]
+    case = f"problems {', '.join(f'{M}x{N}x{K}' for M, N, K in shapes)} in {bm}x{bn} tiles, {programs} programs"
+    a, b, c, trace = call(run_grouped_lookup, find_tile, shapes, programs, what=f"the grouped kernel ({case})")
+    expected = multi_problem_schedule(shapes, bm, bn, programs, "row_major")
+    problems = compare_schedule(trace.numpy(), expected, case, problem_names=True)
+    for g, (ag, bg, cg) in enumerate(zip(a, b, c)):
+        ref = ag.double() @ bg.double()
+        bad = ~torch.isclose(cg.double(), ref, atol=5e-2, rtol=1e-2)
+        if bad.any():
+            rows, cols = torch.nonzero(bad, as_tuple=True)
+            problems.append(f"{case}: problem {g}: {int(bad.sum())} of {bad.numel()} elements of C wrong (rows "
+                            f"{int(rows.min())}..{int(rows.max())}, cols {int(cols.min())}..{int(cols.max())})")
+    return problems
+
+
+@kc.kernel_exercise("find_tile", kind="jit", forbid=(locate_problem, locate_problem_in_ends),
+                    gpu_case=lambda answer: _find_tile_case(answer, *LOOKUP_CASES[0]), hints=Hints(
     nudge="tile_starts[g] is the first global tile of problem g (tile_starts[num_problems] is the total): which g "
           "owns a given tile?",
     approach="the tile's problem is the last g with tile_starts[g] <= tile (an empty problem owns no tile, so the "
@@ -251,19 +298,8 @@ LOOKUP_CASES = [
              "problem + 1), BLOCK_N); return problem, local // num_pid_n, local % num_pid_n"))
 def check_find_tile(find_tile):
     problems = []
-    bm, bn = LOOKUP_BLOCKS["BLOCK_M"], LOOKUP_BLOCKS["BLOCK_N"]
     for shapes, programs in LOOKUP_CASES:
-        case = f"problems {', '.join(f'{M}x{N}x{K}' for M, N, K in shapes)} in {bm}x{bn} tiles, {programs} programs"
-        a, b, c, trace = call(run_grouped_lookup, find_tile, shapes, programs, what=f"the grouped kernel ({case})")
-        expected = multi_problem_schedule(shapes, bm, bn, programs, "row_major")
-        problems += compare_schedule(trace.numpy(), expected, case, problem_names=True)
-        for g, (ag, bg, cg) in enumerate(zip(a, b, c)):
-            ref = ag.double() @ bg.double()
-            bad = ~torch.isclose(cg.double(), ref, atol=5e-2, rtol=1e-2)
-            if bad.any():
-                rows, cols = torch.nonzero(bad, as_tuple=True)
-                problems.append(f"{case}: problem {g}: {int(bad.sum())} of {bad.numel()} elements of C wrong (rows "
-                                f"{int(rows.min())}..{int(rows.max())}, cols {int(cols.min())}..{int(cols.max())})")
+        problems += _find_tile_case(find_tile, shapes, programs)
         if problems:
             break
     return problems

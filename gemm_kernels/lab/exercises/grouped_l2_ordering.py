@@ -1,6 +1,6 @@
 """Checks for notebook 03 (grouped L2 ordering): the grouped mapping turned on its side (groups
 of tile columns) in Python, the block fetches of one wave (against the L2 model), and the
-column-grouped mapping as a ``@triton.jit`` helper."""
+column-grouped mapping as a ``@triton.jit`` helper (compiled for sm_90 too: see ``_kernel_checks``)."""
 
 from __future__ import annotations
 
@@ -13,13 +13,15 @@ from ... import runtime
 from ...models.l2model import l2_traffic
 from ...models.schedule import tile_schedule
 from ...models.tiles import tile_coords_np
-from ._core import AnswerRaised, Hints, call, exercise, read_items, shown
+from . import _kernel_checks as kc
+from ._core import AnswerRaised, Hints, call, read_items, shown
 
 # (num_pid_m, num_pid_n, GROUP_SIZE_N): a square grid, a ragged last group, a group wider than the
 # grid, groups of one column (= column-major), a wide grid
 COLUMN_GROUP_CASES = [(9, 9, 3), (4, 5, 2), (3, 7, 4), (6, 2, 8), (4, 4, 1), (3, 10, 3)]
 
 
+@kc.reference
 def column_grouped_tile_ref(pid, num_pid_m: int, num_pid_n: int, group_size_n: int):
     """Groups of GROUP_SIZE_N tile *columns*, each walked row by row: the grouped order of the
     transposed tile grid (``tiles.tile_coords_np`` with M and N swapped)."""
@@ -65,7 +67,7 @@ def _as_pair(value, case: str):
     return pm, pn
 
 
-@exercise("column_grouped_tile", hints=Hints(
+@kc.plain_exercise("column_grouped_tile", hints=Hints(
     nudge="this is the grouped order of the notebook with the roles of rows and columns swapped: which group does "
           "pid fall in, and where is it inside that group?",
     approach="a group is GROUP_SIZE_N tile columns times all num_pid_m rows; find the group and its first column; "
@@ -103,7 +105,7 @@ def first_wave(num_pid_m, num_pid_n, order, group, in_flight):
     return s, np.stack([s.pid_m[rows], s.pid_n[rows]], axis=1)
 
 
-@exercise("wave_block_fetches", hints=Hints(
+@kc.plain_exercise("wave_block_fetches", hints=Hints(
     nudge="two programs of one wave that share a tile row read the same blocks of A: how often does DRAM deliver "
           "a block that several of them read?",
     approach="count the distinct A row-blocks and the distinct B column-blocks the wave's tiles touch; each of "
@@ -154,12 +156,62 @@ def run_tile_fn(tile_fn, num_pid_m: int, num_pid_n: int, group_size: int) -> np.
     # column lands there, outside the view, instead of on the next row's first tiles
     owner = torch.full((num_pid_m, num_pid_n + group_size), -1, dtype=torch.int32, device=runtime.DEVICE)
     owner = owner[:, :num_pid_n]
-    _record_tiles_kernel[(n,)](out, owner, owner.stride(0), num_pid_m, num_pid_n, TILE_FN=tile_fn,
-                               GROUP_SIZE=group_size)
+    try:
+        _record_tiles_kernel[(n,)](out, owner, owner.stride(0), num_pid_m, num_pid_n, TILE_FN=tile_fn,
+                                   GROUP_SIZE=group_size)
+    except Exception as err:  # the tiles the programs reported before it stopped: for the diagnosis
+        err.gemm_kernels_tiles = out.cpu().numpy()
+        raise
     return out.cpu().numpy()
 
 
-@exercise("column_grouped_triton", hints=Hints(
+def _swapped_pair(expected: np.ndarray, got: np.ndarray) -> list[str]:
+    reported = (got >= 0).all(axis=1)
+    if reported.any() and np.array_equal(got[reported], expected[reported][:, ::-1]) and \
+            not np.array_equal(got[reported], expected[reported]):
+        return ["every program returned (pid_n, pid_m): return the pair the other way round, (pid_m, pid_n)"]
+    return []
+
+
+def tile_fn_diagnosis(log, failure) -> list[str]:
+    """For a mapping stopped outside the grid: which program mapped where, and why."""
+    tiles = getattr(failure, "gemm_kernels_tiles", None)
+    launch = log.last_learner() if log is not None else None
+    if tiles is None or launch is None or not getattr(failure, "program", None):
+        return []
+    num_pid_m, num_pid_n = launch.named.get("num_pid_m"), launch.named.get("num_pid_n")
+    group = launch.named.get("GROUP_SIZE")
+    pid = int(failure.program[0])
+    pm, pn = (int(v) for v in tiles[pid])
+    expected = _column_grouped_expected(num_pid_m, num_pid_n, group)
+    done = tiles[:pid + 1]
+    lines = _swapped_pair(expected[:pid + 1], done)
+    where = []
+    if not 0 <= pm < num_pid_m:
+        where.append(f"pid_m must stay in 0..{num_pid_m - 1}")
+    if not 0 <= pn < num_pid_n:
+        where.append(f"pid_n must stay in 0..{num_pid_n - 1}")
+        last_first = ((num_pid_n - 1) // group) * group
+        if num_pid_n % group and pn >= num_pid_n and pn < last_first + group:
+            where.append(f"the last group starts at column {last_first} and is only {num_pid_n - last_first} wide, "
+                         f"not GROUP_SIZE_N = {group}: take its width with "
+                         "tl.minimum(num_pid_n - first_n, GROUP_SIZE_N)")
+    return lines + [f"program {pid} maps to tile ({pm}, {pn}), outside the {num_pid_m} x {num_pid_n} grid of tiles"
+                    + (f": {'; '.join(where)}" if where else "") + f" (the check expected tile "
+                    f"({expected[pid, 0]}, {expected[pid, 1]}))"]
+
+
+def _column_grouped_case(column_grouped_triton, num_pid_m, num_pid_n, group) -> list[str]:
+    case = f"{num_pid_m}x{num_pid_n} tiles, GROUP_SIZE_N={group}"
+    got = call(run_tile_fn, column_grouped_triton, num_pid_m, num_pid_n, group,
+               what=f"a kernel calling column_grouped_triton ({case})")
+    expected = _column_grouped_expected(num_pid_m, num_pid_n, group)
+    lines = _compare_tiles(expected, got, case)
+    return lines + [f"diagnosis: {d}" for d in _swapped_pair(expected, got)] if lines else []
+
+
+@kc.kernel_exercise("column_grouped_triton", kind="jit", diagnose=tile_fn_diagnosis,
+                    gpu_case=lambda answer: _column_grouped_case(answer, 4, 5, 2), hints=Hints(
     nudge="you wrote this mapping in Python already: what has to change for it to run inside a kernel?",
     approach="the same integer arithmetic on pid, num_pid_m and num_pid_n; Python's min becomes tl.minimum; return "
              "the pair (pid_m, pid_n). A tile outside the grid is stopped by the checked run, with its lanes drawn",
@@ -169,8 +221,5 @@ def run_tile_fn(tile_fn, num_pid_m: int, num_pid_n: int, group_size: int) -> np.
 def check_column_grouped_triton(column_grouped_triton):
     problems = []
     for num_pid_m, num_pid_n, group in COLUMN_GROUP_CASES:
-        case = f"{num_pid_m}x{num_pid_n} tiles, GROUP_SIZE_N={group}"
-        got = call(run_tile_fn, column_grouped_triton, num_pid_m, num_pid_n, group,
-                   what=f"a kernel calling column_grouped_triton ({case})")
-        problems += _compare_tiles(_column_grouped_expected(num_pid_m, num_pid_n, group), got, case)
+        problems += _column_grouped_case(column_grouped_triton, num_pid_m, num_pid_n, group)
     return problems

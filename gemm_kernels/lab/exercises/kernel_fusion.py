@@ -1,5 +1,6 @@
 """Checks for notebook 04 (kernel fusion): the bytes an unfused activation pass costs, the
-"spot the difference" leaky_relu variant, and an epilogue function written in Triton.
+"spot the difference" leaky_relu variant, and an epilogue function written in Triton (tried where
+its math overflows too, and compiled for sm_90: see ``_kernel_checks``).
 
 Also holds the small elementwise harness the notebook and the checks use to run a
 ``@triton.jit`` activation on a vector: :func:`apply_elementwise`.
@@ -7,12 +8,14 @@ Also holds the small elementwise harness the notebook and the checks use to run 
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 import triton
 import triton.language as tl
 
 from ... import runtime
-from ._core import Hints, call, exercise, fmt
+from . import _kernel_checks as kc
+from ._core import Hints, call, fmt
 
 # ----------------------------------------------------------------------------- the harness
 _ELEMENTWISE_BLOCK = 1024
@@ -42,7 +45,7 @@ def apply_elementwise(fn, x: torch.Tensor) -> torch.Tensor:
 BYTES_CASES = [(4096, 4096, 2), (8192, 1024, 2), (1000, 3000, 4), (1, 1, 2)]
 
 
-@exercise("activation_pass_bytes", hints=Hints(
+@kc.plain_exercise("activation_pass_bytes", hints=Hints(
     nudge="a separate activation kernel starts after the GEMM has written C: what must it move between DRAM and "
           "the GPU?",
     approach="it reads every element of C once and writes every result once; count elements, then bytes",
@@ -82,7 +85,7 @@ def leaky_relu_variant(x):
 VARIANT_POINTS = [-3.0, -1.5, -1.0, -0.75, -0.5, -0.01, 0.0, 0.01, 0.5, 2.0]
 
 
-@exercise("variant_reference", hints=Hints(
+@kc.plain_exercise("variant_reference", hints=Hints(
     nudge="read leaky_relu_variant line by line: what does the select see, and what does it return for a positive "
           "input?",
     approach="the variant shifts x by 1 before the select and never shifts it back: the select compares and "
@@ -105,22 +108,52 @@ def check_variant_reference(variant_reference):
 
 # ----------------------------------------------------------------------------- exercise 3
 GELU_RANGE = (-8.0, 8.0, 1601)
+#: beyond the range: where exp(2u) overflows fp32 (|x| from about 10.4), x**3 too (|x| > 7e12)
+GELU_LARGE = [s * v for v in (10.4, 10.5, 12.0, 20.0, 50.0, 100.0, 1e4, 1e30) for s in (1.0, -1.0)]
 
 
-@exercise("gelu_tanh", hints=Hints(
-    nudge="compare with torch.nn.functional.gelu(x, approximate='tanh'): which formula does its documentation give?",
-    approach="0.5 * x * (1 + tanh(u)) with u = sqrt(2/pi) * (x + 0.044715 * x**3); Triton's tl has no tanh here, "
-             "but tanh(u) can be written with tl.sigmoid",
-    solution="u = 0.7978845608028654 * (x + 0.044715 * x * x * x); return 0.5 * x * (1 + (2 * tl.sigmoid(2 * u) - 1))"))
-def check_gelu_tanh(gelu_tanh):
-    x = torch.linspace(*GELU_RANGE, dtype=torch.float32, device=runtime.DEVICE)
-    got = call(apply_elementwise, gelu_tanh, x, what="a kernel calling gelu_tanh").double().cpu()
+def _gelu_problems(gelu_tanh) -> list[str]:
+    x = torch.cat([torch.linspace(*GELU_RANGE, dtype=torch.float32),
+                   torch.tensor(GELU_LARGE, dtype=torch.float32)]).to(runtime.DEVICE)
+    with np.errstate(all="ignore"):  # the interpreter's numpy overflows where the math does: no warnings
+        got = call(apply_elementwise, gelu_tanh, x, what="a kernel calling gelu_tanh").double().cpu()
     expected = torch.nn.functional.gelu(x.double().cpu(), approximate="tanh")
     err = (got - expected).abs()
     bad = ~(err <= 1e-5 + 1e-5 * expected.abs())  # NaN counts as bad
     if not bad.any():
         return []
-    worst = int(torch.nan_to_num(err, nan=float("inf")).argmax())
     xs = x.cpu()
-    return [f"{int(bad.sum())} of {len(x)} points in [{GELU_RANGE[0]:g}, {GELU_RANGE[1]:g}] are off by more than 1e-5; "
-            f"worst at x={fmt(float(xs[worst]))}: expected {fmt(float(expected[worst]))}, got {fmt(float(got[worst]))}"]
+    lines = []
+    n = GELU_RANGE[2]
+    for part, name in ((slice(0, n), f"points in [{GELU_RANGE[0]:g}, {GELU_RANGE[1]:g}]"),
+                       (slice(n, None), "large points (|x| from 10.4 to 1e30)")):
+        b = bad[part]
+        if not b.any():
+            continue
+        e, g, xv = expected[part], got[part], xs[part]
+        worst = int(torch.nan_to_num(err[part], nan=float("inf")).argmax())
+        lines.append(f"{int(b.sum())} of {len(b)} {name} are off by more than 1e-5; "
+                     f"worst at x={fmt(float(xv[worst]))}: expected {fmt(float(e[worst]))}, got {fmt(float(g[worst]))}")
+    lines += [f"diagnosis: {d}" for d in _overflow_diagnosis(xs, expected, got, bad)]
+    return lines
+
+
+def _overflow_diagnosis(xs, expected, got, bad) -> list[str]:
+    """NaN or inf where the reference is finite, only at large |x|: an exp that overflows."""
+    broken = bad & ~torch.isfinite(got) & torch.isfinite(expected)
+    if not broken.any() or bool((bad & ~broken).any()):
+        return []
+    first = float(xs[broken].abs().min())
+    kinds = sorted({"NaN" if torch.isnan(v) else "inf" for v in got[broken]})
+    return [f"your gelu_tanh returns {' and '.join(kinds)} from |x| = {fmt(first)} on, where the answer is finite: an "
+            "exp overflows fp32 there (exp(2u) passes 3.4e38 once u > 44, at x near 10.4) and inf / inf is NaN; "
+            "tl.sigmoid saturates instead (tanh(u) = 2 * sigmoid(2u) - 1), or clamp u before the exp"]
+
+
+@kc.kernel_exercise("gelu_tanh", kind="jit", gpu_case=_gelu_problems, hints=Hints(
+    nudge="compare with torch.nn.functional.gelu(x, approximate='tanh'): which formula does its documentation give?",
+    approach="0.5 * x * (1 + tanh(u)) with u = sqrt(2/pi) * (x + 0.044715 * x**3); Triton's tl has no tanh here, "
+             "but tanh(u) can be written with tl.sigmoid",
+    solution="u = 0.7978845608028654 * (x + 0.044715 * x * x * x); return 0.5 * x * (1 + (2 * tl.sigmoid(2 * u) - 1))"))
+def check_gelu_tanh(gelu_tanh):
+    return _gelu_problems(gelu_tanh)

@@ -1,6 +1,7 @@
 """Checks for notebook 07 (MoE grouped_mm): ``offs`` from per-expert counts, the tiles each
 expert costs, the rows a tile computes only to throw away, and a kernel's expert lookup from
-``offs`` with the store that stops at the expert's last row (:func:`run_expert_kernel`)."""
+``offs`` with the store that stops at the expert's last row (:func:`run_expert_kernel`; compiled
+for sm_90 too: see ``_kernel_checks``)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import torch
 from ... import runtime
 from ...kernels.moe import grouped_mm_ref
 from ...models.tiles import cdiv, problem_tile_starts
-from ._core import AnswerShapeError, Hints, answer_array, call, exercise, shown
+from . import _kernel_checks as kc
+from ._core import AnswerShapeError, Hints, answer_array, call, shown
 
 #: rows routed to each expert: skewed with idle experts, uniform, one busy expert, a single expert,
 #: every expert idle but one at the end
@@ -25,12 +27,13 @@ COUNT_CASES = [
 
 
 # ----------------------------------------------------------------------------- exercise 1
+@kc.reference
 def offs_ref(counts) -> torch.Tensor:
     """What ``grouped_mm`` (and ``torch._grouped_mm``) want: int32 cumulative row ends, one per expert."""
     return torch.cumsum(torch.as_tensor(counts, dtype=torch.int64), 0).to(torch.int32)
 
 
-@exercise("offs_from_counts", hints=Hints(
+@kc.plain_exercise("offs_from_counts", hints=Hints(
     nudge="offs[e] is the row just after expert e's last row: what is offs[-1], and what is offs[0]?",
     approach="a running total of the counts, one entry per expert (no leading 0), in the int32 that grouped_mm takes",
     solution="return torch.cumsum(counts, 0).to(torch.int32)"))
@@ -67,12 +70,13 @@ def check_offs_from_counts(offs_from_counts):
 TILE_SHAPES = [(64, 32, 32), (100, 64, 128), (4096, 128, 128)]
 
 
+@kc.reference
 def tiles_per_expert_ref(counts, N, block_m, block_n) -> np.ndarray:
     """Tiles of each expert, from the same tile starts the kernels use (``tiles.problem_tile_starts``)."""
     return np.diff(problem_tile_starts([(int(c), N) for c in counts], block_m, block_n))
 
 
-@exercise("tiles_per_expert", hints=Hints(
+@kc.plain_exercise("tiles_per_expert", hints=Hints(
     nudge="an expert with c rows is its own small GEMM: how many tiles does a c x N output need?",
     approach="tile rows and tile columns each round up; an expert with no rows has none",
     solution="return [cdiv(c, BLOCK_M) * cdiv(N, BLOCK_N) for c in counts]"))
@@ -116,12 +120,13 @@ def check_tiles_per_expert(tiles_per_expert):
 PADDING_BLOCKS = [16, 32, 64, 128]
 
 
+@kc.reference
 def padded_rows_ref(counts, block_m) -> int:
     """Rows the kernel computes and never stores: each expert's last tile row, filled up to BLOCK_M."""
     return int(sum(cdiv(c, block_m) * block_m - c for c in counts))
 
 
-@exercise("padded_rows", hints=Hints(
+@kc.plain_exercise("padded_rows", hints=Hints(
     nudge="only an expert's last tile row can be partly empty: how many of its BLOCK_M rows hold no token?",
     approach="per expert, the rows its tile rows cover minus the rows it really has; sum over the experts (an "
              "expert with no rows has no tile, hence no padding)",
@@ -174,7 +179,37 @@ def run_expert_kernel(kernel, x: torch.Tensor, w: torch.Tensor, offs: torch.Tens
 EXPERT_CASES = [([20, 0, 7, 33, 0], 24, 16), ([5], 17, 8), ([0, 16, 32], 16, 24), ([3, 18, 1, 0, 9], 20, 40)]
 
 
-@exercise("expert_rows_kernel", hints=Hints(
+def _expert_case(kernel, counts, N, K, seed) -> list[str]:
+    gen = torch.Generator().manual_seed(seed)
+    dtype = torch.float16
+    T, E = sum(counts), len(counts)
+    x = torch.randn(T, K, generator=gen).to(runtime.DEVICE, dtype)
+    w = torch.randn(E, K, N, generator=gen).to(runtime.DEVICE, dtype)
+    offs = offs_ref(counts).to(runtime.DEVICE)
+    case = f"counts {counts}, N={N}, K={K}"
+    out = call(run_expert_kernel, kernel, x, w, offs, what=f"your kernel ({case})")
+    ref = grouped_mm_ref(x, w, offs, out_dtype=torch.float64).cpu()
+    got = out.double().cpu()
+    bad = ~torch.isclose(got, ref, atol=5e-2, rtol=1e-2)
+    problems = []
+    if not bad.any():
+        return problems
+    for e in range(E):
+        start, end = int(sum(counts[:e])), int(sum(counts[:e + 1]))
+        rows = torch.nonzero(bad[start:end].any(1)).flatten()
+        if not len(rows):
+            continue
+        never = bool(torch.isnan(got[start:end][rows]).all())
+        problems.append(f"{case}: expert {e} (rows {start}..{end - 1}): rows "
+                        f"{start + int(rows.min())}..{start + int(rows.max())} "
+                        + ("never written: check the expert's first row and the store mask" if never else
+                           "wrong: an expert's tile computed other rows, or another expert's tile wrote over them")
+                        + f" ({int(bad[start:end].sum())} elements)")
+    return problems
+
+
+@kc.kernel_exercise("expert_rows_kernel", kind="kernel",
+                    gpu_case=lambda kernel: _expert_case(kernel, *EXPERT_CASES[0], seed=7), hints=Hints(
     nudge="program_id(0) is the expert: where do its rows start and end in x and out, given offs?",
     approach="offs[e] is the row after expert e's last row, so its rows are [offs[e - 1], offs[e]) with 0 before "
              "expert 0 (a load masked on e > 0 never touches offs[-1]); the store keeps only rows below that end "
@@ -183,31 +218,8 @@ EXPERT_CASES = [([20, 0, 7, 33, 0], 24, 16), ([5], 17, 8), ([0, 16, 32], 16, 24)
              "expert); ... mask = (rows[:, None] < row_end) & (cols[None, :] < N)"))
 def check_expert_rows_kernel(kernel):
     problems = []
-    gen = torch.Generator().manual_seed(7)
-    dtype = torch.float16
-    for counts, N, K in EXPERT_CASES:
-        T, E = sum(counts), len(counts)
-        x = torch.randn(T, K, generator=gen).to(runtime.DEVICE, dtype)
-        w = torch.randn(E, K, N, generator=gen).to(runtime.DEVICE, dtype)
-        offs = offs_ref(counts).to(runtime.DEVICE)
-        case = f"counts {counts}, N={N}, K={K}"
-        out = call(run_expert_kernel, kernel, x, w, offs, what=f"your kernel ({case})")
-        ref = grouped_mm_ref(x, w, offs, out_dtype=torch.float64).cpu()
-        got = out.double().cpu()
-        bad = ~torch.isclose(got, ref, atol=5e-2, rtol=1e-2)
-        if not bad.any():
-            continue
-        for e in range(E):
-            start, end = int(sum(counts[:e])), int(sum(counts[:e + 1]))
-            rows = torch.nonzero(bad[start:end].any(1)).flatten()
-            if not len(rows):
-                continue
-            never = bool(torch.isnan(got[start:end][rows]).all())
-            problems.append(f"{case}: expert {e} (rows {start}..{end - 1}): rows "
-                            f"{start + int(rows.min())}..{start + int(rows.max())} "
-                            + ("never written: check the expert's first row and the store mask" if never else
-                               "wrong: an expert's tile computed other rows, or another expert's tile wrote over them")
-                            + f" ({int(bad[start:end].sum())} elements)")
+    for n, (counts, N, K) in enumerate(EXPERT_CASES):
+        problems += _expert_case(kernel, counts, N, K, seed=7 + n)
         if problems:
             break
     return problems

@@ -1,6 +1,7 @@
 """Checks for notebook 05 (persistent kernels and TMA): waves and the idle programs of the last
 one, the tiles one persistent program walks, which tensors a TMA descriptor can read, and the
-persistent tile loop of a real kernel (with :func:`matmul_tile`, the one-tile helper it calls)."""
+persistent tile loop of a real kernel (with :func:`matmul_tile`, the one-tile helper it calls;
+compiled for sm_90 too: see ``_kernel_checks``)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from ...kernels.tiles import record_tile
 from ...kernels.tma import tma_aligned, tma_layout
 from ...models.tiles import cdiv, persistent_schedule
 from ...testing import TOLERANCES, rel_err
-from ._core import Hints, call, compare_arrays, exercise, read_items, shown
+from . import _kernel_checks as kc
+from ._core import Hints, call, compare_arrays, read_items, shown
 
 # ----------------------------------------------------------------------------- exercise 1
 # (M, N, BLOCK_M, BLOCK_N, number of SMs): H100-sized squares, a single partial wave, an exact
@@ -34,6 +36,7 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}" + ("" if n == 1 else "s")
 
 
+@kc.reference
 def waves_ref(M: int, N: int, block_m: int, block_n: int, num_sms: int) -> tuple[int, int]:
     """(waves, idle programs in the last wave) of a one-program-per-tile launch, one program per SM."""
     tiles = cdiv(M, block_m) * cdiv(N, block_n)
@@ -41,7 +44,7 @@ def waves_ref(M: int, N: int, block_m: int, block_n: int, num_sms: int) -> tuple
     return waves, waves * num_sms - tiles
 
 
-@exercise("waves_and_tail", hints=Hints(
+@kc.plain_exercise("waves_and_tail", hints=Hints(
     nudge="first count the tiles (ragged edges need tiles too), then think of the GPU running num_sms of them at "
           "a time",
     approach="tiles from cdiv in each dimension; waves is the tile count divided by num_sms, rounded up; the idle "
@@ -82,6 +85,7 @@ def check_waves_and_tail(waves_and_tail):
 WALK_CASES = [(5, 7, 4, 2), (9, 9, 12, 3), (3, 2, 16, 8), (4, 6, 5, 1), (64, 64, 132, 8)]
 
 
+@kc.reference
 def persistent_tiles_ref(pid: int, num_pid_m: int, num_pid_n: int, num_programs: int, group_size_m: int):
     """The (pid_m, pid_n) program ``pid`` of a persistent launch computes, in order."""
     table = persistent_schedule(num_pid_m, num_pid_n, 1, 1, num_programs, "grouped", group_size_m)
@@ -98,7 +102,7 @@ def _as_tiles(value, case, expected_tiles: int):
         return f"{case}: expected a list of (pid_m, pid_n) pairs, got {shown(value)}"
 
 
-@exercise("persistent_tiles", hints=Hints(
+@kc.plain_exercise("persistent_tiles", hints=Hints(
     nudge="a persistent program does not compute one tile: which tile indices does program pid take, and in which "
           "order do tile indices become (pid_m, pid_n)?",
     approach="walk the tile indices from pid in steps of NUM_PROGRAMS while they are below the tile count, and map "
@@ -154,6 +158,7 @@ TMA_CASES = [
 ]
 
 
+@kc.reference
 def tma_view_ref(x: torch.Tensor):
     """``(tma_layout(x), None)``: ``((col_major, outer_stride), None)``, or ``(None, reason)`` when
     TMA cannot read x."""
@@ -173,7 +178,7 @@ def _describe(x: torch.Tensor) -> str:
             f"address % 16 = {x.data_ptr() % 16}")
 
 
-@exercise("tma_view", hints=Hints(
+@kc.plain_exercise("tma_view", hints=Hints(
     nudge="TMA copies whole rows of memory: which stride must be 1, and what does it ask of the other stride and of "
           "the first address?",
     approach="decide the layout from which stride is 1 (row-major or column-major); then the other stride in bytes "
@@ -288,7 +293,43 @@ def compare_schedule(trace: np.ndarray, expected: np.ndarray, case: str, problem
     return lines
 
 
-@exercise("persistent_loop", hints=Hints(
+def _never_computed_diagnosis(trace: np.ndarray, expected: np.ndarray, M: int, N: int) -> list[str]:
+    """The tiles never computed are exactly the last tile row or column: a tile count rounded down."""
+    bm, bn = PERSISTENT_BLOCKS["BLOCK_M"], PERSISTENT_BLOCKS["BLOCK_N"]
+    missing = {(int(r[4]), int(r[5])) for r, t in zip(expected.tolist(), trace.tolist()) if t[0] < 0}
+    nm, nn = cdiv(M, bm), cdiv(N, bn)
+    last_row = {(nm - 1, j) for j in range(nn)} if M % bm else set()
+    last_col = {(i, nn - 1) for i in range(nm)} if N % bn else set()
+    for edge, dim, which in ((last_row, "M", "row"), (last_col, "N", "column"),
+                             (last_row | last_col, "M and N", "row and column")):
+        if edge and missing == edge:
+            return [f"the tiles never computed are the last (partial) tile {which}: {dim} // BLOCK counts whole "
+                    "tiles only; the tile count is tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)"]
+    return []
+
+
+def _persistent_case(kernel, M, N, K, programs, group, seed) -> list[str]:
+    gen = torch.Generator().manual_seed(seed)
+    dtype = torch.float16
+    a = torch.randn(M, K, generator=gen).to(runtime.DEVICE, dtype)
+    b = torch.randn(K, N, generator=gen).to(runtime.DEVICE, dtype)
+    tiles = cdiv(M, PERSISTENT_BLOCKS["BLOCK_M"]) * cdiv(N, PERSISTENT_BLOCKS["BLOCK_N"])
+    case = (f"M={M}, N={N}, K={K}, {tiles} tiles of 16x16, {min(programs, tiles)} programs, "
+            f"GROUP_SIZE_M={group}")
+    c, trace = call(run_persistent, kernel, a, b, programs, group, what=f"your kernel ({case})")
+    expected = persistent_schedule(M, N, 16, 16, min(programs, tiles), "grouped", group)
+    problems = compare_schedule(trace.numpy(), expected, case)
+    if problems:
+        problems += [f"diagnosis: {d}" for d in _never_computed_diagnosis(trace.numpy(), expected, M, N)]
+    ref = matmul_ref(a, b, out_dtype=torch.float64)
+    if not rel_err(c, ref) <= TOLERANCES[dtype]:
+        problems += compare_arrays(ref.cpu(), c.double().cpu(), case, atol=1e-2, rtol=1e-2,
+                                   index_names=("row", "col"))
+    return problems
+
+
+@kc.kernel_exercise("persistent_loop", kind="kernel", gpu_case=lambda k: _persistent_case(k, 40, 56, 24, 4, 2, 5),
+                    hints=Hints(
     nudge="a persistent program keeps taking tiles until none are left: which tile indices belong to program pid?",
     approach="from tl.program_id(0), step by NUM_PROGRAMS up to the number of tiles (cdiv(M, BLOCK_M) * "
              "cdiv(N, BLOCK_N)); map each tile index to (pid_m, pid_n) with the grouped order and hand it to "
@@ -299,21 +340,8 @@ def compare_schedule(trace: np.ndarray, expected: np.ndarray, case: str, problem
              "M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn, BLOCK_M, BLOCK_N, BLOCK_K)"))
 def check_persistent_loop(kernel):
     problems = []
-    gen = torch.Generator().manual_seed(5)
-    dtype = torch.float16
-    for M, N, K, programs, group in PERSISTENT_CASES:
-        a = torch.randn(M, K, generator=gen).to(runtime.DEVICE, dtype)
-        b = torch.randn(K, N, generator=gen).to(runtime.DEVICE, dtype)
-        tiles = cdiv(M, PERSISTENT_BLOCKS["BLOCK_M"]) * cdiv(N, PERSISTENT_BLOCKS["BLOCK_N"])
-        case = (f"M={M}, N={N}, K={K}, {tiles} tiles of 16x16, {min(programs, tiles)} programs, "
-                f"GROUP_SIZE_M={group}")
-        c, trace = call(run_persistent, kernel, a, b, programs, group, what=f"your kernel ({case})")
-        expected = persistent_schedule(M, N, 16, 16, min(programs, tiles), "grouped", group)
-        problems += compare_schedule(trace.numpy(), expected, case)
-        ref = matmul_ref(a, b, out_dtype=torch.float64)
-        if not rel_err(c, ref) <= TOLERANCES[dtype]:
-            problems += compare_arrays(ref.cpu(), c.double().cpu(), case, atol=1e-2, rtol=1e-2,
-                                       index_names=("row", "col"))
+    for n, (M, N, K, programs, group) in enumerate(PERSISTENT_CASES):
+        problems += _persistent_case(kernel, M, N, K, programs, group, seed=5 + n)
         if problems:
             break
     return problems

@@ -1,4 +1,5 @@
-"""Checks for notebook 01 (pointer arithmetic): block offsets, edge masks, a transpose kernel."""
+"""Checks for notebook 01 (pointer arithmetic): block offsets, edge masks, a transpose kernel (the
+learner's own, compiled for sm_90: see ``_kernel_checks``)."""
 
 from __future__ import annotations
 
@@ -6,9 +7,11 @@ import numpy as np
 import torch
 
 from ... import runtime
-from ._core import AnswerShapeError, Hints, answer_array, call, compare_arrays, exercise
+from . import _kernel_checks as kc
+from ._core import AnswerShapeError, Hints, answer_array, call, compare_arrays
 
 
+@kc.reference
 def block_offsets_ref(pid_m, pid_n, block_m, block_n, stride_m, stride_n) -> np.ndarray:
     """Offsets (in elements, from the matrix's first element) of block (pid_m, pid_n)."""
     rows = pid_m * block_m + np.arange(block_m)
@@ -16,6 +19,7 @@ def block_offsets_ref(pid_m, pid_n, block_m, block_n, stride_m, stride_n) -> np.
     return rows[:, None] * stride_m + cols[None, :] * stride_n
 
 
+@kc.reference
 def block_mask_ref(pid_m, pid_n, block_m, block_n, M, N) -> np.ndarray:
     """True where block (pid_m, pid_n) lies inside an M x N matrix."""
     rows = pid_m * block_m + np.arange(block_m)
@@ -33,7 +37,7 @@ OFFSET_CASES = [
 ]
 
 
-@exercise("block_offsets", hints=Hints(
+@kc.plain_exercise("block_offsets", hints=Hints(
     nudge="which rows and which columns does block (pid_m, pid_n) cover? Each gets its own 1-D range first.",
     approach="build the block's row indices and column indices as two ranges, then combine them into a 2-D grid "
              "by broadcasting a column vector against a row vector, each index multiplied by its stride",
@@ -60,7 +64,7 @@ MASK_CASES = [
 ]
 
 
-@exercise("block_mask", hints=Hints(
+@kc.plain_exercise("block_mask", hints=Hints(
     nudge="a lane may be past the bottom edge, past the right edge, or both: which conditions must hold for it "
           "to be inside?",
     approach="compute the block's rows and columns as in block_offsets, compare each with its limit, and combine "
@@ -99,7 +103,95 @@ def _transpose_inputs():
     yield "20x33 every other column (strides (66, 2))", base()[:20, ::2]
 
 
-@exercise("transpose", hints=Hints(
+def _transpose_case(transpose, desc: str, x: torch.Tensor) -> list[str]:
+    before = x.clone()
+    out = call(transpose, x)
+    case = f"x {desc}"
+    if not isinstance(out, torch.Tensor):
+        return [f"{case}: expected a tensor, got {type(out).__name__}"]
+    if not torch.equal(x, before):
+        return [f"{case}: your transpose changed x; write into a new tensor"]
+    if out.data_ptr() == x.data_ptr() or not out.is_contiguous():
+        return [f"{case}: return a new contiguous [N, M] tensor (x.t() is only a view of x)"]
+    lines = compare_arrays(before.t().double(), out.double(), case, index_names=("out row", "out col"))
+    if lines:
+        log = kc.current_log()
+        lines += [f"diagnosis: {d}" for d in _swapped_programs(x, out, log.last_learner() if log else None)]
+    return lines
+
+
+def _swapped_programs(x: torch.Tensor, out: torch.Tensor, launch) -> list[str]:
+    """The elements written are those a kernel taking its rows from program_id(1) reaches."""
+    if launch is None or launch.grid is None or out.shape != x.t().shape:
+        return []
+    bm, bn = launch.constexpr("BLOCK_M", "BM"), launch.constexpr("BLOCK_N", "BN")
+    if not isinstance(bm, int) or not isinstance(bn, int):
+        return []
+    M, N = x.shape
+    g0, g1 = launch.grid[:2]
+    written = ~torch.isnan(out.double().cpu()).t()
+    rows, cols = torch.arange(M)[:, None], torch.arange(N)[None, :]
+    swapped = (rows < g1 * bm) & (cols < g0 * bn)
+    plain = (rows < g0 * bm) & (cols < g1 * bn)
+    if written.all() or torch.equal(written, plain) or not torch.equal(written, swapped):
+        return []
+    return [f"only x's first {min(M, g1 * bm)} rows and {min(N, g0 * bn)} columns were transposed: that is what a "
+            f"kernel taking its rows from program_id(1) reaches on the grid ({g0}, {g1}); rows come from "
+            "program_id(0) (the grid's first size, cdiv(M, BLOCK_M)) and columns from program_id(1)"]
+
+
+def transpose_diagnosis(log, failure) -> list[str]:
+    """The grid, the strides the launch passes, and an output store that does not transpose."""
+    launch = log.last_learner() if log is not None else None
+    if launch is None:
+        return []
+    tensors = list(launch.tensor_names().items())
+    lines = kc.stride_diagnosis(launch, {p.split("_")[0]: t for p, t in tensors})
+    x = tensors[0][1] if tensors else None
+    bm, bn = launch.constexpr("BLOCK_M", "BM"), launch.constexpr("BLOCK_N", "BN")
+    if x is not None and x.dim() == 2 and isinstance(bm, int) and isinstance(bn, int) and launch.grid is not None:
+        M, N = x.shape
+        g0, g1 = launch.grid[:2]
+        want = (-(-M // bm), -(-N // bn))
+        if (g0, g1) != want and (g0, g1) == (-(-N // bn), -(-M // bm)):
+            lines.append(f"the grid is ({g0}, {g1}) = (cdiv(N, BLOCK_N), cdiv(M, BLOCK_M)): program_id(0) walks the "
+                         f"rows of x, so the grid is (cdiv(M, BLOCK_M), cdiv(N, BLOCK_N)) = {want}")
+        elif g0 < want[0] or g1 < want[1]:
+            lines.append(f"the grid ({g0}, {g1}) covers {g0 * bm} rows and {g1 * bn} columns of the {M} x {N} x: M // "
+                         f"BLOCK_M rounds a partial block away; use (triton.cdiv(M, BLOCK_M), triton.cdiv(N, BLOCK_N)) "
+                         f"= {want}")
+    if x is not None and len(tensors) > 1:
+        lines += _untransposed_store(failure, x.shape, tensors[1][0])
+    return lines
+
+
+def _untransposed_store(failure, x_shape, out_name: str) -> list[str]:
+    """A store into the [N, M] output whose active lanes are x's [M, N] block at out[row, col]."""
+    from ..checked import OutOfBounds
+
+    if not isinstance(failure, OutOfBounds) or failure.access.region is None or failure.access.region.name != out_name:
+        return []
+    a = failure.access
+    t = a.region.tensor
+    fit = kc._affine(np.asarray(a.offsets))
+    if fit is None or t.dim() != 2 or (fit[1], fit[2]) != tuple(t.stride()):
+        return []
+    origin = kc._origin(fit[0], tuple(t.stride()), tuple(t.shape))
+    if origin is None:
+        return []
+    R, C = a.offsets.shape
+    rows, cols = origin[0] + np.arange(R), origin[1] + np.arange(C)
+    as_x = (rows[:, None] < x_shape[0]) & (cols[None, :] < x_shape[1])
+    active = np.broadcast_to(np.asarray(a.active, dtype=bool), (R, C))
+    if not np.array_equal(active, as_x):
+        return []
+    return [f"this store puts x[i, j] at out[i, j] (its lanes follow x's {x_shape[0]} x {x_shape[1]} mask), but out "
+            f"is {x_shape[1]} x {x_shape[0]}: x[i, j] goes to out[j, i], so address out with cols[None, :] * "
+            "stride_om + rows[:, None] * stride_on (and keep x's mask)"]
+
+
+@kc.kernel_exercise("transpose", kind="launcher", diagnose=transpose_diagnosis,
+                    gpu_case=lambda answer: _transpose_case(answer, *list(_transpose_inputs())[3]), hints=Hints(
     nudge="element (i, j) of x goes to (j, i) of the output: which addresses does one program read, and which does "
           "it write?",
     approach="one program per block of x: load it with x's strides and a 2-D mask, then store the same values at "
@@ -111,18 +203,10 @@ def _transpose_inputs():
 def check_transpose(transpose):
     problems = []
     for desc, x in _transpose_inputs():
-        before = x.clone()
-        out = call(transpose, x)
-        case = f"x {desc}"
-        if not isinstance(out, torch.Tensor):
-            problems.append(f"{case}: expected a tensor, got {type(out).__name__}")
-            continue
-        if not torch.equal(x, before):
-            problems.append(f"{case}: your transpose changed x; write into a new tensor")
-            continue
-        if out.data_ptr() == x.data_ptr() or not out.is_contiguous():
-            problems.append(f"{case}: return a new contiguous [N, M] tensor (x.t() is only a view of x)")
-            continue
-        problems += compare_arrays(before.t().double(), out.double(), case,
-                                   index_names=("out row", "out col"))
+        problems += _transpose_case(transpose, desc, x)
+    if not problems:
+        x = torch.randn(33, 17, generator=torch.Generator().manual_seed(2)).to(runtime.DEVICE)
+        kc.without_your_kernels(transpose, (x,), x.t(), what="transpose(x)",
+                                close=lambda got, want: isinstance(got, torch.Tensor) and got.shape == want.shape
+                                and bool(torch.equal(got.cpu(), want.cpu())))
     return problems

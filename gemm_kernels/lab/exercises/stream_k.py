@@ -6,7 +6,9 @@ Both are compared with ``models.tiles.streamk_segments``, the numpy mirror the p
 ``matmul_streamk`` is traced against.  The kernel of the second exercise runs checked, in the
 interpreter, where programs run one after another in pid order; so :func:`run_segment` never
 spins on a flag: a partial sum that is not there yet is left out (and the check says which
-segments went wrong), where a GPU would wait for it forever."""
+segments went wrong), where a GPU would wait for it forever.  So the learner's loop is compiled
+for sm_90 (``_kernel_checks``) but never run on a GPU by the check: there a partial sum another
+program has not finished would be left out for real."""
 
 from __future__ import annotations
 
@@ -20,7 +22,8 @@ from ...kernels.matmul import matmul_ref
 from ...kernels.tiles import record_tile, streamk_range
 from ...models.tiles import cdiv, streamk_segments
 from ...testing import TOLERANCES, rel_err
-from ._core import Hints, call, compare_arrays, exercise, read_items, shown
+from . import _kernel_checks as kc
+from ._core import Hints, call, compare_arrays, read_items, shown
 
 
 def _segments_text(segments) -> str:
@@ -30,6 +33,7 @@ def _segments_text(segments) -> str:
     return ", ".join(f"tile {t}: K {k0}..{k1 - 1}" for t, k0, k1 in segments)
 
 
+@kc.reference
 def share_ref(pid: int, num_tiles: int, k_tiles: int, num_programs: int, sk_tiles: int) -> list[tuple[int, int, int]]:
     """Program ``pid``'s Stream-K segments ``(tile, k_first, k_end)``, in the order it runs them
     (the mirror's rows for ``pid`` after the data-parallel tiles)."""
@@ -84,7 +88,7 @@ def _why_share(got, expected, pid, num_tiles, k_tiles, num_programs, sk_tiles) -
     return ""
 
 
-@exercise("streamk_share", hints=Hints(
+@kc.plain_exercise("streamk_share", hints=Hints(
     nudge="number the split tiles' K iterations one after another (tile after tile); which stretch of those numbers "
           "belongs to program pid, and where do tile edges cut it?",
     approach="the stretch is an even split of sk_tiles * k_tiles iterations handed out from the last program down "
@@ -231,7 +235,7 @@ def compare_segments(trace: np.ndarray, expected: np.ndarray, num_programs: int,
     return lines[:4]
 
 
-@exercise("streamk_loop", hints=Hints(
+@kc.kernel_exercise("streamk_loop", kind="kernel", hints=Hints(
     nudge="this is Exercise 1 inside the kernel: which iterations does streamk_range give this program, and where "
           "do tile edges cut them?",
     approach="get [it, end) from streamk_range(pid, sk_tiles * k_tiles, NUM_PROGRAMS); while it < end, find the "
