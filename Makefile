@@ -52,7 +52,7 @@ test: $(STAMP)  ## unit tests + every notebook (nbmake), on the CPU interpreter 
 
 $(OLDEST_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(OLDEST_VENV)
-	$(OLDEST_VENV)/bin/python -m pip install -q $(TORCH_PIP_ARGS) "$(TORCH_CPU_SPEC)" "triton==$(OLDEST_TRITON)" "numpy<2.4" -e ".[test]"
+	$(OLDEST_VENV)/bin/python -m pip install -q $(TORCH_PIP_ARGS) "$(TORCH_CPU_SPEC)" "triton==$(OLDEST_TRITON)" "numpy<2.4" -e ".[lab,test]"
 	@touch $(OLDEST_STAMP)
 
 test-triton-oldest: $(OLDEST_STAMP)  ## unit tests (no notebooks, no browser) on the oldest supported Triton, interpreted

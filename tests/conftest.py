@@ -22,16 +22,24 @@ def _nan_empty(*args, **kwargs):
     return out
 
 
+#: the autotune mode the test run started with (GEMM_KERNELS_AUTOTUNE, or unset)
+_AUTOTUNE_AT_START = os.environ.get(runtime.AUTOTUNE_ENV)
+
+
 @pytest.fixture(autouse=True)
 def keep_autotune_mode():
-    """A notebook cell run in-process (``gk.default_autotune("small")``) sets the mode through the
-    environment: put it back after every test, so a test never sees another's mode."""
-    before = os.environ.get(runtime.AUTOTUNE_ENV)
+    """A notebook cell run in-process (``gk.default_autotune("small")``, also from a module-scoped
+    fixture) sets the mode through the environment: every test starts and ends with the mode the
+    run started with."""
+    def restore():
+        if _AUTOTUNE_AT_START is None:
+            os.environ.pop(runtime.AUTOTUNE_ENV, None)
+        else:
+            os.environ[runtime.AUTOTUNE_ENV] = _AUTOTUNE_AT_START
+
+    restore()
     yield
-    if before is None:
-        os.environ.pop(runtime.AUTOTUNE_ENV, None)
-    else:
-        os.environ[runtime.AUTOTUNE_ENV] = before
+    restore()
 
 
 @pytest.fixture(autouse=True)
