@@ -5,9 +5,7 @@ multiple of ``P`` the last wave is partial, and when ``T`` is much smaller than 
 C with a long K: 1024 x 1024 x 8192 is 32 tiles of 128 x 256 for 132 SMs) most SMs never get
 any work.
 
-Stream-K (Osama, Merrill, Cecka, Garland, Owens: "Stream-K: Work-centric Parallel Decomposition
-for Dense Matrix-Matrix Multiplication on the GPU", PPoPP 2023) hands out *K iterations*
-instead of tiles: the last ``sk_tiles`` tiles' ``sk_tiles * k_tiles`` iterations are split
+Stream-K (Osama et al., PPoPP 2023, arXiv:2301.03598) hands out *K iterations* instead of tiles: the last ``sk_tiles`` tiles' ``sk_tiles * k_tiles`` iterations are split
 evenly over all ``P`` programs, after the other tiles ran data-parallel
 (``tiles.streamk_segments`` is the numpy mirror; ``trace_streamk_segments`` proves the kernel
 follows it).  A tile cut between programs is finished by the program holding its first K
@@ -27,9 +25,7 @@ consumer lowers each flag it reads, the last ticket resets the counter), so back
 launches, autotuner replays and CUDA-graph replays need no reset in between; the buffer is kept
 per stream.  Every wait has a bound (``SPIN_LIMIT`` polls): past it the kernel reports the wait
 through a pinned host record and moves on, and the next call raises a ``RuntimeError``.
-
-Three layers as elsewhere: ``_matmul_streamk_kernel``, the validated launcher
-``matmul_streamk``, ``configs.streamk_configs``.
+Three layers: ``_matmul_streamk_kernel``, the launcher ``matmul_streamk``, ``configs.streamk_configs``.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """Whose code is this line, and a watchdog that stops a learner's code that never ends.
 
-**The learner's code** is every file that is not a library's: not this package's, not
-Triton's, torch's, numpy's, nor anything in the standard library or in site-packages.  A
-notebook cell (``/tmp/ipykernel_1234/567.py``, ``<ipython-input-3-...>``) is the learner's; so
-is a kernel of theirs run by Triton's interpreter (it runs under its own file name and lines).
-:func:`learner_file` decides; messages point at those lines, never at a checker's.
+**The learner's code** is every file that is not a library's (this package, Triton, torch,
+numpy, the standard library, site-packages): a notebook cell, or their kernel run by Triton's
+interpreter.  :func:`learner_file` decides; messages point at those lines, never a checker's.
 
 **The watchdog** (:class:`Watchdog`) runs around every check, in the checking thread only, and
 stops the learner's code past a budget with :class:`NeverEnded`: a ``BaseException``, so that
@@ -26,13 +24,10 @@ Tracing costs too much in the interpreter (it doubles a kernel's time), so there
 A last resort (:class:`_Backstop`) stops a kernel's loop that runs no operation at all, by the
 clock.  The message names the loop that never ended: of the learner's frames, the outermost one
 still running lines in the last quarter of the budget, and in it the innermost loop that holds
-all of those lines (:func:`never_ended`).  The cost on the notebooks' solutions is within the
-noise of a 2-core machine (the checks' own work is not traced line by line).
+all of those lines (:func:`never_ended`).
 
-A debugger's trace function is left alone: with one set, the Python meter and the clock are off
-(stepping takes the time it takes); the kernel meter still runs.  Loops inside C code
-(``list(itertools.count())``) run no Python lines and cannot be stopped; the checks read a
-learner's iterables with a limit instead (``_core.read_items``).
+A debugger's trace function is left alone (the Python meter and the clock are then off).  Loops
+in C code (``list(itertools.count())``) cannot be stopped: checks read iterables with a limit.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """Automatic checks for the notebooks' exercises, one module per notebook.
 
 Each ``check_<name>(answer)`` returns a :class:`~gemm_kernels.lab.exercises._core.CheckResult`:
-"not attempted yet" for an untouched stub, a precise explanation for a wrong answer
-(which elements, tiles or programs, expected vs got; for a kernel that leaves its tensor, the
-checked run's report and a picture of the bad lanes, and the common mistake behind it when it is
-one: swapped strides, a grid rounded down, a missing K mask, a transposed mask, pid_m and pid_n
-swapped), or "correct".  It never raises.  ``check_<name>.hint(level)`` gives the hints in steps:
+"not attempted yet" for a stub, a precise explanation for a wrong answer (expected vs got, the
+checked run's picture of bad lanes, the common mistake behind it when it is one), or "correct".  It never raises.  ``check_<name>.hint(level)`` gives the hints in steps:
 1 a nudge, 2 the approach, 3 a solution.
 
 "Correct" for an exercise in ``@triton.jit`` code means it would run on a GPU

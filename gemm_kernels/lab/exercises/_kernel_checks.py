@@ -1,5 +1,4 @@
-"""What a check of a learner's ``@triton.jit`` code adds to the interpreted run: "correct" means
-it would run on a GPU.
+"""A check of a learner's ``@triton.jit`` code: "correct" means it would run on a GPU.
 
 :func:`kernel_exercise` wraps a check body (the ``_core`` contract) whose answer is, or launches,
 the learner's kernel code.  After the body's cases pass in the interpreter:
@@ -22,12 +21,9 @@ the learner's kernel code.  After the body's cases pass in the interpreter:
 * **on a GPU it runs there.**  With ``gemm_kernels.runtime.on_gpu()``, ``gpu_case(answer)`` runs
   once more with plain launches (compiled, on the GPU) and is compared like the rest.
 
-On failure, the body's problems (or the checked run's out-of-bounds report) get the common
-mistakes named (``diagnose``, and :func:`access_diagnosis` for any access outside a tensor):
-swapped strides, strides ignored, a mask missing its K (or M, N) limit, a transposed mask; the
-tile-level ones (a grid rounded down, pid_m and pid_n swapped) by :func:`tile_mapping_diagnosis`.
-Machine trouble (no worker, no ptxas) is never the learner's: the verdict then says what was not
-compiled.  Streams of the interpreter's numpy warnings are silenced inside a check.
+On failure the common mistakes are named (``diagnose``, :func:`access_diagnosis`,
+:func:`tile_mapping_diagnosis`).  Machine trouble (no worker, no ptxas) is never the learner's:
+the verdict then says what was not compiled.
 
 :func:`plain_exercise` does the part that applies to answers in plain Python: the package's own
 functions (the checks' ``*_ref`` references, marked with :func:`reference`) are no answer, and
