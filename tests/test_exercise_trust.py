@@ -351,7 +351,7 @@ def test_axpy_with_a_grid_rounded_down_is_named():
     result = start_here.check_axpy(axpy_with(axpy_kernel, grid="floor"))
     assert_wrong(result, "every launch grid size must be at least 1",
                  "(line ", "kernel[(programs,)](x, y, out, alpha, x.numel(), BLOCK=block))",
-                 "the grid has 0 programs of BLOCK = 1024 for n = 1 elements: n // BLOCK rounds down")
+                 "the grid has 0 programs of BLOCK = 1024 for n = 1 element: n // BLOCK rounds down")
     assert "_kernel_checks.py" not in str(result) and "return run_checked" not in str(result)
 
 

@@ -211,7 +211,7 @@ def test_launch_stats_wrong():
 
 def test_axpy_ignoring_alpha(solutions):
     result = start_here.check_axpy(lambda alpha, x, y: x + y)
-    assert_wrong(result, "n=1, alpha=2.5: 1 of 1 elements wrong; i=0: expected")
+    assert_wrong(result, "n=1, alpha=2.5: 1 of 1 element wrong; i=0: expected")
 
 
 def test_axpy_missing_the_last_block_is_reported_as_never_written(solutions):
@@ -1053,3 +1053,12 @@ def test_itertools_count_as_an_answer_is_wrong_in_bounded_memory(tmp_path):
     except subprocess.TimeoutExpired:
         pytest.fail("checks given itertools.count() did not finish in 180 s")
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-3000:]
+
+
+def test_messages_count_in_the_singular_and_the_plural():
+    from gemm_kernels.lab.exercises._core import compare_arrays, plural
+
+    assert (plural(1, "program"), plural(0, "program"), plural(3, "idle lane")) == ("1 program", "0 programs",
+                                                                                  "3 idle lanes")
+    assert compare_arrays(np.zeros(1), np.ones(1), "c")[0].startswith("c: 1 of 1 element wrong")
+    assert compare_arrays(np.zeros(2), np.ones(2), "c")[0].startswith("c: 2 of 2 elements wrong")

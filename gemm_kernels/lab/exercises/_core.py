@@ -583,6 +583,11 @@ def fmt(x) -> str:
     return str(x)
 
 
+def plural(count: int, word: str) -> str:
+    """``"1 program"``, ``"3 programs"``: how messages count things."""
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
 def compare_arrays(expected, got, case: str, *, what: str = "element", atol=1e-5, rtol=1e-5,
                    index_names=None, max_items: int = 3) -> list[str]:
     """Element-wise comparison that names the wrong positions.
@@ -615,7 +620,7 @@ def compare_arrays(expected, got, case: str, *, what: str = "element", atol=1e-5
         got_v, exp_v = g[idx].item(), exp[idx].item()
         never = " (never written?)" if isinstance(got_v, float) and math.isnan(got_v) else ""
         items.append(f"{label}: expected {fmt(exp_v)}, got {fmt(got_v)}{never}")
-    head = f"{case}: {int(bad.sum())} of {bad.size} {what}s wrong"
+    head = f"{case}: {int(bad.sum())} of {plural(bad.size, what)} wrong"
     if bad.ndim == 2:
         rows, cols = np.nonzero(bad)
         head += f" (rows {rows.min()}..{rows.max()}, cols {cols.min()}..{cols.max()})"

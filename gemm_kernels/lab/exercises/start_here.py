@@ -8,7 +8,7 @@ import torch
 from ... import runtime
 from ...models.tiles import cdiv
 from . import _kernel_checks as kc
-from ._core import Hints, call, compare_arrays, read_items, shown
+from ._core import Hints, call, compare_arrays, plural, read_items, shown
 
 #: (n, BLOCK) pairs: exact multiples, one element over, a single element, and big blocks
 LAUNCH_CASES = [(1000, 256), (1024, 256), (1025, 256), (1, 128), (5000, 1024), (4096, 4096)]
@@ -37,8 +37,9 @@ def check_launch_stats(launch_stats):
             problems.append(f"n={n}, BLOCK={block}: expected a pair (programs, idle_lanes), got {shown(got)}")
             continue
         if (got_programs, got_idle) != (programs, idle):
-            problems.append(f"n={n}, BLOCK={block}: expected {programs} programs with {idle} idle lanes, "
-                            f"got {got_programs} programs with {got_idle} idle lanes")
+            problems.append(f"n={n}, BLOCK={block}: expected {plural(programs, 'program')} with "
+                            f"{plural(idle, 'idle lane')}, got {plural(got_programs, 'program')} with "
+                            f"{plural(got_idle, 'idle lane')}")
     return problems
 
 
@@ -74,7 +75,7 @@ def grid_1d_diagnosis(log, failure=None) -> list[str]:
     n, programs = max(sizes), launch.grid[0]
     if programs * block >= n:
         return []
-    return [f"the grid has {programs} program{'s' * (programs != 1)} of BLOCK = {block} for n = {n} elements: "
+    return [f"the grid has {plural(programs, 'program')} of BLOCK = {block} for n = {plural(n, 'element')}: "
             f"n // BLOCK rounds down, and the partial last block needs a program too: triton.cdiv(n, BLOCK) programs"]
 
 
