@@ -1,47 +1,27 @@
 """Every use of a non-public Triton API, in one place, each with a public fallback.
 
 Triton's internals change from release to release.  The package leans on a few of them where
-they buy something real (host time per launch, exact compile specialisation); each use below
-says what it relies on, and each has a fallback built on public API only, so that a Triton
-upgrade that changes the internal costs speed, never correctness.  A fallback is taken, once
-and with a warning, when the internal is missing or misbehaves; ``GEMM_KERNELS_TRITON_INTERNALS=0``
-forces every fallback (CI runs the tests that way too, see ``tests/test_triton_compat.py``).
+they buy something real (host time per launch, exact compile specialisation); each has a
+fallback built on public API only, so that a Triton upgrade that changes an internal costs
+speed, never correctness.  A fallback is taken, once and with a warning, when the internal is
+missing or misbehaves; ``GEMM_KERNELS_TRITON_INTERNALS=0`` forces every fallback (CI runs the
+tests that way too, see ``tests/test_triton_compat.py``).  Each function's docstring names the
+internal it relies on; in short:
 
-Uses:
-
-* :class:`SpecializedLaunch` and :class:`BoundLaunch` (host time of a repeated launch):
-  ``JITFunction.warmup`` to compile without launching, then the compiled kernel's C launcher
-  (``CompiledKernel.run`` with ``.function`` and ``.packed_metadata``), the driver's current
-  stream and device, and the profiler hooks in ``triton.knobs.runtime``.  Host tensor
-  descriptors (Gluon's ``TensorDescriptor``) go to that launcher as they are: it encodes each
-  into a CUtensorMap itself (``make_tensordesc_arg`` in the NVIDIA driver, Triton 3.6 to 3.9).
-  Fallback: ``kernel[grid](...)``, the public launch.
-* :func:`descriptor_on` (host time of a Gluon launch): a copy of a host ``TensorDescriptor``
-  with another base tensor, made without re-running its checks (it relies on the descriptor
-  being a plain dataclass whose fields the launcher reads).  Fallback: ``dataclasses.replace``,
-  which builds it through the public constructor (checks included).
-* :func:`specialize` also types Gluon's host ``TensorDescriptor`` (``tensordesc<...>``); its
-  public fallback writes that string out.
-* :func:`chosen_config` (remembering the autotuner's choice): ``Autotuner.best_config``.
-  Fallback: None, and the caller goes through the autotuner on every launch.
-* :func:`specialize` (compile view): ``native_specialize_impl``, the C++ helper Triton's
-  launcher uses to type an argument and decide its ``tt.divisibility`` hint.  Fallback: the same
-  rules written out in Python.
-* :func:`ast_source` (compile view): ``triton.compiler.ASTSource`` with ``attrs`` parsed by
-  ``CUDABackend.parse_attr``.  Fallback: no attributes (the kernel compiles without the
-  divisibility hints, so vectorisation can differ; a warning says so).  A Gluon kernel
-  (``@gluon.jit``) needs ``triton.experimental.gluon._runtime.GluonASTSource`` (its source
-  is Gluon, not Triton): no public API compiles Gluon for a GPU that is not there, so without
-  it the compile view raises a RuntimeError saying so (running the kernel on a GPU needs none
-  of this).
-* :func:`interpret_library_functions` (Triton imported before ``gemm_kernels`` on a CPU):
-  ``triton.runtime.interpreter.InterpretedFunction``, to turn ``triton.language``'s own
-  ``@jit`` helpers (``tl.cdiv``, ``tl.sum``, ...) into what ``TRITON_INTERPRET=1`` at import
-  would have made them.  Fallback: none can exist; a RuntimeError says to import
-  ``gemm_kernels`` first (or set ``TRITON_INTERPRET=1`` before Python starts).
-* :func:`serialise_interpreted_launches` (thread safety in the interpreter): wraps
-  ``InterpretedFunction.run`` in a lock.  Fallback: no lock, and a warning that concurrent
-  launches from several threads are unsafe.
+* :class:`SpecializedLaunch`, :class:`BoundLaunch` (host time of a repeated launch):
+  ``JITFunction.warmup`` and the compiled kernel's C launcher.  Fallback: ``kernel[grid](...)``.
+* :func:`descriptor_on` (host time of a Gluon launch): a host ``TensorDescriptor`` copied without
+  re-running its checks.  Fallback: ``dataclasses.replace``.
+* :func:`chosen_config`: ``Autotuner.best_config``.  Fallback: every launch asks the autotuner.
+* :func:`specialize` (compile view): ``native_specialize_impl``.  Fallback: its rules in Python.
+* :func:`ast_source` (compile view): ``ASTSource`` with ``CUDABackend.parse_attr`` (fallback: no
+  divisibility hints, with a warning); Gluon needs ``GluonASTSource`` (no fallback: the compile
+  view says so; running on a GPU needs none of this).
+* :func:`interpret_library_functions` (Triton imported first, on a CPU): ``InterpretedFunction``.
+  No fallback can exist: a RuntimeError says to import ``gemm_kernels`` first.
+* :func:`serialise_interpreted_launches`: a lock around ``InterpretedFunction.run``.  Fallback: no
+  lock, with a warning.  :class:`ThreadLocalPatch` keeps the checks' patches per thread, and
+  :func:`keep_interpret_decision` holds the interpreter setting to what import decided.
 """
 
 from __future__ import annotations
@@ -222,7 +202,9 @@ def descriptor_on(template, base):
 
 def descriptor_mover() -> Callable:
     """:func:`descriptor_on`'s implementation, chosen now (a caller that keeps it skips the
-    choice on every call): the fast copy, or the public ``dataclasses.replace``."""
+    choice on every call): the fast copy (it relies on the descriptor being a plain dataclass whose
+    fields the launcher reads, and skips its constructor's checks), or the public
+    ``dataclasses.replace``."""
     return _copy_descriptor if internals_enabled("descriptor_copy") else _replace_descriptor
 
 

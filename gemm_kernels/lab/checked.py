@@ -2,45 +2,30 @@
 
 ``run_checked(kernel, grid, *args, **kwargs)`` does what ``kernel[grid](*args, **kwargs)`` does,
 in the interpreter, except that before any load or store touches memory it checks every lane the
-mask leaves active: its address must lie inside the tensor its pointer was derived from.  Lanes
-the mask switches off may hold any address (they are never dereferenced).  A violation raises
-:class:`OutOfBounds` *before* the access: the message names the kernel, the pointer argument, load
-or store, the source line, the program id, how many lanes, and the first offending element against
-the tensor's size; ``err.picture()`` draws the block with the offending lanes marked.
-
-Without it, a missing mask in the interpreter reads or writes whatever the process has at that
-address: garbage, a segmentation fault or a corrupted heap; on a GPU, an illegal address that
-poisons the CUDA context.  Learner code therefore runs only through here (every exercise check
-does: :func:`checked_launches`).
+mask leaves active: its address must lie inside the tensor its pointer was derived from (one of
+that tensor's own elements, for a strided view too).  A violation raises :class:`OutOfBounds`
+*before* the access, naming the kernel, the pointer argument, load or store, the learner's line,
+the program id and the first offending element; ``err.picture()`` draws the bad lanes.  Without
+it a missing mask reads or writes whatever the process has there (garbage, a crash, a corrupted
+heap; on a GPU, silent corruption or an illegal address), so learner code runs only through here
+(every exercise check does: :func:`checked_launches`).
 
 **Which tensor a pointer belongs to.**  A pointer is followed from the kernel argument it starts
-as: every pointer operation of the interpreter (``+``, broadcasting, ``tl.where``, reshapes, ...)
-passes the argument on to its result.  A pointer the kernel made from an integer (a pointer array
-loaded from memory, ``int.to(tl.pointer_type(...))``) is matched by value when it equals the first
-address of a known tensor, else it has no known origin and may address any known tensor.  The
-known tensors are the kernel's tensor arguments and ``reachable`` (the tensors a pointer array
-points at).  "Inside" means: one of the tensor's own elements, for a strided view too (a view's
-neighbours in the same storage are outside it), with the whole element inside.
+as through every pointer operation of the interpreter.  A pointer made from an integer (a pointer
+array loaded from memory) is matched by value against the first address of a known tensor (the
+tensor arguments and ``reachable``), else it may address any known tensor.
 
-**Tensors on a GPU** are copied to the CPU (one copy per storage, so views stay views of each
-other), the kernel runs on the copies, and what it wrote is copied back, also when a violation
-stops it part way (what the earlier programs stored, as on a GPU).  Learner code never reaches the
-GPU unchecked.  The interpreter runs even when the package runs compiled kernels.
+**Tensors on a GPU** are copied to the CPU (one copy per storage, so views stay views), the kernel
+runs on the copies, and what it wrote is copied back, also when a violation stops it part way.
 
-**Budgets.**  Every operation of the interpreter is counted, per program and per launch, and the
-learner's lines that run are sampled: a kernel whose loop never ends is stopped with
-:class:`gemm_kernels.lab.watchdog.NeverEnded`, naming that loop (the watchdog's budgets; a
-``@triton.jit`` function calling itself too deep is stopped the same way).  Reports name the
-learner's line: an access in the package's helper is told as the learner's line that called it,
-and a check's own kernel is named without a line of the check's.
+**Budgets.**  The interpreter's operations are counted per program and per launch, and the
+learner's lines sampled: a loop that never ends is stopped with
+:class:`gemm_kernels.lab.watchdog.NeverEnded`, naming that loop.  An access in a package helper is
+reported at the learner's line that called it.
 
-Cost: a few numpy comparisons per load and store, on top of the interpreter's own work: 0.9x to
-1.2x the time of a plain interpreted launch on the exercises' sizes (an axpy of 4099 elements, a
-16x16x16-blocked fp16 matmul of 33x17x70 and 64x48x16; Triton 3.9 interpreter, noisy 2-core CPU).
-
-triton-viz's sanitizer was considered as the engine instead: its 3.0 release does not import with
-Triton 3.9 (it wraps interpreter builder methods this Triton no longer has), and it brings z3,
-pyarrow, flask and cairo as dependencies of a symbolic checker, too heavy for a teaching install.
+Cost: 0.9x to 1.2x a plain interpreted launch on the exercises' sizes.  triton-viz's sanitizer was
+considered instead: its 3.0 release does not import with Triton 3.9, and its symbolic checker
+brings z3, pyarrow, flask and cairo, too heavy for a teaching install.
 """
 
 from __future__ import annotations
