@@ -486,8 +486,30 @@ def _interpreted_call(original):
         if twin is None:
             _, InterpretedFunction, _ = interpreter_internals()  # noqa: N806
             twin = twins[jit_fn.fn] = InterpretedFunction(jit_fn.fn).rewrite()
-        return twin(*args, **kwargs)
+        scope = _patch_core_for(jit_fn.fn)
+        try:
+            return twin(*args, **kwargs)
+        finally:
+            if scope is not None:
+                scope.restore()
     return call
+
+
+def _patch_core_for(fn):
+    """The interpreter's patch of ``triton.language.core`` for a helper that calls it directly
+    (Triton's own ``tl.zeros``, ``tl.full``-based helpers), undone by the caller: the launch
+    patched only the modules the *kernel's* globals name (``tl``), so in a compiled process
+    such a helper's ``core.full`` would raise "_semantic argument must be provided".  None for
+    helpers that see ``tl`` alone (already patched), or a Triton without ``_patch_lang``."""
+    import triton.language as tl
+
+    if not any(value is tl.core for value in fn.__globals__.values()):
+        return None
+    try:
+        from triton.runtime.interpreter import _patch_lang
+    except ImportError:  # pragma: no cover  (Triton 3.6 to 3.9 have it)
+        return None
+    return _patch_lang(fn)
 
 
 #: ``JITFunction.__call__`` (a ``@triton.jit`` helper called from a kernel) runs the helper's

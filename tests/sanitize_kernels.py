@@ -42,6 +42,9 @@ for dtype in (torch.float16, torch.bfloat16):
         for order in ("row_major", "grouped"):
             check(f"matmul {order} {M}x{N}x{K}", gk.matmul(a, b, order=order, activation="gelu", bias=bias), ref, dtype)
         check(f"persistent {M}x{N}x{K}", gk.matmul_persistent(a, b, activation="gelu", bias=bias), ref, dtype)
+        for split in (None, 3):
+            check(f"splitk {split} {M}x{N}x{K}", gk.matmul_splitk(a, b, split_k=split, activation="gelu", bias=bias), ref,
+                  dtype)
         bt = b.t().contiguous().t()  # column-major B
         check(f"persistent colB {M}x{N}x{K}", gk.matmul_persistent(a, bt, activation="gelu", bias=bias), ref, dtype)
         at, bt2 = tma_aligned(a), tma_aligned(b)

@@ -12,6 +12,8 @@ import triton
 import triton.language as tl
 from triton.runtime.jit import JITFunction
 
+from _core_helper import zeros_like_triton
+
 import gemm_kernels as gk
 from gemm_kernels.lab.checked import checked_launches
 from gemm_kernels.viz.drawings import png_bytes
@@ -318,3 +320,19 @@ def test_the_element_map_of_any_small_view_is_exact():
         addresses = region.start + np.arange(-2, span + 2, dtype=np.int64) * 4
         inside = region.contains(addresses, 4)
         assert [o for o, ok in zip(range(-2, span + 2), inside) if ok] == sorted(owned), (shape, stride)
+
+
+@triton.jit
+def zeros_from_a_core_helper(out_ptr, BLOCK: tl.constexpr):
+    tl.store(out_ptr + tl.arange(0, BLOCK), zeros_like_triton((BLOCK,), tl.float32) + 1.0)
+
+
+def test_a_triton_helper_that_calls_core_runs_as_in_a_compiled_process():
+    """In a process that compiles (a GPU), ``tl.zeros`` is a JITFunction whose body calls
+    ``core.full``: the checked run must patch ``core`` for it (it failed on an H100 with
+    "_semantic argument must be provided" before).  The helper here is such a JITFunction."""
+    assert isinstance(zeros_like_triton, JITFunction)
+    out = torch.zeros(8)
+    gk.run_checked(zeros_from_a_core_helper, (1,), out, BLOCK=8)
+    assert (out == 1).all()
+    assert tl.core.full.__module__ == "triton.language.core", "the patch of core was not undone"

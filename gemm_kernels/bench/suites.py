@@ -307,8 +307,8 @@ CUDA_GRAPH_SUITES = ("stream-k",)
 
 
 def streamk_suite(settings: SuiteSettings) -> list[Case]:
-    """Stream-K (notebook 05): where splitting the last wave along K pays.  cuBLAS, matmul_tma and
-    matmul_streamk autotuned, plus a controlled pair on one fixed tile: matmul_tma vs
+    """Stream-K (notebook 05b): where splitting along K pays.  cuBLAS, matmul_tma, matmul_streamk
+    and matmul_splitk autotuned, plus a controlled pair on one fixed tile: matmul_tma vs
     matmul_streamk with the whole tail split (``sk_tiles`` = tiles % programs, or all tiles)."""
     seeds = _Seeds(settings.seed)
     cases = []
@@ -335,6 +335,7 @@ def streamk_suite(settings: SuiteSettings) -> list[Case]:
                 providers = [Provider("cuBLAS", lambda: torch.matmul(a, b), ours=False),
                              lazy_provider("tma", make("persistent", "matmul_tma")),
                              lazy_provider("stream_k", make("streamk", "matmul_streamk")),
+                             lazy_provider("split_k", make("splitk", "matmul_splitk")),
                              lazy_provider(f"tma {tile}", make("persistent", "matmul_tma", config=config)),
                              lazy_provider(f"stream_k {tile} tail split",
                                            make("streamk", "matmul_streamk", config=config, sk_tiles=tail),

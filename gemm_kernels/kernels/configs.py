@@ -319,6 +319,21 @@ def matmul_configs():
     ])
 
 
+def splitk_configs(gpu: bool | None = None):
+    """Configs for ``matmul_splitk``: smaller tiles first (it serves few-tile problems, where
+    more tiles mean more SMs busy before any split)."""
+    if not (runtime.on_gpu() if gpu is None else gpu):
+        return _interpreter()
+    return _tuning_list([
+        _cfg(64, 64, 64, 4, 4),
+        _cfg(128, 64, 64, 4, 4),
+        _cfg(64, 128, 64, 4, 4),
+        _cfg(128, 128, 64, 4, 8),
+        _cfg(64, 64, 128, 3, 4),
+        _cfg(128, 128, 64, 3, 4),
+    ])
+
+
 def range_options_supported() -> set:
     """Loop options of ``tl.range`` the installed Triton knows (``flatten``, ``warp_specialize``, ...).
 
@@ -455,13 +470,15 @@ def moe_wgrad_configs(gpu: bool | None = None):
 
 
 def explicit_config_kwargs(config: triton.Config, kind: str) -> dict:
-    """A users ``config=`` for a persistent kernel (``kind``: "persistent" or "tma") -> kernel kwargs:
-    its blocks and switches (unset switches off), warps, stages; checked first."""
+    """A user's ``config=`` -> kernel kwargs (``kind``: "pointer" for a kernel without loop
+    switches, "persistent" or "tma"): its blocks and switches (unset switches off), warps,
+    stages; checked first."""
     if not isinstance(config, triton.Config):
         raise TypeError(f"config must be a triton.Config, got {type(config).__name__}")
     missing = {"BLOCK_M", "BLOCK_N", "BLOCK_K"} - set(config.kwargs)
     if missing:
         raise ValueError(f"config must set BLOCK_M, BLOCK_N and BLOCK_K; missing {sorted(missing)}")
-    switches = {**PERSISTENT_LOOP_DEFAULTS, **({"EPILOGUE_SUBTILE": False} if kind == "tma" else {})}
+    switches = {} if kind == "pointer" else {**PERSISTENT_LOOP_DEFAULTS,
+                                              **({"EPILOGUE_SUBTILE": False} if kind == "tma" else {})}
     check_explicit_config(config, allowed_switches=switches)
     return {**switches, **config.kwargs, "num_warps": config.num_warps, "num_stages": config.num_stages}

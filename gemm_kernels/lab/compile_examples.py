@@ -13,7 +13,7 @@ import torch
 import triton
 
 from .. import runtime
-from ..kernels import configs, grouped, matmul, matmul_ws, moe, persistent, streamk
+from ..kernels import configs, grouped, matmul, matmul_ws, moe, persistent, splitk, streamk
 from .compile_view import KernelExample
 
 
@@ -83,6 +83,21 @@ def streamk_examples():
     return [KernelExample("matmul_streamk[fp16, A row-major, B^T, gelu+bias]", streamk._matmul_streamk_kernel, args,
                           configs.streamk_configs(gpu=True)[0], targets=(90,),
                           expect={90: ("wgmma", "cp.async.bulk.tensor", "atom")})]
+
+
+def splitk_examples():
+    """Split-K with pointer loads: Hopper and Ampere (the arrival count is an atomic)."""
+    a = torch.zeros(256, 256, dtype=torch.float16)
+    b_t = torch.zeros(256, 256, dtype=torch.float16).t()
+    c = torch.zeros(256, 256, dtype=torch.float16)
+    args = dict(a_ptr=a, b_ptr=b_t, c_ptr=c, bias_ptr=c, partial_ptr=torch.zeros(16, dtype=torch.float32),
+                count_ptr=torch.zeros(16, dtype=torch.int32), M=256, N=256, K=256, split_request=-1,
+                stride_am=a.stride(0), stride_ak=a.stride(1), stride_bk=b_t.stride(0), stride_bn=b_t.stride(1),
+                stride_cm=c.stride(0), stride_cn=c.stride(1), GROUPED=True, GROUP_SIZE_M=8, HAS_BIAS=False,
+                ACTIVATION="relu", WIDEN=False)
+    return [KernelExample("matmul_splitk[fp16, B^T, relu]", splitk._matmul_splitk_kernel, args,
+                          configs.splitk_configs(gpu=True)[0],
+                          targets=(90, 80), expect={90: ("wgmma", "atom"), 80: ("mma.sync", "atom")})]
 
 
 def grouped_examples():
@@ -168,5 +183,5 @@ def ws_examples():
 
 def all_examples() -> list[KernelExample]:
     """Every kernel's examples, in teaching order."""
-    return [*matmul_examples(), *persistent_examples(), *streamk_examples(), *grouped_examples(), *moe_examples(),
+    return [*matmul_examples(), *persistent_examples(), *streamk_examples(), *splitk_examples(), *grouped_examples(), *moe_examples(),
             *ws_examples()]

@@ -240,3 +240,17 @@ def streamk_segments(num_tiles: int, k_tiles: int, num_programs: int, sk_tiles: 
             row += 1
             it += k_end - k_first
     return out
+
+
+# ----------------------------------------------------------------------------- split-K
+#: fewest K blocks per split: a split's partial sum is a tile-sized fp32 round trip through L2
+#: (about as much as 5 K iterations of a 128x256 tile on an H100, PERF_NOTES.md), so shorter
+#: splits lose more to the hand-over than they gain from busier SMs
+SPLITK_MIN_K_TILES = 8
+
+
+def splitk_default_splits(num_tiles: int, k_tiles: int, num_sms: int) -> int:
+    """How many pieces ``matmul_splitk`` cuts each tile's K loop into when not told: enough to
+    fill one wave of ``num_sms`` programs, but each piece at least :data:`SPLITK_MIN_K_TILES`
+    K blocks long; 1 (no split) when the tiles fill half the GPU already."""
+    return max(1, min(num_sms // max(num_tiles, 1), k_tiles // SPLITK_MIN_K_TILES))

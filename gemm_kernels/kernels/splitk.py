@@ -1,0 +1,144 @@
+"""Split-K: each tile's K loop cut into ``S`` pieces run by ``S`` programs, then added up.
+
+With few tiles and a long K (512 x 512 x 16384 is 64 tiles of 64 x 64 for 132 SMs), one program
+per tile leaves most SMs idle however fast each runs.  Split-K launches ``tiles x S`` programs
+(``grid = (tiles, S)``): program ``(t, s)`` runs K blocks ``[s * per_split, (s + 1) * per_split)``
+of tile ``t`` and leaves its fp32 partial sum in a workspace slot.  The fix-up needs no waiting:
+every piece bumps the tile's arrival counter after its store, and the piece that arrives last
+adds the ``S`` partials *in split order* and runs the epilogue.  The sum's order never depends
+on which piece came last, so the result is bitwise the same on every run (an ``atomic_add``
+into C would be faster by a pass and give a different rounding from run to run).
+
+Compared with Stream-K (``streamk.py``): split-K cuts every tile the same way and needs no
+persistent loop, ticket or spin; Stream-K balances K iterations exactly over a fixed number of
+programs.  cuBLAS does split-K in two kernels (``...splitK...`` then ``splitKreduce_kernel``,
+as the profiler names them); here the reduction is the last piece's epilogue.
+
+Pointer loads, so it runs on any GPU Triton supports and in the interpreter.  Forward only.
+``tiles.splitk_default_splits`` is the default rule; ``split_k=`` sets any other.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .. import runtime
+from ..models.tiles import cdiv, splitk_default_splits
+from . import checks, configs
+from .epilogue import bias_and_activation, load_bias, store_tile_masked, widen_for_dot
+from .matmul import k_loop_pointers, matmul
+from .tiles import tile_coords
+
+
+@triton.jit
+def _matmul_splitk_kernel(
+    a_ptr, b_ptr, c_ptr, bias_ptr,
+    partial_ptr,  # fp32 [tiles * S * BLOCK_M * BLOCK_N]: one slot per piece
+    count_ptr,  # int32 [tiles]: pieces arrived per tile; zero, and left zero
+    M, N, K,
+    split_request,  # the caller's split_k (-1: the default rule): only a key of the tuning cache
+    stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    GROUPED: tl.constexpr, GROUP_SIZE_M: tl.constexpr,
+    HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, WIDEN: tl.constexpr,
+):
+    tile = tl.program_id(0)
+    split = tl.program_id(1)
+    num_splits = tl.num_programs(1)
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    pid_m, pid_n = tile_coords(tile, num_pid_m, num_pid_n, GROUPED, GROUP_SIZE_M)
+    offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M  # wrapped, as in matmul: never stored
+    offs_n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
+
+    # this piece's K blocks (the last piece may be shorter, or empty: then its sum is zero)
+    per_split = tl.cdiv(tl.cdiv(K, BLOCK_K), num_splits) * BLOCK_K
+    k_start = split * per_split
+    k_len = tl.minimum(per_split, K - k_start)
+    acc = k_loop_pointers(a_ptr + k_start * stride_ak, b_ptr + k_start * stride_bk, offs_m, offs_n, k_len,
+                          stride_am, stride_ak, stride_bk, stride_bn, BLOCK_M, BLOCK_N, BLOCK_K, WIDEN)
+
+    tile_offsets = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+    if num_splits > 1:
+        slots = partial_ptr + tile * num_splits * (BLOCK_M * BLOCK_N)
+        tl.store(slots + split * (BLOCK_M * BLOCK_N) + tile_offsets, acc)
+        tl.debug_barrier()  # every thread's stores are issued before the count goes up...
+        arrived = tl.atomic_add(count_ptr + tile, 1, sem="acq_rel", scope="gpu")  # ...and visible with it
+        last = arrived == num_splits - 1
+        if last:
+            tl.atomic_xchg(count_ptr + tile, 0, sem="relaxed", scope="gpu")  # left zero for the next launch
+            acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            for s in range(0, num_splits):  # split order, whichever piece came last: deterministic
+                acc += tl.load(slots + s * (BLOCK_M * BLOCK_N) + tile_offsets, cache_modifier=".cg")
+    else:
+        last = True
+    if last:
+        bias = load_bias(bias_ptr, pid_n * BLOCK_N, N, BLOCK_N, HAS_BIAS)
+        acc = bias_and_activation(acc, bias, HAS_BIAS, ACTIVATION)
+        store_tile_masked(acc, c_ptr, pid_m * BLOCK_M, pid_n * BLOCK_N, M, N, stride_cm, stride_cn, BLOCK_M, BLOCK_N)
+
+
+_splitk_tuned = configs.TunedKernel(_matmul_splitk_kernel, configs.splitk_configs(),
+                                   key=[*configs.SINGLE_GEMM_KEY, "split_request"])
+
+
+def _splits(M, N, K, block_m, block_n, block_k, split_k) -> int:
+    num_tiles = cdiv(M, block_m) * cdiv(N, block_n)
+    k_tiles = cdiv(K, block_k)
+    if split_k is None:
+        return splitk_default_splits(num_tiles, k_tiles, runtime.num_sms())
+    return min(split_k, k_tiles)  # more pieces than K blocks would only add empty ones
+
+
+def matmul_splitk(a, b, *, split_k=None, activation=None, bias=None, order="grouped", group_size_m=8, config=None):
+    """``activation(a @ b + bias)`` with each tile's K loop split over ``split_k`` programs.
+
+    Same contract as :func:`gemm_kernels.matmul` (any strides, fp16/bf16/fp32), forward only.
+    ``split_k``: pieces per tile (1 = no split; at most one per K block); by default
+    ``tiles.splitk_default_splits`` fills one wave of SMs when the tiles alone would not.
+    Deterministic: the pieces are added in split order.  ``config``: an explicit
+    ``triton.Config`` with BLOCK_M/N/K (no autotuning)."""
+    a, b, bias = checks.resolve_lazy_views(a, b, bias)
+    bias, group_size_m = checks.check_matmul_inputs(a, b, order, group_size_m, activation, bias)
+    if split_k is not None:
+        split_k = checks.check_int(split_k, "split_k")
+    config_kwargs = None if config is None else configs.explicit_config_kwargs(config, "pointer")
+    M, K = a.shape
+    N = b.shape[1]
+    if M == 0 or N == 0 or K == 0:
+        return matmul(a, b, activation=activation, bias=bias)
+    c = torch.empty((M, N), device=a.device, dtype=a.dtype)
+    candidates = [config] if config is not None else configs.splitk_configs()
+    slots = max(cdiv(M, k["BLOCK_M"]) * cdiv(N, k["BLOCK_N"]) * _splits(M, N, K, k["BLOCK_M"], k["BLOCK_N"],
+                                                                       k["BLOCK_K"], split_k) * k["BLOCK_M"] * k["BLOCK_N"]
+                for k in (cfg.kwargs for cfg in candidates))
+    tiles_max = max(cdiv(M, cfg.kwargs["BLOCK_M"]) * cdiv(N, cfg.kwargs["BLOCK_N"]) for cfg in candidates)
+    partials, counts = _workspace(slots, tiles_max, a.device)
+
+    def grid(meta):
+        return (cdiv(M, meta["BLOCK_M"]) * cdiv(N, meta["BLOCK_N"]),
+                _splits(M, N, K, meta["BLOCK_M"], meta["BLOCK_N"], meta["BLOCK_K"], split_k))
+
+    args = dict(a_ptr=a, b_ptr=b, c_ptr=c, bias_ptr=bias if bias is not None else c, partial_ptr=partials,
+                count_ptr=counts, M=M, N=N, K=K, split_request=-1 if split_k is None else split_k, stride_am=a.stride(0), stride_ak=a.stride(1),
+                stride_bk=b.stride(0), stride_bn=b.stride(1), stride_cm=c.stride(0), stride_cn=c.stride(1),
+                GROUPED=order == "grouped", GROUP_SIZE_M=group_size_m, HAS_BIAS=bias is not None,
+                ACTIVATION=activation, WIDEN=widen_for_dot(a.dtype))
+    if config_kwargs is None:
+        _splitk_tuned[grid](**args)
+    else:
+        _matmul_splitk_kernel[grid](**args, **config_kwargs)
+    return c
+
+
+def _workspace(slots: int, tiles: int, device: torch.device):
+    """The fp32 partial-sum slots and the int32 arrival counts (zero, and left zero by every
+    launch): kept per stream on a GPU, fresh in the interpreter."""
+    if runtime.interpreted():
+        return (torch.empty(slots, dtype=torch.float32, device=device),
+                torch.zeros(tiles, dtype=torch.int32, device=device))
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return (runtime.stream_buffer("splitk partials", slots, torch.float32, index),
+            runtime.stream_buffer("splitk counts", tiles, torch.int32, index, zeroed=True))
