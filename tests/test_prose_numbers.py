@@ -113,6 +113,52 @@ def claims():
 
     yield nb04, f"`{vendor_kernel('fusion', '4096^3 gelu +bias')}`. NVIDIA does not document these names"
 
+    # notebook 05b's fair comparison: the autotuned rows and split-K
+    auto = {(c, p): streamk_us(c, p) for c in ("512x512x16384", "1024x1024x8192", "4096x4096x4096")
+            for p in ("cuBLAS", "tma", "stream_k", "split_k")}
+    yield nb05, f"about {streamk_us('1024x1024x8192', UNSPLIT) / streamk_us('1024x1024x8192', TAIL):.2f}× on the H100"
+    yield nb05, (f"split-K wins among ours, {auto['512x512x16384', 'split_k']:.1f} µs against "
+                 f"{auto['512x512x16384', 'stream_k']:.1f} for Stream-K and {auto['512x512x16384', 'tma']:.1f} unsplit")
+    yield nb05, (f"the autotuned unsplit kernel ({auto['1024x1024x8192', 'tma']:.1f} µs) already beats Stream-K "
+                 f"({auto['1024x1024x8192', 'stream_k']:.1f}); split-K is a little faster again "
+                 f"({auto['1024x1024x8192', 'split_k']:.1f})")
+    yield nb05, (f"Split-K ({auto['4096x4096x4096', 'split_k']:.0f} µs against {auto['4096x4096x4096', 'tma']:.0f}) "
+                 "writes and reads an extra")
+    yield nb05, (f"({auto['512x512x16384', 'cuBLAS']:.1f} and {auto['1024x1024x8192', 'cuBLAS']:.1f} µs)")
+    assert auto["512x512x16384", "split_k"] < min(auto["512x512x16384", p] for p in ("tma", "stream_k"))
+    assert auto["1024x1024x8192", "tma"] < auto["1024x1024x8192", "stream_k"]
+    assert auto["4096x4096x4096", "split_k"] > auto["4096x4096x4096", "tma"]
+
+    yield from measuring_claims()
+
+
+def measuring_claims():
+    """Appendix 09b's reveals, from images/bench/measuring.json."""
+    nb = "notebooks/09b_measuring.ipynb"
+    m = json.loads((ROOT / "images/bench/measuring.json").read_text())
+    hidden = {r["wait_us"]: r for r in m["hidden_host"]}
+    floor_us = hidden[0]["do_bench_us"]
+    assert all(abs(hidden[w]["do_bench_us"] - floor_us) < 1.0 for w in (10, 20, 40, 60)), "the flush no longer hides 60 µs"
+    yield nb, f"on the H100, {floor_us:.1f} µs: the same as with no wait at all, and it stays there up to a 60 µs wait"
+    yield nb, f"a 100 µs wait reads {hidden[100]['do_bench_us']:.0f} µs, a 400 µs wait {hidden[400]['do_bench_us']:.0f} µs"
+    floor = {r["n"]: r for r in m["floor"]}
+    yield nb, (f"at 512³ the graph reads {floor[512]['cuda_graph_us']:.1f} µs where `do_bench` reads "
+               f"{floor[512]['do_bench_us']:.1f} and the host needs {floor[512]['host_us_per_call']:.1f} µs per call")
+    assert floor[512]["cuda_graph_us"] < floor[512]["do_bench_us"] / 2
+    big = [floor[4096][k] for k in ("do_bench_us", "cuda_graph_us", "host_us_per_call")]
+    assert max(big) / min(big) < 1.025
+    yield nb, f"about {m['spread']['max_us'] / m['spread']['min_us'] - 1:.0%} (min to max)"
+    same = m["same_run"]
+    yield nb, f"about {same['stdev_pct']:.1f}% on the H100 ({same['min']:.3f} to {same['max']:.3f} over ten rounds)"
+    clk = m["clocks"]
+    yield nb, f"{clk['sm_mhz_median']:.0f} MHz on the H100, with the power cap as the throttle reason"
+    yield nb, f"and {clk['watts_median']:.0f} of {clk['power_limit_w']:.0f} W drawn"
+    yield nb, f"the peak at that clock is about {round(989.4 * clk['sm_mhz_median'] / 1830, -1):.0f} TFLOP/s"
+    ncu = m["ncu_clocks"]
+    dur = {c: ncu[c]["gpu__time_duration.sum"]["value"] for c in ncu}
+    mhz = {c: ncu[c]["sm__cycles_elapsed.avg.per_second"]["value"] / 1e6 for c in ncu}
+    yield nb, f"the kernel ran {dur['base'] / dur['none'] - 1:.0%} slower, at {mhz['base']:.0f} MHz against {mhz['none']:.0f}"
+
 
 def text_of(where: str) -> str:
     if ":" in where:  # a docstring: path:function

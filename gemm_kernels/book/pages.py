@@ -52,6 +52,7 @@ COURSE = {
     "08_warp_specialization": Course(False, "yes, to run `matmul_ws` and trace it live (elsewhere: compiled for "
                                            "sm_90, and the committed H100 trace)"),
     "09_moe_training": Course(False, ""),
+    "09b_measuring": Course(False, ""),
 }
 
 _TITLE = re.compile(r"^#\s+(.+?)\s*$", re.M)

@@ -260,8 +260,9 @@ def _encode(value):
 
 
 #: compile options a request may set beside num_warps / num_stages (Gluon's warp-specialized
-#: kernels launch with ``maxnreg``: registers per thread before setmaxnreg moves them)
-COMPILE_OPTIONS = ("maxnreg",)
+#: kernels launch with ``maxnreg``: registers per thread before setmaxnreg moves them; ``debug``
+#: compiles tl.device_assert and the overflow checks in, as TRITON_DEBUG=1 does)
+COMPILE_OPTIONS = ("maxnreg", "debug")
 
 
 def _request(kernel, args, target, config, num_warps, num_stages, name, constexprs, options=None) -> dict:
