@@ -512,6 +512,33 @@ def _patch_core_for(fn):
     return _patch_lang(fn)
 
 
+def index_scalars_for_new_numpy() -> None:
+    """Triton 3.6 and 3.7's interpreter gives its scalars ``__index__ = int(handle.data)``, where the
+    data is a 1-element 1-D array: numpy >= 2.4 refuses that conversion, so ``range(0, K, BLOCK)``
+    in an interpreted kernel raises "only 0-dimensional arrays can be converted".  Wrap the function
+    that installs it (``interpreter._patch_lang_tensor``) to install one that reads the element.
+    Idempotent; nothing where the function is gone (Triton 3.8 fixed it)."""
+    from triton.runtime import interpreter
+
+    original = getattr(interpreter, "_patch_lang_tensor", None)
+    if original is None or getattr(original, "_gemm_kernels_index", False):
+        return
+
+    def index(self):
+        data = self.handle.data
+        return int(data.reshape(-1)[0]) if getattr(data, "size", 0) == 1 else int(data)
+
+    def patch_lang_tensor(tensor, *rest):
+        original(tensor, *rest)
+        if rest and hasattr(rest[0], "set_attr"):  # 3.6+: a scope that restores what it set
+            rest[0].set_attr(tensor, "__index__", index)
+        else:  # pragma: no cover  (older interpreters set attributes for good)
+            tensor.__index__ = index
+
+    patch_lang_tensor._gemm_kernels_index = True
+    interpreter._patch_lang_tensor = patch_lang_tensor
+
+
 #: ``JITFunction.__call__`` (a ``@triton.jit`` helper called from a kernel) runs the helper's
 #: interpreted twin in a thread inside :class:`interpreting`
 _INTERPRETED_CALLS = ThreadLocalPatch(_jit_class, {"__call__": _interpreted_call})
@@ -531,6 +558,7 @@ class interpreting:
         from triton import knobs
 
         interpreter_internals()
+        index_scalars_for_new_numpy()
         self._lock = INTERPRETER_LOCK
         self._lock.acquire()
         try:

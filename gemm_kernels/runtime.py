@@ -132,8 +132,8 @@ def _decide() -> Runtime:
 
 
 def _check_interpreter_numpy(decided: Runtime) -> Runtime:
-    """Triton 3.6 and 3.7's interpreter breaks with numpy >= 2.4 (3.8 and later work): refuse that
-    one combination here, saying what to install, instead of failing inside the first kernel."""
+    """Triton 3.6 and 3.7's interpreter breaks with numpy >= 2.4 (a scalar's ``__index__``; 3.8
+    fixed it): there, fix it now, before any kernel runs (``_triton_compat.index_scalars_for_new_numpy``)."""
     if not decided.interpreted or _truthy(os.environ.get(COMPILE_ONLY_ENV)):
         return decided
     from importlib.metadata import PackageNotFoundError, version
@@ -145,9 +145,12 @@ def _check_interpreter_numpy(decided: Runtime) -> Runtime:
     except PackageNotFoundError:
         return decided
     if _release(triton_version) < (3, 8) and _release(numpy.__version__) >= (2, 4):
-        raise ImportError(f"gemm_kernels runs kernels in Triton's interpreter here, and Triton {triton_version}'s "
-                          f"interpreter does not work with numpy {numpy.__version__} (numpy >= 2.4 needs Triton >= 3.8). "
-                          "Install one of them: pip install 'numpy<2.4', or pip install 'triton>=3.8'")
+        from . import _triton_compat
+
+        try:
+            _triton_compat.index_scalars_for_new_numpy()  # imports Triton (its interpreter) now
+        except ImportError:  # no usable Triton: nothing to fix (models and drawings import without it)
+            pass
     return decided
 
 
@@ -198,6 +201,7 @@ def prepare_interpreter() -> None:
     _triton_compat.keep_interpret_decision(RUNTIME.interpreted)
     if not RUNTIME.interpreted:
         return
+    _triton_compat.index_scalars_for_new_numpy()
     _triton_compat.interpret_library_functions()
     _triton_compat.serialise_interpreted_launches()
 

@@ -488,8 +488,8 @@ def test_entry22_control_sample_and_estimate():
 
 
 def test_entry_24_notebook_records():
-    """PERF_NOTES 24 and issue 26's promise: every notebook passed on the H100 alone, within the
-    90 s budget, in the default mode and as an 8 GB card without TMA."""
+    """PERF_NOTES 24-25 and issue 26's promise: every notebook passed on a Hopper GPU alone, within
+    the 90 s budget, in the default mode and as an 8 GB card without TMA."""
     from gemm_kernels.bench.notebooks import BUDGET_S, NOTEBOOKS_DIR
 
     names = sorted(p.name for p in NOTEBOOKS_DIR.glob("*.ipynb"))
@@ -497,8 +497,11 @@ def test_entry_24_notebook_records():
                          ("notebook_times_sm86", "GEMM_KERNELS_ARCH=sm_86, GEMM_KERNELS_MEMORY_GB=8")):
         data = committed_record(record)
         rows = data["notebooks"]
-        assert data["mode"] == mode and "H100" in data["device"]
+        assert data["mode"] == mode and ("H100" in data["device"] or "H200" in data["device"])
         assert sorted(r["notebook"] for r in rows) == names, f"{record}: a notebook was added since the run"
         assert all(r["passed"] and r["seconds"] <= BUDGET_S for r in rows)
-    seconds = [r["seconds"] for r in committed_record("notebook_times")["notebooks"]]
-    assert (min(seconds), max(seconds)) == (9.5, 47.9)
+    notes = (Path(__file__).resolve().parents[1] / "gemm_kernels/bench/PERF_NOTES.md").read_text()
+    for record, words in (("notebook_times", "all {n} passed,\n  {lo}-{hi} s (budget 90 s)"),
+                          ("notebook_times_sm86", "all {n} passed, {lo}-{hi} s (09b")):
+        seconds = [r["seconds"] for r in committed_record(record)["notebooks"]]
+        assert words.format(n=len(seconds), lo=min(seconds), hi=max(seconds)) in notes, record

@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.memory_gb is not None:
         if args.memory_gb <= 0:
             parser.error("--memory-gb must be above 0")
-        env[runtime.MEMORY_GB_ENV] = str(args.memory_gb)
+        env[runtime.MEMORY_GB_ENV] = f"{args.memory_gb:g}"  # 8, not 8.0
     mode = ", ".join(f"{name}={env[name]}" for name in (runtime.ARCH_ENV, runtime.MEMORY_GB_ENV) if name in env)
     mode = mode or "default"
     paths = sorted(NOTEBOOKS_DIR.glob("*.ipynb"))
