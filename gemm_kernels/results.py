@@ -138,13 +138,17 @@ def show_committed(suite: str, directory: str | Path | None = None) -> dict | No
     header = f"Committed GPU results for '{suite}' (measured on {provenance_line(found['meta'])})"
     command = found["meta"].get("command")
     table = found["table"] or "(no table for this suite in results.md)"
-    if _in_notebook():
-        from IPython.display import Image, Markdown, display
+    if _in_notebook():  # the plot shown, the full table folded away (a course page, not a lab log)
+        import html as _html
+
+        from IPython.display import HTML, Image, Markdown, display
 
         display(Markdown(f"**{header}**" + (f"  \n`{command}`" if command else "")))
         if found["png"] is not None:
             display(Image(filename=str(found["png"])))
-        display(Markdown(table))
+        rows = max(0, sum(line.lstrip().startswith("|") for line in table.splitlines()) - 2)
+        display(HTML(f"<details><summary>the full table ({rows} rows, <code>images/bench/{_html.escape(suite)}.csv"
+                     f"</code>)</summary>\n\n{_markdown_table_html(table)}\n</details>"))
     else:
         print(header)
         if command:
@@ -153,6 +157,20 @@ def show_committed(suite: str, directory: str | Path | None = None) -> dict | No
             print(f"plot: {found['png']}")
         print(table)
     return found
+
+
+def _markdown_table_html(table: str) -> str:
+    """A pipe-table from results.md as an HTML table (Markdown is not rendered inside <details>)."""
+    import html as _html
+
+    lines = [line.strip() for line in table.strip().splitlines() if line.strip().startswith("|")]
+    notes = [line.strip() for line in table.strip().splitlines() if line.strip() and not line.strip().startswith("|")]
+    if len(lines) < 2:
+        return f"<pre>{_html.escape(table)}</pre>"
+    cells = [[_html.escape(c.strip()) for c in line.strip("|").split("|")] for line in lines]
+    head, body = cells[0], cells[2:]
+    return ("".join(f"<p>{_html.escape(note)}</p>" for note in notes) + "<table><thead><tr>" + "".join(f"<th>{c}</th>" for c in head) + "</tr></thead><tbody>"
+            + "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in body) + "</tbody></table>")
 
 
 # ------------------------------------------------------------------------------ single numbers

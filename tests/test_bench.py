@@ -1111,3 +1111,20 @@ def test_bench_tools_reject_bad_numeric_options(tool, argv, message, capsys):
         importlib.import_module(f"gemm_kernels.bench.{tool}").main(argv)
     assert exit_info.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_show_committed_in_a_notebook_folds_the_full_table(monkeypatch):
+    """Issue 28: no notebook holds a full suite dump inline: the plot is shown, the table folded."""
+    shown = []
+    import IPython.display as display
+
+    monkeypatch.setattr(results, "_in_notebook", lambda: True)
+    monkeypatch.setattr(display, "display", lambda obj: shown.append(obj))
+    found = results.show_committed("stream-k")
+    assert found is not None
+    (folded,) = [o for o in shown if isinstance(o, display.HTML)]
+    assert folded.data.startswith("<details><summary>the full table (") and "<table>" in folded.data
+    cases = {r["case"] for r in results.committed_rows("stream-k")}
+    assert folded.data.count("<tr>") == len(cases) + 1  # the header, then a row per case
+    assert f"the full table ({len(cases)} rows" in folded.data
+    assert not any(isinstance(o, display.Markdown) and "|---" in o.data for o in shown)

@@ -34,3 +34,18 @@ def test_do_bench_times_with_events_after_an_l2_flush():
     flush, start, call, end = (loop.index(s) for s in ("clear_cache(cache)", "start_event[i].record()", "fn()",
                                                          "end_event[i].record()"))
     assert flush < start < call < end and "synchronize" not in loop[:end]
+
+
+def test_notebook_08_setmaxnreg_counts_and_target():
+    """08 section 5: inside the partitions the consumers ask for 232 registers and the producer
+    drops to 40 (matmul_ws's request); 256 and 120 come from the dispatch; the target is sm_90a."""
+    import re
+
+    from gemm_kernels.kernels import matmul_ws
+    from gemm_kernels.lab.compile_examples import ws_example
+
+    ptx = ws_example(b_col_major=True, activation="gelu", has_bias=True).compile("sm_90").asm["ptx"]
+    counts = {int(n) for n in re.findall(r"setmaxnreg\.(?:inc|dec)\.sync\.aligned\.u32\s+(\d+)", ptx)}
+    assert counts == {matmul_ws.CONSUMER_REGS, matmul_ws.PRODUCER_REGS, 256, 120} == {232, 40, 256, 120}
+    assert re.search(r"^\.target\s+sm_90a\b", ptx, re.M)
+    assert 2 * 128 * matmul_ws.CONSUMER_REGS + 128 * matmul_ws.PRODUCER_REGS <= 64 * 1024
