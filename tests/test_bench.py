@@ -6,6 +6,8 @@ CPU machine proves the code the lead runs on the GPU at least adds up."""
 import json
 import math
 import os
+import shutil
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -549,7 +551,9 @@ def test_l2_worker_and_model_agree_on_shape(capsys):
     assert g["model_hit_rate_pct"] > m["model_hit_rate_pct"]  # the point of grouped order
     assert g["model_dram_read_bytes"] >= g["compulsory_read_bytes"]
     cmd = l2.ncu_command("ncu", "/tmp/x.csv", ["--M", "1"])
-    assert cmd[:3] == ["ncu", "--metrics", ",".join(l2.METRICS)] and "regex:_matmul_kernel" in cmd
+    assert cmd[:5] == ["ncu", "--clock-control", "base", "--metrics", ",".join(l2.METRICS)]
+    assert "regex:_matmul_kernel" in cmd
+    assert l2.ncu_command("ncu", "/tmp/x.csv", [], clock_control="none")[1:3] == ["--clock-control", "none"]
     assert cmd[-4:] == ["gemm_kernels.bench.l2", "--worker", "--M", "1"]
 
 
@@ -1128,3 +1132,23 @@ def test_show_committed_in_a_notebook_folds_the_full_table(monkeypatch):
     assert folded.data.count("<tr>") == len(cases) + 1  # the header, then a row per case
     assert f"the full table ({len(cases)} rows" in folded.data
     assert not any(isinstance(o, display.Markdown) and "|---" in o.data for o in shown)
+
+
+def test_moe_plot_is_a_heat_map_of_the_committed_speedups(tmp_path):
+    """moe's 64 cases are one heat map per pass (a row per model and projection, a column per
+    token count), each cell the committed baseline time over the fastest of ours."""
+    committed = results._bench_dir()
+    rows = report.read_csv(committed / "moe.csv", suite_csv=True)
+    passes, labels, xs, best = report.speedup_grid(rows)
+    assert passes == ["fwd", "fwd+bwd"] and xs == [512, 4096, 32768]
+    assert len(labels) * len(xs) * len(passes) == sum(1 for r in rows if r["provider"] == r["baseline"])
+    for r in rows:  # every cell is a real same-case ratio of the CSV's times
+        if r["provider"] == "grouped_mm":
+            torch_ms = next(b["time_ms"] for b in rows if b["case"] == r["case"] and b["provider"] == r["baseline"])
+            label = r["panel"].replace(", fwd)", ")")
+            assert best["fwd", label][r["x"]] >= torch_ms / r["time_ms"] * (1 - 1e-4)
+    for name in ("moe.csv", "meta.json"):
+        shutil.copy(committed / name, tmp_path / name)
+    png = report.replot_committed("moe", tmp_path)
+    width, height = struct.unpack(">II", png.read_bytes()[16:24])  # the PNG header's size
+    assert height < 2000 and width < 2000, (width, height)  # was 64 subplots, 4864 px tall

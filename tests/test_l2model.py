@@ -187,3 +187,26 @@ def test_h100_programs_in_flight_is_two_per_sm_as_in_the_ncu_table():
     table = Path(__file__).resolve().parents[1] / "images" / "bench" / "l2.csv"
     with table.open(newline="") as f:
         assert {int(r["programs_in_flight"]) for r in csv.DictReader(f)} == {H100_PROGRAMS_IN_FLIGHT}
+
+
+def test_group_size_rule_of_notebook_03():
+    """03's rule: a wave of P programs in groups of G rows needs about G + P/G blocks per step of K,
+    fewest near G = sqrt(P) (16 for 264 programs at 8192³ in 128 × 128 tiles); a group smaller than a
+    wave (G = 2, 4: G × 64 tiles < 264) covers every column of B, so it is no better than row-major."""
+    from gemm_kernels.models.l2model import H100_PROGRAMS_IN_FLIGHT, effective_l2_bytes
+
+    P = H100_PROGRAMS_IN_FLIGHT
+    blocks, dram = {}, {}
+    for g in (1, 2, 4, 8, 16, 32, 64):
+        s = tile_schedule(8192, 8192, 128, 128, "row_major" if g == 1 else "grouped", group_size_m=g,
+                          programs_in_flight=P)
+        a_rows, b_cols = s.wave_footprint(0)
+        blocks[g] = len(a_rows) + len(b_cols)
+        dram[g] = l2_traffic(s, block_k=64, K=8192, l2_bytes=effective_l2_bytes(H100_L2_BYTES)).totals()["dram_read_bytes"]
+        if g * 64 > P:  # a group larger than a wave: the rule's count, give or take a partial column
+            assert abs(blocks[g] - (g + P / g)) <= 1, (g, blocks[g])
+    assert P == 264 and round(P ** 0.5) == 16
+    assert min(blocks, key=blocks.get) == 16 == min(dram, key=dram.get)
+    assert (blocks[16], blocks[8], blocks[32]) == (33, 41, 41)  # the reveal's counts
+    assert round(dram[16] / 2**30, 1) == 1.1 and round(dram[1] / 2**30, 1) == 2.2
+    assert min(blocks[2], blocks[4]) >= blocks[1] and min(dram[2], dram[4]) >= dram[1]

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "images" / "bench"
 PERF_NOTES = ROOT / "gemm_kernels" / "bench" / "PERF_NOTES.md"
 WS_NOTES = ROOT / "gemm_kernels" / "kernels" / "WS_NOTES.md"
-NB08 = ROOT / "notebooks" / "08_warp_specialization.ipynb"
+NB09B = ROOT / "notebooks" / "09b_measuring.ipynb"  # the counters section moved there from 08
 KERNEL_NAMES = {"tma": "matmul_tma", "stream_k": "matmul_streamk", "persistent": "matmul_persistent",
                 "grouped": "matmul", "ws": "matmul_ws"}
 
@@ -113,7 +113,7 @@ def claims():
     b4, b8 = busy("square 4096^3 fp16"), busy("square 8192^3 bf16")
     yield WS_NOTES, f"busy {b4:.1f}% (4096³) and {b8:.1f}% (8192³) of its run"
     yield WS_NOTES, f"would need {1.05 * b4:.1f}% and {1.05 * b8:.1f}%"
-    yield NB08, f"one already at {b8:.0f}% would need {1.05 * b8:.1f}%"
+    yield NB09B, f"one already at {b8:.0f}% would need {1.05 * b8:.1f}%"
     fusion_case = "fusion 4096^3 fp16 gelu +bias"
     plain = us("square 4096^3 fp16", "ws")
     yield WS_NOTES, f"the epilogue costs {us(fusion_case, 'ws fused') - plain:.0f} µs ({us(fusion_case, 'ws fused'):.0f} against {plain:.0f} µs)"

@@ -65,6 +65,7 @@ METRICS = (
     "dram__bytes_read.sum",
     "dram__bytes_write.sum",
     "gpu__time_duration.sum",
+    "sm__cycles_elapsed.avg.per_second",
 )
 FALLBACK_METRICS = ("lts__t_sector_hit_rate.pct", "dram__bytes_read.sum")
 KERNEL_REGEX = "regex:_matmul_kernel"
@@ -194,9 +195,12 @@ def find_ncu(explicit: str | None = None) -> str | None:
     return candidates[-1] if candidates else None
 
 
-def ncu_command(ncu: str, log_file: str, worker_args: list[str], metrics=METRICS, base_units=True) -> list[str]:
+def ncu_command(ncu: str, log_file: str, worker_args: list[str], metrics=METRICS, base_units=True,
+                clock_control: str = "base") -> list[str]:
+    """ncu's own default clock control is ``base`` (SM clock locked at base); ``none`` leaves the
+    GPU's clock as it runs, power cap and boost included."""
     units = ["--print-units", "base"] if base_units else []
-    return [ncu, "--metrics", ",".join(metrics), "--csv", *units,
+    return [ncu, "--clock-control", clock_control, "--metrics", ",".join(metrics), "--csv", *units,
             "--kernel-name", KERNEL_REGEX, "--launch-count", "1", "--log-file", log_file,
             sys.executable, "-m", "gemm_kernels.bench.l2", "--worker", *worker_args]
 
@@ -256,14 +260,15 @@ class NcuRun:
     command: list
 
 
-def run_under_ncu(ncu: str, M: int, N: int, K: int, order: str, timeout_s: int = 300) -> NcuRun:
+def run_under_ncu(ncu: str, M: int, N: int, K: int, order: str, timeout_s: int = 300,
+                  clock_control: str = "base") -> NcuRun:
     """Profile one worker launch; retries with FALLBACK_METRICS (and then without --print-units)
     if this ncu rejects a metric name or an option."""
     last_error = ""
     for metrics, base_units in ((METRICS, True), (FALLBACK_METRICS, True), (FALLBACK_METRICS, False)):
         with tempfile.TemporaryDirectory(prefix="gemm_l2_") as tmp:
             log = os.path.join(tmp, "ncu.csv")
-            cmd = ncu_command(ncu, log, _worker_args(M, N, K, order), metrics, base_units)
+            cmd = ncu_command(ncu, log, _worker_args(M, N, K, order), metrics, base_units, clock_control)
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s,
                                   cwd=Path(__file__).resolve().parents[2])
             text = Path(log).read_text() if os.path.exists(log) else ""

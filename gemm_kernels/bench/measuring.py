@@ -12,7 +12,10 @@ Each experiment isolates one thing a timing tool does to the number it reports:
 - ``same_run``: the same call timed against itself in interleaved rounds (the noise floor of a ratio);
 - ``clocks``: the SM clock and power while a large GEMM runs back to back (``nvidia-smi``);
 - ``bandwidth``: HBM and L2 copy bandwidth, for the roofline's memory ceilings;
-- ``ncu_clocks``: one GEMM under Nsight Compute with ``--clock-control base`` and ``none``.
+- ``ncu_clocks``: one GEMM under Nsight Compute with ``--clock-control base`` and ``none``;
+- ``two_ways``: cuBLAS and our kernels, do_bench against CUDA graphs, on one GPU in one run;
+- ``order_fixed``: notebook 03's fixed-tile kernel in both orders, do_bench rounds with the clock
+  sampled, and under ncu at the GPU's own clock (``--clock-control none``).
 
 Nothing here changes the GPU's settings.  ``python -m gemm_kernels.bench.measuring --json PATH``
 """
@@ -210,8 +213,73 @@ def ncu_clocks(timeout_s: int = 180) -> dict | None:
     return result
 
 
+TWO_WAYS_SIZES = (1024, 1280, 2048, 4096)
+
+
+def two_ways(sizes=TWO_WAYS_SIZES, dtype=torch.float16) -> list[dict]:
+    """cuBLAS, ``gk.matmul`` (row-major, notebook 02) and ``gk.matmul_tma`` at n³: do_bench, a
+    CUDA graph and host µs per call, so notebooks 02 and 05 compare the two timings from one GPU."""
+    from triton.testing import do_bench, do_bench_cudagraph
+
+    import gemm_kernels as gk
+
+    kernels = {"cuBLAS": torch.matmul, "matmul row_major": lambda a, b: gk.matmul(a, b, order="row_major")}
+    if runtime.supports_tma():
+        kernels["matmul_tma"] = gk.matmul_tma
+    rows = []
+    for n in sizes:
+        a = torch.randn(n, n, device="cuda", dtype=dtype)
+        b = torch.randn(n, n, device="cuda", dtype=dtype)
+        for name, kernel in kernels.items():
+            fn = lambda kernel=kernel: kernel(a, b)  # noqa: E731
+            fn()  # compile and tune outside the timings
+            rows.append({"n": n, "kernel": name, "do_bench_us": do_bench(fn, return_mode="median") * 1e3,
+                         "cuda_graph_us": do_bench_cudagraph(fn, return_mode="median") * 1e3,
+                         "host_us_per_call": host_us_per_call(fn)})
+    return rows
+
+
+ORDER_SIZES = (2048, 4096, 8192)
+
+
+def order_fixed(sizes=ORDER_SIZES, rounds: int = 5, ncu_n: int = 8192) -> dict:
+    """Notebook 03's question with the tile fixed (``bench.l2.CONFIG``, the kernel its ncu table
+    profiled): row-major against grouped (G = 8) in interleaved do_bench rounds, the SM clock and
+    power sampled meanwhile; then both orders at ``ncu_n``³ under ncu with the GPU's own clock."""
+    from triton.testing import do_bench
+
+    from . import l2
+    from .clocks import ClockSampler
+
+    timed = []
+    for n in sizes:
+        a = torch.randn(n, n, device="cuda", dtype=torch.float16)
+        b = torch.randn(n, n, device="cuda", dtype=torch.float16)
+        calls = {order: (lambda order=order: l2.launch_fixed(a, b, order)) for order in l2.ORDERS}
+        medians = {order: [] for order in calls}
+        with ClockSampler(str(torch.cuda.current_device()), 20) as sampler:
+            for _ in range(rounds):
+                for order, fn in calls.items():
+                    medians[order].append(do_bench(fn, return_mode="median") * 1e3)
+        ratios = [r / g for r, g in zip(medians["row_major"], medians["grouped"])]
+        timed.append({"n": n, "us": {o: statistics.median(v) for o, v in medians.items()}, "rounds_us": medians,
+                      "row_major_over_grouped": ratios, "sm_mhz_median": statistics.median(s[0] for s in sampler.samples)
+                      if sampler.samples else None,
+                      "watts_median": statistics.median(s[1] for s in sampler.samples) if sampler.samples else None})
+    ncu = l2.find_ncu()
+    profiled = {}
+    for control in ("none", "base") if ncu else ():
+        for order in l2.ORDERS:
+            run = l2.run_under_ncu(ncu, ncu_n, ncu_n, ncu_n, order, clock_control=control)
+            profiled[f"{order}, clock {control}"] = {k: run.metrics.get(k) for k in
+                                                      ("gpu__time_duration.sum", "dram__bytes_read.sum",
+                                                       "sm__cycles_elapsed.avg.per_second")}
+    return {"config": l2.CONFIG, "group_size_m": l2.GROUP_SIZE_M, "timed": timed, "ncu_n": ncu_n, "ncu": profiled}
+
+
 EXPERIMENTS = {"flush": flush, "hidden_host": hidden_host, "floor": floor, "spread": spread, "same_run": same_run,
-               "clocks": clocks, "bandwidth": bandwidth, "ncu_clocks": ncu_clocks}
+               "clocks": clocks, "bandwidth": bandwidth, "ncu_clocks": ncu_clocks, "two_ways": two_ways,
+               "order_fixed": order_fixed}
 
 
 def main(argv=None) -> int:

@@ -14,6 +14,7 @@ import io
 import json
 import math
 import os
+import re
 import shutil
 from collections import OrderedDict
 from pathlib import Path
@@ -585,13 +586,14 @@ def publish_shards(sources: list[Path], dest: Path) -> list[str]:
 
 # ------------------------------------------------------------------------------ plots
 
-PLOT_KIND = {"square": "line", "order": "bar", "fusion": "bar", "stream-k": "bar", "seed-grouped": "line", "moe": "line",
+PLOT_KIND = {"square": "line", "order": "bar", "fusion": "bar", "stream-k": "bar", "seed-grouped": "line", "moe": "heatmap",
              "llm": "bar"}
 X_LABEL = {"square": "M = N = K", "seed-grouped": "N (square problems) or M", "moe": "tokens"}
 
 
 def plot_suite(suite: str, rows: list[dict], path: Path, title: str, peak: float | None) -> Path | None:
-    """TFLOP/s per provider, one panel per group of cases; None when nothing was timed."""
+    """TFLOP/s per provider, one panel per group of cases (a heat map of speed-ups for suites
+    with many small panels, such as ``moe``); None when nothing was timed."""
     timed = [r for r in rows if r["tflops"] is not None]
     if not timed:
         return None
@@ -599,6 +601,9 @@ def plot_suite(suite: str, rows: list[dict], path: Path, title: str, peak: float
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    if PLOT_KIND.get(suite) == "heatmap":
+        return _plot_speedup_heatmap(suite, timed, path, title, plt)
 
     panels = list(OrderedDict.fromkeys(r["panel"] for r in timed))
     providers = list(OrderedDict.fromkeys(r["provider"] for r in timed))
@@ -647,3 +652,64 @@ def plot_suite(suite: str, rows: list[dict], path: Path, title: str, peak: float
     fig.savefig(path, dpi=110 if len(panels) <= 12 else 80)
     plt.close(fig)
     return path
+
+
+def speedup_grid(rows: list[dict]) -> tuple[list[str], list[str], list[float], dict]:
+    """The heat map's data: passes (the ``pass=`` parameter), row labels (panels without the pass),
+    the ``x`` values, and ``{(pass, label): {x: speed-up}}``, each the best of ours against the baseline."""
+    best: dict = {}
+    for r in rows:
+        if r["ours"] and r["ok"] is not False and r["speedup"]:
+            label = re.sub(r",\s*(fwd\+bwd|fwd|bwd)\)$", ")", r["panel"])
+            cell = best.setdefault((_param(r, "pass") or "", label), {})
+            cell[r["x"]] = max(cell.get(r["x"], 0.0), r["speedup"])
+    passes = list(OrderedDict.fromkeys(p for p, _ in best))
+    labels = list(OrderedDict.fromkeys(label for _, label in best))
+    xs = sorted({x for cells in best.values() for x in cells})
+    return passes, labels, xs, best
+
+
+def _plot_speedup_heatmap(suite: str, timed: list[dict], path: Path, title: str, plt) -> Path | None:
+    """One heat map per pass, a row per panel, a column per ``x``: the baseline's time over the
+    fastest of ours (above 1: ours is faster).  Readable where 64 small line plots are not."""
+    from matplotlib.colors import TwoSlopeNorm
+
+    passes, labels, xs, best = speedup_grid(timed)
+    if not best:
+        return None
+    values = [v for cells in best.values() for v in cells.values()]
+    norm = TwoSlopeNorm(1.0, min(min(values), 0.99), max(max(values), 1.01))
+    fig, axes = plt.subplots(1, len(passes), figsize=(4.2 + 2.2 * len(passes) + 0.9 * len(xs) * len(passes),
+                                                      1.2 + 0.32 * len(labels)), squeeze=False, sharey=True,
+                             layout="constrained")
+    baseline = next((r["baseline"] for r in timed if r["ours"]), "baseline")
+    for ax, pass_ in zip(axes.flat, passes):
+        grid = [[best.get((pass_, label), {}).get(x, math.nan) for x in xs] for label in labels]
+        image = ax.imshow(grid, cmap="RdBu", norm=norm, aspect="auto")
+        for i, row in enumerate(grid):
+            for j, v in enumerate(row):
+                if not math.isnan(v):
+                    ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=7,
+                            color="white" if abs(norm(v) - 0.5) > 0.35 else "black")
+        ax.set_xticks(range(len(xs)), [f"{x:g}" for x in xs])
+        ax.set_yticks(range(len(labels)), labels, fontsize=7)
+        ax.set_xlabel(X_LABEL.get(suite, "x"))
+        ax.set_title(pass_ or suite, fontsize=9)
+    fig.colorbar(image, ax=list(axes.flat), shrink=0.6, label=f"{baseline} time / ours (>1: ours faster)")
+    fig.suptitle(title, fontsize=10)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return path
+
+
+def replot_committed(suite: str, directory: Path | None = None) -> Path | None:
+    """Redraw ``<suite>.png`` from the committed ``<suite>.csv`` and its meta.json entry (no GPU):
+    for a change of the plot alone, so the picture never drifts from its data."""
+    from ..results import _bench_dir
+
+    directory = Path(directory) if directory is not None else _bench_dir()
+    rows = read_csv(directory / f"{suite}.csv", suite_csv=True)
+    info = suite_meta(read_meta(directory), suite)
+    peak = next((r["tflops"] / r["pct_peak"] * 100 for r in rows if r.get("pct_peak")), None)
+    return plot_suite(suite, rows, directory / f"{suite}.png", f"{suite} on {info.get('device')} ({info.get('date')})", peak)
