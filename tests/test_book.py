@@ -129,7 +129,7 @@ def test_page_header_links_launch_buttons_and_folded_solutions():
     assert card.startswith("# 03 · ")
     assert f"[← {infos[i - 1].short_title}]({infos[i - 1].stem}.ipynb)" in card
     assert f"[{infos[i + 1].short_title} →]({infos[i + 1].stem}.ipynb)" in card
-    assert ("https://colab.research.google.com/github/someone/course/blob/main/student/03_grouped_l2_ordering.ipynb"
+    assert ("https://colab.research.google.com/github/someone/course/blob/student-copies/03_grouped_l2_ordering.ipynb"
             in card)
     assert "https://mybinder.org/v2/gh/someone/course/HEAD?labpath=student/03_grouped_l2_ordering.ipynb" in card
     assert "{download}`Student copy <../student/03_grouped_l2_ordering.ipynb>`" in card
@@ -224,6 +224,31 @@ def test_ci_and_workflows_build_and_check_the_book():
     assert steps == sorted(steps) and "path: build/book\n" in pages_yml
     makefile = (REPO / "Makefile").read_text()
     assert "gemm_kernels.book build $(BOOK_DIR)" in makefile and "BOOK_DIR ?= build/book" in makefile
+
+
+def test_book_workflow_publishes_the_student_copies_colab_opens():
+    """Colab opens files on GitHub only: the build job makes the student copies (badges and set-up cells
+    naming this repository), a job of its own, the only one that may write, force-pushes them to the root
+    of the orphan branch colab_url names."""
+    yaml = pytest.importorskip("yaml")
+    workflow = yaml.safe_load((REPO / ".github" / "workflows" / "book.yml").read_text())
+    assert workflow["permissions"] == {"contents": "read"}
+    jobs = workflow["jobs"]
+    build = jobs["build"]
+    assert build["env"][book.REPO_ENV] == "${{ github.repository }}"
+    runs = [step.get("run", "") for step in build["steps"]]
+    assert any("-m gemm_kernels.lab.student notebooks build/student-copies" in run for run in runs)
+    upload = next(step for step in build["steps"] if step.get("uses", "").startswith("actions/upload-artifact"))
+    assert upload["with"]["name"] == "student-copies"
+    publish = jobs[book.STUDENT_BRANCH]
+    assert publish["needs"] == "build" and publish["permissions"] == {"contents": "write"}
+    assert [name for name, job in jobs.items() if "write" in (job.get("permissions") or {}).get("contents", "")] == \
+        [book.STUDENT_BRANCH]
+    script = next(step["run"] for step in publish["steps"] if "run" in step)
+    assert f"git checkout --orphan {book.STUDENT_BRANCH}" in script and "git rm -rfq ." in script
+    assert f"git push --force origin {book.STUDENT_BRANCH}" in script
+    assert "/student-copies/*.ipynb ." in script  # the copies at the branch's root, where colab_url looks
+    assert book.colab_url("00_start_here.ipynb", "a/b").endswith(f"/a/b/blob/{book.STUDENT_BRANCH}/00_start_here.ipynb")
 
 
 # ------------------------------------------------------------------------------- glossary

@@ -31,11 +31,17 @@ def github_repo(repo: str | None = None) -> str:
     return value
 
 
+#: the branch holding the student copies at its root: Colab opens files from GitHub only, and student/
+#: is not committed, so .github/workflows/book.yml force-pushes fresh copies there from every push to main
+STUDENT_BRANCH = "student-copies"
+
+
 def colab_url(notebook: str, repo: str | None = None) -> str:
-    """Colab opening the student copy ``student/<notebook>`` of the repository's main branch."""
-    return f"https://colab.research.google.com/github/{github_repo(repo)}/blob/main/student/{notebook}"
+    """Colab opening the student copy ``<notebook>`` on the repository's :data:`STUDENT_BRANCH` branch."""
+    return f"https://colab.research.google.com/github/{github_repo(repo)}/blob/{STUDENT_BRANCH}/{notebook}"
 
 
 def binder_url(notebook: str, repo: str | None = None) -> str:
-    """Binder building the repository and opening JupyterLab on ``student/<notebook>``."""
+    """Binder building the repository (``.binder/``: its postBuild makes ``student/``) and opening
+    JupyterLab on ``student/<notebook>``."""
     return f"https://mybinder.org/v2/gh/{github_repo(repo)}/HEAD?labpath=student/{notebook}"

@@ -3,7 +3,8 @@
 Each notebook's first cell is its card: a ``# NN · Title`` heading, an introduction, a bold
 "What you will learn" list and a bold "Prerequisites:" line.  :func:`notebook_info` reads it
 (a notebook without it stops the build with a message naming the notebook); the syllabus adds
-its length, its exercises and two facts per notebook kept here by hand in :data:`COURSE`.
+its length, its exercises and two facts per notebook kept here by hand in :data:`COURSE`, which
+:func:`course_report` also reads to tell a learner what their machine runs.
 """
 
 from __future__ import annotations
@@ -54,6 +55,44 @@ COURSE = {
     "09_moe_training": Course(False, ""),
     "09b_measuring": Course(False, ""),
 }
+
+
+def course_report() -> str:
+    """What this machine runs of the course, for the student copies' set-up cell: kernels compiled on a
+    GPU (its name) or interpreted, TMA or not, and on a GPU that is not a Hopper the notebooks that need
+    one to run live (:data:`COURSE`'s ``hopper``)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    import torch
+    import triton
+
+    from .. import runtime
+
+    try:
+        ours = version("gemm-kernels")
+    except PackageNotFoundError:  # imported from a checkout, not installed
+        ours = "(a source checkout)"
+    lines = [f"gemm_kernels {ours}, torch {torch.__version__}, triton {triton.__version__}"]
+    if not runtime.on_gpu():
+        reason = runtime.RUNTIME.reason
+        lines.append(f"{reason[:1].upper()}{reason[1:]}. Every notebook runs, at small sizes, and shows the committed "
+                     "H100/H200 results where it would time something.")
+    else:
+        told = f", as {runtime.ARCH_ENV} says" if runtime.RUNTIME.arch_from_env else ""
+        lines.append(f"GPU: {runtime.gpu_name()} ({runtime.arch_name()}{told}): kernels are compiled.")
+    if runtime.supports_tma():
+        lines.append("TMA (tensor descriptors): " + ("emulated by the interpreter" if runtime.interpreted() else "yes"))
+    else:
+        lines.append("TMA (tensor descriptors): no, it needs an sm_90 or newer GPU; the notebooks take their "
+                     "pointer-load paths")
+    if runtime.on_gpu() and not runtime.supports_wgmma():
+        lines.append("Not a Hopper GPU (sm_90). What needs one to run live, by notebook (without it, the notebook "
+                     "shows the committed results):")
+        lines += [f"  {stem}: {course.hopper}" for stem, course in COURSE.items() if course.hopper]
+    elif runtime.on_gpu():
+        lines.append("A Hopper GPU: every notebook runs live.")
+    return "\n".join(lines)
+
 
 _TITLE = re.compile(r"^#\s+(.+?)\s*$", re.M)
 _OBJECTIVES = re.compile(r"^\*\*What you will learn[^*]*\*\*\s*$", re.M)
@@ -211,8 +250,9 @@ def index_markdown(infos: list, *, repo: str, title: str) -> str:
         "this site was built; the GPU measurements it shows are the committed results of the course's "
         "benchmarks.", "",
         "Read it here, or run it: each page has an **Open in Colab** and a **Launch on Binder** button, and a "
-        "student copy (the exercises without their solutions) to download. In these pages the solutions are "
-        "folded away under *Show the solution*: try the exercise first.", "",
+        "student copy (the exercises without their solutions) to download. A student copy's first cell installs "
+        "the course's package where it is missing (Colab; never torch) and says what your machine runs. In these "
+        "pages the solutions are folded away under *Show the solution*: try the exercise first.", "",
         "## The notebooks", "", *cards, "",
         "The [syllabus](syllabus.md) gives the time each one takes, its prerequisites and what needs a Hopper "
         "GPU; the [glossary](glossary.md) explains the terms (their first use on every page links there).", "",

@@ -21,6 +21,10 @@ learner's work) is never overwritten: it is kept and reported; ``--force`` backs
 copies, reports the kept ones and opens JupyterLab on ``student/``; ``make lab-solutions``
 (``--lab``) opens it on the solved ``notebooks/``, for teachers and CI.  Both print the URL to
 open, and add ``--allow-root`` only when run as root.
+
+Every copy opens with a banner (with an Open in Colab badge) and the set-up cell :data:`SETUP`, so
+the same copy works in Colab, on Binder and after ``make lab``.  The book's workflow publishes
+the copies to the ``student-copies`` branch, which Colab opens (:func:`gemm_kernels.book.colab_url`).
 """
 
 from __future__ import annotations
@@ -40,11 +44,68 @@ import nbformat
 BEGIN = "### BEGIN SOLUTION"
 END = "### END SOLUTION"
 STUB = 'raise NotImplementedError("your turn")'
-#: the banner cell put at the top of every student copy
-BANNER = ("> **Student copy** of `notebooks/{name}`, made by `make lab` (or `make student`): the exercises' "
-          "solutions are replaced by `raise NotImplementedError(\"your turn\")`. Once you have changed this file, "
-          "both keep it (`make student FORCE=1` backs it up, then writes a fresh one). `gk.lab.progress()` lists "
-          "the exercises you have passed.")
+#: the banner cell put at the top of every student copy ({colab}: the copy in Colab)
+BANNER = ("> **Student copy** of `notebooks/{name}`: the exercises' solutions are replaced by "
+          "`raise NotImplementedError(\"your turn\")`. [![Open in Colab](https://colab.research.google.com/assets/"
+          "colab-badge.svg)]({colab}) Run the set-up cell below first: it installs the course's package where it is "
+          "missing (Colab) and says what this machine runs. On your machine `make lab` (or `make student`) makes "
+          "these copies and keeps one you changed (`make student FORCE=1` backs it up, then writes a fresh one). "
+          "`gk.lab.progress()` lists the exercises you have passed.")
+SETUP_ID = "student-copy-setup"
+#: the set-up cell under the banner ({repo}: the GitHub repository it installs from, OWNER/NAME).  Standard
+#: library only, as it runs before anything is installed; where gemm_kernels is there already (make lab,
+#: Binder) it installs nothing.  Its light dependencies are pyproject.toml's (tests/test_launch.py checks).
+SETUP = """\
+# Set-up: installs the course's package, gemm_kernels, where it is missing (Colab), then says what this
+# machine runs. It never installs or upgrades torch, triton or numpy (torch is gigabytes): it uses the ones
+# here. Where gemm_kernels is installed already (make lab, Binder) it installs nothing.
+import importlib, importlib.metadata, importlib.util, os, re, subprocess, sys, tempfile
+
+
+def _version(dist):  # the installed version of a distribution, or None
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+if importlib.util.find_spec("gemm_kernels") is not None:
+    print("gemm_kernels is installed: nothing to install.")
+else:
+    missing = [name for name in ("torch", "triton", "numpy") if importlib.util.find_spec(name) is None]
+    triton_version = _version("triton")
+    if missing or (triton_version and tuple(int(n) for n in re.findall(r"\\d+", triton_version)[:2]) < (3, 6)):
+        raise RuntimeError(
+            f"gemm_kernels needs torch, numpy and Triton 3.6 to 3.9 (missing: {', '.join(missing) or 'none'}; "
+            f"triton: {triton_version}). This cell does not install them (torch is several GB): install a torch that "
+            "brings Triton >= 3.6 (a CUDA torch >= 2.11; with a CPU torch also pip install 'triton>=3.6,<3.10'), "
+            "restart the kernel and run this cell again.")
+    # pip may add what is missing but never change torch, triton or numpy: they are pinned as they are
+    with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as pins:
+        pins.write("\\n".join(f"{dist}=={v}" for dist in ("torch", "triton", "numpy") if (v := _version(dist))))
+
+    def _pip(*args):
+        done = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-c", pins.name, *args],
+                              capture_output=True, text=True)
+        if done.returncode:
+            raise RuntimeError(f"pip install {' '.join(args)} failed:\\n{(done.stdout + done.stderr)[-3000:]}")
+
+    _pip("--no-deps", os.environ.get("GEMM_KERNELS_SOURCE", "git+https://github.com/{repo}"))
+    # its light dependencies (pyproject.toml), those that cannot be imported yet
+    light = {"matplotlib": "matplotlib>=3.8", "PIL": "pillow>=10", "ipywidgets": "ipywidgets>=8.1",
+             "tqdm": "tqdm>=4.66", "nbformat": "nbformat>=5.9"}
+    wanted = [requirement for module, requirement in light.items() if importlib.util.find_spec(module) is None]
+    if wanted:
+        _pip(*wanted)
+    os.remove(pins.name)
+    importlib.invalidate_caches()
+    print("installed gemm_kernels" + "".join(f", {requirement}" for requirement in wanted))
+
+import gemm_kernels
+from gemm_kernels.book.pages import course_report
+
+print(course_report())
+"""
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 #: NN_slug.ipynb, or NNx_slug.ipynb for a notebook that follows NN (05b_stream_k.ipynb after 05)
@@ -95,17 +156,29 @@ def solution_cells(nb) -> list[int]:
     return [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and has_solution(c.source)]
 
 
-def student_notebook(nb, name: str = "the notebook"):
-    """A copy of ``nb`` without solutions, outputs or execution counts, with a banner on top."""
+def setup_source(repo: str | None = None) -> str:
+    """:data:`SETUP` installing from ``repo`` (:func:`gemm_kernels.book.github_repo`: so forks install their own)."""
+    from ..book import github_repo
+
+    return SETUP.replace("{repo}", github_repo(repo))
+
+
+def student_notebook(nb, name: str = "the notebook", repo: str | None = None):
+    """A copy of ``nb`` without solutions, outputs or execution counts, with the banner and the set-up
+    cell on top (``repo``: the GitHub repository they name, :func:`gemm_kernels.book.github_repo`)."""
+    from ..book import colab_url
+
     nb = copy.deepcopy(nb)
     for i, cell in enumerate(nb.cells):
         if cell.cell_type == "code":
             cell.source = strip_solutions(cell.source, where=f"{name}, cell {i}")
             cell.outputs = []
             cell.execution_count = None
-    banner = nbformat.v4.new_markdown_cell(BANNER.format(name=name))
+    banner = nbformat.v4.new_markdown_cell(BANNER.format(name=name, colab=colab_url(name, repo)))
     banner.id = "student-copy-banner"
-    nb.cells.insert(0, banner)
+    setup = nbformat.v4.new_code_cell(setup_source(repo))
+    setup.id = SETUP_ID
+    nb.cells[:0] = [banner, setup]
     return nb
 
 
@@ -302,11 +375,12 @@ def exercises_heading(nb) -> int | None:
 
 
 def exercise_cells(nb) -> list[int]:
-    """The notebook's first code cell (its imports) and every code cell of its ``## Exercises`` section.
+    """The notebook's first code cell (its imports; a student copy's set-up cell is not one) and every
+    code cell of its ``## Exercises`` section.
 
     Notebooks are written so that this is all an exercise needs: solutions and checks do not
     depend on the cells in between.  ``tests/test_notebooks_format.py`` holds them to it."""
-    code = [i for i, c in enumerate(nb.cells) if c.cell_type == "code"]
+    code = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and c.get("id") != SETUP_ID]
     start = exercises_heading(nb)
     if not code or start is None:
         return []
