@@ -24,7 +24,7 @@ OLDEST_TRITON ?= 3.6.0
 OLDEST_VENV ?= .venv-triton36
 OLDEST_STAMP := $(OLDEST_VENV)/.installed
 
-.PHONY: setup lab lab-student lab-solutions test test-triton-oldest test-no-tma test-gpu test-gpu-fast test-gpu-notebooks sanitize sanitize-ws student images bench bench-quick clean
+.PHONY: setup lab lab-student lab-solutions test test-launch test-triton-oldest test-no-tma test-gpu test-gpu-fast test-gpu-notebooks sanitize sanitize-ws student images bench bench-quick clean
 
 setup: $(STAMP)
 
@@ -49,7 +49,10 @@ lab-solutions: $(STAMP)  ## JupyterLab on notebooks/, the solved notebooks: for 
 	$(BIN)/python -m gemm_kernels.lab.student --lab notebooks $(if $(LAB_PORT),--port $(LAB_PORT)) $(LAB_ARGS)
 
 test: $(STAMP)  ## unit tests + every notebook (nbmake), on the CPU interpreter unless a GPU is present
-	$(BIN)/python -m pytest -n 2 --nbmake --nbmake-timeout=600 -p no:cacheprovider $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n 2 --nbmake --nbmake-timeout=600 -p no:cacheprovider -m "not launch" $(PYTEST_ARGS)
+
+test-launch: $(STAMP)  ## the ways in without make, each in a fresh venv (PyPI): a student copy's set-up cell as in Colab, .binder/ as Binder builds it, a plain pip install
+	$(BIN)/python -m pytest -n 2 -p no:cacheprovider -m launch tests/test_launch.py $(PYTEST_ARGS)
 
 $(OLDEST_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(OLDEST_VENV)
@@ -57,7 +60,7 @@ $(OLDEST_STAMP): pyproject.toml
 	@touch $(OLDEST_STAMP)
 
 test-triton-oldest: $(OLDEST_STAMP)  ## unit tests (no notebooks, no browser) on the oldest supported Triton, interpreted
-	$(OLDEST_VENV)/bin/python -m pytest -n 2 -p no:cacheprovider -m "not browser" tests $(PYTEST_ARGS)
+	$(OLDEST_VENV)/bin/python -m pytest -n 2 -p no:cacheprovider -m "not browser and not launch" tests $(PYTEST_ARGS)
 
 test-no-tma: $(STAMP)  ## every notebook and the switch's tests as an Ampere/Ada learner runs them (GEMM_KERNELS_ARCH=sm_86)
 	GEMM_KERNELS_ARCH=sm_86 $(BIN)/python -m pytest -n 2 --nbmake --nbmake-timeout=600 -p no:cacheprovider notebooks tests/test_arch_switch.py $(PYTEST_ARGS)
