@@ -505,3 +505,31 @@ def test_entry_24_notebook_records():
                           ("notebook_times_sm86", "all {n} passed, {lo}-{hi} s (09b")):
         seconds = [r["seconds"] for r in committed_record(record)["notebooks"]]
         assert words.format(n=len(seconds), lo=min(seconds), hi=max(seconds)) in notes, record
+
+
+def test_entry_26_numbers_are_the_records():
+    """PERF_NOTES 26 quotes measuring.json's two_ways and order_fixed and the entry26 notebook records."""
+    text = _squash(PERF_NOTES.read_text())
+    m = committed_record("measuring")
+    two = {(r["n"], r["kernel"]): r for r in m["two_ways"]}
+
+    def triple(n, kernel):
+        r = two[n, kernel]
+        return f"{r['do_bench_us']:.1f} / {r['cuda_graph_us']:.1f} / {r['host_us_per_call']:.1f}"
+
+    assert f"at 2048³ `gk.matmul(order=\"row_major\")` {triple(2048, 'matmul row_major')}, cuBLAS {triple(2048, 'cuBLAS')}" in text
+    assert f"1024³ {triple(1024, 'matmul row_major')} against cuBLAS {triple(1024, 'cuBLAS')}" in text
+    assert f"`matmul_tma` at 1280³ {triple(1280, 'matmul_tma')}" in text
+    fixed = {t["n"]: t for t in m["order_fixed"]["timed"]}
+    for n in (2048, 4096, 8192):
+        ratios = fixed[n]["row_major_over_grouped"]
+        assert f"{min(ratios):.3f}-{max(ratios):.3f}" in text, n
+    ncu = m["order_fixed"]["ncu"]
+    assert (f"`none`: {ncu['row_major, clock none']['gpu__time_duration.sum'] / 1e3:.0f} and "
+            f"{ncu['grouped, clock none']['gpu__time_duration.sum'] / 1e3:.0f}") in text
+    for name, words in (("notebook_times_changed_h100", "passed in {lo}-{hi} s (05 the longest)"),
+                        ("notebook_times_changed_sm86_h100", "passed in {lo}-{hi} s. The full records")):
+        rows = json.loads((BENCH / "entry26" / f"{name}.json").read_text())["notebooks"]
+        assert all(r["passed"] for r in rows)
+        seconds = [r["seconds"] for r in rows]
+        assert words.format(lo=min(seconds), hi=max(seconds)) in text, name
