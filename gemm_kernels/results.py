@@ -294,6 +294,23 @@ def committed_record(name: str, directory: str | Path | None = None) -> dict:
     return json.loads(path.read_text())
 
 
+def two_ways_table(kernels=("cuBLAS", "matmul_tma"), sizes=(1280, 2048, 4096),
+                   directory: str | Path | None = None) -> str:
+    """The same kernels read by ``do_bench`` and from a CUDA graph in one run on one GPU
+    (``measuring.json``'s ``two_ways``, ``python -m gemm_kernels.bench.measuring --only two_ways``)."""
+    record = committed_record("measuring", directory)
+    rows = {(r["n"], r["kernel"]): r for r in record["two_ways"]}
+    run = next((r for r in record.get("added_runs", []) if "two_ways" in r["experiments"]), record)
+    lines = [f"one run on {run['device']} ({run['date']}), µs: do_bench against a CUDA graph",
+             f"{'M = N = K':>10} {'kernel':>17} {'do_bench':>9} {'graph':>7} {'ratio':>6} {'host per call':>14}"]
+    for n in sizes:
+        for kernel in kernels:
+            r = rows[n, kernel]
+            lines.append(f"{n:>10} {kernel:>17} {r['do_bench_us']:>9.1f} {r['cuda_graph_us']:>7.1f} "
+                         f"{r['do_bench_us'] / r['cuda_graph_us']:>6.2f} {r['host_us_per_call']:>14.1f}")
+    return "\n".join(lines)
+
+
 def clocks_table(name: str = "clocks", directory: str | Path | None = None) -> str:
     """A committed ``python -m gemm_kernels.bench.clocks`` record as a text table: per row, our
     speed-up over the row's vendor provider (``do_bench`` medians of interleaved rounds) and the SM

@@ -49,3 +49,35 @@ def test_notebook_08_setmaxnreg_counts_and_target():
     assert counts == {matmul_ws.CONSUMER_REGS, matmul_ws.PRODUCER_REGS, 256, 120} == {232, 40, 256, 120}
     assert re.search(r"^\.target\s+sm_90a\b", ptx, re.M)
     assert 2 * 128 * matmul_ws.CONSUMER_REGS + 128 * matmul_ws.PRODUCER_REGS <= 64 * 1024
+
+
+def test_notebook_08_cooperative_moves_a_quarter_less_per_flop():
+    """08 section 7: operand bytes per FLOP of a BM x BN tile go as 1/BM + 1/BN, so the cooperative
+    128 x 256 tile moves 0.75x of ping-pong's 128 x 128 (a quarter less, not a third)."""
+    from pathlib import Path
+
+    import nbformat
+
+    def per_flop(bm, bn):
+        return 1 / bm + 1 / bn
+
+    assert per_flop(128, 256) / per_flop(128, 128) == 0.75
+    nb = nbformat.read(Path(__file__).resolve().parents[1] / "notebooks" / "08_warp_specialization.ipynb", 4)
+    text = re.sub(r"\s+", " ", "\n".join(c.source for c in nb.cells if c.cell_type == "markdown"))
+    assert "moves a quarter less of it per FLOP" in text and "0.75×" in text and "a third less" not in text
+
+
+def test_moe_docs_say_only_this_package_zeroes_the_tail():
+    """Rows past offs[-1]: grouped_mm writes zeros; torch._grouped_mm allocates with empty and leaves
+    them uninitialised. No docstring or notebook may say torch zeroes them."""
+    from pathlib import Path
+
+    from gemm_kernels.kernels import moe
+
+    root = Path(__file__).resolve().parents[1]
+    texts = [inspect.getsource(moe), (root / "notebooks" / "07_moe_grouped_mm.ipynb").read_text()]
+    for text in texts:
+        flat = re.sub(r"\s+", " ", text)
+        assert "as in `torch._grouped_mm`" not in flat and "as in ``torch._grouped_mm``" not in flat
+        assert not re.search(r"zeros[^.]{0,40}as in torch", flat)
+    assert "uninitialised" in inspect.getdoc(moe.grouped_mm)

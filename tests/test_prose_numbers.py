@@ -361,3 +361,14 @@ def test_notebook_08_llm_suite_summary():
     assert abs(statistics.geometric_mean(r for r, _ in ratio.values()) - 1) < 0.03
     worst = min(ratio.values(), key=lambda v: v[0])[1]
     assert 3 * int(worst["N"]) < int(worst["K"]), worst
+
+
+def test_two_ways_table_prints_one_run_of_one_gpu():
+    """02 and 05 print the do_bench / CUDA graph pairs from one run (measuring.json), naming its GPU."""
+    from gemm_kernels.results import two_ways_table
+
+    text = two_ways_table(("cuBLAS", "matmul row_major"), (1024, 2048))
+    assert text.splitlines()[0].startswith("one run on NVIDIA H100")
+    assert len(text.splitlines()) == 2 + 4 and "   72.0    26.5" in text
+    with pytest.raises(KeyError):
+        two_ways_table(("no such kernel",), (1024,))

@@ -469,7 +469,7 @@ def grouped_mm(x, w, offs, *, tma=None, check_offs=None):
     x: [T, K] routed tokens sorted by expert; w: [E, K, N] (contiguous, or a transposed view
     ``w_nk.transpose(1, 2)`` of [E, N, K] weights); offs: int32 [E] cumulative row ends on x's
     device, ``0 <= offs[0] <= ... <= offs[-1] <= T`` (experts with zero rows are fine; rows past
-    ``offs[-1]`` come out as zeros, as in ``torch._grouped_mm``).  fp16, bf16 or fp32.
+    ``offs[-1]`` come out as zeros; ``torch._grouped_mm`` leaves them uninitialised).  fp16, bf16 or fp32.
 
     ``tma``: None (default) uses TMA where the GPU has it and x, w are 16-byte aligned for it;
     True insists (RuntimeError before sm_90, ValueError naming the unaligned tensor); False uses

@@ -19,7 +19,7 @@ from ...models.tiles import multi_problem_schedule, problem_tile_starts
 from ...kernels.tiles import locate_problem, locate_problem_in_ends
 from ..checked import OutOfBounds
 from . import _kernel_checks as kc
-from ._core import Hints, call, out_of_bounds_result, read_items, shown
+from ._core import Hints, call, out_of_bounds_result, plural, read_items, shown
 from .persistent_tma import compare_schedule
 
 # ----------------------------------------------------------------------------- exercise 1
@@ -170,7 +170,7 @@ def check_program_tiles(program_tiles):
     for shapes, bm, bn, programs in WALK_CASES:
         total = sum(-(-M // bm) * -(-N // bn) for M, N in shapes)
         case = f"problems {', '.join(f'{M}x{N}' for M, N in shapes[:4])}{' ...' if len(shapes) > 4 else ''} " \
-               f"in {bm}x{bn} tiles ({total} tiles), {programs} programs"
+               f"in {bm}x{bn} tiles ({plural(total, 'tile')}), {plural(programs, 'program')}"
         wrong = []
         for pid in range(min(programs, total)):
             answer = call(program_tiles, list(shapes), bm, bn, programs, pid)
@@ -272,7 +272,7 @@ LOOKUP_CASES = [
 
 def _find_tile_case(find_tile, shapes, programs) -> list[str]:
     bm, bn = LOOKUP_BLOCKS["BLOCK_M"], LOOKUP_BLOCKS["BLOCK_N"]
-    case = f"problems {', '.join(f'{M}x{N}x{K}' for M, N, K in shapes)} in {bm}x{bn} tiles, {programs} programs"
+    case = f"problems {', '.join(f'{M}x{N}x{K}' for M, N, K in shapes)} in {bm}x{bn} tiles, {plural(programs, 'program')}"
     a, b, c, trace = call(run_grouped_lookup, find_tile, shapes, programs, what=f"the grouped kernel ({case})")
     expected = multi_problem_schedule(shapes, bm, bn, programs, "row_major")
     problems = compare_schedule(trace.numpy(), expected, case, problem_names=True)
@@ -281,7 +281,7 @@ def _find_tile_case(find_tile, shapes, programs) -> list[str]:
         bad = ~torch.isclose(cg.double(), ref, atol=5e-2, rtol=1e-2)
         if bad.any():
             rows, cols = torch.nonzero(bad, as_tuple=True)
-            problems.append(f"{case}: problem {g}: {int(bad.sum())} of {bad.numel()} elements of C wrong (rows "
+            problems.append(f"{case}: problem {g}: {int(bad.sum())} of {plural(bad.numel(), 'element')} of C wrong (rows "
                             f"{int(rows.min())}..{int(rows.max())}, cols {int(cols.min())}..{int(cols.max())})")
     return problems
 

@@ -12,7 +12,7 @@ from ... import runtime
 from ...kernels.moe import grouped_mm_ref
 from ...models.tiles import cdiv, problem_tile_starts
 from . import _kernel_checks as kc
-from ._core import AnswerShapeError, Hints, answer_array, call, shown
+from ._core import AnswerShapeError, Hints, answer_array, call, plural, shown
 
 #: rows routed to each expert: skewed with idle experts, uniform, one busy expert, a single expert,
 #: every expert idle but one at the end
@@ -204,7 +204,7 @@ def _expert_case(kernel, counts, N, K, seed) -> list[str]:
                         f"{start + int(rows.min())}..{start + int(rows.max())} "
                         + ("never written: check the expert's first row and the store mask" if never else
                            "wrong: an expert's tile computed other rows, or another expert's tile wrote over them")
-                        + f" ({int(bad[start:end].sum())} elements)")
+                        + f" ({plural(int(bad[start:end].sum()), 'element')})")
     return problems
 
 

@@ -17,7 +17,7 @@ from ...kernels.tma import tma_aligned, tma_layout
 from ...models.tiles import cdiv, persistent_schedule
 from ...testing import TOLERANCES, rel_err
 from . import _kernel_checks as kc
-from ._core import Hints, call, compare_arrays, read_items, shown
+from ._core import Hints, call, compare_arrays, plural, read_items, shown
 
 # ----------------------------------------------------------------------------- exercise 1
 # (M, N, BLOCK_M, BLOCK_N, number of SMs): H100-sized squares, a single partial wave, an exact
@@ -30,10 +30,6 @@ WAVE_CASES = [
     (1, 1, 128, 128, 4),
     (5000, 3000, 128, 256, 114),
 ]
-
-
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}" + ("" if n == 1 else "s")
 
 
 @kc.reference
@@ -73,8 +69,8 @@ def check_waves_and_tail(waves_and_tail):
         if got_waves == (M // bm) * (N // bn) // sms or got_idle == sms - (M // bm) * (N // bn) % sms:
             if M % bm or N % bn:
                 why.append("ragged edges need tiles too: cdiv, not //")
-        problems.append(f"{case} ({_plural(tiles, 'tile')}): expected {_plural(waves, 'wave')} with {idle} idle "
-                        f"programs in the last, got {_plural(got_waves, 'wave')} with {got_idle} idle"
+        problems.append(f"{case} ({plural(tiles, 'tile')}): expected {plural(waves, 'wave')} with {idle} idle "
+                        f"programs in the last, got {plural(got_waves, 'wave')} with {got_idle} idle"
                         + (f" ({'; '.join(why)})" if why else ""))
     return problems
 
