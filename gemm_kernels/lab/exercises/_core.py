@@ -21,7 +21,8 @@ wrong type (a dict, a meta tensor, ``10**400``, ...) get "wrong" with what was e
 
 Hints come in three steps (:class:`Hints`): the first wrong answer shows a *nudge*, the next
 ones the *approach*; the *solution* only on request, ``check_xxx.hint(level=3)`` or the
-"show a solution" button under the feedback.
+"show a solution" button under the feedback.  In exam mode (:mod:`gemm_kernels.lab.exam`) only
+the nudge is left, and the check modules refuse their ``*_ref`` references to the learner.
 """
 
 from __future__ import annotations
@@ -33,7 +34,9 @@ import html
 import itertools
 import math
 import re
+import sys
 import traceback
+import types
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -41,6 +44,7 @@ import numpy as np
 import torch
 
 from ..._triton_compat import ThreadLocalPatch
+from .. import exam
 
 NOT_ATTEMPTED = "not attempted"
 WRONG = "wrong"
@@ -66,6 +70,11 @@ class Hints:
 
     def level(self, level: int) -> str:
         return (self.nudge, self.approach, self.solution)[_hint_index(level)]
+
+    def for_exam(self) -> Hints:
+        """These hints with every level beyond :data:`exam.HINT_LEVEL` replaced by a note that it is off."""
+        kept = (self.nudge, self.approach, self.solution)[:exam.HINT_LEVEL]
+        return Hints(*kept, *[exam.OFF] * (3 - len(kept)))
 
 
 def _hint_index(level) -> int:
@@ -146,8 +155,9 @@ class CheckResult:
         if self.hints is not None and self.status == WRONG:
             for level in range(1, self.hint_level + 1):
                 out.append(f"    hint {level} ({_HINT_NAMES[level - 1]}): {self.hints.level(level)}")
-            more = "the next hint after another try, or " if self.hint_level < 2 else ""
-            out.append(f"    stuck? {more}check_{self.exercise}.hint(level=3) shows a solution")
+            if not exam.ON:
+                more = "the next hint after another try, or " if self.hint_level < 2 else ""
+                out.append(f"    stuck? {more}check_{self.exercise}.hint(level=3) shows a solution")
         return out
 
     def __str__(self) -> str:
@@ -162,7 +172,7 @@ class CheckResult:
         if self.picture is not None and self.status == WRONG:
             data = base64.b64encode(self.picture).decode("ascii")
             extra += f'<br><img alt="the failing block" style="max-width: 100%" src="data:image/png;base64,{data}">'
-        if self.hints is not None and self.status == WRONG:
+        if self.hints is not None and self.status == WRONG and not exam.ON:
             extra += ('<details style="margin-top: 4px"><summary style="cursor: pointer">show a solution '
                       f'(hint 3)</summary>{html.escape(self.hints.solution)}</details>')
         return (f'<div style="border-left: 4px solid {colour}; padding: 4px 8px; '
@@ -347,9 +357,15 @@ def exercise(title: str, *, hints: Hints, praise: str = "correct, well done.", b
     The body runs with ``torch.empty`` NaN-poisoned, every kernel launch checked
     (:func:`gemm_kernels.lab.checked.checked_launches`) and the learner's code under a watchdog
     (:class:`gemm_kernels.lab.watchdog.Watchdog`; ``budget``: its keyword arguments, for a check
-    that needs other limits than the defaults).  The check gets ``check.hint(level)``."""
+    that needs other limits than the defaults).  The check gets ``check.hint(level)``.  In exam
+    mode the hints stop at the nudge and the check's module refuses its ``*_ref`` (:func:`_guard_module`)."""
+    if exam.ON:
+        hints = hints.for_exam()
 
     def decorate(body):
+        if exam.ON:
+            _guard_module(sys.modules.get(body.__module__))
+
         @functools.wraps(body)
         def check(answer=None, *args, **kwargs) -> CheckResult:
             if is_stub_value(answer):
@@ -365,7 +381,7 @@ def exercise(title: str, *, hints: Hints, praise: str = "correct, well done.", b
                                      f"{type(exc).__name__}: {_short(exc)}")
             if result.status == WRONG:
                 _wrong_attempts[title] = _wrong_attempts.get(title, 0) + 1
-                result.hints, result.hint_level = hints, min(_wrong_attempts[title], 2)
+                result.hints, result.hint_level = hints, min(_wrong_attempts[title], exam.HINT_LEVEL if exam.ON else 2)
             elif result.status == CORRECT:
                 result.hints = hints
             from ..progress import record  # the latest verdict, kept on disk for gk.lab.progress() (never raises)
@@ -383,6 +399,27 @@ def exercise(title: str, *, hints: Hints, praise: str = "correct, well done.", b
         return check
 
     return decorate
+
+
+class _ExamModule(types.ModuleType):
+    """A check module in exam mode: its ``*_ref`` references and its :class:`Hints` are the
+    package's own; code outside the package asking for one gets :class:`~gemm_kernels.lab.exam.ExamModeError`."""
+
+    def __getattribute__(self, name):
+        value = super().__getattribute__(name)
+        if name.endswith("_ref") or isinstance(value, Hints):
+            from ..watchdog import package_file
+
+            if not package_file(sys._getframe(1).f_code.co_filename):
+                raise exam.refuse(f"{super().__getattribute__('__name__')}.{name}")
+        return value
+
+
+def _guard_module(module) -> None:
+    """Make a check module of this package an :class:`_ExamModule` (its globals stay as they are:
+    the checks read their references from them)."""
+    if module is not None and module.__name__.startswith(__package__ + ".") and type(module) is types.ModuleType:
+        module.__class__ = _ExamModule
 
 
 def _run_body(body, title, praise, answer, args, kwargs, budget=None) -> CheckResult:

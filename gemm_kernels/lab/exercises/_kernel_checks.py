@@ -58,6 +58,7 @@ import torch
 
 from ... import _triton_compat as compat
 from ... import runtime
+from .. import exam
 from ._core import CORRECT, WRONG, AnswerRaised, CheckResult, _count, exercise
 
 _PACKAGE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "")
@@ -996,12 +997,15 @@ def _learner_caller(filename: str) -> bool:
 
 def reference(fn):
     """Mark a check's ``*_ref`` function: a call of it from the learner's code (a lambda around it)
-    is noted, and the check refuses the answer (:func:`plain_exercise`)."""
+    is noted, and the check refuses the answer (:func:`plain_exercise`); in exam mode that call
+    raises :class:`~gemm_kernels.lab.exam.ExamModeError`."""
 
     @functools.wraps(fn)
     def ref(*args, **kwargs):
         caller = sys._getframe(1).f_code.co_filename
         if _learner_caller(caller):
+            if exam.ON:
+                raise exam.refuse(fn.__name__)
             _REFERENCE_CALLS.__dict__.setdefault("names", []).append(fn.__name__)
         return fn(*args, **kwargs)
 
