@@ -15,8 +15,10 @@ LAB_ARGS ?=
 LAB_PORT ?=
 # where `make lab` keeps your student copies (solutions removed; your work there is never overwritten)
 STUDENT_DIR ?= student
-# `make student FORCE=1`: back changed student copies up (NAME.ipynb.bak-N), then write fresh ones
+# `make student FORCE=1`: back changed student copies up (NAME.ipynb.bak-N), then write fresh ones;
+# `make student MERGE=1`: back them up, then merge the course's changes in (your answer cells stay)
 FORCE ?=
+MERGE ?=
 
 # The oldest Triton we support (pyproject.toml says why), tested in a venv of its own, with a numpy
 # >= 2.4 (the combination its interpreter needs gemm_kernels' fix for: CUDA torch 2.11's, Colab's).
@@ -24,7 +26,7 @@ OLDEST_TRITON ?= 3.6.0
 OLDEST_VENV ?= .venv-triton36
 OLDEST_STAMP := $(OLDEST_VENV)/.installed
 
-.PHONY: setup lab lab-student lab-solutions test test-launch test-triton-oldest test-no-tma test-gpu test-gpu-fast test-gpu-notebooks sanitize sanitize-ws student images bench bench-quick clean
+.PHONY: setup lab lab-student lab-solutions test test-launch test-teach test-triton-oldest test-no-tma test-gpu test-gpu-fast test-gpu-notebooks sanitize sanitize-ws student images bench bench-quick clean
 
 setup: $(STAMP)
 
@@ -49,10 +51,22 @@ lab-solutions: $(STAMP)  ## JupyterLab on notebooks/, the solved notebooks: for 
 	$(BIN)/python -m gemm_kernels.lab.student --lab notebooks $(if $(LAB_PORT),--port $(LAB_PORT)) $(LAB_ARGS)
 
 test: $(STAMP)  ## unit tests + every notebook (nbmake), on the CPU interpreter unless a GPU is present
-	$(BIN)/python -m pytest -n 2 --nbmake --nbmake-timeout=600 -p no:cacheprovider -m "not launch" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n 2 --nbmake --nbmake-timeout=600 -p no:cacheprovider -m "not launch and not teach" $(PYTEST_ARGS)
 
 test-launch: $(STAMP)  ## the ways in without make, each in a fresh venv (PyPI): a student copy's set-up cell as in Colab, .binder/ as Binder builds it, a plain pip install
 	$(BIN)/python -m pytest -n 2 -p no:cacheprovider -m launch tests/test_launch.py $(PYTEST_ARGS)
+
+# nbgrader in a venv of its own: its JupyterLab extensions stay out of the learners' `make lab`
+TEACH_VENV ?= .venv-teach
+TEACH_STAMP := $(TEACH_VENV)/.installed
+
+$(TEACH_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(TEACH_VENV)
+	$(TEACH_VENV)/bin/python -m pip install -q $(TORCH_PIP_ARGS) "$(TORCH_CPU_SPEC)" -e ".[test,teach]"
+	@touch $(TEACH_STAMP)
+
+test-teach: $(TEACH_STAMP)  ## the course under nbgrader: generate_assignment, then autograde solved, blank and spoofed submissions
+	$(TEACH_VENV)/bin/python -m pytest -n 2 -p no:cacheprovider -m teach tests/test_teach.py $(PYTEST_ARGS)
 
 $(OLDEST_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(OLDEST_VENV)
@@ -60,7 +74,7 @@ $(OLDEST_STAMP): pyproject.toml
 	@touch $(OLDEST_STAMP)
 
 test-triton-oldest: $(OLDEST_STAMP)  ## unit tests (no notebooks, no browser) on the oldest supported Triton, interpreted
-	$(OLDEST_VENV)/bin/python -m pytest -n 2 -p no:cacheprovider -m "not browser and not launch" tests $(PYTEST_ARGS)
+	$(OLDEST_VENV)/bin/python -m pytest -n 2 -p no:cacheprovider -m "not browser and not launch and not teach" tests $(PYTEST_ARGS)
 
 test-no-tma: $(STAMP)  ## every notebook and the switch's tests as an Ampere/Ada learner runs them (GEMM_KERNELS_ARCH=sm_86)
 	GEMM_KERNELS_ARCH=sm_86 $(BIN)/python -m pytest -n 2 --nbmake --nbmake-timeout=600 -p no:cacheprovider notebooks tests/test_arch_switch.py $(PYTEST_ARGS)
@@ -85,8 +99,8 @@ sanitize-ws: $(STAMP)  ## matmul_ws under memcheck, racecheck and synccheck (nee
 	GEMM_KERNELS_AUTOTUNE=0 compute-sanitizer --tool racecheck --racecheck-report all $(BIN)/python tests/sanitize_ws.py
 	GEMM_KERNELS_AUTOTUNE=0 compute-sanitizer --tool synccheck $(BIN)/python tests/sanitize_ws.py
 
-student: $(STAMP)  ## student copies of the notebooks (solutions removed) in student/; keeps a copy you changed
-	$(BIN)/python -m gemm_kernels.lab.student $(if $(FORCE),--force)
+student: $(STAMP)  ## student copies of the notebooks (solutions removed) in student/; refreshes untouched ones, keeps a copy you changed and says what the course changed since
+	$(BIN)/python -m gemm_kernels.lab.student $(if $(FORCE),--force) $(if $(MERGE),--merge)
 
 images: $(STAMP)  ## regenerate the schedule/pointer pictures images/*.png from gemm_kernels.viz.drawings (deterministic)
 	$(BIN)/python -m gemm_kernels.viz.images
@@ -116,4 +130,4 @@ test-book: $(BOOK_STAMP)  ## the site `make book` built: every notebook executed
 	GEMM_KERNELS_BOOK_SITE=$(BOOK_DIR) $(BIN)/python -m pytest -p no:cacheprovider -m book tests/test_book.py $(PYTEST_ARGS)
 
 clean:
-	rm -rf $(VENV) $(OLDEST_VENV) build *.egg-info
+	rm -rf $(VENV) $(OLDEST_VENV) $(TEACH_VENV) build *.egg-info

@@ -10,12 +10,18 @@ import tomllib
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
+#: extras that stay out of environment.yml, the learners' environment: nbgrader ([teach]) would add its
+#: JupyterLab extensions to their lab (`make test-teach` installs it in a venv of its own)
+TEACHERS_ONLY = {"teach"}
+
+
 def _pyproject_requirements():
     data = tomllib.loads((ROOT / "pyproject.toml").read_text())
     project = data["project"]
     reqs = list(project["dependencies"])
-    for extra in project.get("optional-dependencies", {}).values():
-        reqs += extra
+    for name, extra in project.get("optional-dependencies", {}).items():
+        if name not in TEACHERS_ONLY:
+            reqs += extra
     return reqs
 
 

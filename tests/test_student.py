@@ -352,3 +352,87 @@ def test_bad_arguments_exit_non_zero_without_a_traceback(two_notebooks, tmp_path
     out = subprocess.run([sys.executable, "-m", "gemm_kernels.lab.student", str(two_notebooks), str(afile)],
                          capture_output=True, text=True, timeout=120, cwd=REPO)
     assert out.returncode == 1 and "Traceback" not in out.stderr and out.stderr.startswith("error: "), out.stderr
+
+
+# ----------------------------------------------------------------------------- copies that survive course updates
+def _erratum(path: Path, old: str, new: str, added: str) -> None:
+    """The teacher's commit: ``old`` becomes ``new`` in a markdown cell, and a new markdown cell after it."""
+    nb = read_nb(path)
+    index = next(i for i, c in enumerate(nb.cells) if c.cell_type == "markdown" and old in c.source)
+    nb.cells[index].source = nb.cells[index].source.replace(old, new)
+    nb.cells.insert(index + 1, nbformat.v4.new_markdown_cell(added))
+    nbformat.write(nb, path)
+
+
+def test_a_copy_records_its_source(two_notebooks, tmp_path):
+    copies = student.write_student_copies(two_notebooks, tmp_path / "out")
+    for source, target in zip(sorted(two_notebooks.glob("*.ipynb")), copies):
+        record = read_nb(target).metadata[student.RECORD]
+        nb = read_nb(source)
+        assert record["source"] == source.name and record["source_hash"] == student.source_hash(nb)
+        assert record["answers"] == [nb.cells[i].id for i in student.solution_cells(nb)]
+        nb.cells[0].metadata["note"] = "metadata and outputs do not count"
+        assert student.source_hash(nb) == record["source_hash"]
+
+
+def test_after_an_erratum_untouched_copies_are_refreshed_and_edited_ones_reported_then_merged(
+        two_notebooks, tmp_path, capsys):
+    """The teacher fixes a sentence of 00 (which the learner has answered in) and of 01 (which they
+    have not opened): after the pull, `make student` refreshes 01, keeps 00 and says what changed;
+    `make student MERGE=1` brings the fix into 00 with the learner's answer, note and edit intact."""
+    dest = tmp_path / "student"
+    assert student.main([str(two_notebooks), str(dest)]) == 0
+    first, second = (dest / p.name for p in PATHS[:2])
+    mine = read_nb(first)
+    answer = next(c for c in mine.cells if c.cell_type == "code" and STUB in c.source)
+    answer.source = answer.source.replace(STUB, "programs = -(-n // block)\n    return programs, programs * block - n")
+    lesson = next(c for c in mine.cells if c.cell_type == "code" and c.id != student.SETUP_ID and STUB not in c.source)
+    lesson.source += "\n# my note on the lesson"
+    note = nbformat.v4.new_markdown_cell("my own note after the answer")
+    mine.cells.insert(mine.cells.index(answer) + 1, note)
+    nbformat.write(mine, first)
+    edited = first.read_text()
+    capsys.readouterr()
+
+    _erratum(two_notebooks / first.name, "that is `(3, 72)`", "that is `(3, 3 * 1024 - 3000)` = `(3, 72)`",
+             "A new remark on exercise 1.")
+    _erratum(two_notebooks / second.name, "Use\nbroadcasting, not loops.", "Use broadcasting (no loops).",
+             "A new remark on exercise 1 of 01.")
+    assert student.main([str(two_notebooks), str(dest)]) == 0
+    out = capsys.readouterr().out
+    assert f"refreshed {second}" in out and second.read_text() == student.student_text(two_notebooks / second.name)
+    assert first.read_text() == edited and f"kept {first}" in out
+    assert "changed: the markdown cell under '### Exercise 1: the launch grid'" in out
+    assert "added: a markdown cell under '### Exercise 1: the launch grid'" in out
+    assert "MERGE=1" in out and "my note" not in out  # the learner's own edits are not the course's changes
+
+    assert student.main([str(two_notebooks), str(dest), "--merge"]) == 0
+    out = capsys.readouterr().out
+    assert f"merged the course's changes into your copy {first}" in out
+    assert (dest / f"{first.name}.bak-1").read_text() == edited
+    merged = read_nb(first)
+    sources = [c.source for c in merged.cells]
+    assert any("3 * 1024 - 3000" in s for s in sources) and "A new remark on exercise 1." in sources
+    assert answer.source in sources and lesson.source in sources
+    assert sources.index(note.source) == sources.index(answer.source) + 1
+    fresh = nbformat.reads(student.student_text(two_notebooks / first.name), as_version=4)
+    assert merged.metadata[student.RECORD] == fresh.metadata[student.RECORD]  # made from the new source now
+    assert [r.status for r in student.exercise_results(merged, first.name)][0] == "correct"
+
+    assert student.main([str(two_notebooks), str(dest)]) == 0  # merged: kept, nothing left to report
+    out = capsys.readouterr().out
+    assert f"kept {first}" in out and "changed:" not in out and first.read_text() == nbformat.writes(merged) + "\n"
+
+
+def test_a_copy_that_was_only_run_is_kept(two_notebooks, tmp_path):
+    """Outputs are the learner's too: a copy run and saved is not refreshed."""
+    dest = tmp_path / "student"
+    student.write_student_copies(two_notebooks, dest)
+    target = dest / PATHS[1].name
+    nb = read_nb(target)
+    code = next(c for c in nb.cells if c.cell_type == "code")
+    code.outputs = [nbformat.v4.new_output("stream", text="ran")]
+    nbformat.write(nb, target)
+    _erratum(two_notebooks / target.name, "Use\nbroadcasting, not loops.", "Use broadcasting.", "A remark.")
+    done = student.write_student_copies(two_notebooks, dest)
+    assert done.kept == [target] and done.changes[target]

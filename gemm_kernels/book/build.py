@@ -101,7 +101,9 @@ def _split_card(card: str, path: Path) -> tuple:
 def page_notebook(nb, info, previous=None, following=None, repo: str | None = None):
     """A copy of ``nb`` as its book page shows it: under the title, links to the previous and next
     notebooks, the syllabus and the glossary, the launch buttons and the student copy; the objectives
-    and prerequisites in a box; every solution folded away (tag ``hide-input``)."""
+    and prerequisites in a box; every solution folded away (tag ``hide-input``), nbgrader's hidden tests left out."""
+    from ..lab.student import strip_hidden_tests
+
     nb = copy.deepcopy(nb)
     name = info.path.name
     title, intro, objectives = _split_card(nb.cells[0].source, info.path)
@@ -121,6 +123,8 @@ def page_notebook(nb, info, previous=None, following=None, repo: str | None = No
         intro, "",
         "````{container} gk-objectives", objectives, "````", ""])
     for cell in nb.cells:
+        if cell.cell_type == "code":  # nbgrader's hidden tests are for autograding, not for readers
+            cell.source = strip_hidden_tests(cell.source)
         if cell.cell_type == "code" and "### BEGIN SOLUTION" in cell.source:
             tags = cell.metadata.setdefault("tags", [])
             if "hide-input" not in tags:

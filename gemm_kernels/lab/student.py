@@ -16,9 +16,12 @@ indentation, ``raise NotImplementedError("your turn")``, which the checks report
 
 Run ``make student`` (or ``python -m gemm_kernels.lab.student [SRC_DIR] [DEST_DIR]``); the
 copies land in ``student/`` (git-ignored).  A copy that differs from what would be written (the
-learner's work) is never overwritten: it is kept and reported; ``--force`` backs it up as
-``NAME.ipynb.bak-N`` first.  ``make lab`` (``--serve``), a learner's way in, makes the missing
-copies, reports the kept ones and opens JupyterLab on ``student/``; ``make lab-solutions``
+learner's work) is never overwritten: it is kept and reported, with what the course changed since it
+was made (each copy records its source's hash and its cells' in its metadata); an untouched copy
+is refreshed.  ``--merge`` backs a kept copy up as ``NAME.ipynb.bak-N`` and merges the course's
+changes into it, its answer cells left alone; ``--force`` backs it up and writes a fresh one.
+``make lab`` (``--serve``), a learner's way in, does the same without the options, then opens
+JupyterLab on ``student/``; ``make lab-solutions``
 (``--lab``) opens it on the solved ``notebooks/``, for teachers and CI.  Both print the URL to
 open, and add ``--allow-root`` only when run as root.
 
@@ -31,6 +34,8 @@ from __future__ import annotations
 
 import argparse
 import copy
+import hashlib
+import json
 import os
 import re
 import secrets
@@ -43,6 +48,9 @@ import nbformat
 
 BEGIN = "### BEGIN SOLUTION"
 END = "### END SOLUTION"
+#: nbgrader's hidden tests (:mod:`.nbgrader_markup` puts them in the check cells): left out of a copy
+HIDDEN_BEGIN = "### BEGIN HIDDEN TESTS"
+HIDDEN_END = "### END HIDDEN TESTS"
 STUB = 'raise NotImplementedError("your turn")'
 #: the banner cell put at the top of every student copy ({colab}: the copy in Colab)
 BANNER = ("> **Student copy** of `notebooks/{name}`: the exercises' solutions are replaced by "
@@ -147,6 +155,19 @@ def strip_solutions(source: str, where: str = "cell") -> str:
     return text if source.endswith("\n") else text.rstrip("\n")
 
 
+def strip_hidden_tests(source: str) -> str:
+    """``source`` without its BEGIN/END HIDDEN TESTS regions (markers included), as nbgrader releases it."""
+    out, inside = [], False
+    for line in source.splitlines(keepends=True):
+        if line.strip() == HIDDEN_BEGIN:
+            inside = True
+        elif line.strip() == HIDDEN_END:
+            inside = False
+        elif not inside:
+            out.append(line)
+    return "".join(out)
+
+
 def has_solution(source: str) -> bool:
     return any(line.strip() == BEGIN for line in source.splitlines())
 
@@ -168,10 +189,11 @@ def student_notebook(nb, name: str = "the notebook", repo: str | None = None):
     cell on top (``repo``: the GitHub repository they name, :func:`gemm_kernels.book.github_repo`)."""
     from ..book import colab_url
 
+    source = nb
     nb = copy.deepcopy(nb)
     for i, cell in enumerate(nb.cells):
         if cell.cell_type == "code":
-            cell.source = strip_solutions(cell.source, where=f"{name}, cell {i}")
+            cell.source = strip_solutions(strip_hidden_tests(cell.source), where=f"{name}, cell {i}")
             cell.outputs = []
             cell.execution_count = None
     banner = nbformat.v4.new_markdown_cell(BANNER.format(name=name, colab=colab_url(name, repo)))
@@ -179,7 +201,102 @@ def student_notebook(nb, name: str = "the notebook", repo: str | None = None):
     setup = nbformat.v4.new_code_cell(setup_source(repo))
     setup.id = SETUP_ID
     nb.cells[:0] = [banner, setup]
+    nb.metadata[RECORD] = {"source": name, "source_hash": source_hash(source),
+                           "answers": [source.cells[i].id for i in solution_cells(source)],
+                           "cells": [[cell.id, cell_hash(cell)] for cell in nb.cells]}
     return nb
+
+
+# ----------------------------------------------------------------------------- copies that survive course updates
+#: a copy's notebook metadata key for what it was made from: the source's name and hash, its answer
+#: cells' ids, and (id, hash) of each cell as written, so that a later `make student` can tell an
+#: untouched copy (refresh it) from the learner's work, and which cells the course changed since
+RECORD = "gemm_kernels_student_copy"
+
+
+def _digest(value) -> str:
+    return hashlib.sha256(json.dumps(value, ensure_ascii=False).encode()).hexdigest()[:16]
+
+
+def cell_hash(cell) -> str:
+    return _digest([cell.cell_type, cell.source])
+
+
+def source_hash(nb) -> str:
+    """A stable hash of a notebook's cells (type, id, source): outputs and metadata do not count."""
+    return _digest([[c.cell_type, c.get("id"), c.source] for c in nb.cells])
+
+
+def untouched(copy_nb, fresh) -> bool:
+    """True when the copy's cells are exactly those it was written with, none run (no outputs); a copy
+    made before copies recorded that is compared with ``fresh``, the copy the course writes now."""
+    written = copy_nb.metadata.get(RECORD, fresh.metadata[RECORD])["cells"]
+    return ([[c.get("id"), cell_hash(c)] for c in copy_nb.cells] == written
+            and not any(c.get("outputs") or c.get("execution_count") for c in copy_nb.cells))
+
+
+def _heading(cells, index: int) -> str:
+    """The nearest markdown heading at or above ``cells[index]`` (its first line)."""
+    for cell in reversed(cells[: index + 1]):
+        if cell.cell_type == "markdown":
+            heading = next((line.strip() for line in cell.source.splitlines() if line.startswith("#")), None)
+            if heading:
+                return heading
+    return "the top"
+
+
+def course_changes(copy_nb, fresh) -> list[str] | None:
+    """What the course changed since ``copy_nb`` was made, as the fresh copy ``fresh`` shows it: one
+    line per cell added, changed or removed, named by its nearest heading (None for a copy made
+    before copies recorded their source)."""
+    record = copy_nb.metadata.get(RECORD)
+    if record is None:
+        return None
+    before, answers = dict(record["cells"]), set(record["answers"])
+    lines = []
+    for index, cell in enumerate(fresh.cells):
+        where = f"{cell.cell_type} cell under '{_heading(fresh.cells, index)}'"
+        if cell.id not in before:
+            lines.append(f"added: a {where}")
+        elif before[cell.id] != cell_hash(cell):
+            lines.append(f"changed: the {where}" + (" (your answer cell)" if cell.id in answers else ""))
+    now = {c.id for c in fresh.cells}
+    mine = {c.get("id"): i for i, c in enumerate(copy_nb.cells)}
+    for cell_id in before:
+        if cell_id not in now:
+            where = f" under '{_heading(copy_nb.cells, mine[cell_id])}'" if cell_id in mine else ""
+            lines.append(f"removed: a cell{where}")
+    return lines
+
+
+def merge_copy(copy_nb, fresh):
+    """The learner's copy ``copy_nb`` brought up to ``fresh`` (the copy the course writes now): their
+    answer cells, their own cells and their edits of cells the course did not change stay as they are;
+    cells the course added, changed or removed are added, replaced or removed (where the learner edited
+    one the course changed too, the course's wins: the caller keeps a backup).  Cells are matched by id."""
+    record = copy_nb.metadata[RECORD]
+    before = dict(record["cells"])
+    answers = set(record["answers"]) | set(fresh.metadata[RECORD]["answers"])
+    mine = {c.get("id"): c for c in copy_nb.cells}
+    cells = []
+    for cell in fresh.cells:
+        own = mine.get(cell.id)
+        course_unchanged = before.get(cell.id) == cell_hash(cell)
+        keep_own = own is not None and (cell.id in answers or cell_hash(own) == cell_hash(cell) or course_unchanged)
+        cells.append(own if keep_own else cell)
+    placed = {c.get("id") for c in cells}
+    for k, cell in enumerate(copy_nb.cells):  # the learner's own cells, after the cell they followed
+        if cell.get("id") in placed or before.get(cell.get("id")) == cell_hash(cell):
+            continue  # placed already, or a cell the course removed that the learner never touched
+        previous = next((copy_nb.cells[j].get("id") for j in range(k - 1, -1, -1)
+                         if copy_nb.cells[j].get("id") in placed), None)
+        at = 0 if previous is None else 1 + next(i for i, c in enumerate(cells) if c.get("id") == previous)
+        cells.insert(at, cell)
+        placed.add(cell.get("id"))
+    merged = copy.deepcopy(copy_nb)
+    merged.cells = cells
+    merged.metadata[RECORD] = fresh.metadata[RECORD]
+    return merged
 
 
 def notebook_paths(src_dir: Path) -> list[Path]:
@@ -190,18 +307,22 @@ def notebook_paths(src_dir: Path) -> list[Path]:
 class StudentCopies:
     """What :func:`write_student_copies` did, per file."""
 
-    written: list = field(default_factory=list)     # new or unchanged copies (re)written
+    written: list = field(default_factory=list)     # new, unchanged or refreshed copies (re)written
+    refreshed: list = field(default_factory=list)   # of those, untouched copies of a changed source
     kept: list = field(default_factory=list)        # the learner's changed copies, left alone
-    backed_up: list = field(default_factory=list)   # (copy, backup) pairs made by force=True
+    merged: list = field(default_factory=list)      # the learner's copies with the course's changes merged in
+    backed_up: list = field(default_factory=list)   # (copy, backup) pairs made by force=True or merge=True
+    #: copy -> what the course changed since it was made (course_changes), for the kept and merged ones
+    changes: dict = field(default_factory=dict)
 
     def __iter__(self):  # the copies now on disk, as write_student_copies returned before
-        return iter(sorted(self.written + self.kept))
+        return iter(sorted(self.written + self.kept + self.merged))
 
     def __len__(self):
-        return len(self.written) + len(self.kept)
+        return len(self.written) + len(self.kept) + len(self.merged)
 
     def __getitem__(self, index):
-        return sorted(self.written + self.kept)[index]
+        return sorted(self.written + self.kept + self.merged)[index]
 
 
 def student_text(path: Path) -> str:
@@ -228,13 +349,22 @@ def _backup_path(target: Path) -> Path:
     return target.with_name(f"{target.name}.bak-{n}")
 
 
+def _read_copy(target: Path):
+    """The copy at ``target`` as a notebook, or None when it is not one (the learner's file all the same)."""
+    try:
+        return nbformat.reads(target.read_text(encoding="utf-8"), as_version=4)
+    except Exception:  # noqa: BLE001  (whatever is there, it is kept)
+        return None
+
+
 def write_student_copies(src_dir: Path | str | None = None, dest_dir: Path | str | None = None, *,
-                         force: bool = False, only_missing: bool = False) -> StudentCopies:
+                         force: bool = False, merge: bool = False) -> StudentCopies:
     """Write a student copy of every ``NN_slug.ipynb`` in ``src_dir`` to ``dest_dir``.
 
-    A copy already there that differs from the one this would write is the learner's work: it is
-    kept (``force``: renamed to ``NAME.ipynb.bak-N``, then written).  ``only_missing``: write
-    only the copies that do not exist yet."""
+    A copy already there that is untouched (its cells as written, never run) is refreshed.  One the
+    learner changed is kept, with what the course changed since it was made; ``merge``: backed up as
+    ``NAME.ipynb.bak-N``, then the course's changes merged in (:func:`merge_copy`); ``force``: backed
+    up, then written afresh."""
     src = Path(src_dir) if src_dir is not None else REPO_ROOT / "notebooks"
     dest = Path(dest_dir) if dest_dir is not None else REPO_ROOT / "student"
     _check_destination(src, dest)
@@ -247,16 +377,24 @@ def write_student_copies(src_dir: Path | str | None = None, dest_dir: Path | str
     for path in paths:
         target = dest / path.name
         text = texts[path]
-        if target.exists():
-            if only_missing or target.read_text(encoding="utf-8") == text:
-                (done.written if target.read_text(encoding="utf-8") == text else done.kept).append(target)
-                continue
-            if not force:
-                done.kept.append(target)
-                continue
-            backup = _backup_path(target)
-            target.rename(backup)
-            done.backed_up.append((target, backup))
+        if target.exists() and target.read_text(encoding="utf-8") != text:
+            mine, fresh = _read_copy(target), nbformat.reads(text, as_version=4)
+            if mine is not None and untouched(mine, fresh):
+                done.refreshed.append(target)
+            else:
+                changes = course_changes(mine, fresh) if mine is not None else None
+                if changes:
+                    done.changes[target] = changes
+                if not (force or (merge and changes)):
+                    done.kept.append(target)
+                    continue
+                backup = _backup_path(target)
+                target.rename(backup)
+                done.backed_up.append((target, backup))
+                if not force:
+                    nbformat.write(merge_copy(mine, fresh), target)
+                    done.merged.append(target)
+                    continue
         target.write_text(text, encoding="utf-8")
         done.written.append(target)
     return done
@@ -325,10 +463,13 @@ def main(argv=None) -> int:
                                      "and open JupyterLab on them or on the notebooks.")
     parser.add_argument("src", nargs="?", default=None, help="notebooks directory (default: notebooks/)")
     parser.add_argument("dest", nargs="?", default=None, help="output directory (default: student/)")
-    parser.add_argument("--force", action="store_true", help="back changed copies up (NAME.ipynb.bak-N), then "
-                        "write fresh ones")
-    parser.add_argument("--serve", action="store_true", help="make the missing copies, then open JupyterLab on them "
-                        "(make lab)")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--force", action="store_true", help="back changed copies up (NAME.ipynb.bak-N), then "
+                      "write fresh ones")
+    mode.add_argument("--merge", action="store_true", help="back changed copies up, then merge the course's "
+                      "changes into them (your answer cells stay as they are)")
+    parser.add_argument("--serve", action="store_true", help="make the copies as without it (a changed one is kept), then open "
+                        "JupyterLab on them (make lab)")
     parser.add_argument("--lab", action="store_true", help="open JupyterLab on the solved notebooks, no copies "
                         "(make lab-solutions: for teachers and CI)")
     parser.add_argument("--port", type=int, default=None, help="JupyterLab's port (default: the first free from 8888)")
@@ -340,20 +481,30 @@ def main(argv=None) -> int:
     if extra and not args.serve:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
-        done = write_student_copies(src, dest, force=args.force, only_missing=args.serve)
+        done = write_student_copies(src, dest, force=args.force, merge=args.merge)
     except (ValueError, OSError) as exc:  # bad markers or notebooks, a bad destination, a failed write
         print("error: " + " ".join(str(exc).split()), file=sys.stderr)
         return 1
     for path in done.written:
-        print(f"wrote {path}")
+        if path in done.refreshed:
+            print(f"refreshed {path}: the course changed it, and you had not")
+        else:
+            print(f"wrote {path}")
     for path, backup in done.backed_up:
         print(f"backed up your copy {path.name} as {backup.name}")
+    for path in done.merged:
+        print(f"merged the course's changes into your copy {path} (your answers are as they were):")
+        print("".join(f"  {line}\n" for line in done.changes[path]), end="")
     for path in done.kept:
         if args.serve:
             print(f"kept your copy {path} (it differs from a fresh one: your work is never overwritten)")
         else:
             print(f"kept {path}: it differs from a fresh copy (your work); `make student FORCE=1` backs it up "
                   "and writes a fresh one")
+        if path in done.changes:
+            print(f"  the course changed {src.name}/{path.name} since your copy was made:")
+            print("".join(f"    {line}\n" for line in done.changes[path]), end="")
+            print("  `make student MERGE=1` brings these into your copy (a backup first; your answers stay)")
     if args.serve:
         return serve(dest, args.port, extra)
     print("open them with: make lab")

@@ -1,0 +1,156 @@
+"""nbgrader's cell metadata on the course notebooks, made from what they already say, so that a
+class on JupyterHub can release, collect and autograde them with nbgrader (``TEACHING.md``).
+
+One source: the ``### BEGIN SOLUTION`` markers make a cell an answer (nbgrader's ClearSolutions reads
+the same markers), a ``check_xxx(answer)`` line in the Exercises section makes a test cell worth one
+point, and the notebook's first code cell (its imports) and the rest of the Exercises section are
+locked.  :func:`markup` writes that metadata, and puts a hidden-tests region on top of every check
+cell::
+
+    ### BEGIN HIDDEN TESTS
+    from gemm_kernels.lab.nbgrader_markup import graded
+    check_axpy = graded("gemm_kernels.lab.exercises.start_here", "check_axpy")
+    ### END HIDDEN TESTS
+    check_axpy(axpy)
+
+A check never raises (a learner sees "not attempted yet" or what is wrong), but nbgrader gives the
+points of a test cell that does not raise.  The hidden region, which nbgrader and ``make student``
+leave out of the learner's copy, rebinds the name to :func:`graded`: the package's own check (an
+answer cell that redefines ``check_axpy`` changes nothing), raising when the answer is not correct.
+The solved notebooks run it too, so CI fails when a solution stops passing its check.
+
+``python -m gemm_kernels.lab.nbgrader_markup`` rewrites ``notebooks/*.ipynb``; ``--check`` only
+says which are out of date (``tests/test_nbgrader_markup.py`` runs it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import functools
+import importlib
+import re
+import sys
+from pathlib import Path
+
+import nbformat
+
+from . import student
+from .student import HIDDEN_BEGIN, HIDDEN_END, strip_hidden_tests
+
+#: a check cell's call, ``check_xxx(answer)``, at the start of a line
+CHECK_CALL = re.compile(r"^(check_\w+)\(", re.MULTILINE)
+EXERCISE_MODULES = "gemm_kernels.lab.exercises"
+#: what nbgrader takes for a solution's marker anywhere in a line, in any cell (prose included)
+SOLUTION_DELIMITERS = ("BEGIN SOLUTION", "END SOLUTION")
+SCHEMA_VERSION = 3
+
+
+def graded(module: str, name: str):
+    """The check ``name`` of ``module``, imported afresh from the package, raising AssertionError
+    (with the check's explanation) unless the answer is correct; "structure only", all a CPU can
+    check of notebook 08's Gluon loop, counts as correct."""
+    if not module.startswith(EXERCISE_MODULES + "."):
+        raise ValueError(f"{module} is not an exercise module of {EXERCISE_MODULES}")
+    check = getattr(importlib.import_module(module), name)
+    from .exercises._core import CORRECT, STRUCTURE_ONLY
+
+    @functools.wraps(check)
+    def strict(*args, **kwargs):
+        result = check(*args, **kwargs)
+        if result.status not in (CORRECT, STRUCTURE_ONLY):
+            raise AssertionError(str(result))
+        return result
+
+    return strict
+
+
+def hidden_tests(module: str, name: str) -> str:
+    return (f"{HIDDEN_BEGIN}\nfrom gemm_kernels.lab.nbgrader_markup import graded\n"
+            f'{name} = graded("{module}", "{name}")\n{HIDDEN_END}\n')
+
+
+def _check_modules(cells) -> dict[str, str]:
+    """check name -> the exercise module the notebook imports it from."""
+    found = {}
+    for cell in cells:
+        if cell.cell_type != "code":
+            continue
+        for node in ast.walk(ast.parse(strip_hidden_tests(cell.source))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(EXERCISE_MODULES + "."):
+                found.update({alias.asname or alias.name: node.module for alias in node.names
+                              if alias.name.startswith("check_")})
+    return found
+
+
+def _meta(grade_id: str, *, solution=False, grade=False, locked=False) -> dict:
+    meta = {"grade": grade, "grade_id": grade_id, "locked": locked, "schema_version": SCHEMA_VERSION,
+            "solution": solution, "task": False}
+    if grade:
+        meta["points"] = 1
+    return meta
+
+
+def markup(nb, name: str = "notebook"):
+    """``nb`` with nbgrader's metadata and the hidden tests, as the module docstring says (in place,
+    returned).  ValueError for a check cell that holds an answer or more than one check, and for a
+    marker's words elsewhere than on a marker line of a code cell (nbgrader would cut the text there)."""
+    heading = student.exercises_heading(nb)
+    if heading is None:
+        raise ValueError(f"{name}: no '{student.EXERCISES_HEADING}' section")
+    modules = _check_modules(nb.cells)
+    first_code = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code")
+    for index, cell in enumerate(nb.cells):
+        cell.metadata.pop("nbgrader", None)
+        visible = strip_hidden_tests(cell.source) if cell.cell_type == "code" else cell.source
+        loose = [line for line in visible.splitlines() if any(d in line for d in SOLUTION_DELIMITERS)
+                 and (cell.cell_type != "code" or line.strip() not in (student.BEGIN, student.END))]
+        if loose:
+            raise ValueError(f"{name}, cell {cell.id}: nbgrader takes {loose[0].strip()!r} for a solution marker: "
+                             "reword it")
+        checks = CHECK_CALL.findall(visible) if cell.cell_type == "code" and index > heading else []
+        if cell.cell_type == "code" and student.has_solution(visible):
+            if checks:
+                raise ValueError(f"{name}, cell {cell.id}: a check inside an answer cell")
+            cell.metadata["nbgrader"] = _meta(f"answer-{cell.id}", solution=True)
+        elif checks:
+            if len(checks) > 1 or checks[0] not in modules:
+                raise ValueError(f"{name}, cell {cell.id}: a check cell calls one check imported from "
+                                 f"{EXERCISE_MODULES}.* (found {checks})")
+            cell.source = hidden_tests(modules[checks[0]], checks[0]) + visible
+            cell.metadata["nbgrader"] = _meta(checks[0], grade=True, locked=True)
+        elif index == first_code or index >= heading:
+            cell.metadata["nbgrader"] = _meta(f"locked-{cell.id}", locked=True)
+    return nb
+
+
+def marked_up_text(path: Path) -> str:
+    """The text of the notebook at ``path`` with its markup refreshed, as nbformat writes it."""
+    nb = nbformat.read(path, as_version=4)
+    return nbformat.writes(markup(nb, path.name)) + "\n"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description="Write nbgrader's metadata and hidden tests into the course "
+                                     "notebooks, from their solution markers and check cells.")
+    parser.add_argument("paths", nargs="*", type=Path, help="notebooks (default: notebooks/NN_slug.ipynb)")
+    parser.add_argument("--check", action="store_true", help="change nothing; exit 1 when one is out of date")
+    args = parser.parse_args(argv)
+    paths = args.paths or student.notebook_paths(student.REPO_ROOT / "notebooks")
+    stale = []
+    for path in paths:
+        text = marked_up_text(path)
+        if path.read_text(encoding="utf-8") != text:
+            stale.append(path)
+            if not args.check:
+                path.write_text(text, encoding="utf-8")
+    for path in stale:
+        print(f"{'out of date' if args.check else 'marked up'}: {path}")
+    if args.check and stale:
+        print("run: python -m gemm_kernels.lab.nbgrader_markup")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,121 @@
+"""The course under nbgrader, as a teacher runs it (marker ``teach``: `make test-teach`, in a venv with
+the [teach] extra; `make test` leaves it out): in a course directory of its own, ``nbgrader
+generate_assignment`` releases notebooks 00 and 01 without solutions or hidden tests, and ``nbgrader
+autograde`` gives a solved submission every point, a blank one none, and a spoofed one (its answer
+cells redefine the checks to say "correct", and answer wrong) none: the hidden tests use the
+package's checks, not the names in the notebook."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from gemm_kernels.lab import student
+from gemm_kernels.lab.nbgrader_markup import CHECK_CALL
+
+pytestmark = pytest.mark.teach
+nbgrader_api = pytest.importorskip("nbgrader.api", reason="needs the [teach] extra (make test-teach)")
+
+REPO = Path(__file__).resolve().parents[1]
+NAMES = ["00_start_here", "01_pointer_arithmetic"]
+ASSIGNMENT = "gemm"
+#: what the course directory's nbgrader_config.py says (TEACHING.md shows the same settings)
+CONFIG = """\
+c = get_config()
+c.CourseDirectory.course_id = "gemm-kernels"
+c.ClearSolutions.code_stub = {"python": 'raise NotImplementedError("your turn")'}
+c.Execute.timeout = 600
+"""
+
+
+def _nbgrader(course: Path, *args: str) -> str:
+    # nbgrader runs its venv's `alembic` from PATH (as where the venv is activated)
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    for var, sub in [("JUPYTER_CONFIG_DIR", "config"), ("JUPYTER_DATA_DIR", "data"),
+                     ("JUPYTER_RUNTIME_DIR", "runtime"), ("IPYTHONDIR", "ipython")]:
+        env[var] = str(course.parent / sub)
+    done = subprocess.run([sys.executable, "-m", "nbgrader", *args], cwd=course, env=env,
+                          capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, f"nbgrader {' '.join(args)}:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
+    return done.stdout + done.stderr
+
+
+@pytest.fixture
+def course(tmp_path):
+    """A course directory with notebooks 00 and 01 as the source of one assignment, released."""
+    course = tmp_path / "course"
+    source = course / "source" / ASSIGNMENT
+    source.mkdir(parents=True)
+    (course / "nbgrader_config.py").write_text(CONFIG)
+    for name in NAMES:
+        shutil.copy(REPO / "notebooks" / f"{name}.ipynb", source)
+    _nbgrader(course, "generate_assignment", ASSIGNMENT)
+    return course
+
+
+def _released(course: Path, name: str):
+    return nbformat.read(course / "release" / ASSIGNMENT / f"{name}.ipynb", as_version=4)
+
+
+def _solved(course, name, nb):
+    solved = nbformat.read(course / "source" / ASSIGNMENT / f"{name}.ipynb", as_version=4)
+    answers = {c.id: c.source for c in solved.cells if c.cell_type == "code" and student.has_solution(c.source)}
+    for cell in nb.cells:
+        cell.source = answers.get(cell.id, cell.source)
+
+
+def _spoofed(course, name, nb):
+    """Every answer cell claims every check passes (rebinding their names), and answers wrong."""
+    checks = [check for c in nb.cells if c.cell_type == "code" for check in CHECK_CALL.findall(c.source)]
+    for cell in nb.cells:
+        if cell.metadata.get("nbgrader", {}).get("solution"):
+            cell.source = (" = ".join(checks) + " = lambda *args, **kwargs: 'correct'\n"
+                           + cell.source.replace(student.STUB, "return 0"))
+
+
+def _blank(course, name, nb):
+    pass
+
+
+SUBMISSIONS = {"solved": _solved, "blank": _blank, "spoofed": _spoofed}
+
+
+def test_the_release_has_no_solutions_and_no_hidden_tests(course):
+    for name in NAMES:
+        nb = _released(course, name)
+        code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+        for hidden in (student.BEGIN, student.END, student.HIDDEN_BEGIN, "graded("):
+            assert hidden not in code, f"{name}: {hidden!r} in the release"
+        answers = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("solution")]
+        assert answers and all(student.STUB in c.source for c in answers)
+        assert len(re.findall(r"^check_\w+\(", code, re.MULTILINE)) >= 2
+
+
+def test_autograde_gives_points_only_for_correct_answers(course):
+    for student_id, make in SUBMISSIONS.items():
+        folder = course / "submitted" / student_id / ASSIGNMENT
+        folder.mkdir(parents=True)
+        for name in NAMES:
+            nb = _released(course, name)
+            make(course, name, nb)
+            nbformat.write(nb, folder / f"{name}.ipynb")
+    _nbgrader(course, "autograde", ASSIGNMENT)
+    with nbgrader_api.Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
+        for name in NAMES:
+            scores = {s: gradebook.find_submission_notebook(name, ASSIGNMENT, s) for s in SUBMISSIONS}
+            top = scores["solved"].max_score
+            assert top == len(CHECK_CALL.findall("\n".join(
+                c.source for c in _released(course, name).cells if c.cell_type == "code")))
+            assert {s: nb.score for s, nb in scores.items()} == {"solved": top, "blank": 0, "spoofed": 0}, name
+            for student_id in ("blank", "spoofed"):  # failed by the hidden tests' check, not by something else
+                graded = nbformat.read(course / "autograded" / student_id / ASSIGNMENT / f"{name}.ipynb", as_version=4)
+                errors = [o.ename for c in graded.cells if c.metadata.get("nbgrader", {}).get("grade")
+                          for o in c.outputs if o.output_type == "error"]
+                assert errors == ["AssertionError"] * int(top), (student_id, name, errors)
