@@ -18,6 +18,8 @@ STUDENT_DIR ?= student
 # `make student FORCE=1`: back changed student copies up (NAME.ipynb.bak-N), then write fresh ones;
 # `make student MERGE=1`: back them up, then merge the course's changes in (your answer cells stay)
 FORCE ?=
+# `make grade SUBMISSIONS=DIR`: the folder of submitted notebooks (one per student, or a folder per student)
+SUBMISSIONS ?=
 MERGE ?=
 
 # The oldest Triton we support (pyproject.toml says why), tested in a venv of its own, with a numpy
@@ -26,7 +28,7 @@ OLDEST_TRITON ?= 3.6.0
 OLDEST_VENV ?= .venv-triton36
 OLDEST_STAMP := $(OLDEST_VENV)/.installed
 
-.PHONY: setup lab lab-student lab-solutions test test-launch test-teach test-triton-oldest test-no-tma test-gpu test-gpu-fast test-gpu-notebooks sanitize sanitize-ws student images bench bench-quick clean
+.PHONY: setup lab lab-student lab-solutions test test-launch test-teach test-triton-oldest test-no-tma test-gpu test-gpu-fast test-gpu-notebooks sanitize sanitize-ws student grade images bench bench-quick clean
 
 setup: $(STAMP)
 
@@ -101,6 +103,10 @@ sanitize-ws: $(STAMP)  ## matmul_ws under memcheck, racecheck and synccheck (nee
 
 student: $(STAMP)  ## student copies of the notebooks (solutions removed) in student/; refreshes untouched ones, keeps a copy you changed and says what the course changed since
 	$(BIN)/python -m gemm_kernels.lab.student $(if $(FORCE),--force) $(if $(MERGE),--merge)
+
+grade: $(STAMP)  ## grade a folder of submissions with the package's checks, in exam mode: make grade SUBMISSIONS=DIR (grades.csv, grades.json)
+	@test -n "$(SUBMISSIONS)" || { echo "make grade SUBMISSIONS=DIR: the folder of submitted notebooks"; exit 2; }
+	$(BIN)/python -m gemm_kernels.lab.grade $(SUBMISSIONS) --out grades.csv --json grades.json
 
 images: $(STAMP)  ## regenerate the schedule/pointer pictures images/*.png from gemm_kernels.viz.drawings (deterministic)
 	$(BIN)/python -m gemm_kernels.viz.images

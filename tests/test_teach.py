@@ -26,7 +26,7 @@ nbgrader_api = pytest.importorskip("nbgrader.api", reason="needs the [teach] ext
 REPO = Path(__file__).resolve().parents[1]
 NAMES = ["00_start_here", "01_pointer_arithmetic"]
 ASSIGNMENT = "gemm"
-#: what the course directory's nbgrader_config.py says (TEACHING.md shows the same settings)
+#: what the course directory's nbgrader_config.py says (notebooks/TEACHING.md shows the same settings)
 CONFIG = """\
 c = get_config()
 c.CourseDirectory.course_id = "gemm-kernels"

@@ -1,5 +1,5 @@
 """nbgrader's cell metadata on the course notebooks, made from what they already say, so that a
-class on JupyterHub can release, collect and autograde them with nbgrader (``TEACHING.md``).
+class on JupyterHub can release, collect and autograde them with nbgrader (``notebooks/TEACHING.md``).
 
 One source: the ``### BEGIN SOLUTION`` markers make a cell an answer (nbgrader's ClearSolutions reads
 the same markers), a ``check_xxx(answer)`` line in the Exercises section makes a test cell worth one
