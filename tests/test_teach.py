@@ -119,3 +119,25 @@ def test_autograde_gives_points_only_for_correct_answers(course):
                 errors = [o.ename for c in graded.cells if c.metadata.get("nbgrader", {}).get("grade")
                           for o in c.outputs if o.output_type == "error"]
                 assert errors == ["AssertionError"] * int(top), (student_id, name, errors)
+
+
+def test_the_whole_course_releases(tmp_path):
+    """generate_assignment on all twelve notebooks at once: each releases without solutions or hidden
+    tests, with one graded test cell (1 point) per check call of the source."""
+    course = tmp_path / "course"
+    source = course / "source" / "all"
+    source.mkdir(parents=True)
+    (course / "nbgrader_config.py").write_text(CONFIG)
+    paths = student.notebook_paths(REPO / "notebooks")
+    assert len(paths) == 12
+    for path in paths:
+        shutil.copy(path, source)
+    _nbgrader(course, "generate_assignment", "all")
+    for path in paths:
+        released = nbformat.read(course / "release" / "all" / path.name, as_version=4)
+        text = "\n".join(c.source for c in released.cells)
+        assert student.BEGIN not in text and "BEGIN HIDDEN TESTS" not in text, path.name
+        graded = [c for c in released.cells if c.metadata.get("nbgrader", {}).get("grade")]
+        checks = [c for c in nbformat.read(path, as_version=4).cells
+                  if c.cell_type == "code" and CHECK_CALL.search(c.source)]
+        assert len(graded) == len(checks) >= 2 and all(c.metadata["nbgrader"]["points"] == 1 for c in graded), path.name
