@@ -562,6 +562,11 @@ def write_dict_csv(rows: list[dict], path: Path) -> None:
     write_csv([Row(**{c: r.get(c) for c in COLUMNS}) for r in rows], path)
 
 
+def peak_of(rows: list[dict]) -> float | None:
+    """The dense peak (TFLOP/s) a suite's rows were measured against, read back from TFLOP/s and % of peak."""
+    return next((r["tflops"] / r["pct_peak"] * 100 for r in rows if r.get("pct_peak")), None)
+
+
 def publish_shards(sources: list[Path], dest: Path) -> list[str]:
     """Merge the shards in ``sources`` suite by suite (:func:`merge_shards`), re-plot, and
     publish into ``dest`` like :func:`publish`.  Returns the suites published."""
@@ -575,7 +580,7 @@ def publish_shards(sources: list[Path], dest: Path) -> list[str]:
             rows, info = merge_shards(sources, suite)
             write_dict_csv(rows, merged_dir / f"{suite}.csv")
             update_meta(merged_dir, suite, info)
-            peak = next((r["tflops"] / r["pct_peak"] * 100 for r in rows if r.get("pct_peak")), None)
+            peak = peak_of(rows)
             try:
                 plot_suite(suite, rows, merged_dir / f"{suite}.png",
                            f"{suite} on {info.get('device')} ({info['date']})", peak)
@@ -711,5 +716,5 @@ def replot_committed(suite: str, directory: Path | None = None) -> Path | None:
     directory = Path(directory) if directory is not None else _bench_dir()
     rows = read_csv(directory / f"{suite}.csv", suite_csv=True)
     info = suite_meta(read_meta(directory), suite)
-    peak = next((r["tflops"] / r["pct_peak"] * 100 for r in rows if r.get("pct_peak")), None)
+    peak = peak_of(rows)
     return plot_suite(suite, rows, directory / f"{suite}.png", f"{suite} on {info.get('device')} ({info.get('date')})", peak)
