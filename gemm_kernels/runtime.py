@@ -314,6 +314,14 @@ def supports_bf16() -> bool:
     return RUNTIME.capability is not None and RUNTIME.capability >= (8, 0)
 
 
+def supports_fp8() -> bool:
+    """fp8 (e4m3/e5m2) tensor-core products need Ada (sm_89) or Hopper (sm_90) and newer; the
+    interpreter multiplies them exactly in fp32 (unless GEMM_KERNELS_ARCH names an older GPU)."""
+    if RUNTIME.interpreted and not RUNTIME.arch_from_env:
+        return True
+    return RUNTIME.capability is not None and RUNTIME.capability >= (8, 9)
+
+
 def shared_memory_bytes() -> int:
     """Shared memory one program may use (the opt-in maximum): the GPU's, GEMM_KERNELS_ARCH's, or
     Hopper's where no GPU can be asked (the interpreter, the compile view)."""

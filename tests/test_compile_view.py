@@ -14,16 +14,16 @@ from gemm_kernels import _triton_compat
 from gemm_kernels.lab.compile_view import HIGHLIGHTS, compile_for, compile_many, parse_target, registered_examples
 
 #: largest shared memory one program may use (opt-in maximum per block): H100 227 KiB, A100 163 KiB
-MAX_SHARED = {90: 232448, 80: 166912}
+MAX_SHARED = {90: 232448, 89: 101376, 80: 166912}
 EXAMPLES = registered_examples()
 CASES = [pytest.param(ex, cap, id=f"{ex.name}-sm_{cap}") for ex in EXAMPLES for cap in ex.targets]
 
 
 @pytest.fixture(scope="module")
 def views():
-    """Every example compiled once, in one worker process per target."""
+    """Every example compiled once, in one worker process per target (sm_89: fp8 on Ada)."""
     cache = {}
-    for capability in (90, 80):
+    for capability in sorted({cap for ex in EXAMPLES for cap in ex.targets}, reverse=True):
         examples = [ex for ex in EXAMPLES if capability in ex.targets]
         for ex, view in zip(examples, compile_many([ex.request(capability) for ex in examples])):
             cache[(ex.name, capability)] = view

@@ -41,7 +41,7 @@ def candidates(x, w, offs, picked_only=False, switch=None):
     args = moe._launch_args(x, w, offs, out, flags)
     moe.grouped_mm(x, w, offs)  # tunes this key the way the default call does
     tuned = moe._grouped_mm_tuned
-    picked = tuned.chosen.get(tuned.tuning_key(x, w, out, offs, offs, offs, **args))  # error, trace: int32 too
+    picked = tuned.chosen.get(tuned.tuning_key(x, w, out, offs, offs, offs, offs, offs, **args))  # error, trace, scales: int32
     T, N, E = x.shape[0], w.shape[2], w.shape[0]
     launches = []
     fitting = moe.configs.fit_to_device(tuned.configs, {**args, "x_ptr": x, "w_ptr": w, "out_ptr": out})
@@ -63,7 +63,7 @@ def candidates(x, w, offs, picked_only=False, switch=None):
                 flip = {switch: on} if switch else {}
 
                 def launch(config=config, grid=grid, checked=checked, error=error, flip=flip):
-                    moe._grouped_mm_kernel[grid](x, w, out, offs, error, offs, **args, TRACE=False,
+                    moe._grouped_mm_kernel[grid](x, w, out, offs, error, offs, offs, offs, **args, TRACE=False,
                                                  CHECK_OFFS=checked, **flip, **config.all_kwargs())
                 name = f"{label} {'checked' if checked else 'unchecked'}"
                 launches.append((name + (f" {switch}={on}" if switch else ""), launch))

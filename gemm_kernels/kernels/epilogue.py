@@ -79,6 +79,21 @@ def mma_operand(tile, WIDEN: tl.constexpr):
 
 
 @triton.jit
+def dot_promoted(a, b, acc, PROMOTE: tl.constexpr):
+    """``acc + a @ b``.  fp8 on Hopper: wgmma sums its products in a narrower accumulator than fp32;
+    with PROMOTE set, that partial sum is added to the fp32 ``acc`` every PROMOTE elements of K
+    (or every block, when the block is shorter).  None: Triton's default, fp32 adds only in the
+    tensor cores (for fp8 on sm_90, every product summed there).  Other dtypes: ignored."""
+    if PROMOTE is None:
+        acc = tl.dot(a, b, acc)
+    elif PROMOTE > a.shape[1]:
+        acc = tl.dot(a, b, acc, max_num_imprecise_acc=a.shape[1])
+    else:
+        acc = tl.dot(a, b, acc, max_num_imprecise_acc=PROMOTE)
+    return acc
+
+
+@triton.jit
 def load_bias(bias_ptr, off_n, N, BLOCK_N: tl.constexpr, HAS_BIAS: tl.constexpr):
     """The tile's BLOCK_N bias values (0 without a bias).  Issued before the K loop, so the load's
     latency hides behind the MMAs instead of stalling the epilogue (one register per thread)."""

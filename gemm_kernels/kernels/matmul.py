@@ -14,7 +14,8 @@ import triton.language as tl
 
 from .. import runtime
 from . import checks, configs
-from .epilogue import activation_ref, bias_and_activation, load_bias, mma_operand, store_tile_masked, widen_for_dot
+from .epilogue import (activation_ref, bias_and_activation, dot_promoted, load_bias, mma_operand, store_tile_masked,
+                       widen_for_dot)
 from .autograd import grad_enabled_for, matmul_grads
 from .tiles import record_tile, tile_coords
 
@@ -22,9 +23,9 @@ from .tiles import record_tile, tile_coords
 @triton.jit
 def k_loop_pointers(a_ptr, b_ptr, offs_m, offs_n, K, stride_am, stride_ak, stride_bk, stride_bn,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                    WIDEN: tl.constexpr):
+                    WIDEN: tl.constexpr, PROMOTE: tl.constexpr = None):
     """fp32 ``A[offs_m, :K] @ B[:K, offs_n]`` with plain pointer loads: the K loop of every
-    pointer kernel (this one, persistent, grouped, MoE).
+    pointer kernel (this one, persistent, grouped, MoE).  ``PROMOTE``: fp8 only (``fp8.py``).
 
     ``offs_m`` / ``offs_n`` must already be valid rows/columns (callers wrap them); only the
     K edge is masked, to zero, because it is summed over."""
@@ -36,7 +37,7 @@ def k_loop_pointers(a_ptr, b_ptr, offs_m, offs_n, K, stride_am, stride_ak, strid
         k_left = K - k * BLOCK_K
         a = tl.load(a_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
         b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
-        acc = tl.dot(mma_operand(a, WIDEN), mma_operand(b, WIDEN), acc)
+        acc = dot_promoted(mma_operand(a, WIDEN), mma_operand(b, WIDEN), acc, PROMOTE)
         a_ptrs += BLOCK_K * stride_ak
         b_ptrs += BLOCK_K * stride_bk
     return acc

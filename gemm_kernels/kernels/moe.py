@@ -92,13 +92,15 @@ def _wide(stride):
 @triton.jit
 def _grouped_mm_kernel(
     x_ptr, w_ptr, out_ptr, offs_ptr, error_ptr, trace_ptr,
+    sx_ptr, sw_ptr,  # fp8 only (SCALED): float32 scales, one per row of x and per (expert, column) of w
     T, N, K, E,
-    stride_xt, stride_xk, stride_we, stride_wk, stride_wn, stride_ot, stride_on,
+    stride_xt, stride_xk, stride_we, stride_wk, stride_wn, stride_ot, stride_on, stride_swe,
     t_bucket,  # autotune key only: next power of two of T
     E_PAD: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_SIZE_M: tl.constexpr,
     USE_TMA: tl.constexpr, W_NK: tl.constexpr, OUT_TMA: tl.constexpr,
     WIDEN: tl.constexpr, TRACE: tl.constexpr, CHECK_OFFS: tl.constexpr, OUT_SHARED_DESC: tl.constexpr = True,
+    SCALED: tl.constexpr = False, PROMOTE: tl.constexpr = None,
 ):
     num_pid_n = tl.cdiv(N, BLOCK_N)
     row_starts, row_ends, tile_ends, first_bad, raw_starts, raw_ends = _expert_tiles(
@@ -139,7 +141,7 @@ def _grouped_mm_kernel(
 
         if USE_TMA:
             acc = tma.k_loop(x_desc, w_desc, first_row, pid_n * BLOCK_N, 0, tl.cdiv(k_len, BLOCK_K), False, W_NK,
-                             WIDEN, BLOCK_M, BLOCK_N, BLOCK_K, b_batch=expert, B_BATCHED=True)
+                             WIDEN, BLOCK_M, BLOCK_N, BLOCK_K, b_batch=expert, B_BATCHED=True, PROMOTE=PROMOTE)
         else:
             # rows past the expert's end wrap inside the expert (columns past N wrap too): loads
             # stay in bounds without an M/N mask, and those results are never stored.
@@ -147,7 +149,14 @@ def _grouped_mm_kernel(
             offs_n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
             acc = k_loop_pointers(x_ptr, w_ptr + expert.to(tl.int64) * stride_we, offs_m, offs_n, k_len,
                                   _wide(stride_xt), _wide(stride_xk), _wide(stride_wk), _wide(stride_wn),
-                                  BLOCK_M, BLOCK_N, BLOCK_K, WIDEN)
+                                  BLOCK_M, BLOCK_N, BLOCK_K, WIDEN, PROMOTE)
+        if SCALED:  # row-wise fp8: a scale per token (row of x) and per output channel of the expert
+            rows_m = first_row + tl.arange(0, BLOCK_M)
+            cols_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+            sx = tl.load(sx_ptr + rows_m, mask=rows_m < row_end, other=0.0)
+            n_scaled = tl.where(expert < E, N, 0)  # the tail (expert E) has no scales
+            sw = tl.load(sw_ptr + expert.to(tl.int64) * stride_swe + cols_n, mask=cols_n < n_scaled, other=0.0)
+            acc = acc * (sx[:, None] * sw[None, :])
 
         if OUT_TMA:
             if OUT_SHARED_DESC and first_row + BLOCK_M <= row_end:
@@ -186,10 +195,10 @@ def check_offs_values(ends: list, T: int) -> None:
                          "inside x (offs[-1] <= T; rows past offs[-1] come out as zeros)")
 
 
-def _check_shapes(x, w, offs) -> None:
+def _check_shapes(x, w, offs, dtypes=checks.SUPPORTED_DTYPES) -> None:
     """Everything about x, w and offs but offs' values (the checks the fake implementation runs too)."""
-    checks.check_tensor(x, "x", 2)
-    checks.check_tensor(w, "w", 3)
+    checks.check_tensor(x, "x", 2, dtypes)
+    checks.check_tensor(w, "w", 3, dtypes)
     T, K = x.shape
     E, Kw, N = w.shape
     if K != Kw:
@@ -262,7 +271,9 @@ def num_programs_for(T: int, E: int, N: int, block_m: int, block_n: int) -> int:
     return max(1, min(runtime.num_sms(), bound))
 
 
-def _launch_args(x, w, offs, out, flags):
+def _launch_args(x, w, offs, out, flags, scale_w=None, promote=None):
+    """The kernel's size, stride and switch arguments; ``scale_w`` (fp8, row-wise scales) turns
+    SCALED on, ``promote`` is its promotion interval (``fp8.py``)."""
     T, K = x.shape
     E, _, N = w.shape
     xs = _tma_strides_or_own(x, (0, 1), flags["USE_TMA"])
@@ -271,18 +282,21 @@ def _launch_args(x, w, offs, out, flags):
     return dict(
         T=T, N=N, K=K, E=E,
         stride_xt=xs[0], stride_xk=xs[1], stride_we=ws[0], stride_wk=ws[1], stride_wn=ws[2],
-        stride_ot=os_[0], stride_on=os_[1],
+        stride_ot=os_[0], stride_on=os_[1], stride_swe=scale_w.stride(0) if scale_w is not None else 0,
         t_bucket=triton.next_power_of_2(T), E_PAD=max(2, triton.next_power_of_2(E + 1)),
-        **flags, WIDEN=widen_for_dot(x.dtype),
+        **flags, WIDEN=widen_for_dot(x.dtype), SCALED=scale_w is not None, PROMOTE=promote,
     )
 
 
-def _launch_key(x, w, offs, tma, check_offs) -> tuple:
+def _launch_key(x, w, offs, tma, check_offs, fp8=None) -> tuple:
     """Everything a launch's checks, plan and compiled kernel depend on, except the tensors'
-    addresses (of which only the 16-byte alignment matters): equal keys, equal launches."""
+    addresses (of which only the 16-byte alignment matters): equal keys, equal launches.
+    ``fp8``: ``(scale_x, scale_w, out_dtype, promote)`` of a scaled call."""
+    scaled = () if fp8 is None else (*((t.shape, t.stride(), t.dtype, t.device, t.data_ptr() % 16)
+                                       for t in fp8[:2]), *fp8[2:])
     return (x.shape, x.stride(), w.shape, w.stride(), x.dtype, w.dtype, offs.dtype, offs.shape, offs.stride(),
             x.device, w.device, offs.device, x.data_ptr() % 16, w.data_ptr() % 16, offs.data_ptr() % 16, tma,
-            check_offs)
+            check_offs, scaled)
 
 
 class _Launch(NamedTuple):
@@ -296,55 +310,63 @@ _LAUNCHES: dict = {}
 _MAX_LAUNCHES = 256
 
 
-def _forward(x, w, offs, tma, check_offs):
+def _forward(x, w, offs, tma, check_offs, fp8=None):
     """``grouped_mm``'s forward: ``check_offs`` None (device-side check on a GPU, host check on the
-    CPU), True (host check) or False (none).  On a GPU a repeated shape takes a bound launch."""
+    CPU), True (host check) or False (none).  On a GPU a repeated shape takes a bound launch.
+    ``fp8``: ``(scale_x, scale_w, out_dtype, promote)``, the scaled fp8 product
+    (:func:`scaled_grouped_mm`, which has checked everything but offs' values)."""
     if _errors.raised():  # an earlier call's kernel found a bad offs
         raise_pending_offs_error()
     if not (isinstance(x, torch.Tensor) and isinstance(w, torch.Tensor) and isinstance(offs, torch.Tensor)):
         _check_shapes(x, w, offs)  # a TypeError naming the argument, before any attribute is read
     if x.is_neg() or w.is_neg() or x.is_conj() or w.is_conj():  # the memory holds the values before it
         x, w = checks.resolve_lazy_views(x, w)
+    sx, sw, out_dtype, promote = fp8 if fp8 is not None else (offs, offs, x.dtype, None)  # offs: unused pointers
     on_gpu = runtime.on_gpu()
     device_check = check_offs is None and on_gpu
     if on_gpu and not check_offs:
-        launch = _LAUNCHES.get(_launch_key(x, w, offs, tma, check_offs))
+        launch = _LAUNCHES.get(_launch_key(x, w, offs, tma, check_offs, fp8))
         if launch is not None:  # the fast path: no Python checks, no argument binding
-            out = x.new_empty(launch.out_shape)
+            out = x.new_empty(launch.out_shape, dtype=out_dtype)
             if launch.bound is None:
                 return out.zero_()
             if launch.uses_tma:
                 ensure_tma_allocator()
-            launch.bound.launch_with(x_ptr=x, w_ptr=w, out_ptr=out, offs_ptr=offs, trace_ptr=offs)
+            launch.bound.launch_with(x_ptr=x, w_ptr=w, out_ptr=out, offs_ptr=offs, trace_ptr=offs, sx_ptr=sx,
+                                     sw_ptr=sw)
             return out
-    offs = _check_inputs(x, w, offs, check_offs is True or (check_offs is None and not on_gpu))
+    if fp8 is None:
+        offs = _check_inputs(x, w, offs, check_offs is True or (check_offs is None and not on_gpu))
+    elif check_offs is True or (check_offs is None and not on_gpu):
+        check_offs_values(offs.tolist(), x.shape[0])
     T, K = x.shape
     N = w.shape[2]
-    out = torch.empty((T, N), device=x.device, dtype=x.dtype)
+    out = torch.empty((T, N), device=x.device, dtype=out_dtype)
     if T == 0 or N == 0 or K == 0:  # no tile, or an empty sum: every row (the tail too) is zero
         if on_gpu and not check_offs:
-            _remember(x, w, offs, tma, check_offs, _Launch((T, N), None, False))
+            _remember(x, w, offs, tma, check_offs, fp8, _Launch((T, N), None, False))
         return out.zero_()
     flags = _plan_tma(x, w, out, tma)
     uses_tma = flags["USE_TMA"] or flags["OUT_TMA"]
     if uses_tma:
         ensure_tma_allocator()
-    args = _launch_args(x, w, offs, out, flags)
+    args = _launch_args(x, w, offs, out, flags, sw if fp8 is not None else None, promote)
     # the record (written only when CHECK_OFFS); on a GPU always it, so that a kept launch holds
     # no caller's tensor; the interpreter takes any int32 tensor (no pinned memory without CUDA)
     error = error_record() if on_gpu else offs
     grid = lambda meta: (num_programs_for(T, w.shape[0], N, meta["BLOCK_M"], meta["BLOCK_N"]),)  # noqa: E731
-    bound = (_grouped_mm_tuned.bind(grid, x, w, out, offs, error, offs, **args, TRACE=False, CHECK_OFFS=device_check)
-             if on_gpu else None)
+    bound = (_grouped_mm_tuned.bind(grid, x, w, out, offs, error, offs, sx, sw, **args, TRACE=False,
+                                    CHECK_OFFS=device_check) if on_gpu else None)
     if hasattr(bound, "launch_with"):
         bound()  # binding may have launched through the autotuner: this launch is the one that counts
         if not check_offs:  # kept without this call's tensors (the cache must not hold their memory)
-            bound.forget("x_ptr", "w_ptr", "out_ptr", "offs_ptr", "trace_ptr")  # error_ptr: the record, kept
-            _remember(x, w, offs, tma, check_offs, _Launch((T, N), bound, uses_tma))
+            # error_ptr, the record, is kept
+            bound.forget("x_ptr", "w_ptr", "out_ptr", "offs_ptr", "trace_ptr", "sx_ptr", "sw_ptr")
+            _remember(x, w, offs, tma, check_offs, fp8, _Launch((T, N), bound, uses_tma))
     elif bound is not None:  # the autotuner's choice is not readable here: launch through it
         bound()
     else:
-        _grouped_mm_tuned[grid](x, w, out, offs, error, offs, **args, TRACE=False, CHECK_OFFS=device_check)
+        _grouped_mm_tuned[grid](x, w, out, offs, error, offs, sx, sw, **args, TRACE=False, CHECK_OFFS=device_check)
     return out
 
 
@@ -384,10 +406,10 @@ def describe_bad_offs(lane: int, start: int, end: int, T: int) -> str:
     return f"offs[{lane}] = {end} but x has only T = {T} rows (every entry must be <= T)"
 
 
-def _remember(x, w, offs, tma, check_offs, launch: _Launch) -> None:
+def _remember(x, w, offs, tma, check_offs, fp8, launch: _Launch) -> None:
     if len(_LAUNCHES) >= _MAX_LAUNCHES:  # many shapes (e.g. T changing every call): start over
         _LAUNCHES.clear()
-    _LAUNCHES[_launch_key(x, w, offs, tma, check_offs)] = launch
+    _LAUNCHES[_launch_key(x, w, offs, tma, check_offs, fp8)] = launch
 
 
 # ----------------------------------------------------------------------------- PyTorch op and backward

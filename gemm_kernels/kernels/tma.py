@@ -22,7 +22,7 @@ import triton.language as tl
 from .. import runtime
 from ..runtime import TMA_ALIGN_BYTES
 from . import checks
-from .epilogue import bias_and_activation, load_bias, mma_operand, store_tile_masked
+from .epilogue import bias_and_activation, dot_promoted, load_bias, mma_operand, store_tile_masked
 
 
 # ----------------------------------------------------------------------------- device side
@@ -100,16 +100,17 @@ def load_block(desc, off_0, off_1, COL_MAJOR: tl.constexpr, batch=0, BATCHED: tl
 @triton.jit
 def k_loop(a_desc, b_desc, off_m, off_n, k_first, k_end, A_COL_MAJOR: tl.constexpr, B_COL_MAJOR: tl.constexpr,
            WIDEN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-           b_batch=0, B_BATCHED: tl.constexpr = False):
+           b_batch=0, B_BATCHED: tl.constexpr = False, PROMOTE: tl.constexpr = None):
     """fp32 sum over K blocks ``k_first <= ki < k_end`` of one C tile's products, read through TMA:
     the one TMA K loop of the package.  No masks: the TMA unit zero-fills whatever lies past M, N
-    or K."""
+    or K.  ``PROMOTE``: fp8 only, the K elements summed on the tensor cores before an fp32 add
+    (``fp8.py``)."""
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for ki in range(k_first, k_end):
         off_k = ki * BLOCK_K
         a = load_block(a_desc, off_m, off_k, A_COL_MAJOR)
         b = load_block(b_desc, off_k, off_n, B_COL_MAJOR, b_batch, B_BATCHED)
-        acc = tl.dot(mma_operand(a, WIDEN), mma_operand(b, WIDEN), acc)
+        acc = dot_promoted(mma_operand(a, WIDEN), mma_operand(b, WIDEN), acc, PROMOTE)
     return acc
 
 

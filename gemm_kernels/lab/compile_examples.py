@@ -13,7 +13,7 @@ import torch
 import triton
 
 from .. import runtime
-from ..kernels import configs, grouped, matmul, matmul_ws, moe, persistent, splitk, streamk
+from ..kernels import configs, fp8, grouped, matmul, matmul_ws, moe, persistent, splitk, streamk
 from .compile_view import KernelExample
 
 
@@ -143,11 +143,37 @@ def moe_examples():
         out = torch.zeros(T, N, dtype=dtype, device=runtime.DEVICE)
         offs = torch.arange(1, E + 1, dtype=torch.int32, device=runtime.DEVICE) * (T // E)
         flags = moe._plan_tma(x, w, out, tma, check_gpu=False)
-        args = dict(x_ptr=x, w_ptr=w, out_ptr=out, offs_ptr=offs, error_ptr=offs, trace_ptr=offs,
+        args = dict(x_ptr=x, w_ptr=w, out_ptr=out, offs_ptr=offs, error_ptr=offs, trace_ptr=offs, sx_ptr=offs, sw_ptr=offs,
                     **{**moe._launch_args(x, w, offs, out, flags), "WIDEN": False}, TRACE=False, CHECK_OFFS=checked)
         examples.append(KernelExample(name, moe._grouped_mm_kernel, args, configs.moe_configs(gpu=True)[0],
                                       targets=targets, expect=expect))
     return examples
+
+
+def fp8_example(scaling="tensor", *, promote=fp8.PROMOTE_EVERY, use_tma=True, size=512, name=None) -> KernelExample:
+    """``scaled_mm`` as launched on ``size``-cubed e4m3 inputs (b column-major, as required):
+    ``promote=None`` is the fast accumulation, ``use_tma=False`` the pointer loads of an Ada GPU."""
+    x = torch.zeros(size, size)
+    ga, gb = fp8._granularities(scaling)
+    a, sa = fp8.quantize_fp8(x, ga)
+    b, sb = fp8.quantize_fp8(x.t(), gb)
+    c = torch.zeros(size, size, dtype=torch.bfloat16)
+    args = fp8.kernel_args(a, b, c, sa, sb, None, scaling, promote, use_tma)
+    name = name or f"scaled_mm[e4m3, {scaling}, {'tma' if use_tma else 'pointers'}, promote {promote}]"
+    if use_tma:
+        return KernelExample(name, fp8._scaled_mm_kernel, args, configs.fp8_configs(gpu=True)[0], targets=(90,),
+                             expect={90: ("wgmma", "cp.async.bulk.tensor")})
+    # two stages of 128x128x128: 64 KB, within an Ada GPU's 99 KB
+    small = triton.Config({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": configs.FP8_BLOCK_K, "GROUP_SIZE_M": 8},
+                          num_warps=4, num_stages=2)
+    return KernelExample(name, fp8._scaled_mm_kernel, args, small, targets=(90, 89),
+                         expect={90: ("wgmma",), 89: ("mma.sync",)})
+
+
+def fp8_examples():
+    """FP8 ``scaled_mm``: tensor-wise with TMA (promoting every 128), block-wise (scales in the K
+    loop), and pointer loads (Hopper and Ada)."""
+    return [fp8_example("tensor"), fp8_example("block"), fp8_example("row", use_tma=False)]
 
 
 def ws_example(*, dtype=torch.float16, schedule=matmul_ws.DEFAULT_SCHEDULE, a_col_major=False, b_col_major=False,
@@ -184,4 +210,4 @@ def ws_examples():
 def all_examples() -> list[KernelExample]:
     """Every kernel's examples, in teaching order."""
     return [*matmul_examples(), *persistent_examples(), *streamk_examples(), *splitk_examples(), *grouped_examples(), *moe_examples(),
-            *ws_examples()]
+            *fp8_examples(), *ws_examples()]

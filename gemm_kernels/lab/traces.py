@@ -169,7 +169,7 @@ def trace_moe_schedule(x, w, offs, *, tma=False, block_m=None, block_n=None, blo
             ensure_tma_allocator()
         programs = num_programs_for(T, E, N, bm, bn) if num_programs is None else num_programs
         _grouped_mm_kernel[(programs,)](
-            x, w, out, offs, offs, trace,
+            x, w, out, offs, offs, trace, offs, offs,
             **_launch_args(x, w, offs, out, flags),
             BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_SIZE_M=group, TRACE=True, CHECK_OFFS=False,
         )

@@ -1,0 +1,371 @@
+"""FP8 GEMM with scales: ``scaled_mm(a, b, scale_a, scale_b)`` and ``quantize_fp8``.
+
+An fp8 number has 3 (e4m3) or 2 (e5m2) mantissa bits and a narrow range, so a tensor is stored
+as fp8 values times fp32 *scales*: ``x ~ q * scale``.  The contract is ``torch._scaled_mm``'s:
+``out = (a * scale_a) @ (b * scale_b) (+ bias)`` in ``out_dtype``, with ``a [M, K]`` row-major
+and ``b [K, N]`` column-major (``W.t()`` of an nn.Linear weight ``W [N, K]``): fp8 wgmma reads
+both operands K-major from shared memory, which that layout gives without a transpose.
+
+Three granularities, told apart by the scales' shapes (``SCALINGS``):
+``tensor``  one scale each (numel 1): applied once, in the epilogue;
+``row``     ``scale_a [M, 1]`` per token, ``scale_b [1, N]`` per channel: the epilogue too;
+``block``   ``scale_a [M, K/128]`` (1x128 groups) and ``scale_b [K/128, ceil(N/128)]`` (128x128
+            blocks), DeepSeek-V3's recipe: the scale changes every 128 values of K, so each K
+            block's partial product is scaled and added to the fp32 accumulator *in the K loop*.
+
+Accumulation.  Hopper's fp8 wgmma adds its products in a narrower accumulator than fp32 (the
+error grows with K; notebook 10 measures it).  Triton's ``max_num_imprecise_acc`` bounds how many
+K elements are summed there before the partial sum is added to a true fp32 accumulator: the
+"promotion" DeepGEMM does every 128.  ``promote_every`` sets it (32, 64 or 128);
+``use_fast_accum=True`` never promotes, as torch's flag of that name.  Block scaling promotes
+every block by construction.
+
+TMA loads on Hopper (A as ``[M, K]``, B as the ``[N, K]`` array it is), pointer loads elsewhere
+(Ada, the interpreter).  ``scaled_mm_ref`` is the float64 reference; ``quantize_fp8`` saturates
+(no inf, no NaN from a finite input) and gives an all-zero block the scale 1.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .. import runtime
+from . import checks, configs
+from .epilogue import bias_and_activation, dot_promoted, load_bias, store_tile_masked
+from .tiles import tile_coords
+from .tma import tma_strides
+
+FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
+OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+#: the block edge of block-wise scaling (1x128 on a, 128x128 on b)
+SCALE_BLOCK = 128
+SCALINGS = ("tensor", "row", "block")
+#: K elements summed on the tensor cores before an fp32 add, by default (DeepGEMM's choice)
+PROMOTE_EVERY = 128
+PROMOTE_CHOICES = (32, 64, 128)  # multiples of wgmma's K step (32 for fp8), at most BLOCK_K
+_SCALING_CODE = {name: i for i, name in enumerate(SCALINGS)}
+_SCALE_BLOCK = tl.constexpr(SCALE_BLOCK)
+
+
+# ----------------------------------------------------------------------------- device side
+@triton.jit
+def _load_tiles(a_src, b_src, off_m, off_n, off_k, offs_m, offs_n, K, stride_am, stride_bn,
+                USE_TMA: tl.constexpr, BLOCK_K: tl.constexpr):
+    """The K block at ``off_k`` of this tile's A rows and B columns.  B is read as the [N, K]
+    array it is and transposed as a view: its K-major order is what fp8 wgmma wants."""
+    if USE_TMA:
+        a = a_src.load([off_m, off_k])
+        b = b_src.load([off_n, off_k]).T
+    else:
+        offs_k = off_k + tl.arange(0, BLOCK_K)
+        a = tl.load(a_src + offs_m[:, None] * stride_am + offs_k[None, :], mask=offs_k[None, :] < K, other=0.0)
+        b = tl.load(b_src + offs_n[None, :] * stride_bn + offs_k[:, None], mask=offs_k[:, None] < K, other=0.0)
+    return a, b
+
+
+@triton.jit
+def _scaled_mm_kernel(
+    a_ptr, b_ptr, c_ptr, sa_ptr, sb_ptr, bias_ptr,
+    M, N, K,
+    stride_am, stride_bn, stride_cm, stride_sam, stride_sak, stride_sbk, stride_sbn,
+    SCALING: tl.constexpr,  # 0 tensor, 1 row, 2 block (SCALINGS)
+    PROMOTE: tl.constexpr,  # K elements per tensor-core partial sum (None: all of K, fast accumulation)
+    USE_TMA: tl.constexpr, HAS_BIAS: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_SIZE_M: tl.constexpr,
+):
+    pid_m, pid_n = tile_coords(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), True, GROUP_SIZE_M)
+    off_m = pid_m * BLOCK_M
+    off_n = pid_n * BLOCK_N
+    offs_m = (off_m + tl.arange(0, BLOCK_M)) % M  # wrapped rows/columns are never stored
+    offs_n = (off_n + tl.arange(0, BLOCK_N)) % N
+    if USE_TMA:
+        a_src = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[stride_am, 1], block_shape=[BLOCK_M, BLOCK_K])
+        b_src = tl.make_tensor_descriptor(b_ptr, shape=[N, K], strides=[stride_bn, 1], block_shape=[BLOCK_N, BLOCK_K])
+    else:
+        a_src = a_ptr
+        b_src = b_ptr
+    bias = load_bias(bias_ptr, off_n, N, BLOCK_N, HAS_BIAS)
+
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for ki in range(0, tl.cdiv(K, BLOCK_K)):
+        a, b = _load_tiles(a_src, b_src, off_m, off_n, ki * BLOCK_K, offs_m, offs_n, K, stride_am, stride_bn,
+                           USE_TMA, BLOCK_K)
+        if SCALING == 2:
+            # this K block's scales: one per row of A, one per 128 columns of B.  The block's
+            # partial product starts from zero, is scaled, then added in fp32: a promotion per block.
+            kb = ki * BLOCK_K // _SCALE_BLOCK
+            sa = tl.load(sa_ptr + offs_m * stride_sam + kb * stride_sak)
+            sb = tl.load(sb_ptr + kb * stride_sbk + (offs_n // _SCALE_BLOCK) * stride_sbn)
+            acc += tl.dot(a, b) * (sa[:, None] * sb[None, :])
+        else:
+            acc = dot_promoted(a, b, acc, PROMOTE)
+
+    if SCALING == 0:
+        acc = acc * (tl.load(sa_ptr) * tl.load(sb_ptr))
+    elif SCALING == 1:
+        sa = tl.load(sa_ptr + offs_m * stride_sam)
+        sb = tl.load(sb_ptr + offs_n * stride_sbn)
+        acc = acc * (sa[:, None] * sb[None, :])
+    acc = bias_and_activation(acc, bias, HAS_BIAS, None)
+    store_tile_masked(acc, c_ptr, off_m, off_n, M, N, stride_cm, 1, BLOCK_M, BLOCK_N)
+
+
+_scaled_mm_tuned = configs.TunedKernel(_scaled_mm_kernel, configs.fp8_configs(),
+                                       key=["M", "N", "K", "SCALING", "PROMOTE", "USE_TMA", "HAS_BIAS"])
+
+
+# ----------------------------------------------------------------------------- host side: checks
+def _name(dtype) -> str:
+    return checks.dtype_name(dtype)
+
+
+def require_fp8(what: str) -> None:
+    """RuntimeError unless this GPU multiplies fp8 (sm_89+) or the interpreter runs."""
+    if not runtime.supports_fp8():
+        raise RuntimeError(f"{what} needs fp8 tensor cores (Ada sm_89, Hopper sm_90 or newer); "
+                           f"{runtime.gpu_description()}. Run it in the CPU interpreter (GEMM_KERNELS_INTERPRET=1), "
+                           "or read the committed GPU results in notebook 10")
+
+
+def _check_fp8(x, name: str) -> None:
+    checks.check_tensor(x, name, 2, dtypes=FP8_DTYPES)
+
+
+def check_scaled_mm_inputs(a, b, scale_a, scale_b, out_dtype, bias, promote_every) -> str:
+    """Every check of ``scaled_mm``; returns the scaling its scales' shapes ask for."""
+    _check_fp8(a, "a")
+    _check_fp8(b, "b")
+    M, K = a.shape
+    if b.shape[0] != K:
+        raise ValueError(f"a is {M}x{K} but b is {b.shape[0]}x{b.shape[1]}: the inner dimensions must match "
+                         f"({K} != {b.shape[0]})")
+    N = b.shape[1]
+    checks.check_same({"a": a, "b": b}, "device")
+    if a.stride(1) != 1 and K > 1:
+        raise ValueError(f"a must be row-major (a.stride(1) == 1), got strides {tuple(a.stride())}: pass a.contiguous()")
+    if b.stride(0) != 1 and K > 1:
+        raise ValueError(
+            f"b must be column-major (b.stride(0) == 1, i.e. b.t() contiguous), got strides {tuple(b.stride())}: "
+            "fp8 tensor cores read B K-major. For an nn.Linear weight W [N, K] pass W.t(); otherwise "
+            "b.t().contiguous().t()")
+    if K % 16:
+        raise ValueError(f"K = {K} must be a multiple of 16 (16-byte rows of fp8, as torch._scaled_mm requires)")
+    if out_dtype not in OUT_DTYPES:
+        raise TypeError(f"out_dtype must be one of {', '.join(map(_name, OUT_DTYPES))}, got {out_dtype}")
+    if promote_every not in PROMOTE_CHOICES:
+        raise ValueError(f"promote_every must be one of {PROMOTE_CHOICES} (K elements per tensor-core partial sum), "
+                         f"got {promote_every!r}")
+    scaling = _scaling_of(scale_a, scale_b, M, N, K)
+    checks.check_same({"a": a, "scale_a": scale_a, "scale_b": scale_b}, "device")
+    if bias is not None:
+        checks.check_tensor(bias, "bias", 1)
+        if bias.shape[0] != N:
+            raise ValueError(f"bias must have shape [N] = [{N}], got {list(bias.shape)}")
+        checks.check_same({"a": a, "bias": bias}, "device")
+    checks.check_no_grad({"scale_a": scale_a, "scale_b": scale_b, "bias": bias})
+    if M * N - 1 > checks.MAX_INDEX or max(M, N) * K - 1 > checks.MAX_INDEX:
+        raise ValueError(f"{M}x{N}x{K} needs offsets past 32 bits; split the product")
+    return scaling
+
+
+def _scaling_of(scale_a, scale_b, M, N, K) -> str:
+    """The granularity the scales' shapes name, or a ValueError listing the accepted pairs."""
+    for name, s in (("scale_a", scale_a), ("scale_b", scale_b)):
+        if not isinstance(s, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor of float32 scales, got {type(s).__name__}")
+        if s.dtype != torch.float32:
+            raise TypeError(f"{name} must be float32 (the dequantization scale: x = q * scale), got {_name(s.dtype)}")
+    kb, nb = triton.cdiv(K, SCALE_BLOCK), triton.cdiv(N, SCALE_BLOCK)
+    sa, sb = tuple(scale_a.shape), tuple(scale_b.shape)
+    if scale_a.numel() == 1 and scale_b.numel() == 1:
+        return "tensor"
+    if sa == (M, 1) and sb == (1, N):
+        return "row"
+    if scale_a.dim() == 2 and scale_b.dim() == 2 and sa[0] == M and sb[1] == nb:
+        if K % SCALE_BLOCK:
+            raise ValueError(f"block-wise scales need K to be a multiple of {SCALE_BLOCK} (one scale per "
+                             f"{SCALE_BLOCK} values of K), got K = {K}")
+        if sa == (M, kb) and sb == (kb, nb):
+            return "block"
+    raise ValueError(
+        f"scale_a {list(sa)} and scale_b {list(sb)} name no scaling of a [{M}, {K}] @ b [{K}, {N}]; accepted: "
+        f"tensor-wise (one element each), row-wise (scale_a [{M}, 1], scale_b [1, {N}]) or block-wise "
+        f"(scale_a [{M}, {kb}]: 1x{SCALE_BLOCK} groups of a; scale_b [{kb}, {nb}]: {SCALE_BLOCK}x{SCALE_BLOCK} "
+        f"blocks of b; K a multiple of {SCALE_BLOCK})")
+
+
+# ----------------------------------------------------------------------------- host side: the launcher
+def kernel_args(a, b, c, scale_a, scale_b, bias, scaling: str, promote, use_tma: bool) -> dict:
+    """The kernel's arguments for checked inputs (the launcher's and the compile view's)."""
+    M, K = a.shape
+    two_d = lambda s: s.reshape(1, 1) if scaling == "tensor" else s  # noqa: E731
+    sa, sb = two_d(scale_a), two_d(scale_b)
+    return dict(a_ptr=a, b_ptr=b, c_ptr=c, sa_ptr=sa, sb_ptr=sb, bias_ptr=bias if bias is not None else c,
+                M=M, N=b.shape[1], K=K, stride_am=a.stride(0), stride_bn=b.stride(1), stride_cm=c.stride(0),
+                stride_sam=sa.stride(0), stride_sak=sa.stride(1), stride_sbk=sb.stride(0), stride_sbn=sb.stride(1),
+                SCALING=_SCALING_CODE[scaling], PROMOTE=promote, USE_TMA=use_tma, HAS_BIAS=bias is not None)
+
+
+def scaled_mm(a, b, scale_a, scale_b, *, out_dtype=torch.bfloat16, bias=None, use_fast_accum=False,
+              promote_every=PROMOTE_EVERY):
+    """``(a * scale_a) @ (b * scale_b) + bias`` in ``out_dtype``, from fp8 ``a`` and ``b``.
+
+    a: [M, K] row-major, b: [K, N] column-major (``W.t()``), e4m3 or e5m2; K a multiple of 16.
+    Scales are float32 dequantization factors (``x = q * scale``, as :func:`quantize_fp8`
+    returns them), tensor-, row- or block-wise (module docstring).  ``use_fast_accum``: never
+    promote the tensor cores' partial sums to fp32 (faster, less accurate at long K);
+    ``promote_every``: the interval otherwise.  Forward only (no autograd)."""
+    require_fp8("scaled_mm")
+    scaling = check_scaled_mm_inputs(a, b, scale_a, scale_b, out_dtype, bias, promote_every)
+    M, K = a.shape
+    N = b.shape[1]
+    c = torch.empty((M, N), device=a.device, dtype=out_dtype)
+    if M == 0 or N == 0:
+        return c
+    if K == 0:  # an empty sum, then the bias
+        return c.copy_(bias.expand(M, N) if bias is not None else torch.zeros_like(c))
+    use_tma = runtime.supports_tma() and tma_strides(a, (0, 1)) is not None and tma_strides(b, (1, 0)) is not None
+    if use_tma:
+        runtime.ensure_tma_allocator()
+    grid = lambda meta: (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]),)  # noqa: E731
+    _scaled_mm_tuned[grid](**kernel_args(a, b, c, scale_a, scale_b, bias, scaling,
+                                         None if use_fast_accum else promote_every, use_tma))
+    return c
+
+
+# ----------------------------------------------------------------------------- quantization and the reference
+def fp8_max(dtype) -> float:
+    """The largest finite value of an fp8 dtype (448 for e4m3, 57344 for e5m2)."""
+    return float(torch.finfo(dtype).max)
+
+
+def _block_shape(granularity, shape) -> tuple[int, int]:
+    rows, cols = shape
+    named = {"tensor": (rows, cols), "row": (1, cols), "column": (rows, 1)}
+    if isinstance(granularity, str):
+        if granularity not in named:
+            raise ValueError(f"granularity must be 'tensor', 'row', 'column' or a block (rows, cols), got {granularity!r}")
+        return tuple(max(1, n) for n in named[granularity])
+    if (not isinstance(granularity, (tuple, list)) or len(granularity) != 2
+            or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in granularity)):
+        raise ValueError(f"a block granularity must be two positive ints (rows, cols), e.g. (1, 128), got {granularity!r}")
+    return tuple(granularity)
+
+
+def expand_scale(scale: torch.Tensor, shape, granularity) -> torch.Tensor:
+    """The per-element scale of a ``shape`` tensor quantized with ``granularity``."""
+    bm, bk = _block_shape(granularity, shape)
+    full = scale.reshape(triton.cdiv(shape[0], bm), triton.cdiv(shape[1], bk))
+    return full.repeat_interleave(bm, 0).repeat_interleave(bk, 1)[: shape[0], : shape[1]]
+
+
+def quantize_fp8(x, granularity="tensor", *, dtype=torch.float8_e4m3fn):
+    """``(q, scale)`` with ``x ~ q * scale``: q in fp8 (x's layout kept), scale float32.
+
+    granularity: ``"tensor"`` (scale of shape [1]... a 0-d tensor), ``"row"`` ([M, 1]),
+    ``"column"`` ([1, N]: per output channel of a [K, N] b), or a block ``(rows, cols)``:
+    ``(1, 128)`` for activations, ``(128, 128)`` for weights (scale [ceil(M/rows), ceil(N/cols)]).
+    Each block's largest magnitude maps to the format's maximum; values are clamped there
+    (saturation, never inf) and rounded to nearest even.  An all-zero block gets the scale 1.
+    Plain torch ops (quantization is memory-bound and not this course's subject); NaN stays NaN."""
+    checks.check_tensor(x, "x", 2, dtypes=(torch.float16, torch.bfloat16, torch.float32, torch.float64))
+    if dtype not in FP8_DTYPES:
+        raise TypeError(f"dtype must be one of {', '.join(map(_name, FP8_DTYPES))}, got {dtype}")
+    bm, bk = _block_shape(granularity, x.shape)
+    rows, cols = x.shape
+    xf = x.float()
+    padded = torch.nn.functional.pad(xf, (0, (-cols) % bk, 0, (-rows) % bm))
+    blocks = padded.reshape(padded.shape[0] // bm, bm, padded.shape[1] // bk, bk)
+    amax = blocks.abs().amax(dim=(1, 3))
+    fmax = fp8_max(dtype)
+    scale = torch.where(amax > 0, amax / fmax, torch.ones_like(amax))
+    q = (xf / expand_scale(scale, x.shape, (bm, bk))).clamp(-fmax, fmax)
+    out = torch.empty_like(x, dtype=dtype)  # keeps x's layout (a column-major b stays column-major)
+    out.copy_(q)
+    if granularity == "tensor":
+        scale = scale.reshape(())
+    return out, scale
+
+
+def dequantize(q, scale, granularity) -> torch.Tensor:
+    """``q * scale`` in float64 (the values an fp8 GEMM multiplies)."""
+    return q.double() * expand_scale(scale.double(), q.shape, granularity)
+
+
+def _granularities(scaling: str) -> tuple:
+    return {"tensor": ("tensor", "tensor"), "row": ("row", "column"),
+            "block": ((1, SCALE_BLOCK), (SCALE_BLOCK, SCALE_BLOCK))}[scaling]
+
+
+def scaled_mm_ref(a, b, scale_a, scale_b, *, out_dtype=torch.bfloat16, bias=None):
+    """Plain-torch reference: dequantize to float64, multiply, add the bias; ``out_dtype``
+    (``torch.float64`` keeps full precision for error measurements)."""
+    scaling = _scaling_of(scale_a, scale_b, a.shape[0], b.shape[1], a.shape[1])
+    ga, gb = _granularities(scaling)
+    acc = dequantize(a, scale_a, ga) @ dequantize(b, scale_b, gb)
+    if bias is not None:
+        acc = acc + bias.double()
+    return acc.to(out_dtype)
+
+
+# ----------------------------------------------------------------------------- MoE: the grouped product in fp8
+def scaled_grouped_mm(x, w, scale_x, scale_w, offs, *, out_dtype=torch.bfloat16, use_fast_accum=False,
+                      promote_every=PROMOTE_EVERY, tma=None, check_offs=None):
+    """``out[rows of e] = (x * scale_x)[rows of e] @ (w[e] * scale_w[e])``: ``grouped_mm`` in fp8
+    with row-wise scales, ``torch._scaled_grouped_mm``'s 2-D x 3-D case.
+
+    x: [T, K] row-major e4m3/e5m2, tokens sorted by expert; w: [E, K, N] column-major per expert
+    (``w_nk.transpose(1, 2)`` of [E, N, K] weights); scale_x: float32 [T] (per token); scale_w:
+    float32 [E, N] (per expert and output channel); offs: int32 [E], as :func:`grouped_mm`'s (no
+    host sync; rows past ``offs[-1]`` are zeros).  The same kernel as ``grouped_mm``, its K loop
+    promoting every ``promote_every`` and the scales applied in its epilogue.  Forward only."""
+    from . import moe
+
+    require_fp8("scaled_grouped_mm")
+    if tma is not None and not isinstance(tma, bool):
+        raise TypeError(f"tma must be None, True or False, got {tma!r}")
+    if check_offs is not None and not isinstance(check_offs, bool):
+        raise TypeError(f"check_offs must be None, True or False, got {check_offs!r}")
+    moe._check_shapes(x, w, offs, dtypes=FP8_DTYPES)
+    T, K = x.shape
+    E, _, N = w.shape
+    if x.stride(1) != 1 and K > 1:
+        raise ValueError(f"x must be row-major (x.stride(1) == 1), got strides {tuple(x.stride())}: pass x.contiguous()")
+    if w.stride(1) != 1 and K > 1:
+        raise ValueError(
+            f"w must be column-major per expert (w.stride(1) == 1: w = w_nk.transpose(1, 2) of [E, N, K] weights), "
+            f"got strides {tuple(w.stride())}: fp8 tensor cores read B K-major")
+    if K % 16:
+        raise ValueError(f"K = {K} must be a multiple of 16 (16-byte rows of fp8, as torch._scaled_grouped_mm requires)")
+    if out_dtype not in OUT_DTYPES:
+        raise TypeError(f"out_dtype must be one of {', '.join(map(_name, OUT_DTYPES))}, got {out_dtype}")
+    if promote_every not in PROMOTE_CHOICES:
+        raise ValueError(f"promote_every must be one of {PROMOTE_CHOICES}, got {promote_every!r}")
+    for name, s, shape in (("scale_x", scale_x, [T]), ("scale_w", scale_w, [E, N])):
+        if not isinstance(s, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor of float32 scales, got {type(s).__name__}")
+        if s.dtype != torch.float32:
+            raise TypeError(f"{name} must be float32, got {_name(s.dtype)}")
+        if list(s.shape) != shape:
+            raise ValueError(f"{name} must have shape {shape} (row-wise scales: "
+                             f"{'one per token' if name == 'scale_x' else 'one per expert and output channel'}), "
+                             f"got {list(s.shape)}")
+        if s.numel() and s.stride(-1) != 1:
+            raise ValueError(f"{name} must be contiguous in its last dimension, got strides {tuple(s.stride())}")
+    checks.check_same({"x": x, "scale_x": scale_x, "scale_w": scale_w}, "device")
+    checks.check_no_grad({"scale_x": scale_x, "scale_w": scale_w})
+    promote = None if use_fast_accum else promote_every
+    return moe._forward(x, w, offs, tma, check_offs, fp8=(scale_x, scale_w, out_dtype, promote))
+
+
+def scaled_grouped_mm_ref(x, w, scale_x, scale_w, offs, *, out_dtype=torch.bfloat16):
+    """Plain-torch reference: dequantize to float64, then one product per expert."""
+    out = torch.zeros((x.shape[0], w.shape[2]), dtype=torch.float64, device=x.device)
+    xd = x.double() * scale_x.double()[:, None]
+    start = 0
+    for e, end in enumerate(offs.tolist()):
+        out[start:end] = xd[start:end] @ (w[e].double() * scale_w[e].double()[None, :])
+        start = end
+    return out.to(out_dtype)
