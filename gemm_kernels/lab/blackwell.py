@@ -10,19 +10,18 @@ loop become there, next to what the same source becomes on Hopper (sm_90).
   ``tl.range(..., warp_specialize=True)``) on both targets: its ``ttg.warp_specialize``
   partitions and the pass the installed Triton runs for each (``warp_specialize_passes``).
 
-Why warp specialization differs.  ``make_ttgir`` in ``triton/backends/nvidia/compiler.py`` runs
-a different pass per target: ``nvidia.passes.hopper.add_hopper_warpspec`` for sm_8x/9x
-(NVGPUWarpSpecialization, third_party/nvidia/hopper/lib/Transforms/WarpSpecialization.cpp) and
-``passes.ttgpuir.add_warp_specialize`` for sm_100+ (AutomaticWarpSpecialization,
-lib/Dialect/TritonGPU/Transforms/WarpSpecialization/; both paths are in libtriton.so, the C++
-is not shipped).  The Hopper pass acts only on a 4-warp kernel (upstream's source returns unless
-``num_warps == 4``): the compiles agree (4 warps: a producer plus two 4-warp consumer
-partitions; 8 warps: nothing, the PTX identical, as tests/test_claims.py asserts for the
-package's 8-warp matmul_tma).  The Blackwell pass splits the loop at any num_warps (a 1-warp
-MMA partition, a 2-warp load partition).  On sm_90 the Hopper pass fails on a dot_scaled loop
-(a compile error, not a fallback).  Triton 3.6 vs 3.9: 3.6's Hopper pass also splits a
-num_stages=1 loop; 3.6 spells the scaled MMA ``.block_scale.scale_vec::1X``, 3.9 ``.block32``;
-only 3.9's interpreter runs ``dot_scaled`` (``mxfp8_matmul`` says so on 3.6 without a GPU).
+Why warp specialization differs.  ``make_ttgir`` (triton/backends/nvidia/compiler.py) adds
+``nvidia.passes.hopper.add_hopper_warpspec`` for sm_8x/9x (NVGPUWarpSpecialization,
+third_party/nvidia/hopper/lib/Transforms/WarpSpecialization.cpp) but ``passes.ttgpuir.
+add_warp_specialize`` for sm_100+ (AutomaticWarpSpecialization, lib/Dialect/TritonGPU/Transforms/
+WarpSpecialization/); libtriton.so names both files, the wheel ships no C++.  Upstream's Hopper
+pass returns unless the kernel has 4 warps, and the compiles agree: at 4 warps the kernel's own
+warps keep the TMA loads and two added 4-warp partitions run the wgmma; at 8 warps the PTX is
+unchanged (as tests/test_claims.py asserts for matmul_tma).  The Blackwell pass splits the loop
+at 4 and 8 warps: a 1-warp tcgen05 MMA partition, a 2-warp TMA load partition.  At 4 warps the
+Hopper pass fails on a dot_scaled loop (a compile error, no fallback).  Triton 3.6 vs 3.9: 3.6's
+Hopper pass also splits a num_stages=1 loop; 3.6 spells the scaled MMA ``.block_scale.
+scale_vec::1X``, 3.9 ``.block32``; only 3.9's interpreter runs ``dot_scaled``.
 No timings: nobody here has a Blackwell GPU.
 """
 
@@ -145,10 +144,11 @@ def _interpreter_has_dot_scaled() -> bool:
     return hasattr(interpreter.InterpreterBuilder, "create_dot_scaled")
 
 
-def mxfp8_matmul(a, a_scale, b, b_scale, *, tcgen05_scales: bool = False, num_warps: int = 4) -> torch.Tensor:
+def mxfp8_matmul(a, a_scale, b, b_scale, *, tcgen05_scales: bool = False) -> torch.Tensor:
     """bf16 ``[M, N]`` from e4m3 A ``[M, K]``, B ``[N, K]`` and uint8 (e8m0) scales ``[M, K/32]``,
     ``[N, K/32]``; M, N, K multiples of 128.  ``tcgen05_scales`` passes them re-laid
-    (``to_tcgen05_scales``).  Needs TMA (sm_90+, or Triton 3.9's interpreter)."""
+    (``to_tcgen05_scales``).  Needs TMA (sm_90+, or the interpreter): NotImplementedError in an
+    interpreter without dot_scaled (Triton 3.6's)."""
     (M, K), (N, K_b) = a.shape, b.shape
     for name, x, dtype in (("a", a, torch.float8_e4m3fn), ("b", b, torch.float8_e4m3fn),
                            ("a_scale", a_scale, torch.uint8), ("b_scale", b_scale, torch.uint8)):
@@ -172,7 +172,7 @@ def mxfp8_matmul(a, a_scale, b, b_scale, *, tcgen05_scales: bool = False, num_wa
     mxfp8_matmul_kernel[(M // BLOCK, N // BLOCK)](
         a, b, c, a_scale, b_scale, M, N, K, a.stride(0), b.stride(0), c.stride(0),
         BLOCK_M=BLOCK, BLOCK_N=BLOCK, BLOCK_K=BLOCK, TCGEN05_SCALES=tcgen05_scales, WARP_SPECIALIZE=False,
-        num_warps=num_warps, num_stages=3)
+        num_warps=4, num_stages=3)
     return c
 
 
@@ -206,8 +206,19 @@ def ws_example(warp_specialize: bool = True, num_warps: int = 8, size: int = 512
 
 def compile_mxfp8(target="sm_100", *, scales: str = "tcgen05", warp_specialize: bool = False) -> CompileView:
     """``mxfp8_example`` compiled for ``target`` in the compile view's worker (cached per process).
-    RuntimeError with the compiler's message where it does not build (sm_90 with warp_specialize)."""
-    return compile_many([mxfp8_example(scales, warp_specialize).request(parse_target(target))])[0]
+
+    RuntimeError where it does not build: on sm_90 with ``warp_specialize`` the Hopper pass stops
+    on this 4-warp dot_scaled loop (the compiler's crash report, on the worker's stderr, names
+    NVGPUWarpSpecialization)."""
+    capability = parse_target(target)
+    try:
+        return compile_many([mxfp8_example(scales, warp_specialize).request(capability)])[0]
+    except RuntimeError as err:
+        if warp_specialize and "add_hopper_warpspec" in warp_specialize_passes(capability):
+            raise RuntimeError(f"{err}\n(sm_{capability}: Triton {triton.__version__}'s Hopper warp-specialization "
+                               "pass, NVGPUWarpSpecialization, cannot split a 4-warp dot_scaled loop; compile with "
+                               "warp_specialize=False, or for sm_100)") from err
+        raise
 
 
 # ----------------------------------------------------------------------------- reading the stages
@@ -227,7 +238,7 @@ def stage_lines(view: CompileView, pattern: str, stage: str = "ptx", limit: int 
 def _opcodes(ptx: str, prefix: str) -> dict[str, int]:
     """PTX opcode (with its qualifiers) -> how many times it appears, for opcodes starting ``prefix``."""
     counts: dict[str, int] = {}
-    for op in re.findall(rf"^\s*(?:@%p\d+\s+)?({re.escape(prefix)}[\w.:]*)", ptx, flags=re.MULTILINE):
+    for op in re.findall(rf"^\s*(?:@!?%\w+\s+)?({re.escape(prefix)}[\w.:]*)", ptx, flags=re.MULTILINE):
         counts[op] = counts.get(op, 0) + 1
     return counts
 
@@ -244,8 +255,15 @@ def _bases(definition: str) -> dict[str, list]:
     return found
 
 
-#: what a TTGIR op on the scales' way means (regex on the TTGIR -> meaning)
+#: the scales' way to the MMA, in order: (regex on the TTGIR, what a match means)
 SCALE_STEPS = (
+    (r"ttng\.async_tma_copy_global_to_local .*-> !ttg\.memdesc<[\dx]*32x16xi8",
+     "global -> shared memory by TMA, in 512-byte [32, 16] chunks (ttng.async_tma_copy_global_to_local)"),
+    (r"= tt\.load \S+ : tensor<\d+x\d+x!tt\.ptr<i8>", "global -> registers by pointer loads (tt.load)"),
+    (r"ttg\.memdesc_trans .*order = array<i32: 0, 3, 2, 1, 4>",
+     "chunks put in row order as a view of shared memory (ttg.memdesc_reshape, ttg.memdesc_trans: no data moved)"),
+    (r"= tt\.trans .*order = array<i32: 0, 3, 2, 1, 4>",
+     "chunks put in row order in registers (ttg.local_load, then tt.reshape, tt.trans)"),
     (r"ttng\.tmem_copy .*#tmem_scales", "shared memory -> tensor memory: ttng.tmem_copy (tcgen05.cp)"),
     (r"ttng\.tmem_alloc %\S+ : \(tensor<\d+x\d+xi8", "registers -> tensor memory: ttng.tmem_alloc of a register "
                                                      "tensor (tcgen05.st)"),
@@ -279,17 +297,18 @@ def _tmem_allocs(ttgir: str) -> list[str]:
     return sorted({f"{shape} {layout}" for shape, layout in found})
 
 
-def block_scaled_summary(target="sm_100", scales: str = "tcgen05") -> dict:
+def block_scaled_summary(target="sm_100", scales: str = "tcgen05", warp_specialize: bool = False) -> dict:
     """What ``mxfp8_matmul_kernel`` becomes on ``target``, read from its compiled stages.
 
     Keys: ``target``, ``scales``, ``mma`` (PTX MMA opcode -> count), ``block_scaled_mma`` (how
     many of them scale by themselves: ``.block_scale``), ``wgmma``, ``tensor_memory`` (tcgen05
-    opcode family -> count, plus ``columns`` allocated), ``tmem_allocs``, ``tmem_layouts``
-    (``#tmem...`` name -> definition), ``scale_path`` (SCALE_STEPS found, in that order),
-    ``scale_layout`` (``_scale_layout``), ``upcasts`` (``tt.fp_to_fp`` count), ``shared``
-    (bytes), ``registers`` (per thread, None without cuobjdump), ``num_warps``."""
-    view = compile_mxfp8(target, scales=scales)
-    return _summarize(view, scales)
+    opcode family, e.g. ``tcgen05.cp``, -> count, plus ``columns`` allocated), ``tmem_allocs``,
+    ``tmem_layouts`` (``#tmem...`` name -> definition), ``scale_path`` (the SCALE_STEPS found, in
+    their order), ``scale_layout`` (``_scale_layout``), ``partitions`` (``partitions``: none
+    unless warp-specialized), ``upcasts`` (``tt.fp_to_fp`` count),
+    ``shared`` (bytes), ``registers`` and ``spill_bytes`` (per thread; None without cuobjdump),
+    ``num_warps``."""
+    return _summarize(compile_mxfp8(target, scales=scales, warp_specialize=warp_specialize), scales)
 
 
 def block_scaled_comparison(scales: str = "tcgen05") -> dict[str, dict]:
@@ -301,9 +320,10 @@ def block_scaled_comparison(scales: str = "tcgen05") -> dict[str, dict]:
 def _summarize(view: CompileView, scales: str) -> dict:
     ptx, ttgir = view.ptx, view.ttgir
     mma = {**_opcodes(ptx, "tcgen05.mma"), **_opcodes(ptx, "wgmma.mma_async")}
-    families = ("alloc", "dealloc", "ld", "st", "cp", "commit", "wait", "mma")
-    tmem = {f"tcgen05.{f}": sum(n for op, n in _opcodes(ptx, f"tcgen05.{f}.").items()) +
-            sum(n for op, n in _opcodes(ptx, f"tcgen05.{f}::").items()) for f in families}
+    tmem: dict[str, int] = {}
+    for op, n in _opcodes(ptx, "tcgen05.").items():  # tcgen05.wait::ld... -> tcgen05.wait
+        family = "tcgen05." + re.split(r"[.:]", op[len("tcgen05."):])[0]
+        tmem[family] = tmem.get(family, 0) + n
     columns = re.search(r"tcgen05\.alloc\S*\s+\[[^\]]*\],\s*(\d+);", ptx)
     tmem["columns"] = int(columns.group(1)) if columns else 0
     return {
@@ -314,9 +334,10 @@ def _summarize(view: CompileView, scales: str) -> dict:
         "tmem_allocs": _tmem_allocs(ttgir),
         "tmem_layouts": {k: v for k, v in _layout_definitions(ttgir).items() if k.startswith("#tmem")},
         "scale_path": [meaning for pattern, meaning in SCALE_STEPS if re.search(pattern, ttgir)],
-        "scale_layout": _scale_layout(ttgir),
+        "scale_layout": _scale_layout(ttgir), "partitions": partitions(ttgir),
         "upcasts": len(re.findall(r"= tt\.fp_to_fp ", ttgir)),
-        "shared": view.shared, "registers": view.num_regs, "num_warps": view.num_warps,
+        "shared": view.shared, "registers": view.num_regs, "spill_bytes": view.spill_bytes,
+        "num_warps": view.num_warps,
     }
 
 
@@ -327,6 +348,7 @@ KEY_OPS = {
     "ttg.async_copy_global_to_local": "cp.async load",
     "ttng.tc_gen5_mma": "tcgen05 MMA", "ttng.tc_gen5_mma_scaled": "tcgen05 block-scaled MMA",
     "ttng.warp_group_dot": "wgmma", "ttng.tmem_load": "tensor memory -> registers",
+    "tt.load": "pointer load", "ttng.tmem_copy": "shared -> tensor memory (tcgen05.cp)",
     "tt.store": "pointer store", "tt.descriptor_store": "TMA store",
 }
 
@@ -367,10 +389,14 @@ def warp_specialize_passes(target) -> list[str]:
     tree = ast.parse(textwrap.dedent(inspect.getsource(CUDABackend.make_ttgir)))
     found = []
 
+    def names(node):
+        return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+
     def visit(statements):
         for node in statements:
-            if isinstance(node, ast.If) and {n.id for n in ast.walk(node.test) if isinstance(n, ast.Name)} == {"capability"}:
-                taken = eval(compile(ast.Expression(node.test), "make_ttgir", "eval"), {}, {"capability": capability})
+            if isinstance(node, ast.If) and names(node.test) == {"capability"}:
+                test = compile(ast.Expression(node.test), "make_ttgir", "eval")
+                taken = eval(test, {"__builtins__": {}}, {"capability": capability})  # e.g. capability // 10 >= 10
                 visit(node.body if taken else node.orelse)
             elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
                 name = getattr(node.value.func, "attr", "")
