@@ -95,6 +95,7 @@ sanitize: $(STAMP)  ## every kernel on ragged shapes under compute-sanitizer mem
 	GEMM_KERNELS_AUTOTUNE=0 compute-sanitizer --tool memcheck --error-exitcode 1 $(BIN)/python tests/sanitize_kernels.py
 	GEMM_KERNELS_AUTOTUNE=0 compute-sanitizer --tool memcheck --error-exitcode 1 $(BIN)/python tests/sanitize_bad_offs.py unchecked
 	GEMM_KERNELS_AUTOTUNE=0 compute-sanitizer --tool memcheck --error-exitcode 1 $(BIN)/python tests/sanitize_bad_offs.py default
+	GEMM_KERNELS_AUTOTUNE=0 compute-sanitizer --tool memcheck --error-exitcode 1 $(BIN)/python tests/sanitize_fp8.py
 
 sanitize-ws: $(STAMP)  ## matmul_ws under memcheck, racecheck and synccheck (needs an sm_90 GPU; kernels/WS_NOTES.md reads racecheck's reports)
 	GEMM_KERNELS_AUTOTUNE=0 compute-sanitizer --tool memcheck --error-exitcode 1 $(BIN)/python tests/sanitize_ws.py

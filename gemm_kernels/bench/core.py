@@ -44,6 +44,9 @@ DENSE_PEAK_TFLOPS = {
     "A100": 312.0,
 }
 PEAK_DTYPES = (torch.float16, torch.bfloat16)
+#: Dense fp8 (e4m3/e5m2) peak: twice the 16-bit one on Hopper (datasheets: 1979 TFLOP/s on H100 SXM)
+FP8_DENSE_PEAK_TFLOPS = {"H100 SXM": 1978.9, "H100 PCIe": 1513.0, "H200": 1978.9}
+FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 
 
 def peak_entry(gpu_name: str) -> str | None:
@@ -66,8 +69,10 @@ def peak_entry(gpu_name: str) -> str | None:
 
 
 def dense_peak_tflops(gpu_name: str, dtype: torch.dtype) -> float | None:
-    """Datasheet dense fp16/bf16 peak of ``gpu_name``; None when the GPU or dtype is not in the table."""
+    """Datasheet dense fp16/bf16 (or fp8) peak of ``gpu_name``; None when the GPU or dtype is not in the table."""
     entry = peak_entry(gpu_name)
+    if entry is not None and dtype in FP8_DTYPES:
+        return FP8_DENSE_PEAK_TFLOPS.get(entry)
     if entry is None or dtype not in PEAK_DTYPES:
         return None
     return DENSE_PEAK_TFLOPS[entry]
@@ -94,10 +99,12 @@ def tflops(flops: int, ms: float) -> float:
 
 
 def dtype_name(dtype: torch.dtype) -> str:
-    return {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}[dtype]
+    return {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32", torch.float8_e4m3fn: "e4m3",
+            torch.float8_e5m2: "e5m2"}[dtype]
 
 
-DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
+DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32, "e4m3": torch.float8_e4m3fn,
+          "e5m2": torch.float8_e5m2}
 
 
 # --- command lines ----------------------------------------------------------------------

@@ -785,6 +785,159 @@ def llm_suite(settings: SuiteSettings) -> list[Case]:
     return cases
 
 
+# ------------------------------------------------------------------------------ fp8
+
+#: square sizes and LLM projections (model, projection, M, N, K; b = W.t()) of the fp8 suite
+FP8_SQUARE = {"full": (1024, 2048, 4096, 8192), "quick": (4096,), "cpu": (128,)}
+FP8_LLM_M = {"full": (4096, 1000), "quick": (), "cpu": ()}
+FP8_SCALINGS = ("tensor", "row", "block")
+
+
+def fp8_shapes(size_class: str) -> list[tuple[str, int, int, int]]:
+    """(label, M, N, K): squares, then Llama-3-8B's, Llama-3-70B's and DeepSeek-V3's dense
+    projections at 4096 tokens and at 1000 (not a power of two)."""
+    shapes = [(f"{n}^3", n, n, n) for n in FP8_SQUARE[size_class]]
+    table = [(layer.model, name, n, k) for layer in LLM_LAYERS[:2] for name, (n, k) in layer.projections().items()]
+    table += [("DeepSeek-V3", name, n, k) for name, (n, k) in DEEPSEEK_V3_DENSE.items()]
+    for m in FP8_LLM_M[size_class]:
+        shapes += [(f"{model} {name} M={m}", m, n, k) for model, name, n, k in table]
+    return shapes
+
+
+def _torch_block_scales(sa: torch.Tensor, sb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Our block scales in the layouts torch's 1x128 / 128x128 recipe asks for: scale_a M-major,
+    scale_b [round_up(K/128, 4), N/128] K-major."""
+    kb, nb = sb.shape
+    padded = -(-kb // 4) * 4
+    tb = torch.zeros(nb, padded, device=sb.device, dtype=sb.dtype).t()
+    tb[:kb] = sb
+    return sa.t().contiguous().t(), tb
+
+
+def _vendor_block_mm(a, b, sa, sb):
+    """torch's block-scaled GEMM (``torch.nn.functional.scaled_mm``, 1x128 x 128x128), or Skip
+    where this torch or GPU has none."""
+    F = torch.nn.functional
+    if not hasattr(F, "scaled_mm") or not hasattr(F, "ScalingType"):
+        raise Skip("this torch has no torch.nn.functional.scaled_mm (block-wise scaling)")
+    ta, tb = _torch_block_scales(sa, sb)
+    call = lambda: F.scaled_mm(a, b, ta, F.ScalingType.BlockWise1x128, tb,  # noqa: E731
+                               F.ScalingType.BlockWise128x128, output_dtype=torch.bfloat16)
+    try:
+        call()
+    except (RuntimeError, NotImplementedError, ValueError) as exc:
+        raise Skip(f"torch block-wise scaled_mm unavailable here: {str(exc).splitlines()[0][:200]}") from None
+    return call, None
+
+
+def fp8_suite(settings: SuiteSettings) -> list[Case]:
+    """FP8 e4m3 GEMMs ``(a * sa) @ (b * sb)``, b column-major: our ``scaled_mm`` vs
+    ``torch._scaled_mm`` (per-tensor and row-wise scales, with and without fast accumulation)
+    and torch's block-wise scaled_mm (1x128 / 128x128), where it exists."""
+    seeds = _Seeds(settings.seed)
+    cases = []
+    for scaling in FP8_SCALINGS:
+        for label, M, N, K in fp8_shapes(settings.size_class):
+            if scaling == "block" and K % 128:
+                continue
+
+            def setup(M=M, N=N, K=K, scaling=scaling, seed=seeds()):
+                from ..kernels import fp8
+
+                gen = _generator(seed)
+                x, w = _randn((M, K), torch.bfloat16, gen), _randn((N, K), torch.bfloat16, gen)
+                x[:, :: max(1, K // 8)] *= 20  # a few outlier channels, as in real activations
+                ga, gb = {"tensor": ("tensor", "tensor"), "row": ("row", "column"),
+                          "block": ((1, 128), (128, 128))}[scaling]
+                a, sa = fp8.quantize_fp8(x, ga)
+                b, sb = fp8.quantize_fp8(w.t(), gb)
+                del x, w
+
+                def ours(**kw):
+                    return lambda: ((lambda: fp8.scaled_mm(a, b, sa, sb, **kw)), None)
+
+                if scaling == "block":
+                    providers = [lazy_provider("torch block-wise", lambda: _vendor_block_mm(a, b, sa, sb), ours=False,
+                                               note="torch.nn.functional.scaled_mm, BlockWise1x128 x BlockWise128x128"),
+                                 lazy_provider("scaled_mm", ours(), note="scales applied in the K loop")]
+                    baseline = "torch block-wise"
+                else:
+                    vendor_sb = sb if scaling == "tensor" else sb.reshape(1, N)
+                    vendor = lambda fast: (lambda: torch._scaled_mm(  # noqa: E731
+                        a, b, sa, vendor_sb, out_dtype=torch.bfloat16, use_fast_accum=fast))
+                    providers = [Provider("torch._scaled_mm", vendor(False), ours=False, note="use_fast_accum=False"),
+                                 Provider("torch._scaled_mm fast", vendor(True), ours=False, note="use_fast_accum=True"),
+                                 lazy_provider("scaled_mm", ours(), note=f"promotes every {fp8.PROMOTE_EVERY}"),
+                                 lazy_provider("scaled_mm fast", ours(use_fast_accum=True), note="never promotes")]
+                    baseline = "torch._scaled_mm"
+                assert baseline == providers[0].name
+                return CaseData(providers, lambda: [fp8.scaled_mm_ref(a, b, sa, sb, out_dtype=torch.float64).float()])
+            base = "torch block-wise" if scaling == "block" else "torch._scaled_mm"
+            cases.append(Case("fp8", scaling, label, M, torch.float8_e4m3fn, [(M, N, K)], base, setup,
+                              {"scaling": scaling, "M": M, "N": N, "K": K}))
+    return cases
+
+
+FP8_MOE_TOKENS = {"full": (512, 4096, 32768), "quick": (4096,), "cpu": (37,)}
+
+
+def fp8_moe_suite(settings: SuiteSettings) -> list[Case]:
+    """MoE expert GEMMs in fp8 with row-wise scales: ``scaled_grouped_mm`` vs
+    ``torch._scaled_grouped_mm``, forward, the moe suite's models, routings and token counts."""
+    seeds = _Seeds(settings.seed)
+    size = settings.size_class
+    cases = []
+    weights_cache: dict = {}
+    for model in MOE_MODELS[size]:
+        for projection in MOE_PROJECTIONS[size]:
+            k, n = (model.hidden, model.ffn) if projection == "up" else (model.ffn, model.hidden)
+            for routing in MOE_ROUTINGS:
+                for tokens in FP8_MOE_TOKENS[size]:
+                    cases.append(_fp8_moe_case(model, projection, routing, tokens, k, n, seeds(), weights_cache))
+    return cases
+
+
+def _fp8_moe_case(model, projection, routing, tokens, k, n, seed, weights_cache) -> Case:
+    rows = tokens * model.top_k
+
+    def setup():
+        from ..kernels import fp8
+
+        key = (model, projection)
+        if key not in weights_cache:
+            weights_cache.clear()
+            w = _moe_weights(model, projection, torch.bfloat16, _generator(seed + 7))
+            weights_cache[key] = fp8.quantize_experts(w)
+        w, sw = weights_cache[key]
+        counts = _route(model, tokens, routing, seed)
+        offs = torch.cumsum(counts, 0).to(device=runtime.DEVICE, dtype=torch.int32)
+        x, sx = fp8.quantize_fp8(_randn((rows, k), torch.bfloat16, _generator(seed)), "row")
+        sx = sx.reshape(rows)
+        def vendor():
+            if not runtime.on_gpu():
+                raise Skip("torch._scaled_grouped_mm runs on CUDA GPUs only")
+            return (lambda: torch._scaled_grouped_mm(x, w, sx, sw, offs=offs, out_dtype=torch.bfloat16)), None
+
+        providers = [
+            lazy_provider("torch._scaled_grouped_mm", vendor, ours=False),
+            lazy_provider("scaled_grouped_mm", lambda: ((lambda: fp8.scaled_grouped_mm(x, w, sx, sw, offs)),
+                                                        (lambda: fp8.scaled_grouped_mm(x, w, sx, sw, offs,
+                                                                                       check_offs=True))),
+                          note="default arguments (no host sync); checked with check_offs=True"),
+        ]
+        used = int((counts > 0).sum())
+        return CaseData(providers, lambda: [fp8.scaled_grouped_mm_ref(x, w, sx, sw, offs, out_dtype=torch.float64)
+                                            .float()],
+                        {"experts_used": used, "max_rows": int(counts.max())},
+                        min_bytes=rows * k + used * k * n + 2 * rows * n)
+
+    label = f"{model.name} {projection} T={tokens} {routing}"
+    return Case("fp8-moe", f"{model.name} {projection} ({routing})", label, tokens, torch.float8_e4m3fn,
+                [(rows, n, k)], "torch._scaled_grouped_mm", setup,
+                {"model": model.name, "experts": model.experts, "top_k": model.top_k, "tokens": tokens,
+                 "rows": rows, "K": k, "N": n, "routing": routing})
+
+
 SUITES = {
     "square": square_suite,
     "order": order_suite,
@@ -793,4 +946,6 @@ SUITES = {
     "seed-grouped": seed_grouped_suite,
     "moe": moe_suite,
     "llm": llm_suite,
+    "fp8": fp8_suite,
+    "fp8-moe": fp8_moe_suite,
 }

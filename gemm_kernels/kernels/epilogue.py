@@ -70,6 +70,21 @@ def gelu_erf(x):
     return x * tl.where(x >= 0, 1.0 - tail, tail)  # x * Phi(x); +inf stays inf, like torch
 
 
+#: compiled kernels convert fp32 to bf16 rounding to nearest even; Triton's interpreter truncates
+#: (twice the error), so in the interpreter ``output_values`` rounds first
+_INTERPRETED = tl.constexpr(_runtime.interpreted())
+
+
+@triton.jit
+def output_values(acc, dtype: tl.constexpr):
+    """The fp32 tile in the output dtype, rounded to nearest even as a GPU converts."""
+    if _INTERPRETED and dtype == tl.bfloat16:
+        bits = acc.to(tl.uint32, bitcast=True)
+        bits += 0x7FFF + ((bits >> 16) & 1)  # round to nearest even in the top 16 bits (inf, NaN kept)
+        acc = (bits & 0xFFFF0000).to(tl.float32, bitcast=True)  # exactly a bf16 value: nothing to truncate
+    return acc.to(dtype)
+
+
 @triton.jit
 def mma_operand(tile, WIDEN: tl.constexpr):
     """Tile as fed to tl.dot: widened to fp32 only where runtime.fp32_dot_operands says so."""
@@ -117,7 +132,7 @@ def store_tile_masked(acc, c_ptr, off_m, off_n, M, N, stride_cm, stride_cn,
     offs_m = off_m + tl.arange(0, BLOCK_M)
     offs_n = off_n + tl.arange(0, BLOCK_N)
     c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
-    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
+    tl.store(c_ptrs, output_values(acc, c_ptr.dtype.element_ty), mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
 
 
 def activation_ref(x: torch.Tensor, activation) -> torch.Tensor:

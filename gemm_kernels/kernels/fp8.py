@@ -369,3 +369,18 @@ def scaled_grouped_mm_ref(x, w, scale_x, scale_w, offs, *, out_dtype=torch.bfloa
         out[start:end] = xd[start:end] @ (w[e].double() * scale_w[e].double()[None, :])
         start = end
     return out.to(out_dtype)
+
+
+def quantize_experts(w, *, dtype=torch.float8_e4m3fn):
+    """MoE weights ``w [E, K, N]`` (as :func:`scaled_grouped_mm` takes them) -> ``(q, scale)``:
+    q the same shape, column-major per expert (fp8 wgmma reads it K-major), scale float32
+    [E, N], one per expert and output channel."""
+    checks.check_tensor(w, "w", 3, dtypes=(torch.float16, torch.bfloat16, torch.float32))
+    E, K, N = w.shape
+    q = torch.empty((E, N, K), dtype=dtype, device=w.device)
+    scale = torch.empty((E, N), dtype=torch.float32, device=w.device)
+    for e in range(E):  # one expert at a time: a large model's fp32 copy never exists whole
+        qe, se = quantize_fp8(w[e], "column", dtype=dtype)
+        q[e] = qe.t()
+        scale[e] = se.reshape(N)
+    return q.transpose(1, 2), scale

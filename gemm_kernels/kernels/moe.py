@@ -42,7 +42,7 @@ from .. import runtime
 from ..runtime import ensure_tma_allocator
 from . import checks, configs, moe_wgrad, tma  # noqa: F401  (moe_wgrad registers the wgrad op)
 from .autograd import grad_enabled_for
-from .epilogue import widen_for_dot
+from .epilogue import output_values, widen_for_dot
 from .grouped import USE_POINTER_PATH
 from .matmul import k_loop_pointers
 from .tma import tma_strides
@@ -160,17 +160,17 @@ def _grouped_mm_kernel(
 
         if OUT_TMA:
             if OUT_SHARED_DESC and first_row + BLOCK_M <= row_end:
-                out_all_desc.store([first_row, pid_n * BLOCK_N], acc.to(dtype))
+                out_all_desc.store([first_row, pid_n * BLOCK_N], output_values(acc, dtype))
             else:  # the expert's last row tile: a descriptor whose shape ends at the expert's last row
                 # clips the rows after it (making one costs a global write and a fence per tile)
                 out_desc = tl.make_tensor_descriptor(out_ptr, shape=[row_end, N], strides=[stride_ot, 1],
                                                      block_shape=[BLOCK_M, BLOCK_N])
-                out_desc.store([first_row, pid_n * BLOCK_N], acc.to(dtype))
+                out_desc.store([first_row, pid_n * BLOCK_N], output_values(acc, dtype))
         else:
             offs_om = first_row + tl.arange(0, BLOCK_M)
             offs_on = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
             out_ptrs = out_ptr + offs_om.to(tl.int64)[:, None] * stride_ot + offs_on[None, :] * _wide(stride_on)
-            tl.store(out_ptrs, acc.to(dtype), mask=(offs_om[:, None] < row_end) & (offs_on[None, :] < N))
+            tl.store(out_ptrs, output_values(acc, dtype), mask=(offs_om[:, None] < row_end) & (offs_on[None, :] < N))
 
 
 _grouped_mm_tuned = configs.TunedKernel(

@@ -22,7 +22,7 @@ import triton.language as tl
 from .. import runtime
 from ..runtime import TMA_ALIGN_BYTES
 from . import checks
-from .epilogue import bias_and_activation, dot_promoted, load_bias, mma_operand, store_tile_masked
+from .epilogue import bias_and_activation, dot_promoted, load_bias, mma_operand, output_values, store_tile_masked
 
 
 # ----------------------------------------------------------------------------- device side
@@ -121,10 +121,10 @@ def store_tile(acc, c_desc, off_m, off_n, BLOCK_N: tl.constexpr, EPILOGUE_SUBTIL
     if EPILOGUE_SUBTILE:
         halves = tl.permute(tl.reshape(acc, (acc.shape[0], 2, BLOCK_N // 2)), (0, 2, 1))
         left, right = tl.split(halves)
-        c_desc.store([off_m, off_n], left.to(c_desc.dtype))
-        c_desc.store([off_m, off_n + BLOCK_N // 2], right.to(c_desc.dtype))
+        c_desc.store([off_m, off_n], output_values(left, c_desc.dtype))
+        c_desc.store([off_m, off_n + BLOCK_N // 2], output_values(right, c_desc.dtype))
     else:
-        c_desc.store([off_m, off_n], acc.to(c_desc.dtype))
+        c_desc.store([off_m, off_n], output_values(acc, c_desc.dtype))
 
 
 @triton.jit

@@ -1,0 +1,247 @@
+"""FP8: ``quantize_fp8``, ``scaled_mm`` (tensor-, row-, block-wise) and ``scaled_grouped_mm``
+against float64 references of the same quantized inputs, their bad inputs, and (on a GPU) the
+vendor's ``torch._scaled_mm`` / ``torch._scaled_grouped_mm`` on the same inputs."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from gemm_kernels import DEVICE, runtime
+from gemm_kernels.kernels import fp8, moe
+from gemm_kernels.testing import assert_close, rel_err
+
+E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
+SCALINGS = {"tensor": ("tensor", "tensor"), "row": ("row", "column"), "block": ((1, 128), (128, 128))}
+
+
+def operands(M, N, K, scaling, dtype=E4M3, *, seed=0, outliers=False):
+    """Quantized a [M, K] (row-major) and b = W.t() [K, N] (column-major), with their scales."""
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(M, K, generator=gen)
+    if outliers:  # a few large channels, as in real activations
+        x[:, :: max(1, K // 4)] *= 50
+    w = torch.randn(N, K, generator=gen) / K**0.5
+    ga, gb = SCALINGS[scaling]
+    a, sa = fp8.quantize_fp8(x.to(DEVICE), ga, dtype=dtype)
+    b, sb = fp8.quantize_fp8(w.to(DEVICE).t(), gb, dtype=dtype)
+    return a, b, sa, sb
+
+
+def check(a, b, sa, sb, out_dtype=torch.bfloat16, bias=None, **kwargs):
+    out = fp8.scaled_mm(a, b, sa, sb, out_dtype=out_dtype, bias=bias, **kwargs)
+    assert out.shape == (a.shape[0], b.shape[1]) and out.dtype == out_dtype
+    ref = fp8.scaled_mm_ref(a, b, sa, sb, bias=bias, out_dtype=torch.float64)
+    if out.numel():
+        assert_close(out, ref, out_dtype)
+    return out
+
+
+# ---------------------------------------------------------------- quantize_fp8
+@pytest.mark.parametrize("dtype", [E4M3, E5M2], ids=str)
+def test_quantize_saturates_and_keeps_zero_blocks_finite(dtype):
+    fmax = fp8.fp8_max(dtype)
+    x = torch.zeros(4, 256)
+    x[1, :128] = torch.linspace(-3, 3, 128)
+    x[2, 5] = 1e30  # one huge value: it becomes the block's maximum, the rest flush toward 0
+    q, s = fp8.quantize_fp8(x, (1, 128), dtype=dtype)
+    assert q.dtype == dtype and s.shape == (4, 2) and s.dtype == torch.float32
+    assert torch.isfinite(q.float()).all() and torch.isfinite(s).all()
+    assert (s[0] == 1).all() and (q[0].float() == 0).all()  # all-zero rows: scale 1, no NaN
+    assert q[2, 5].float() == fmax and q.float().abs().max() <= fmax
+    deq = fp8.dequantize(q, s, (1, 128))
+    assert rel_err(deq[1], x[1].double()) < 0.07  # 3 (e4m3) or 2 (e5m2) mantissa bits
+
+
+def test_quantize_granularities_shapes_and_layout():
+    x = torch.randn(70, 300)
+    assert fp8.quantize_fp8(x)[1].shape == ()
+    assert fp8.quantize_fp8(x, "row")[1].shape == (70, 1)
+    assert fp8.quantize_fp8(x, "column")[1].shape == (1, 300)
+    assert fp8.quantize_fp8(x, (128, 128))[1].shape == (1, 3)
+    q, _ = fp8.quantize_fp8(x.t(), "column")  # a column-major input stays column-major
+    assert q.stride() == (1, 300)
+    for bad in ["rows", (0, 128), (1, 128, 1), 128, (1.0, 128)]:
+        with pytest.raises(ValueError, match="granularity"):
+            fp8.quantize_fp8(x, bad)
+    with pytest.raises(TypeError, match="dtype"):
+        fp8.quantize_fp8(x, dtype=torch.float16)
+    with pytest.raises(TypeError, match="int32"):
+        fp8.quantize_fp8(x.int())
+
+
+def test_outliers_cost_per_tensor_scaling_the_most():
+    """A few channels 50x larger: one scale for the tensor flushes the small values, per-row
+    scales cannot help (every row holds an outlier), 1x128 groups isolate them best."""
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(64, 1024, generator=gen)
+    x[:, ::256] *= 50
+    errs = {g: rel_err(fp8.dequantize(*fp8.quantize_fp8(x, g), g), x.double())
+            for g in ["tensor", "row", (1, 128)]}
+    assert errs[(1, 128)] < errs["row"] <= errs["tensor"] * 1.01
+
+
+# ---------------------------------------------------------------- scaled_mm: correctness
+@pytest.mark.parametrize("scaling", list(SCALINGS))
+@pytest.mark.parametrize("M,N,K", [(37, 50, 256), (128, 96, 384), (1, 16, 128), (200, 130, 128)])
+def test_scaled_mm_ragged(scaling, M, N, K):
+    check(*operands(M, N, K, scaling))
+
+
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
+@pytest.mark.parametrize("dtypes", [(E4M3, E4M3), (E5M2, E5M2), (E4M3, E5M2)], ids=["e4m3", "e5m2", "mixed"])
+def test_scaled_mm_dtypes_and_bias(dtypes, out_dtype):
+    a, _, sa, _ = operands(40, 48, 256, "row", dtypes[0])
+    _, b, _, sb = operands(40, 48, 256, "row", dtypes[1], seed=1)
+    bias = torch.randn(48, device=DEVICE).to(out_dtype)
+    check(a, b, sa, sb, out_dtype, bias)
+
+
+@pytest.mark.parametrize("fast", [False, True])
+@pytest.mark.parametrize("promote", fp8.PROMOTE_CHOICES)
+def test_scaled_mm_promotion_settings(promote, fast):
+    check(*operands(64, 64, 512, "tensor", outliers=True), promote_every=promote, use_fast_accum=fast)
+
+
+def test_scaled_mm_strided_inputs_and_scales():
+    """a with padded rows, b a column-major slice, block scales in torch's M-major layout."""
+    a, b, sa, sb = operands(33, 40, 256, "block")
+    a_pad = torch.zeros(33, 272, dtype=a.dtype, device=DEVICE)
+    a_pad[:, :256] = a
+    b_pad = torch.zeros(48, 256, dtype=b.dtype, device=DEVICE)
+    b_pad[:40] = b.t()
+    sa_mmajor = sa.t().contiguous().t()
+    out = check(a_pad[:, :256], b_pad[:40].t(), sa_mmajor, sb)
+    assert torch.equal(out, fp8.scaled_mm(a, b, sa, sb))
+
+
+def test_scaled_mm_empty():
+    a, b, sa, sb = operands(16, 32, 128, "tensor")
+    assert fp8.scaled_mm(a[:0], b, sa, sb).shape == (0, 32)
+    out = fp8.scaled_mm(a[:, :0], b[:0], sa, sb, bias=torch.ones(32, device=DEVICE), out_dtype=torch.float32)
+    assert (out == 1).all()
+
+
+# ---------------------------------------------------------------- scaled_mm: bad inputs
+def test_scaled_mm_bad_inputs_are_named():
+    a, b, sa, sb = operands(32, 32, 256, "row")
+    cases = [
+        (TypeError, "a has dtype float16", dict(a=a.to(torch.float16))),
+        (ValueError, "b must be column-major", dict(b=b.contiguous())),
+        (ValueError, "a must be row-major", dict(a=a.t().contiguous().t())),
+        (ValueError, "inner dimensions", dict(b=b[:128])),
+        (TypeError, "scale_a must be float32", dict(sa=sa.double())),
+        (ValueError, r"scale_a \[32, 2\] and scale_b \[1, 32\] name no scaling", dict(sa=torch.ones(32, 2, device=DEVICE))),
+        (TypeError, "out_dtype", dict(out_dtype=torch.int8)),
+        (ValueError, "promote_every", dict(promote_every=48)),
+        (ValueError, r"bias must have shape \[N\]", dict(bias=torch.zeros(31, device=DEVICE))),
+    ]
+    for err, match, change in cases:
+        args = dict(a=a, b=b, sa=sa, sb=sb, out_dtype=torch.bfloat16, bias=None, promote_every=128) | change
+        with pytest.raises(err, match=match):
+            fp8.scaled_mm(args["a"], args["b"], args["sa"], args["sb"], out_dtype=args["out_dtype"],
+                          bias=args["bias"], promote_every=args["promote_every"])
+
+
+def test_block_scales_need_k_multiple_of_128():
+    a, b, _, _ = operands(32, 32, 144, "tensor")
+    sa, sb = torch.ones(32, 2, device=DEVICE), torch.ones(2, 1, device=DEVICE)
+    with pytest.raises(ValueError, match="multiple of 128"):
+        fp8.scaled_mm(a, b, sa, sb)
+    a, b, _, _ = operands(16, 16, 16, "tensor")
+    with pytest.raises(ValueError, match="K = 8 must be a multiple of 16"):
+        fp8.scaled_mm(a[:, :8], b[:8], torch.ones(1, device=DEVICE), torch.ones(1, device=DEVICE))
+
+
+def test_older_gpu_is_refused_clearly():
+    code = ("import torch; from gemm_kernels.kernels import fp8\n"
+            "a = torch.zeros(16, 16).to(torch.float8_e4m3fn)\n"
+            "try:\n    fp8.scaled_mm(a, a.t(), torch.ones(1), torch.ones(1))\n"
+            "except RuntimeError as e:\n    print(e)\n")
+    env = {**os.environ, "GEMM_KERNELS_ARCH": "sm_86", "GEMM_KERNELS_INTERPRET": "1"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert "needs fp8 tensor cores (Ada sm_89, Hopper sm_90" in out.stdout, out.stderr[-2000:]
+
+
+# ---------------------------------------------------------------- scaled_grouped_mm
+def moe_operands(counts, K, N, *, tail=0, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    T, E = sum(counts) + tail, len(counts)
+    x, sx = fp8.quantize_fp8(torch.randn(T, K, generator=gen).to(DEVICE), "row")
+    w_nk = torch.randn(E, N, K, generator=gen).to(DEVICE)
+    wq = torch.empty(E, N, K, dtype=E4M3, device=DEVICE)
+    sw = torch.empty(E, N, device=DEVICE)
+    for e in range(E):
+        wq[e], s = fp8.quantize_fp8(w_nk[e], "row")
+        sw[e] = s.reshape(N)
+    offs = torch.tensor(np.cumsum(counts), dtype=torch.int32, device=DEVICE)
+    return x, wq.transpose(1, 2), sx.reshape(T), sw, offs
+
+
+@pytest.mark.parametrize("tma", [None, False])
+@pytest.mark.parametrize("counts", [[5, 0, 33, 1], [0, 0, 70], [16, 16]], ids=["skewed", "empty_first", "even"])
+def test_scaled_grouped_mm_ragged(counts, tma):
+    x, w, sx, sw, offs = moe_operands(counts, 256, 80, tail=3)
+    out = fp8.scaled_grouped_mm(x, w, sx, sw, offs, tma=tma)
+    assert out.dtype == torch.bfloat16 and out.shape == (x.shape[0], 80)
+    assert_close(out, fp8.scaled_grouped_mm_ref(x, w, sx, sw, offs, out_dtype=torch.float64), torch.bfloat16)
+    assert (out[-3:] == 0).all()  # rows past offs[-1]: zeros
+
+
+def test_scaled_grouped_mm_bad_inputs_are_named():
+    x, w, sx, sw, offs = moe_operands([8, 8], 128, 32)
+    cases = [
+        (TypeError, "x has dtype bfloat16", dict(x=x.to(torch.bfloat16))),
+        (ValueError, "w must be column-major per expert", dict(w=w.contiguous())),
+        (ValueError, r"scale_x must have shape \[16\]", dict(sx=sx[:8])),
+        (ValueError, r"scale_w must have shape \[2, 32\]", dict(sw=sw.t())),
+        (TypeError, "scale_w must be float32", dict(sw=sw.half())),
+        (TypeError, "offs must be int32", dict(offs=offs.long())),
+    ]
+    for err, match, change in cases:
+        args = dict(x=x, w=w, sx=sx, sw=sw, offs=offs) | change
+        with pytest.raises(err, match=match):
+            fp8.scaled_grouped_mm(args["x"], args["w"], args["sx"], args["sw"], args["offs"])
+    with pytest.raises(ValueError, match="non-decreasing"):
+        fp8.scaled_grouped_mm(x, w, sx, sw, offs.flip(0).contiguous(), check_offs=True)
+
+
+# ---------------------------------------------------------------- on a GPU: real sizes, against the vendor
+def _vendor_scaled_mm(a, b, sa, sb, scaling, fast=False):
+    if scaling == "tensor":
+        return torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16, use_fast_accum=fast)
+    return torch._scaled_mm(a, b, sa, sb.reshape(1, -1), out_dtype=torch.bfloat16, use_fast_accum=fast)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("scaling", ["tensor", "row"])
+@pytest.mark.parametrize("M,N,K", [(4096, 4096, 4096), (1000, 3584, 8192), (8192, 1024, 512)])
+def test_gpu_accuracy_no_worse_than_torch(scaling, M, N, K):
+    a, b, sa, sb = operands(M, N, K, scaling, outliers=True)
+    ref = fp8.scaled_mm_ref(a, b, sa, sb, out_dtype=torch.float64)
+    ours = rel_err(fp8.scaled_mm(a, b, sa, sb), ref)
+    theirs = rel_err(_vendor_scaled_mm(a, b, sa, sb, scaling), ref)
+    assert ours <= theirs * 1.05 + 1e-6, (ours, theirs)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("M,N,K", [(4096, 4096, 4096), (333, 7168, 2048)])
+def test_gpu_block_scaled(M, N, K):
+    check(*operands(M, N, K, "block", outliers=True))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("skew", [0.0, 1.2])
+def test_gpu_scaled_grouped_mm_against_torch(skew):
+    routing = moe.route_tokens(2048, 16, 2, skew=skew, generator=torch.Generator().manual_seed(0))
+    x, w, sx, sw, offs = moe_operands(routing.counts.tolist(), 1024, 768)
+    ref = fp8.scaled_grouped_mm_ref(x, w, sx, sw, offs, out_dtype=torch.float64)
+    out = fp8.scaled_grouped_mm(x, w, sx, sw, offs)
+    again = fp8.scaled_grouped_mm(x, w, sx, sw, offs)  # the bound launch of a repeated shape
+    assert torch.equal(out, again)
+    theirs = torch._scaled_grouped_mm(x, w, sx, sw, offs=offs, out_dtype=torch.bfloat16)
+    assert rel_err(out, ref) <= rel_err(theirs, ref) * 1.05 + 1e-6
+    assert_close(out, ref, torch.bfloat16)
