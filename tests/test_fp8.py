@@ -15,6 +15,9 @@ from gemm_kernels.kernels import fp8, moe
 from gemm_kernels.testing import assert_close, rel_err
 
 E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
+#: the kernels' tests; on a GPU without fp8 tensor cores (GEMM_KERNELS_ARCH=sm_86) they refuse instead
+needs_fp8 = pytest.mark.skipif(not runtime.supports_fp8(), reason="needs fp8 tensor cores (sm_89+): the refusal is "
+                                                                  "test_older_gpu_is_refused_clearly")
 SCALINGS = {"tensor": ("tensor", "tensor"), "row": ("row", "column"), "block": ((1, 128), (128, 128))}
 
 
@@ -85,12 +88,14 @@ def test_outliers_cost_per_tensor_scaling_the_most():
 
 
 # ---------------------------------------------------------------- scaled_mm: correctness
+@needs_fp8
 @pytest.mark.parametrize("scaling", list(SCALINGS))
 @pytest.mark.parametrize("M,N,K", [(37, 50, 256), (128, 96, 384), (1, 16, 128), (200, 130, 128)])
 def test_scaled_mm_ragged(scaling, M, N, K):
     check(*operands(M, N, K, scaling))
 
 
+@needs_fp8
 @pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
 @pytest.mark.parametrize("dtypes", [(E4M3, E4M3), (E5M2, E5M2), (E4M3, E5M2)], ids=["e4m3", "e5m2", "mixed"])
 def test_scaled_mm_dtypes_and_bias(dtypes, out_dtype):
@@ -100,12 +105,12 @@ def test_scaled_mm_dtypes_and_bias(dtypes, out_dtype):
     check(a, b, sa, sb, out_dtype, bias)
 
 
+@needs_fp8
 @pytest.mark.parametrize("fast", [False, True])
 @pytest.mark.parametrize("promote", fp8.PROMOTE_CHOICES)
 def test_scaled_mm_promotion_settings(promote, fast):
     check(*operands(64, 64, 512, "tensor", outliers=True), promote_every=promote, use_fast_accum=fast)
-
-
+@needs_fp8
 def test_scaled_mm_strided_inputs_and_scales():
     """a with padded rows, b a column-major slice, block scales in torch's M-major layout."""
     a, b, sa, sb = operands(33, 40, 256, "block")
@@ -116,8 +121,7 @@ def test_scaled_mm_strided_inputs_and_scales():
     sa_mmajor = sa.t().contiguous().t()
     out = check(a_pad[:, :256], b_pad[:40].t(), sa_mmajor, sb)
     assert torch.equal(out, fp8.scaled_mm(a, b, sa, sb))
-
-
+@needs_fp8
 def test_scaled_mm_empty():
     a, b, sa, sb = operands(16, 32, 128, "tensor")
     assert fp8.scaled_mm(a[:0], b, sa, sb).shape == (0, 32)
@@ -126,6 +130,7 @@ def test_scaled_mm_empty():
 
 
 # ---------------------------------------------------------------- scaled_mm: bad inputs
+@needs_fp8
 def test_scaled_mm_bad_inputs_are_named():
     a, b, sa, sb = operands(32, 32, 256, "row")
     cases = [
@@ -144,8 +149,7 @@ def test_scaled_mm_bad_inputs_are_named():
         with pytest.raises(err, match=match):
             fp8.scaled_mm(args["a"], args["b"], args["sa"], args["sb"], out_dtype=args["out_dtype"],
                           bias=args["bias"], promote_every=args["promote_every"])
-
-
+@needs_fp8
 def test_block_scales_need_k_multiple_of_128():
     a, b, _, _ = operands(32, 32, 144, "tensor")
     sa, sb = torch.ones(32, 2, device=DEVICE), torch.ones(2, 1, device=DEVICE)
@@ -181,6 +185,7 @@ def moe_operands(counts, K, N, *, tail=0, seed=0):
     return x, wq.transpose(1, 2), sx.reshape(T), sw, offs
 
 
+@needs_fp8
 @pytest.mark.parametrize("tma", [None, False])
 @pytest.mark.parametrize("counts", [[5, 0, 33, 1], [0, 0, 70], [16, 16]], ids=["skewed", "empty_first", "even"])
 def test_scaled_grouped_mm_ragged(counts, tma):
@@ -189,8 +194,7 @@ def test_scaled_grouped_mm_ragged(counts, tma):
     assert out.dtype == torch.bfloat16 and out.shape == (x.shape[0], 80)
     assert_close(out, fp8.scaled_grouped_mm_ref(x, w, sx, sw, offs, out_dtype=torch.float64), torch.bfloat16)
     assert (out[-3:] == 0).all()  # rows past offs[-1]: zeros
-
-
+@needs_fp8
 def test_scaled_grouped_mm_bad_inputs_are_named():
     x, w, sx, sw, offs = moe_operands([8, 8], 128, 32)
     cases = [
@@ -216,6 +220,7 @@ def _vendor_scaled_mm(a, b, sa, sb, scaling, fast=False):
     return torch._scaled_mm(a, b, sa, sb.reshape(1, -1), out_dtype=torch.bfloat16, use_fast_accum=fast)
 
 
+@needs_fp8
 @pytest.mark.gpu
 @pytest.mark.parametrize("scaling", ["tensor", "row"])
 @pytest.mark.parametrize("M,N,K", [(4096, 4096, 4096), (1000, 3584, 8192), (8192, 1024, 512)])
@@ -227,12 +232,14 @@ def test_gpu_accuracy_no_worse_than_torch(scaling, M, N, K):
     assert ours <= theirs * 1.05 + 1e-6, (ours, theirs)
 
 
+@needs_fp8
 @pytest.mark.gpu
 @pytest.mark.parametrize("M,N,K", [(4096, 4096, 4096), (333, 7168, 2048)])
 def test_gpu_block_scaled(M, N, K):
     check(*operands(M, N, K, "block", outliers=True))
 
 
+@needs_fp8
 @pytest.mark.gpu
 @pytest.mark.parametrize("skew", [0.0, 1.2])
 def test_gpu_scaled_grouped_mm_against_torch(skew):

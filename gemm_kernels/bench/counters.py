@@ -121,6 +121,11 @@ CASES = (  # the most telling first: a run cut short keeps them
     CounterCase("moe Mixtral-8x7B up T=4096 uniform", "moe", "bf16",
                 ("Mixtral-8x7B", "up", 4096, "uniform", "fwd"), ("torch._grouped_mm", "grouped_mm"),
                 why="few large experts, for comparison"),
+    CounterCase("fp8 4096^3 tensor", "fp8", "e4m3", (4096, 4096, 4096, "tensor"),
+                ("torch._scaled_mm", "torch._scaled_mm fast", "scaled_mm", "scaled_mm fast"),
+                b_transposed=True, why="scaled_mm target 1.05x: missed (PERF_NOTES 27)"),
+    CounterCase("fp8 4096^3 block", "fp8", "e4m3", (4096, 4096, 4096, "block"), ("scaled_mm",),
+                b_transposed=True, why="block-wise scales in the K loop against per-tensor (PERF_NOTES 27)"),
 )
 
 
@@ -164,8 +169,10 @@ def build_call(case: CounterCase, provider: str):
 
     if provider not in case.providers:
         raise ValueError(f"{case.name} has no provider {provider!r}; it has {', '.join(case.providers)}")
-    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}[case.dtype]
     gen = torch.Generator(device=runtime.DEVICE).manual_seed(0)
+    if case.kind == "fp8":
+        return _fp8_call(case, provider, gen)
+    dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}[case.dtype]
     if case.kind in ("mm", "fused"):
         M, N, K = case.shape
         a = torch.randn(M, K, device=runtime.DEVICE, dtype=dtype, generator=gen)
@@ -187,6 +194,22 @@ def build_call(case: CounterCase, provider: str):
         return lambda: mm(x, w, offs)
     dy = torch.randn(x.shape[0], w.shape[2], device=runtime.DEVICE, dtype=dtype, generator=gen)
     return suites._moe_fwd_bwd(mm, x, w, offs, dy)
+
+
+def _fp8_call(case: CounterCase, provider: str, gen):
+    """An fp8 case's call: e4m3 a and b = W.t(), scales of the case's granularity."""
+    from ..kernels import fp8
+
+    M, N, K, scaling = case.shape
+    ga, gb = {"tensor": ("tensor", "tensor"), "block": ((1, 128), (128, 128))}[scaling]
+    a, sa = fp8.quantize_fp8(torch.randn(M, K, device=runtime.DEVICE, generator=gen), ga)
+    b, sb = fp8.quantize_fp8(torch.randn(N, K, device=runtime.DEVICE, generator=gen).t(), gb)
+    calls = {"scaled_mm": lambda: fp8.scaled_mm(a, b, sa, sb),
+             "scaled_mm fast": lambda: fp8.scaled_mm(a, b, sa, sb, use_fast_accum=True),
+             "torch._scaled_mm": lambda: torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16),
+             "torch._scaled_mm fast": lambda: torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16,
+                                                               use_fast_accum=True)}
+    return calls[provider]
 
 
 def moe_inputs(case: CounterCase, dtype, gen) -> tuple:

@@ -5,7 +5,8 @@ the package's kernels stay ordinary ``@triton.jit`` functions), it reads one job
 stdin, ``{"requests": [...]}`` (requests as the compile view's worker takes them, plus ``path``:
 the folder of the module that holds the learner's functions, and ``paths``: the learner's
 process's ``sys.path``, for their own modules), and answers one line per job on
-its own channel: per request ``{"ttir": ...}`` or ``{"error": {...}}``, the error taken apart
+its own channel: per request ``{"ttir": ...}`` (and the other stages a request names in ``stages``,
+e.g. ``["ptx"]``) or ``{"error": {...}}``, the error taken apart
 (every ``CompilationError`` of the chain with its function, line and column) so that the check
 can point at the learner's own line.  Anything else the compiler prints goes to stderr.
 """
@@ -49,7 +50,11 @@ def compile_request(request: dict) -> dict:
         compiled = compile_one(request)
     except Exception as err:  # noqa: BLE001  (the learner's error, returned to the check)
         return {"error": {"frames": _frames(err)}}
-    return {"ttir": compiled["asm"].get("ttir", "")}
+    answer = {"ttir": compiled["asm"].get("ttir", "")}
+    for stage in request.get("stages", ()):  # more stages for a check that reads them (notebook 10: the PTX's wgmma)
+        if stage in compiled["asm"]:
+            answer[stage] = compiled["asm"][stage]
+    return answer
 
 
 def serve() -> None:

@@ -733,11 +733,11 @@ def _generality(launch: Launch) -> int:
     return sum(1 for v in launch.named.values() if isinstance(v, int) and not isinstance(v, bool) and v == 1)
 
 
-def compile_launches(launches: list[Launch], *, forbid=()) -> tuple[list, AnswerModule | None, str | None]:
+def compile_launches(launches: list[Launch], *, forbid=(), stages=()) -> tuple[list, AnswerModule | None, str | None]:
     """Compile, for sm_90, each kernel of ``launches`` that runs learner code (a few
     specialisations each).  Returns ``(results, module, skipped)``: per compiled launch its
-    outcome (``{"ttir": ...}`` or a :class:`CompileFailure`), the learner's module, and why
-    nothing could be compiled (None when it was)."""
+    outcome (``{"ttir": ...}``, plus the compiler ``stages`` asked for, e.g. ``("ptx",)``, or a
+    :class:`CompileFailure`), the learner's module, and why nothing could be compiled (None when it was)."""
     module = AnswerModule()
     chosen: dict = {}
     for launch in sorted(launches, key=_generality):
@@ -768,6 +768,8 @@ def compile_launches(launches: list[Launch], *, forbid=()) -> tuple[list, Answer
                "num_warps": int(launch.options.get("num_warps") or 4),
                "num_stages": int(launch.options.get("num_stages") or 3), "name": launch.fn.__name__,
                "path": folder, "paths": [d for d in sys.path if d and os.path.isdir(d)]}
+        if stages:
+            job["stages"] = list(stages)
         jobs.append(job)
     keys = [json.dumps(j, sort_keys=True) for j in jobs]
     todo = [(k, j) for k, j in zip(keys, jobs) if k not in _COMPILED]
@@ -1068,14 +1070,16 @@ def _refusal(answer, kind: str, title: str) -> Refused | None:
 
 
 def kernel_exercise(title: str, *, hints, kind: str, praise: str = "correct, well done.", forbid=(),
-                    gpu_case=None, fp32_dot: bool = False, diagnose=None):
+                    gpu_case=None, fp32_dot: bool = False, diagnose=None, compiled=None, stages=("ptx",)):
     """:func:`_core.exercise` for an answer that is (``kind="kernel"``), launches (``"launcher"``)
     or is called inside (``"jit"``) a ``@triton.jit`` kernel; see the module docstring.
 
     ``forbid``: the package's answers the learner's code may not call.  ``gpu_case(answer) ->
     problems``: one case, run with plain launches on a GPU.  ``fp32_dot``: refuse a ``tl.dot``
     accumulating in fp16.  ``diagnose(log, failure) -> lines``: the common mistakes behind a
-    failure (``failure``: the body's problems, or the exception it raised)."""
+    failure (``failure``: the body's problems, or the exception it raised).  ``compiled(outcomes)
+    -> problems``: a rule the compiled code must keep (notebook 10: an fp8 wgmma in the PTX), read
+    from each compiled launch's ``{"ttir": ..., <stage>: ...}`` with the ``stages`` it names."""
 
     def decorate(body):
         @functools.wraps(body)
@@ -1112,7 +1116,7 @@ def kernel_exercise(title: str, *, hints, kind: str, praise: str = "correct, wel
                 extra = [line for line in _diagnoses(diagnose, log, problems) if line not in problems]
                 return CheckResult(title, WRONG, f"not yet: {_count(problems)}", problems + extra)
             try:
-                verdict = _compile_verdict(title, mine, forbid, fp32_dot)
+                verdict = _compile_verdict(title, mine, forbid, fp32_dot, compiled, stages)
             except Refused as exc:
                 return CheckResult(title, WRONG, exc.message, exc.details)
             if isinstance(verdict, CheckResult):
@@ -1130,9 +1134,10 @@ def kernel_exercise(title: str, *, hints, kind: str, praise: str = "correct, wel
     return decorate
 
 
-def _compile_verdict(title: str, launches: list[Launch], forbid, fp32_dot: bool):
-    """A sentence for the praise, or a "wrong" result for code that does not compile for sm_90."""
-    results, module, skipped = compile_launches(launches, forbid=forbid)
+def _compile_verdict(title: str, launches: list[Launch], forbid, fp32_dot: bool, compiled=None, stages=()):
+    """A sentence for the praise, or a "wrong" result for code that does not compile for sm_90
+    (or breaks the ``compiled`` rule)."""
+    results, module, skipped = compile_launches(launches, forbid=forbid, stages=stages if compiled else ())
     if skipped is not None:
         return f"(Not compiled for {_GPU_WHAT} here: {skipped}.)"
     for outcome in results:
@@ -1148,6 +1153,10 @@ def _compile_verdict(title: str, launches: list[Launch], forbid, fp32_dot: bool)
                                             "spacing at 2048 is 2): start it with tl.zeros(..., dtype=tl.float32), "
                                             "let tl.dot accumulate into it (no out_dtype), and convert once at the "
                                             "store"])
+    if compiled is not None:
+        problems = list(compiled([outcome for outcome in results if isinstance(outcome, dict)]) or [])
+        if problems:
+            return CheckResult(title, WRONG, f"it compiles for {_GPU_WHAT}, but {problems[0]}", problems[1:])
     return f"It compiles for {_GPU_WHAT}."
 
 
