@@ -16,7 +16,7 @@ import importlib
 
 from . import runtime  # noqa: I001  (must run before any kernel module defines a @triton.jit)
 from .runtime import (DEVICE, default_autotune, describe, free_gpu_bytes, gpu_name, half_dtype, interpreted, num_sms,
-                      on_gpu, set_autotune, supports_bf16, supports_tma, supports_wgmma)
+                      on_gpu, set_autotune, supports_bf16, supports_fp8, supports_tma, supports_wgmma)
 
 #: public name -> the module that defines it
 _PUBLIC = {
@@ -27,6 +27,8 @@ _PUBLIC = {
     **dict.fromkeys(["matmul_ws", "trace_ws_tiles", "ws_schedule"], "kernels.matmul_ws"),
     **dict.fromkeys(["GroupedMatmulPlan", "grouped_matmul", "grouped_matmul_ref"], "kernels.grouped"),
     **dict.fromkeys(["grouped_mm", "grouped_mm_ref", "route_tokens", "raise_pending_offs_error"], "kernels.moe"),
+    **dict.fromkeys(["scaled_mm", "scaled_mm_ref", "quantize_fp8", "scaled_grouped_mm", "scaled_grouped_mm_ref"],
+                    "kernels.fp8"),
     **dict.fromkeys(["trace_program_tiles", "trace_persistent_tiles", "trace_streamk_segments",
                      "trace_grouped_schedule", "trace_moe_schedule"], "lab.traces"),
     **dict.fromkeys(["tile_schedule", "grouped_gemm_schedule"], "models.schedule"),
@@ -38,7 +40,7 @@ _PUBLIC = {
 }
 
 __all__ = ["DEVICE", "default_autotune", "describe", "free_gpu_bytes", "gpu_name", "half_dtype", "interpreted", "num_sms",
-           "on_gpu", "set_autotune", "supports_bf16", "supports_tma", "supports_wgmma", *_PUBLIC]
+           "on_gpu", "set_autotune", "supports_bf16", "supports_fp8", "supports_tma", "supports_wgmma", *_PUBLIC]
 
 
 def __getattr__(name):
