@@ -236,6 +236,16 @@ def scaled_mm(a, b, scale_a, scale_b, *, out_dtype=torch.bfloat16, bias=None, us
 
 
 # ----------------------------------------------------------------------------- quantization and the reference
+def _check_any_device(x, name: str, ndim: int) -> None:
+    """Quantization is plain torch: any device, any float dtype (the kernels' device rule does not apply)."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if x.dim() != ndim:
+        raise ValueError(f"{name} must be {ndim}-D, got shape {tuple(x.shape)} ({x.dim()}-D)")
+    if x.dtype not in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+        raise TypeError(f"{name} has dtype {_name(x.dtype)}; quantize_fp8 takes float16, bfloat16, float32 or float64")
+
+
 def fp8_max(dtype) -> float:
     """The largest finite value of an fp8 dtype (448 for e4m3, 57344 for e5m2)."""
     return float(torch.finfo(dtype).max)
@@ -270,7 +280,7 @@ def quantize_fp8(x, granularity="tensor", *, dtype=torch.float8_e4m3fn):
     Each block's largest magnitude maps to the format's maximum; values are clamped there
     (saturation, never inf) and rounded to nearest even.  An all-zero block gets the scale 1.
     Plain torch ops (quantization is memory-bound and not this course's subject); NaN stays NaN."""
-    checks.check_tensor(x, "x", 2, dtypes=(torch.float16, torch.bfloat16, torch.float32, torch.float64))
+    _check_any_device(x, "x", 2)
     if dtype not in FP8_DTYPES:
         raise TypeError(f"dtype must be one of {', '.join(map(_name, FP8_DTYPES))}, got {dtype}")
     bm, bk = _block_shape(granularity, x.shape)
@@ -375,7 +385,7 @@ def quantize_experts(w, *, dtype=torch.float8_e4m3fn):
     """MoE weights ``w [E, K, N]`` (as :func:`scaled_grouped_mm` takes them) -> ``(q, scale)``:
     q the same shape, column-major per expert (fp8 wgmma reads it K-major), scale float32
     [E, N], one per expert and output channel."""
-    checks.check_tensor(w, "w", 3, dtypes=(torch.float16, torch.bfloat16, torch.float32))
+    _check_any_device(w, "w", 3)
     E, K, N = w.shape
     q = torch.empty((E, N, K), dtype=dtype, device=w.device)
     scale = torch.empty((E, N), dtype=torch.float32, device=w.device)
