@@ -27,6 +27,7 @@ from gemm_kernels.lab.exercises import moe_grouped_mm as moe_ex
 from gemm_kernels.lab.exercises import naive_tiling as tiling
 from gemm_kernels.lab.exercises import persistent_tma as persistent_ex
 from gemm_kernels.lab.exercises import pointer_arithmetic as pointers
+from gemm_kernels.lab.exercises import fp8 as fp8_ex
 from gemm_kernels.lab.exercises import start_here
 from gemm_kernels.lab.exercises import stream_k as streamk_ex
 from gemm_kernels.lab.exercises._core import compare_arrays
@@ -46,6 +47,7 @@ CHECKS = {
     "05b_stream_k.ipynb": ["streamk_share", "streamk_loop"],
     "06_grouped_gemm.ipynb": ["bounds_masks", "program_tiles", "find_tile"],
     "07_moe_grouped_mm.ipynb": ["offs_from_counts", "tiles_per_expert", "padded_rows", "expert_rows_kernel"],
+    "10_fp8.ipynb": ["block_scales", "block_scaled_loop", "promotion_interval"],
 }
 
 
@@ -106,6 +108,15 @@ def jit_streamk_stub(a_ptr, b_ptr, c_ptr, partial_ptr, flag_ptr, trace_ptr, M, N
 
 
 @triton.jit
+def jit_block_scaled_stub(a_ptr, b_ptr, c_ptr, sa_ptr, sb_ptr, M, N, K, stride_am, stride_bn, stride_cm,
+                          stride_sam, stride_sak, stride_sbk, stride_sbn,
+                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)  # the scaffold runs up to the K loop
+    for ki in range(0, tl.cdiv(K, BLOCK_K)):
+        raise NotImplementedError("your turn")
+
+
+@triton.jit
 def jit_find_tile_stub(tile, tile_starts_ptr, sizes_ptr, num_problems, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     raise NotImplementedError("your turn")
 
@@ -145,10 +156,14 @@ ALL_CHECKS = {
     "expert_rows_kernel": moe_ex.check_expert_rows_kernel,
     "streamk_share": streamk_ex.check_streamk_share,
     "streamk_loop": streamk_ex.check_streamk_loop,
+    "block_scales": fp8_ex.check_block_scales,
+    "block_scaled_loop": fp8_ex.check_block_scaled_loop,
+    "promotion_interval": fp8_ex.check_promotion_interval,
 }
 JIT_ANSWERS = {"column_grouped_triton": jit_tile_stub, "gelu_tanh": jit_stub, "bounds_masks": jit_masks_stub,
                "persistent_loop": jit_persistent_stub, "find_tile": jit_find_tile_stub,
-               "expert_rows_kernel": jit_moe_stub, "streamk_loop": jit_streamk_stub}
+               "expert_rows_kernel": jit_moe_stub, "streamk_loop": jit_streamk_stub,
+               "block_scaled_loop": jit_block_scaled_stub}
 
 
 # ----------------------------------------------------------------------------- correct

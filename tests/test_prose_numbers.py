@@ -156,6 +156,33 @@ def claims():
     assert all(abs(two[4096, k]["do_bench_us"] / two[4096, k]["cuda_graph_us"] - 1) < 0.08 for k in ("cuBLAS", "matmul_tma"))
 
     yield from measuring_claims()
+    yield from fp8_claims()
+
+
+def fp8_numerics_json() -> dict:
+    return json.loads((ROOT / "images/bench/fp8_numerics.json").read_text())
+
+
+def fp8_error(data: dict, provider: str, kind: str, K: int, **match) -> float:
+    (row,) = [r for r in data["errors"] if r["provider"] == provider and r["kind"] == kind and r["K"] == K
+              and all(r.get(k) == v for k, v in match.items())]
+    return row["rel_err"]
+
+
+def fp8_claims():
+    """Notebook 10's reveals, from images/bench/fp8_numerics.json and the datasheet peaks."""
+    from gemm_kernels.bench.core import DENSE_PEAK_TFLOPS, FP8_DENSE_PEAK_TFLOPS
+
+    nb = "notebooks/10_fp8.ipynb"
+    data = fp8_numerics_json()
+    yield nb, f"**Reveal:** {fp8_error(data, 'scaled_mm', 'positive', 65536, promote=None):.2f}, half of the sum's size"
+    tflops = {(t["size"], t["provider"]): t["tflops"] for t in data["timings"]}
+    speedup = tflops[4096, "scaled_mm promote 128"] / tflops[4096, "scaled_mm promote 32"]
+    yield nb, f"**Reveal:** about {speedup:.2f}× (the last line)"
+    intensity = {bytes_: 2 * 128 * 256 * 128 / ((128 + 256) * 128 * bytes_) for bytes_ in (1, 2)}
+    yield nb, f"**Reveal:** about {FP8_DENSE_PEAK_TFLOPS['H100 SXM'] / intensity[1]:.1f} TB/s, exactly what"
+    yield nb, f"({intensity[1]:.1f} against {intensity[2]:.1f} FLOP per byte)"
+    assert round(DENSE_PEAK_TFLOPS["H100 SXM"] / intensity[2], 1) == round(FP8_DENSE_PEAK_TFLOPS["H100 SXM"] / intensity[1], 1)
 
 
 def measuring_claims():
@@ -372,3 +399,110 @@ def test_two_ways_table_prints_one_run_of_one_gpu():
     assert len(text.splitlines()) == 2 + 4 and "   72.0    26.5" in text
     with pytest.raises(KeyError):
         two_ways_table(("no such kernel",), (1024,))
+
+
+# ----------------------------------------------------------------------------- notebook 10 (fp8)
+def test_notebook_10_reveal_the_gap_at_the_top_of_e4m3():
+    """10: "**Reveal:** 32. Three mantissa bits give 8 values per power of two" (all 256 patterns listed)."""
+    import torch
+
+    assert "**Reveal:** 32. Three mantissa bits give 8 values per power of two" in markdown_of("10_fp8.ipynb")
+    every = torch.arange(256, dtype=torch.uint8).view(torch.float8_e4m3fn).float()
+    values = every[torch.isfinite(every)].unique()
+    assert (values[-1] - values[-2]).item() == 32 and values[-1].item() == 448
+
+
+def test_notebook_10_reveal_outliers_at_50x_hardly_matter():
+    """10: at 50x outlier channels the ordinary channels' error is "about 1.0×" per tensor against 1x128
+    blocks; at 10^4x and 10^5x per-tensor scales push them below 2^-6 (see tests/test_exercises_fp8.py)."""
+    from gemm_kernels.lab import fp8_view
+
+    assert "**Reveal:** about 1.0×: at 50× the scale hardly matters" in markdown_of("10_fp8.ipynb")
+    rows = {(r["outliers"], str(r["granularity"])): r for r in fp8_view.quantization_errors(outlier_scales=(50,))}
+    assert round(rows[50, "tensor"]["ordinary_err"] / rows[50, "(1, 128)"]["ordinary_err"], 1) == 1.0
+
+
+def test_notebook_10_accumulation_reveal_in_words():
+    """10: promoted errors stay flat and fall with the interval; never promoted they grow with K, faster
+    on positive data; torch's precise mode equals promotion every 128 at every K, its fast mode our
+    never-promoted one up to K = 4096 and grows more slowly past it."""
+    text = markdown_of("10_fp8.ipynb")
+    assert _squash("**torch's precise mode** (`use_fast_accum=False`) lands on our promote-128 points, and its fast "
+                   "mode on our never-promoted ones up to K = 4096") in text
+    assert "past K = 4096 its fast mode grows more slowly than ours" in text
+    data = fp8_numerics_json()
+    ks = sorted({r["K"] for r in data["errors"]})
+    for kind in ("signed", "positive"):
+        never = [fp8_error(data, "scaled_mm", kind, k, promote=None) for k in ks]
+        assert never == sorted(never) and never[-1] > 10 * never[0], kind
+        for p in (32, 64, 128):
+            flat = [fp8_error(data, "scaled_mm", kind, k, promote=p) for k in ks]
+            assert max(flat) / min(flat) < 1.3, (kind, p)
+        for k in ks:
+            assert fp8_error(data, "scaled_mm", kind, k, promote=32) < fp8_error(data, "scaled_mm", kind, k, promote=64) \
+                < fp8_error(data, "scaled_mm", kind, k, promote=128)
+            precise = fp8_error(data, "torch._scaled_mm", kind, k, use_fast_accum=False)
+            assert abs(precise / fp8_error(data, "scaled_mm", kind, k, promote=128) - 1) < 1e-3, (kind, k)
+            fast, ours = fp8_error(data, "torch._scaled_mm", kind, k, use_fast_accum=True), never[ks.index(k)]
+            assert (abs(fast / ours - 1) < 1e-3) if k <= 4096 else fast < 0.8 * ours, (kind, k)
+    growth = {kind: fp8_error(data, "scaled_mm", kind, ks[-1], promote=None)
+              / fp8_error(data, "scaled_mm", kind, ks[0], promote=None) for kind in ("signed", "positive")}
+    assert growth["positive"] > growth["signed"], "never promoted grows faster on positive sums"
+
+
+def test_notebook_10_the_model_is_judged_from_its_rows():
+    """10: the model "fits one case well: signed data promoted every 128, within a few percent at every
+    K"; unpromoted signed "starts close ... (K = 256) but grows faster ..., several times too high at
+    K = 65536"; on positive data "too low at every K, about 5 times promoted and 10 times or more
+    unpromoted"."""
+    from gemm_kernels.lab import fp8_view
+
+    text = markdown_of("10_fp8.ipynb")
+    assert "The model fits one case well: signed data promoted every 128, within a few percent at every K" in text
+    assert _squash("several times too high at K = 65536. On positive data it is too low at every K, about 5 times "
+                   "promoted and 10 times or more unpromoted") in text
+    ratios = {key: dict(r) for key, r in fp8_view.model_ratios(fp8_numerics_json(), bits=13).items()}
+    assert all(abs(r - 1) < 0.03 for r in ratios["signed", 128].values())
+    signed = ratios["signed", None]
+    assert signed[256] < 1.2 and signed[65536] > 3 and list(signed.values()) == sorted(signed.values())
+    assert all(1 / 7 < r < 1 / 4 for r in ratios["positive", 128].values())
+    assert all(r < 1 / 9 for r in ratios["positive", None].values())
+
+
+def test_notebook_10_promotion_costs_throughput():
+    """10: "Every shorter interval costs throughput, and even promoting every 128 runs slower than never
+    promoting. torch's two modes are closer together than ours"."""
+    assert _squash("Every shorter interval costs throughput, and even promoting every 128 runs slower than never "
+                   "promoting. torch's two modes are closer together than ours") in markdown_of("10_fp8.ipynb")
+    data = fp8_numerics_json()
+    for size in sorted({t["size"] for t in data["timings"]}):
+        t = {r["provider"]: r["tflops"] for r in data["timings"] if r["size"] == size}
+        ours = [t[f"scaled_mm promote {p}"] for p in (32, 64, 128)] + [t["scaled_mm fast"]]
+        assert ours == sorted(ours), size
+        assert t["torch._scaled_mm fast"] / t["torch._scaled_mm"] < t["scaled_mm fast"] / t["scaled_mm promote 128"], size
+
+
+def test_notebook_10_results_in_words():
+    """10, section 9: "every geomean of the `fp8` suite is below 1", "by far on the small squares", "on the
+    large LLM projections the best cases are level with cuBLAS or ahead", the block-scaled kernel "slower
+    than torch's block-wise one on nearly every shape", cuBLAS's kernels named `coopA`."""
+    import statistics
+
+    from gemm_kernels.lab import fp8_view
+
+    text = markdown_of("10_fp8.ipynb")
+    for words in ("(every geomean of the `fp8` suite is below 1), by far on the small squares",
+                  "on the large LLM projections the best cases are level with cuBLAS or ahead",
+                  "The block-scaled kernel is slower than torch's block-wise one on nearly every shape",
+                  "where cuBLAS's `coopA` kernels"):
+        assert _squash(words) in text, words
+    rows = fp8_view.paired_rows("fp8")
+    groups = {(r["panel"], r["ours"]) for r in rows}
+    assert all(statistics.geometric_mean(r["ratio"] for r in rows if (r["panel"], r["ours"]) == g) < 1 for g in groups)
+    plain = [r for r in rows if r["panel"] in ("tensor", "row")]
+    worst, best = min(plain, key=lambda r: r["ratio"]), max(plain, key=lambda r: r["ratio"])
+    assert worst["case"] in ("1024^3", "2048^3") and worst["ratio"] < 0.5
+    assert "^3" not in best["case"] and best["ratio"] >= 1.0
+    block = [r["ratio"] for r in rows if r["panel"] == "block"]
+    assert sum(r < 1 for r in block) >= 0.9 * len(block)
+    assert any("coopA" in r["vendor_kernel"] for r in rows)

@@ -122,14 +122,14 @@ def test_autograde_gives_points_only_for_correct_answers(course):
 
 
 def test_the_whole_course_releases(tmp_path):
-    """generate_assignment on all twelve notebooks at once: each releases without solutions or hidden
+    """generate_assignment on all thirteen notebooks at once: each releases without solutions or hidden
     tests, with one graded test cell (1 point) per check call of the source."""
     course = tmp_path / "course"
     source = course / "source" / "all"
     source.mkdir(parents=True)
     (course / "nbgrader_config.py").write_text(CONFIG)
     paths = student.notebook_paths(REPO / "notebooks")
-    assert len(paths) == 12
+    assert len(paths) == 13
     for path in paths:
         shutil.copy(path, source)
     _nbgrader(course, "generate_assignment", "all")

@@ -63,7 +63,7 @@ def _reference_answers() -> set[str]:
 #: what a notebook may import from its exercise module besides check_*: harnesses and helpers
 #: the exercise text tells the learner to use, or that a lesson runs (never an answer)
 EXERCISE_HELPERS = {"apply_elementwise", "leaky_relu_variant", "matmul_tile", "run_segment", "gpu_note",
-                    "run_wgrad_tile_lookup"}
+                    "run_wgrad_tile_lookup", "run_block_scaled"}
 
 
 @pytest.mark.parametrize("path", PATHS, ids=lambda p: p.name)

@@ -54,6 +54,9 @@ COURSE = {
                                            "sm_90, and the committed H100 trace)"),
     "09_moe_training": Course(False, ""),
     "09b_measuring": Course(False, ""),
+    "10_fp8": Course(False, "partly: the narrow fp8 accumulator live and the comparison with "
+                            "`torch._scaled_grouped_mm` (fp8 itself runs on sm_89 and newer; elsewhere the committed "
+                            "H100 measurement, the compile view and the interpreter)"),
 }
 
 

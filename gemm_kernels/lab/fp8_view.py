@@ -93,7 +93,43 @@ def promotion_code(promotes=(128, 32, None), scaling: str = "tensor") -> list[di
             "add.f32": len(re.findall(r"^\s*add\.f32\b", view.ptx, flags=re.MULTILINE)),
             "fma.rn.f32": len(re.findall(r"^\s*fma\.rn\.f32\b", view.ptx, flags=re.MULTILINE)),
             "acc_per_thread": cfg["BLOCK_M"] * cfg["BLOCK_N"] // (32 * view.num_warps),
+            "registers": view.num_regs, "spill_bytes": view.spill_bytes,
         })
+    return out
+
+
+def kernel_doc(kernel) -> str:
+    """The docstring of a ``@triton.jit`` function (compiled or interpreted)."""
+    import inspect
+
+    from .compile_view import _python_function
+
+    return inspect.getdoc(_python_function(kernel)) or ""
+
+
+# ----------------------------------------------------------------------------- scales and outliers
+def quantization_errors(outlier_scales=(50, 1e3, 1e4, 1e5), granularities=("tensor", "row", (1, 128)),
+                        rows: int = 256, cols: int = 1024, seed: int = 0, dtype=torch.float8_e4m3fn) -> list[dict]:
+    """Quantize ``models.fp8_numerics.outlier_activations`` (4 outlier channels ``outlier_scale``
+    times larger) at each granularity: per case ``{"outliers", "granularity", "ordinary_err"
+    (relative error of the ordinary channels), "outlier_err", "subnormal" (share of the ordinary
+    channels' values stored below the smallest normal, zero included)}``."""
+    from ..kernels import fp8
+    from ..models.fp8_numerics import outlier_activations
+
+    tiny = torch.finfo(dtype).tiny
+    out = []
+    for size in outlier_scales:
+        x = outlier_activations(rows, cols, outlier_scale=size, generator=torch.Generator().manual_seed(seed))
+        ordinary = x.abs().amax(0) < 10  # N(0, 1) channels: |x| < 10 in every row
+        for granularity in granularities:
+            q, scale = fp8.quantize_fp8(x, granularity, dtype=dtype)
+            error = fp8.dequantize(q, scale, granularity) - x.double()
+            xd = x.double()
+            out.append({"outliers": size, "granularity": granularity,
+                        "ordinary_err": (error[:, ordinary].norm() / xd[:, ordinary].norm()).item(),
+                        "outlier_err": (error[:, ~ordinary].norm() / xd[:, ~ordinary].norm()).item(),
+                        "subnormal": (q.float().abs()[:, ordinary] < tiny).float().mean().item()})
     return out
 
 
@@ -165,33 +201,80 @@ def live_errors(Ks=(256, 1024, 4096), kinds=("signed", "positive"), promotes=(32
 
 
 # ----------------------------------------------------------------------------- the committed suites
-def committed_summary(suite: str, directory=None) -> str:
-    """One line per case of a committed suite (``fp8``, ``fp8-moe``): the vendor baseline and the
-    kernel it ran, our fastest provider, their same-run ratio (vendor time / ours: above 1, ours is
-    faster), our TFLOP/s and its share of the GPU's dense fp8 peak (``bench.core``).  A message
-    when the suite is not committed yet."""
-    from ..bench.core import FP8_DENSE_PEAK_TFLOPS, peak_entry
-    from ..results import committed_rows, load_committed, missing_message, short_gpu, short_kernel
+#: our provider -> the vendor's that does the same work (the first one a case has): precise against
+#: precise, fast accumulation against fast accumulation, block scales against torch's block-wise recipe
+PAIRS = {"scaled_mm": ("torch._scaled_mm", "torch block-wise"), "scaled_mm fast": ("torch._scaled_mm fast",),
+         "scaled_grouped_mm": ("torch._scaled_grouped_mm",)}
 
-    try:
-        rows = committed_rows(suite, directory)
-    except FileNotFoundError:
-        return missing_message(suite)
+
+def paired_rows(suite: str, directory=None) -> list[dict]:
+    """One dict per (case, our provider) of a committed suite, against the vendor provider doing the
+    same work (:data:`PAIRS`): ``panel, case, ours, vendor, ratio`` (vendor time / ours: above 1,
+    ours is faster), ``tflops`` (ours), ``pct_peak`` (of the GPU's dense fp8 peak, ``bench.core``)
+    and ``vendor_kernel``.  FileNotFoundError when the suite is not committed."""
+    from ..bench.core import FP8_DENSE_PEAK_TFLOPS, peak_entry
+    from ..results import committed_rows, load_committed
+
+    rows = committed_rows(suite, directory)
     device = (load_committed(suite, directory) or {}).get("meta", {}).get("device", "?")
     peak = FP8_DENSE_PEAK_TFLOPS.get(peak_entry(str(device)) or "")
-    lines = [f"{suite} on {short_gpu(device)} (dense fp8 peak {peak or '?'} TFLOP/s): vendor / ours > 1 means ours is faster",
-             f"{'case':44} {'vendor':26} {'ours':22} {'ratio':>6} {'TFLOP/s':>8} {'% peak':>7}  vendor kernel"]
+    out = []
     for key in dict.fromkeys((r["panel"], r["case"]) for r in rows):
-        same = [r for r in rows if (r["panel"], r["case"]) == key and r.get("time_ms")]
-        base = next((r for r in same if r["provider"] == r["baseline"]), None)
-        ours = [r for r in same if r["ours"] == "True" and r["ok"] == "True"]
-        if base is None or not ours:
-            continue
-        best = min(ours, key=lambda r: float(r["time_ms"]))
-        ratio = float(base["time_ms"]) / float(best["time_ms"])
-        tflops = float(best["tflops"]) if best.get("tflops") else float("nan")
-        share = f"{100 * tflops / peak:6.1f}%" if peak else "      ?"
-        case = f"{key[0]}: {key[1]}" if key[0] not in key[1] else key[1]
-        lines.append(f"{case[:44]:44} {base['provider'][:26]:26} {best['provider'][:22]:22} {ratio:5.2f}x "
-                     f"{tflops:8.0f} {share}  {short_kernel(base.get('vendor_kernel') or '-', 60)}")
+        same = {r["provider"]: r for r in rows if (r["panel"], r["case"]) == key and r.get("time_ms")}
+        for ours, vendors in PAIRS.items():
+            vendor = next((v for v in vendors if v in same), None)
+            if ours not in same or vendor is None or same[ours].get("ok") != "True":
+                continue
+            mine, theirs = same[ours], same[vendor]
+            tflops = float(mine["tflops"]) if mine.get("tflops") else float("nan")
+            out.append({"panel": key[0], "case": key[1], "ours": ours, "vendor": vendor,
+                        "ratio": float(theirs["time_ms"]) / float(mine["time_ms"]), "tflops": tflops,
+                        "pct_peak": 100 * tflops / peak if peak else float("nan"), "device": device,
+                        "vendor_kernel": theirs.get("vendor_kernel") or ""})
+    return out
+
+
+def _within(row: dict) -> str:
+    """A case's name without the words its panel already says ("T=4096" of "Mixtral-8x7B up (uniform)")."""
+    said = set(row["panel"].replace("(", " ").replace(")", " ").split())
+    return " ".join(w for w in row["case"].split() if w not in said) or row["case"]
+
+
+def committed_summary(suite: str, directory=None, detail: bool = False) -> str:
+    """A committed suite (``fp8``, ``fp8-moe``) against the vendor, like for like (:data:`PAIRS`):
+    per panel and pair, the cases, the geomean ratio (vendor time / ours: above 1, ours is
+    faster), the lowest and highest with their cases, and our median share of the dense fp8 peak;
+    ``detail``: one line per case instead.  Then the vendor's kernels, as ``torch.profiler`` named
+    them.  A message when the suite is not committed yet."""
+    import statistics
+
+    from ..results import missing_message, short_gpu
+
+    try:
+        rows = paired_rows(suite, directory)
+    except FileNotFoundError:
+        return missing_message(suite)
+    if not rows:
+        return f"{suite}: no case with both our kernel and the vendor's"
+    lines = [f"{suite} on {short_gpu(rows[0]['device'])}, like for like; ratio = vendor time / ours (above 1: ours "
+             "is faster); % of the dense fp8 peak"]
+    if detail:
+        lines.append(f"{'case':40} {'ours':18} {'vendor':24} {'ratio':>6} {'TFLOP/s':>8} {'% peak':>7}")
+        for r in rows:
+            lines.append(f"{(r['panel'] + ': ' + r['case'])[:40]:40} {r['ours']:18} {r['vendor'][:24]:24} "
+                         f"{r['ratio']:5.2f}x {r['tflops']:8.0f} {r['pct_peak']:6.1f}%")
+    else:
+        lines.append(f"{'panel':31} {'ours':18} {'vendor':24} {'cases':>5} {'geomean':>8}  {'lowest':33} "
+                     f"{'highest':33} {'% peak':>7}")
+        for group in dict.fromkeys((r["panel"], r["ours"], r["vendor"]) for r in rows):
+            same = [r for r in rows if (r["panel"], r["ours"], r["vendor"]) == group]
+            low, high = min(same, key=lambda r: r["ratio"]), max(same, key=lambda r: r["ratio"])
+            geomean = statistics.geometric_mean(r["ratio"] for r in same)
+            share = statistics.median(r["pct_peak"] for r in same)
+            lines.append(f"{group[0][:31]:31} {group[1]:18} {group[2][:24]:24} {len(same):>5} {geomean:7.2f}x  "
+                         f"{low['ratio']:5.2f}x {_within(low)[:26]:26} {high['ratio']:5.2f}x {_within(high)[:26]:26} "
+                         f"{share:6.1f}%")
+    kernels = list(dict.fromkeys(r["vendor_kernel"] for r in rows if r["vendor_kernel"]))
+    if kernels:
+        lines += ["the vendor's kernels (torch.profiler):"] + [f"  {k}" for k in kernels]
     return "\n".join(lines)

@@ -66,6 +66,8 @@ ANSWERS = {
     "08_warp_specialization": (("ring_phases", "slot_and_phases"), ("consumer_mainloop", "consumer_mainloop")),
     "09_moe_training": (("wgrad_work", "wgrad_work"), ("wgrad_tile", "my_wgrad_tile")),
     "09b_measuring": (("do_bench_reading", "do_bench_reading"), ("timing_verdict", "timing_verdict")),
+    "10_fp8": (("block_scales", "block_scales"), ("block_scaled_loop", "my_block_scaled_kernel"),
+               ("promotion_interval", "promotion_interval")),
 }
 
 #: seconds one exercise (its cells and its check) may take; the set-up (imports, the first cell) as long again

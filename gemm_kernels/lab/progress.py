@@ -32,7 +32,7 @@ ENV = "GEMM_KERNELS_PROGRESS"
 #: the course's notebooks in order; each one's checks live in ``exercises/<name without NN_>.py``
 NOTEBOOKS = ("00_start_here", "01_pointer_arithmetic", "02_naive_tiling", "03_grouped_l2_ordering",
              "04_kernel_fusion", "05_persistent_tma", "05b_stream_k", "06_grouped_gemm", "07_moe_grouped_mm",
-             "08_warp_specialization", "09_moe_training", "09b_measuring")
+             "08_warp_specialization", "09_moe_training", "09b_measuring", "10_fp8")
 EXERCISES_PACKAGE = "gemm_kernels.lab.exercises"
 VERSION = 1
 REPO_ROOT = Path(__file__).resolve().parents[2]

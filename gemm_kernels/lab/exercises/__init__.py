@@ -25,6 +25,8 @@ notebook                   module
 07_moe_grouped_mm          :mod:`gemm_kernels.lab.exercises.moe_grouped_mm`
 08_warp_specialization     :mod:`gemm_kernels.lab.exercises.warp_specialization`
 09_moe_training            :mod:`gemm_kernels.lab.exercises.moe_training`
+09b_measuring              :mod:`gemm_kernels.lab.exercises.measuring`
+10_fp8                     :mod:`gemm_kernels.lab.exercises.fp8`
 =========================  ==========================================
 """
 
