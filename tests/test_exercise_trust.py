@@ -32,6 +32,7 @@ from gemm_kernels.lab.exercises import persistent_tma as persistent_ex
 from gemm_kernels.lab.exercises import pointer_arithmetic as pointers
 from gemm_kernels.lab.exercises import start_here
 from gemm_kernels.lab.exercises import stream_k as streamk_ex
+from _fixed_launch import Bound
 
 
 def assert_wrong(result: CheckResult, *fragments: str):
@@ -528,17 +529,6 @@ def moe_variant(x_ptr, w_ptr, out_ptr, offs_ptr, N, K, stride_xt, stride_xk, str
              mask=mask)
 
 
-class Bound:
-    """``kernel[grid](...)`` with some constexprs fixed, as a learner's kernel would have them written in."""
-
-    def __init__(self, kernel, **fixed):
-        self.kernel, self.fixed = kernel, fixed
-
-    def __getitem__(self, grid):
-        return lambda *args, **kwargs: self.kernel[grid](*args, **kwargs, **self.fixed)
-
-    def __call__(self, *args, **kwargs):  # like a JITFunction: only launched, never called
-        raise RuntimeError("launch it with kernel[grid](...)")
 
 
 def test_expert_store_without_the_row_limit_is_named():

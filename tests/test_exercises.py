@@ -33,6 +33,7 @@ from gemm_kernels.lab.exercises import stream_k as streamk_ex
 from gemm_kernels.lab.exercises._core import compare_arrays
 from gemm_kernels.lab.student import exercise_results
 from gemm_kernels.models.tiles import tile_coords_np
+from _fixed_launch import Bound as _Bound
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 
@@ -863,17 +864,6 @@ def moe_kernel(x_ptr, w_ptr, out_ptr, offs_ptr, N, K, stride_xt, stride_xk, stri
              mask=mask)
 
 
-class _Bound:
-    """``kernel[grid](...)`` with some constexprs fixed, as a learner's kernel would have them written in."""
-
-    def __init__(self, kernel, **fixed):
-        self.kernel, self.fixed = kernel, fixed
-
-    def __getitem__(self, grid):
-        return lambda *args, **kwargs: self.kernel[grid](*args, **kwargs, **self.fixed)
-
-    def __call__(self, *args, **kwargs):  # like a JITFunction: only launched, never called
-        raise RuntimeError("launch it with kernel[grid](...)")
 
 
 def moe_kernel_with(store_rows_mask: bool, first_row_from_offs: bool = True):

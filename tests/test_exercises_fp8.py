@@ -20,6 +20,7 @@ from gemm_kernels.kernels import fp8
 from gemm_kernels.lab import fp8_view
 from gemm_kernels.lab.exercises import CORRECT, NOT_ATTEMPTED, WRONG, CheckResult
 from gemm_kernels.lab.exercises import fp8 as ex
+from _fixed_launch import Bound as _Bound
 
 
 def assert_wrong(result: CheckResult, *fragments: str):
@@ -101,17 +102,6 @@ def block_scaled_variant(a_ptr, b_ptr, c_ptr, sa_ptr, sb_ptr, M, N, K, stride_am
     tl.store(c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :], acc, mask=mask)
 
 
-class _Bound:
-    """``kernel[grid](...)`` with MISTAKE fixed, as a learner's kernel would have it written in."""
-
-    def __init__(self, kernel, **fixed):
-        self.kernel, self.fixed = kernel, fixed
-
-    def __getitem__(self, grid):
-        return lambda *args, **kwargs: self.kernel[grid](*args, **kwargs, **self.fixed)
-
-    def __call__(self, *args, **kwargs):  # like a JITFunction: only launched, never called
-        raise RuntimeError("launch it with kernel[grid](...)")
 
 
 def loop(mistake="none"):
