@@ -19,7 +19,8 @@ CONFIGS = [(128, 256, 3, 8), (128, 256, 4, 8), (256, 128, 3, 8), (256, 128, 4, 8
 rows = []
 for n in (4096, 8192):
     gen = torch.Generator(device=runtime.DEVICE).manual_seed(0)
-    for scaling, (ga, gb) in {"tensor": ("tensor", "tensor"), "block": ((1, 128), (128, 128))}.items():
+    for scaling in ("tensor", "block"):
+        ga, gb = fp8.granularities(scaling)
         a, sa = fp8.quantize_fp8(torch.randn(n, n, device=runtime.DEVICE, generator=gen), ga)
         b, sb = fp8.quantize_fp8(torch.randn(n, n, device=runtime.DEVICE, generator=gen).t(), gb)
         c = torch.empty(n, n, device=runtime.DEVICE, dtype=torch.bfloat16)

@@ -25,11 +25,11 @@ def check(name, out, ref):
         print("BAD", name, err, flush=True)
 
 
-GRANULARITIES = {"tensor": ("tensor", "tensor"), "row": ("row", "column"), "block": ((1, 128), (128, 128))}
 for M, N, K in [(1, 16, 128), (37, 53, 256), (130, 258, 384), (257, 129, 128), (1000, 1003, 1024)]:
     x = torch.randn(M, K, generator=gen).to(dev)
     w = torch.randn(N, K, generator=gen).to(dev)
-    for scaling, (ga, gb) in GRANULARITIES.items():
+    for scaling in fp8.SCALINGS:
+        ga, gb = fp8.granularities(scaling)
         a, sa = fp8.quantize_fp8(x, ga)
         b, sb = fp8.quantize_fp8(w.t(), gb)
         ref = fp8.scaled_mm_ref(a, b, sa, sb, out_dtype=torch.float64)

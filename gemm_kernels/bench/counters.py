@@ -201,7 +201,7 @@ def _fp8_call(case: CounterCase, provider: str, gen):
     from ..kernels import fp8
 
     M, N, K, scaling = case.shape
-    ga, gb = {"tensor": ("tensor", "tensor"), "block": ((1, 128), (128, 128))}[scaling]
+    ga, gb = fp8.granularities(scaling)
     a, sa = fp8.quantize_fp8(torch.randn(M, K, device=runtime.DEVICE, generator=gen), ga)
     b, sb = fp8.quantize_fp8(torch.randn(N, K, device=runtime.DEVICE, generator=gen).t(), gb)
     calls = {"scaled_mm": lambda: fp8.scaled_mm(a, b, sa, sb),

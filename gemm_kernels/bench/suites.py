@@ -847,8 +847,7 @@ def fp8_suite(settings: SuiteSettings) -> list[Case]:
                 gen = _generator(seed)
                 x, w = _randn((M, K), torch.bfloat16, gen), _randn((N, K), torch.bfloat16, gen)
                 x[:, :: max(1, K // 8)] *= 20  # a few outlier channels, as in real activations
-                ga, gb = {"tensor": ("tensor", "tensor"), "row": ("row", "column"),
-                          "block": ((1, 128), (128, 128))}[scaling]
+                ga, gb = fp8.granularities(scaling)
                 a, sa = fp8.quantize_fp8(x, ga)
                 b, sb = fp8.quantize_fp8(w.t(), gb)
                 del x, w

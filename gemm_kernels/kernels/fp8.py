@@ -304,7 +304,8 @@ def dequantize(q, scale, granularity) -> torch.Tensor:
     return q.double() * expand_scale(scale.double(), q.shape, granularity)
 
 
-def _granularities(scaling: str) -> tuple:
+def granularities(scaling: str) -> tuple:
+    """The ``quantize_fp8`` granularities of a and of b (as ``W.t()``) for one of ``SCALINGS``."""
     return {"tensor": ("tensor", "tensor"), "row": ("row", "column"),
             "block": ((1, SCALE_BLOCK), (SCALE_BLOCK, SCALE_BLOCK))}[scaling]
 
@@ -313,7 +314,7 @@ def scaled_mm_ref(a, b, scale_a, scale_b, *, out_dtype=torch.bfloat16, bias=None
     """Plain-torch reference: dequantize to float64, multiply, add the bias; ``out_dtype``
     (``torch.float64`` keeps full precision for error measurements)."""
     scaling = _scaling_of(scale_a, scale_b, a.shape[0], b.shape[1], a.shape[1])
-    ga, gb = _granularities(scaling)
+    ga, gb = granularities(scaling)
     acc = dequantize(a, scale_a, ga) @ dequantize(b, scale_b, gb)
     if bias is not None:
         acc = acc + bias.double()

@@ -154,7 +154,7 @@ def fp8_example(scaling="tensor", *, promote=fp8.PROMOTE_EVERY, use_tma=True, si
     """``scaled_mm`` as launched on ``size``-cubed e4m3 inputs (b column-major, as required):
     ``promote=None`` is the fast accumulation, ``use_tma=False`` the pointer loads of an Ada GPU."""
     x = torch.zeros(size, size)
-    ga, gb = fp8._granularities(scaling)
+    ga, gb = fp8.granularities(scaling)
     a, sa = fp8.quantize_fp8(x, ga)
     b, sb = fp8.quantize_fp8(x.t(), gb)
     c = torch.zeros(size, size, dtype=torch.bfloat16)
