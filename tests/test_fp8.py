@@ -18,7 +18,7 @@ E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
 #: the kernels' tests; on a GPU without fp8 tensor cores (GEMM_KERNELS_ARCH=sm_86) they refuse instead
 needs_fp8 = pytest.mark.skipif(not runtime.supports_fp8(), reason="needs fp8 tensor cores (sm_89+): the refusal is "
                                                                   "test_older_gpu_is_refused_clearly")
-SCALINGS = {"tensor": ("tensor", "tensor"), "row": ("row", "column"), "block": ((1, 128), (128, 128))}
+SCALINGS = {scaling: fp8.granularities(scaling) for scaling in fp8.SCALINGS}
 
 
 def operands(M, N, K, scaling, dtype=E4M3, *, seed=0, outliers=False):
@@ -110,6 +110,8 @@ def test_scaled_mm_dtypes_and_bias(dtypes, out_dtype):
 @pytest.mark.parametrize("promote", fp8.PROMOTE_CHOICES)
 def test_scaled_mm_promotion_settings(promote, fast):
     check(*operands(64, 64, 512, "tensor", outliers=True), promote_every=promote, use_fast_accum=fast)
+
+
 @needs_fp8
 def test_scaled_mm_strided_inputs_and_scales():
     """a with padded rows, b a column-major slice, block scales in torch's M-major layout."""
@@ -121,6 +123,8 @@ def test_scaled_mm_strided_inputs_and_scales():
     sa_mmajor = sa.t().contiguous().t()
     out = check(a_pad[:, :256], b_pad[:40].t(), sa_mmajor, sb)
     assert torch.equal(out, fp8.scaled_mm(a, b, sa, sb))
+
+
 @needs_fp8
 def test_scaled_mm_empty():
     a, b, sa, sb = operands(16, 32, 128, "tensor")
@@ -149,6 +153,8 @@ def test_scaled_mm_bad_inputs_are_named():
         with pytest.raises(err, match=match):
             fp8.scaled_mm(args["a"], args["b"], args["sa"], args["sb"], out_dtype=args["out_dtype"],
                           bias=args["bias"], promote_every=args["promote_every"])
+
+
 @needs_fp8
 def test_block_scales_need_k_multiple_of_128():
     a, b, _, _ = operands(32, 32, 144, "tensor")
@@ -194,6 +200,19 @@ def test_scaled_grouped_mm_ragged(counts, tma):
     assert out.dtype == torch.bfloat16 and out.shape == (x.shape[0], 80)
     assert_close(out, fp8.scaled_grouped_mm_ref(x, w, sx, sw, offs, out_dtype=torch.float64), torch.bfloat16)
     assert (out[-3:] == 0).all()  # rows past offs[-1]: zeros
+
+
+@needs_fp8
+def test_scaled_grouped_mm_reads_a_strided_offs():
+    """offs as a view with a stride: the kernel reads offs_ptr + e, so the launcher makes it contiguous."""
+    x, w, sx, sw, offs = moe_operands([5, 0, 33, 1], 128, 48)
+    spread = torch.zeros(8, dtype=torch.int32, device=DEVICE)
+    spread[::2] = offs
+    spread[1::2] = 10**6  # what a kernel reading the storage in order would take for offs[1]
+    out = fp8.scaled_grouped_mm(x, w, sx, sw, spread[::2], check_offs=False)
+    assert_close(out, fp8.scaled_grouped_mm_ref(x, w, sx, sw, offs, out_dtype=torch.float64), torch.bfloat16)
+
+
 @needs_fp8
 def test_scaled_grouped_mm_bad_inputs_are_named():
     x, w, sx, sw, offs = moe_operands([8, 8], 128, 32)

@@ -218,10 +218,11 @@ def _check_shapes(x, w, offs, dtypes=checks.SUPPORTED_DTYPES) -> None:
         raise ValueError(f"offs must have shape [E] = [{E}] (one row end per expert), got {list(offs.shape)}")
 
 
-def _check_inputs(x, w, offs, check_offs: bool) -> torch.Tensor:
+def _check_inputs(x, w, offs, check_offs: bool, dtypes=checks.SUPPORTED_DTYPES) -> torch.Tensor:
     """The launch's checks; ``check_offs`` also checks offs' values on the host (a sync on a GPU).
-    Returns ``offs`` contiguous (the kernel reads ``offs_ptr + e``)."""
-    _check_shapes(x, w, offs)
+    Returns ``offs`` contiguous (the kernel reads ``offs_ptr + e``).  ``dtypes``: x's and w's
+    (the fp8 ones for ``scaled_grouped_mm``)."""
+    _check_shapes(x, w, offs, dtypes)
     if check_offs:
         check_offs_values(offs.tolist(), x.shape[0])
     return offs.contiguous()
@@ -335,10 +336,8 @@ def _forward(x, w, offs, tma, check_offs, fp8=None):
             launch.bound.launch_with(x_ptr=x, w_ptr=w, out_ptr=out, offs_ptr=offs, trace_ptr=offs, sx_ptr=sx,
                                      sw_ptr=sw)
             return out
-    if fp8 is None:
-        offs = _check_inputs(x, w, offs, check_offs is True or (check_offs is None and not on_gpu))
-    elif check_offs is True or (check_offs is None and not on_gpu):
-        check_offs_values(offs.tolist(), x.shape[0])
+    offs = _check_inputs(x, w, offs, check_offs is True or (check_offs is None and not on_gpu),
+                         checks.SUPPORTED_DTYPES if fp8 is None else (x.dtype,))
     T, K = x.shape
     N = w.shape[2]
     out = torch.empty((T, N), device=x.device, dtype=out_dtype)
