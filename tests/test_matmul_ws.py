@@ -275,7 +275,9 @@ def test_plan_keys_follow_what_the_checks_and_the_specialisation_read():
         ws._plan_key(a, b, None, bias[:48], "cooperative", None, False)  # bias address % 16
     # tensors whose checks depend on autograd's mode, and tensor subclasses, are never cached
     assert ws._plan_key(a.clone().requires_grad_(), b, None, None, "cooperative", None, False) is None
-    assert ws._plan_key(torch.nn.Parameter(a, requires_grad=False), b, None, None, "cooperative", None, False) is None
+    # an nn.Parameter that needs no grad (inference weights) is checked like a tensor: kept
+    assert ws._plan_key(torch.nn.Parameter(a, requires_grad=False), b, None, None, "cooperative", None, False) == \
+        ws._plan_key(a, b, None, None, "cooperative", None, False)
 
 
 @pytest.mark.gpu

@@ -183,6 +183,7 @@ class Case:
     setup: Callable[[], CaseData]
     params: dict = field(default_factory=dict)
     cuda_graph: bool = False  # time with do_bench_cudagraph: GPU time without Python launch overhead
+    host: bool = False  # time the host instead: enqueue time per call (host_ms); no TFLOP/s then
 
     @property
     def flops(self) -> int:
@@ -404,6 +405,25 @@ class TimingSettings:
     rounds: int = 3
 
 
+#: calls per host timing (``host_ms``)
+HOST_CALLS = 1000
+
+
+def host_ms(fn: Callable[[], object], calls: int = HOST_CALLS) -> float:
+    """Host time of one call in ms: ``calls`` calls back to back timed with ``time.perf_counter``,
+    then one synchronize (not timed).  Where the GPU is faster than the host, the launches never
+    wait for the GPU and this is what the host spends per call (checks, allocation, launch)."""
+    for _ in range(20):
+        fn()
+    synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    elapsed = time.perf_counter() - start
+    synchronize()
+    return elapsed / calls * 1e3
+
+
 def median_ms(fn: Callable[[], object], settings: TimingSettings, cuda_graph: bool = False) -> float:
     """Median time of ``fn`` in ms with ``triton.testing.do_bench`` (events, L2 flushed).
 
@@ -502,7 +522,7 @@ def _time_interleaved(timed: list, case: Case, timing: TimingSettings) -> None:
     for r in range(rounds):
         for j in range(len(timed)):
             i = (j + r) % len(timed)  # rotate who goes first
-            samples[i].append(median_ms(timed[i][1], timing, case.cuda_graph))
+            samples[i].append(host_ms(timed[i][1]) if case.host else median_ms(timed[i][1], timing, case.cuda_graph))
     for i, (row, _) in enumerate(timed):
         row.time_ms = statistics.median(samples[i])
     base = next((i for i, (row, _) in enumerate(timed) if row.provider == case.baseline), None)
@@ -518,10 +538,12 @@ def _derive(rows: list[Row], case: Case, peak: float | None) -> None:
     for r in rows:
         if r.time_ms is None:
             continue
+        r.speedup = base.time_ms / r.time_ms if base is not None else None
+        if case.host:  # host time is not the GPU's: no throughput from it
+            continue
         r.tflops = tflops(r.flops, r.time_ms)
         r.gb_s = r.min_bytes / (r.time_ms * 1e-3) / 1e9
         r.pct_peak = 100 * r.tflops / peak if peak else None
-        r.speedup = base.time_ms / r.time_ms if base is not None else None
 
 
 # --- device facts -----------------------------------------------------------------------

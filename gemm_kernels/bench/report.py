@@ -22,7 +22,7 @@ from pathlib import Path
 from ..results import META_JSON, RESULTS_MD, provenance_line, section_heading, suite_meta
 from .core import COLUMNS, Row
 
-SUITE_ORDER = ("square", "order", "fusion", "stream-k", "seed-grouped", "moe", "llm", "fp8", "fp8-moe", "l2")
+SUITE_ORDER = ("square", "order", "fusion", "stream-k", "seed-grouped", "moe", "llm", "fp8", "fp8-moe", "host", "l2")
 _NUMERIC = {"x", "time_ms", "tflops", "pct_peak", "speedup", "baseline_spread", "gb_s", "rel_err", "tol"}
 _INTEGER = {"flops", "min_bytes"}
 

@@ -937,6 +937,173 @@ def _fp8_moe_case(model, projection, routing, tokens, k, n, seed, weights_cache)
                  "rows": rows, "K": k, "N": n, "routing": routing})
 
 
+# ------------------------------------------------------------------------------ host
+
+#: (label, M, N, K, dtype, b as W.t()): problems whose GPU time is below a call's host time, so
+#: the enqueue time per call is the host's; a square one and an nn.Linear decode step
+HOST_SHAPES = {
+    "full": (("256^3", 256, 256, 256, torch.float16, False),
+             ("decode M=16 4096x4096 W.t()", 16, 4096, 4096, torch.bfloat16, True)),
+    "quick": (("256^3", 256, 256, 256, torch.float16, False),),
+    "cpu": (("40x48x64", 40, 48, 64, torch.float16, False),),
+}
+#: MoE problem of the host cases: (experts, rows per expert, K, N), bf16 (``bench.moe_host``'s)
+HOST_MOE = {"full": (8, 64, 256, 256), "quick": (8, 64, 256, 256), "cpu": (4, 5, 32, 48)}
+
+
+def _checked_every_call(fn):
+    """``fn`` with kept launches switched off (``kernels.launches``): every call checks and binds."""
+    import os
+
+    from ..kernels import launches
+
+    def call():
+        before = os.environ.get(launches.KEEP_ENV)
+        os.environ[launches.KEEP_ENV] = "0"
+        try:
+            return fn()
+        finally:
+            if before is None:
+                del os.environ[launches.KEEP_ENV]
+            else:
+                os.environ[launches.KEEP_ENV] = before
+    return call
+
+
+def _host_providers(name, make, vendor_name, vendor_make):
+    """The vendor's call, ours, and ours checked every call (the launch path before kept launches)."""
+    def ours():
+        fn, check = make()
+        return fn, check
+
+    def unkept():
+        fn, check = make()
+        return _checked_every_call(fn), None
+
+    return [lazy_provider(vendor_name, vendor_make, ours=False),
+            lazy_provider(name, ours),
+            lazy_provider(f"{name}, checked every call", unkept,
+                          note="GEMM_KERNELS_KEEP_LAUNCHES=0 (the environment switch costs ~1 us)")]
+
+
+def host_suite(settings: SuiteSettings) -> list[Case]:
+    """Host time per call (enqueue µs, ``core.host_ms``) of every public launcher against torch's
+    equivalent, on problems the GPU finishes faster than the host can launch them."""
+    seeds = _Seeds(settings.seed)
+    size = settings.size_class
+    cases = []
+    for label, M, N, K, dtype, linear in HOST_SHAPES[size]:
+        def setup(M=M, N=N, K=K, dtype=dtype, linear=linear, seed=seeds()):
+            gen = _generator(seed)
+            a = _randn((M, K), dtype, gen)
+            b = _randn((N, K), dtype, gen).t() if linear else _randn((K, N), dtype, gen)
+            vendor = lambda: ((lambda: torch.matmul(a, b)), None)  # noqa: E731
+            providers = []
+            for name, module, needs_tma in (("matmul", "matmul", False), ("matmul_persistent", "persistent", False),
+                                            ("matmul_tma", "persistent", True), ("matmul_streamk", "streamk", True),
+                                            ("matmul_splitk", "splitk", False)):
+                def make(name=name, module=module, needs_tma=needs_tma):
+                    if needs_tma:
+                        _require_tma(name)
+                    f = kernel(module, name)
+                    return (lambda: f(a, b)), None
+                providers += _host_providers(name, make, "torch.matmul", vendor)[0 if not providers else 1:]
+
+            def ws():
+                module = importlib.import_module("gemm_kernels.kernels.matmul_ws")
+                try:
+                    module._require_hopper()
+                except RuntimeError as exc:
+                    raise Skip(str(exc).split(";")[0]) from None
+                return (lambda: module.matmul_ws(a, b)), None
+            providers.append(lazy_provider("matmul_ws", ws, note="per-shape plans (WS_NOTES 6)"))
+            return CaseData(providers, lambda: [_mm_ref(a, b)])
+        cases.append(Case("host", "single GEMM", label, M, dtype, [(M, N, K)], "torch.matmul", setup,
+                          {"M": M, "N": N, "K": K, "b": "W.t()" if linear else "row-major"}, host=True))
+
+    cases.append(_host_fp8_case(size, seeds()))
+    experts, per_expert, K, N = HOST_MOE[size]
+    for backward in (False, True):
+        cases.append(_host_moe_case(experts, per_expert, K, N, backward, seeds()))
+    return cases
+
+
+def _host_fp8_case(size, seed) -> Case:
+    label, M, N, K, _, _ = HOST_SHAPES[size][0]
+
+    def setup():
+        from ..kernels import fp8
+
+        gen = _generator(seed)
+        a, sa = fp8.quantize_fp8(_randn((M, K), torch.bfloat16, gen), "row")
+        w, sw = fp8.quantize_fp8(_randn((N, K), torch.bfloat16, gen), "row")
+        b, sb = w.t(), sw.t()
+
+        def vendor():
+            if not runtime.supports_fp8() or not runtime.on_gpu():
+                raise Skip("torch._scaled_mm needs an sm_89+ GPU")
+            return (lambda: torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16)), None
+
+        def ours():
+            if not runtime.supports_fp8():
+                raise Skip("scaled_mm needs fp8 (sm_89+)")
+            return (lambda: fp8.scaled_mm(a, b, sa, sb)), None
+
+        providers = _host_providers("scaled_mm", ours, "torch._scaled_mm", vendor)
+        return CaseData(providers, lambda: [fp8.scaled_mm_ref(a, b, sa, sb, out_dtype=torch.float64).float()])
+    return Case("host", "fp8", f"scaled_mm {label} row-wise", M, torch.float8_e4m3fn, [(M, N, K)], "torch._scaled_mm",
+                setup, {"M": M, "N": N, "K": K}, host=True)
+
+
+def _host_moe_case(experts, per_expert, K, N, backward, seed) -> Case:
+    rows = experts * per_expert
+
+    def setup():
+        from ..kernels import moe
+
+        gen = _generator(seed)
+        x = _randn((rows, K), torch.bfloat16, gen)
+        w = _randn((experts, N, K), torch.bfloat16, gen).transpose(1, 2)  # nn.Linear weights, [E, K, N] views
+        offs = torch.arange(1, experts + 1, device=runtime.DEVICE, dtype=torch.int32) * per_expert
+        dy = _randn((rows, N), torch.bfloat16, gen)
+
+        def vendor_mm():
+            if not runtime.on_gpu() or not hasattr(torch, "_grouped_mm"):
+                raise Skip("torch._grouped_mm needs a CUDA GPU and torch >= 2.8")
+            return lambda x, w, offs: torch._grouped_mm(x, w, offs=offs)
+
+        if backward:
+            def vendor():
+                return _moe_fwd_bwd(vendor_mm(), x, w, offs, dy), None
+
+            def ours():
+                return _moe_fwd_bwd(moe.grouped_mm, x, w, offs, dy), None
+
+            def reference():
+                xd, wd, dyd = x.double(), w.double(), dy.double()
+                starts = range(0, rows, per_expert)
+                out = torch.cat([xd[s:s + per_expert] @ wd[e] for e, s in enumerate(starts)])
+                dx = torch.cat([dyd[s:s + per_expert] @ wd[e].T for e, s in enumerate(starts)])
+                dws = [xd[s:s + per_expert].T @ dyd[s:s + per_expert] for s in starts]
+                return [t.float() for t in (out, dx, *dws)]
+        else:
+            def vendor():
+                mm = vendor_mm()
+                return (lambda: mm(x, w, offs)), None
+
+            def ours():
+                return (lambda: moe.grouped_mm(x, w, offs)), None
+
+            def reference():
+                return [moe.grouped_mm_ref(x, w, offs, out_dtype=torch.float64).float()]
+        providers = [lazy_provider("torch._grouped_mm", vendor, ours=False), lazy_provider("grouped_mm", ours)]
+        return CaseData(providers, reference)
+    what = "forward and backward" if backward else "forward"
+    return Case("host", "MoE", f"grouped_mm {what} {experts}x{per_expert}x{K}x{N}", rows, torch.bfloat16,
+                [(rows, N, K)] * (3 if backward else 1), "torch._grouped_mm", setup,
+                {"experts": experts, "rows": rows, "K": K, "N": N}, host=True)
+
+
 SUITES = {
     "square": square_suite,
     "order": order_suite,
@@ -947,4 +1114,5 @@ SUITES = {
     "llm": llm_suite,
     "fp8": fp8_suite,
     "fp8-moe": fp8_moe_suite,
+    "host": host_suite,
 }

@@ -13,7 +13,7 @@ import triton
 import triton.language as tl
 
 from .. import runtime
-from . import checks, configs
+from . import checks, configs, launches
 from .epilogue import (activation_ref, bias_and_activation, dot_promoted, load_bias, mma_operand, store_tile_masked,
                        widen_for_dot)
 from .autograd import grad_enabled_for, matmul_grads
@@ -98,7 +98,18 @@ def matmul(a, b, *, order="grouped", group_size_m=8, activation=None, bias=None)
     return _matmul_forward(a, b, order, group_size_m, activation, bias)
 
 
+_KEPT = launches.LaunchCache()
+#: the kernel's tensor parameters and the call's tensors they take (``launches.KeptLaunch``)
+POINTER_SOURCES = {"a_ptr": "a", "b_ptr": "b", "c_ptr": "out", "bias_ptr": "bias", "trace_ptr": "out"}
+
+
 def _matmul_forward(a, b, order, group_size_m, activation, bias):
+    key = launches.call_key((a, b, bias), (order, group_size_m, activation)) if launches.keeping() else None
+    kept = _KEPT.get(key)
+    if kept is not None:  # checked before with these shapes, strides, dtypes and options
+        if bias is not None and bias.stride(0) != 1:
+            bias = bias.contiguous()
+        return kept(a.device, a=a, b=b, bias=bias)
     a, b, bias = checks.resolve_lazy_views(a, b, bias)  # the kernel reads memory, not torch's lazy negation
     bias, group_size_m = checks.check_matmul_inputs(a, b, order, group_size_m, activation, bias)
     M, K = a.shape
@@ -111,16 +122,19 @@ def _matmul_forward(a, b, order, group_size_m, activation, bias):
         if bias is not None:
             acc += bias.float()
         return activation_ref(acc, activation).to(a.dtype)
-    grid = lambda meta: (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]),)
-    _matmul_tuned[grid](
-        a, b, c, bias if bias is not None else c, c,
-        M, N, K,
-        a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
+    grid = lambda meta: (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]),)  # noqa: E731
+    args = dict(
+        a_ptr=a, b_ptr=b, c_ptr=c, bias_ptr=bias if bias is not None else c, trace_ptr=c,
+        M=M, N=N, K=K,
+        stride_am=a.stride(0), stride_ak=a.stride(1), stride_bk=b.stride(0), stride_bn=b.stride(1),
+        stride_cm=c.stride(0), stride_cn=c.stride(1),
         GROUPED=order == "grouped", GROUP_SIZE_M=group_size_m,
         HAS_BIAS=bias is not None, ACTIVATION=activation,
         WIDEN=widen_for_dot(a.dtype), TRACE=False,
     )
+    launches.launch_and_keep(_KEPT, key, _matmul_tuned, grid, args, c, POINTER_SOURCES)
     return c
+
 
 
 @torch.library.custom_op("gemm_kernels::matmul", mutates_args=())

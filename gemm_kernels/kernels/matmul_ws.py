@@ -41,6 +41,7 @@ _tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_globa
 
 # --- the package helpers this module uses (one block, to re-point when the package moves) ---
 from .. import _triton_compat, runtime
+from . import launches
 from ..models.tiles import cdiv, tile_coords_np
 from .checks import check_int, check_matmul_inputs as _check_matmul_inputs, resolve_lazy_views
 from .epilogue import _TAIL_COEFFS, LEAKY_RELU_SLOPE, activation_ref
@@ -408,19 +409,9 @@ MAX_PLANS = 256
 _A, _B, _C, _C_PTR, _BIAS, _TRACE = range(6)  # positions of the kernel's first six parameters
 
 
-def _tensor_key(t):
-    """Everything about ``t`` the checks and Triton's specialisation look at (not its values or address)."""
-    if type(t) is not torch.Tensor or t.requires_grad or t.is_neg() or t.is_conj():
-        return None  # not cacheable: a subclass, a tensor whose check depends on autograd's mode, a lazy view
-    return t.shape, t.stride(), t.dtype, t.device, t.data_ptr() % 16
-
-
 def _plan_key(a, b, activation, bias, config_name, num_programs, traced):
-    key_a, key_b = _tensor_key(a), _tensor_key(b)
-    key_bias = None if bias is None else _tensor_key(bias)
-    if key_a is None or key_b is None or (bias is not None and key_bias is None):
-        return None
-    return key_a, key_b, key_bias, activation, config_name, num_programs, traced
+    """``launches.call_key`` of the call: None when a tensor must be checked every call."""
+    return launches.call_key((a, b, bias), (activation, config_name, num_programs, traced))
 
 
 class _Plan:

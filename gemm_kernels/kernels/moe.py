@@ -326,15 +326,8 @@ def _forward(x, w, offs, tma, check_offs, fp8=None):
     on_gpu = runtime.on_gpu()
     device_check = check_offs is None and on_gpu
     if on_gpu and not check_offs:
-        launch = _LAUNCHES.get(_launch_key(x, w, offs, tma, check_offs, fp8))
-        if launch is not None:  # the fast path: no Python checks, no argument binding
-            out = x.new_empty(launch.out_shape, dtype=out_dtype)
-            if launch.bound is None:
-                return out.zero_()
-            if launch.uses_tma:
-                ensure_tma_allocator()
-            launch.bound.launch_with(x_ptr=x, w_ptr=w, out_ptr=out, offs_ptr=offs, trace_ptr=offs, sx_ptr=sx,
-                                     sw_ptr=sw)
+        out = kept_forward(x, w, offs, tma, check_offs, fp8)
+        if out is not None:
             return out
     offs = _check_inputs(x, w, offs, check_offs is True or (check_offs is None and not on_gpu),
                          checks.SUPPORTED_DTYPES if fp8 is None else (x.dtype,))
@@ -366,6 +359,22 @@ def _forward(x, w, offs, tma, check_offs, fp8=None):
         bound()
     else:
         _grouped_mm_tuned[grid](x, w, out, offs, error, offs, sx, sw, **args, TRACE=False, CHECK_OFFS=device_check)
+    return out
+
+
+def kept_forward(x, w, offs, tma, check_offs, fp8=None):
+    """The fast path of a call whose launch is kept (same key as an earlier call): no Python
+    checks, no argument binding; None when there is none (GPU only; ``check_offs`` not True)."""
+    launch = _LAUNCHES.get(_launch_key(x, w, offs, tma, check_offs, fp8))
+    if launch is None:
+        return None
+    sx, sw, out_dtype, _ = fp8 if fp8 is not None else (offs, offs, x.dtype, None)  # offs: unused pointers
+    out = x.new_empty(launch.out_shape, dtype=out_dtype)
+    if launch.bound is None:
+        return out.zero_()
+    if launch.uses_tma:
+        ensure_tma_allocator()
+    launch.bound.launch_with(x_ptr=x, w_ptr=w, out_ptr=out, offs_ptr=offs, trace_ptr=offs, sx_ptr=sx, sw_ptr=sw)
     return out
 
 

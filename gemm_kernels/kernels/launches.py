@@ -1,0 +1,149 @@
+"""Kept launches: a repeated call skips its checks, its argument binding and Triton's launch path.
+
+``kernel[grid](...)`` spends tens of microseconds of Python per call (binding ~25 arguments,
+working out each one's specialisation, looking the compiled kernel up), more than the GPU time
+of a small GEMM.  A call whose tensors have the same shapes, strides, dtypes, devices and
+16-byte alignments as an earlier call's, with the same options, passes the same checks and
+launches the same compiled kernel with the same arguments but the tensors' addresses.  So the
+first such call binds its launch (``TunedKernel.bind``: tuned config, compiled kernel, C
+launcher) and keeps it under that *call key*, without the call's tensors; the next call
+computes the key, allocates C and hands the kernel its tensors (``BoundLaunch.launch_with``).
+
+A tensor that cannot be keyed (a subclass other than ``nn.Parameter``, a lazily negated view,
+one that needs autograd) takes the checked path every time.  GPU only: the interpreter has no
+compiled kernel to keep.  ``GEMM_KERNELS_KEEP_LAUNCHES=0`` turns keeping off (the ``host`` bench
+suite's "checked every call" rows).  Measured: PERF_NOTES 28; ``python -m gemm_kernels.bench
+--suite host``.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from .. import _triton_compat, runtime
+
+KEEP_ENV = "GEMM_KERNELS_KEEP_LAUNCHES"
+_KEYABLE = (torch.Tensor, torch.nn.Parameter)
+
+
+def tensor_key(t):
+    """What the checks and Triton's specialisation read of ``t`` (not its values or address), or
+    None when ``t`` must go through the checks every call."""
+    if type(t) not in _KEYABLE or t.is_neg() or t.is_conj() or (t.requires_grad and torch.is_grad_enabled()):
+        return None
+    return t.shape, t.stride(), t.dtype, t.device, t.data_ptr() % 16
+
+
+def call_key(tensors, options) -> tuple | None:
+    """The key of a call with these tensors (None entries allowed: an absent bias) and hashable
+    options; None when a tensor cannot be keyed or an option cannot be hashed."""
+    keys = []
+    for t in tensors:
+        if t is None:
+            keys.append(None)
+            continue
+        k = tensor_key(t)
+        if k is None:
+            return None
+        keys.append(k)
+    key = (*keys, *options)
+    try:
+        hash(key)
+    except TypeError:  # e.g. a bad activation passed as a list: the checks name it
+        return None
+    return key
+
+
+class KeptLaunch:
+    """A bound launch without its tensors: ``__call__(a=..., b=..., ...)`` allocates C and launches.
+
+    ``sources`` maps each forgotten kernel parameter to the call's tensor it takes (``"out"`` is
+    C; a missing tensor, e.g. no bias, also takes C, which the kernel then never reads);
+    ``workspace()`` returns per-call buffers by parameter (kept per stream, ``runtime.stream_buffer``)."""
+
+    def __init__(self, bound, out_shape, out_dtype, sources: dict, *, uses_tma=False, workspace=None):
+        self.bound = bound.forget(*sources, *(workspace() if workspace else {}))
+        self.out_shape, self.out_dtype = out_shape, out_dtype
+        self.sources = tuple(sources.items())
+        self.uses_tma = uses_tma
+        self.workspace = workspace
+
+    def __call__(self, device, **tensors) -> torch.Tensor:
+        out = torch.empty(self.out_shape, device=device, dtype=self.out_dtype)
+        tensors["out"] = out
+        pointers = {param: tensors.get(source) if tensors.get(source) is not None else out
+                    for param, source in self.sources}
+        if self.workspace is not None:
+            pointers.update(self.workspace())
+        if self.uses_tma:
+            runtime.ensure_tma_allocator()
+        self.bound.launch_with(**pointers)
+        return out
+
+
+class LaunchCache:
+    """Kept launches of one launcher by call key; at most ``size`` (then it starts over)."""
+
+    def __init__(self, size: int = 256):
+        self._launches: dict = {}
+        self.size = size
+
+    def get(self, key):
+        if key is None:
+            return None
+        return self._launches.get(key)
+
+    def keep(self, key, launch) -> None:
+        if key is None:
+            return
+        if len(self._launches) >= self.size:  # many shapes (e.g. M changing every call): start over
+            self._launches.clear()
+        self._launches[key] = launch
+
+    def clear(self) -> None:
+        self._launches.clear()
+
+    def __len__(self) -> int:
+        return len(self._launches)
+
+
+def keeping() -> bool:
+    """Whether launches are kept: on a GPU, unless GEMM_KERNELS_KEEP_LAUNCHES=0."""
+    return runtime.on_gpu() and os.environ.get(KEEP_ENV, "1").strip() != "0"
+
+
+def bind(tuned, grid, kwargs: dict, config_kwargs: dict | None = None):
+    """The launch of ``tuned`` (a ``TunedKernel``) with ``kwargs``, bound: tuned (which launches)
+    then kept as a ``BoundLaunch``; or with an explicit config's kwargs (``num_warps`` and
+    ``num_stages`` among them) on its kernel.  None when the choice cannot be read (then the
+    caller launches the public way every time)."""
+    if config_kwargs is None:
+        bound = tuned.bind(grid, **kwargs)
+        return bound if hasattr(bound, "launch_with") else None
+    options = {k: config_kwargs[k] for k in ("num_warps", "num_stages") if k in config_kwargs}
+    params = {k: v for k, v in config_kwargs.items() if k not in options}
+    return _triton_compat.BoundLaunch(tuned.fn, grid, (), {**kwargs, **params}, options)
+
+
+def launch_and_keep(cache, key, tuned, grid, args, out, sources, *, config_kwargs=None, uses_tma=False,
+                    workspace=None) -> None:
+    """Launch ``tuned`` with ``args`` (the checked path of every single-GEMM launcher) and, when
+    the call has a key, keep the bound launch for the next call with that key."""
+    bound = bind(tuned, grid, args, config_kwargs) if key is not None else None
+    if bound is None:
+        if config_kwargs is None:
+            tuned[grid](**args)
+        else:
+            tuned.fn[grid](**args, **config_kwargs)
+        return
+    bound()  # binding may have tuned (launching through the autotuner): this launch is the one that counts
+    cache.keep(key, KeptLaunch(bound, out.shape, out.dtype, sources, uses_tma=uses_tma, workspace=workspace))
+
+
+def config_key(config) -> tuple | None:
+    """A ``triton.Config``'s identity as a key part (None for the default, tuned, config)."""
+    if config is None or not hasattr(config, "all_kwargs"):  # not a Config: the checks refuse it, nothing is kept
+        return config
+    return tuple(sorted(config.all_kwargs().items()))
