@@ -94,6 +94,10 @@ class SpecializedLaunch:
     (``fast`` says which is in use).
     """
 
+    #: ``(bytes, alignment, stream) -> tensor``: the scratch memory of a kernel that makes tensor
+    #: descriptors, handed to the C launcher directly (None: Triton asks ``triton.set_allocator``'s)
+    scratch_allocator = None
+
     def __init__(self, kernel, grid, args: Sequence = (), kwargs: dict | None = None,
                  options: dict | None = None):
         self._kernel = kernel
@@ -118,6 +122,16 @@ class SpecializedLaunch:
             self._current_device: Callable = driver.active.get_current_device
             self._device = self._current_device()
             self._runtime_knobs = knobs.runtime  # the profiler hooks are read from it on every launch
+            run = compiled.run
+            # a kernel that needs no scratch memory can skip the launcher object's Python and call
+            # the C launch function itself (Triton 3.6's CudaLauncher.__call__, minus the scratch)
+            self._raw = self._scratch = None
+            scratch = getattr(run, "global_scratch_size", None)
+            if scratch is not None and getattr(run, "profile_scratch_size", None) == 0:
+                self._raw = run.launch
+                self._raw_flags = (run.launch_cooperative_grid, run.launch_pdl)
+                # bytes per program, alignment: descriptors made in the kernel need scratch memory
+                self._scratch = (scratch * getattr(run, "num_ctas", 1), run.global_scratch_align) if scratch else None
             return True
         except Exception as err:  # an internal moved: the public launch still works
             _give_up("launcher", err)
@@ -138,11 +152,33 @@ class SpecializedLaunch:
                                f"is the current device: call it under torch.cuda.device({self._device})")
         stream = self._current_stream(self._device)
         enter_hook, exit_hook = self._runtime_knobs.launch_enter_hook, self._runtime_knobs.launch_exit_hook
+        if _hook_idle(enter_hook) and _hook_idle(exit_hook):  # no profiler listening: no metadata, no hook calls
+            if self._raw is not None and (self._scratch is None or self.scratch_allocator is not None):
+                scratch = None if self._scratch is None else self.scratch_allocator(
+                    grid[0] * grid[1] * grid[2] * self._scratch[0], self._scratch[1], stream)
+                try:
+                    self._raw(*grid, stream, self._function, *self._raw_flags, scratch, None, self._packed_metadata,
+                              None, None, None, *arguments)
+                    return
+                except TypeError as err:  # the C launcher's arguments changed: through the launcher object
+                    _give_up("raw_launch", err)
+                    self._raw = None
+            self._launcher(*grid, stream, self._function, self._packed_metadata, None, None, None, *arguments)
+            return
         # profilers (proton) set the hooks and read the launch's metadata: build it only for them
         metadata = (self.compiled.launch_metadata(grid, stream, *arguments)
                     if enter_hook is not None else None)
         self._launcher(*grid, stream, self._function, self._packed_metadata, metadata,
                        enter_hook, exit_hook, *arguments)
+
+
+def _hook_idle(hook) -> bool:
+    """No launch hook to call: None, or Triton 3.6's ``HookChain`` with no hook in it (the C
+    launcher would still call the empty chain twice per launch, and Python build its metadata)."""
+    if hook is None:
+        return True
+    calls = getattr(hook, "calls", None)
+    return isinstance(calls, list) and not calls
 
 
 class BoundLaunch(SpecializedLaunch):
@@ -173,6 +209,17 @@ class BoundLaunch(SpecializedLaunch):
         self._args, self._kwargs = (), {}
         self._forgotten = frozenset(names)
         return self
+
+    @property
+    def owns_scratch(self) -> bool:
+        """Whether launches hand the kernel its scratch memory themselves (no ``triton.set_allocator``
+        needed): the fast path, with a ``scratch_allocator``, for a kernel that needs scratch."""
+        return (self.fast and self._raw is not None and self._scratch is not None
+                and self.scratch_allocator is not None)
+
+    def slot(self, name: str) -> int:
+        """The position of parameter ``name`` in :attr:`arguments` (for callers that fill it in)."""
+        return self._slots[name]
 
     def __call__(self) -> None:
         if self._forgotten:

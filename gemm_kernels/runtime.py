@@ -264,7 +264,7 @@ def reset_stream_buffers(purpose: str) -> None:
         del _STREAM_BUFFERS[key]
 
 
-def _tma_scratch(size: int, alignment: int, stream):
+def tma_scratch(size: int, alignment: int, stream):
     # Triton launches on the current device's current stream (the ``stream`` it passes), which
     # stream_buffer keys on; torch's allocations are 512-byte aligned, more than the 128 bytes
     # descriptors need
@@ -278,7 +278,7 @@ def ensure_tma_allocator() -> None:
     TMA kernel call this on every launch (it is cheap)."""
     import triton  # here, not at the top: this module must run before Triton is imported
 
-    triton.set_allocator(_tma_scratch)
+    triton.set_allocator(tma_scratch)
 
 
 def supports_tma() -> bool:

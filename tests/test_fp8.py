@@ -106,6 +106,14 @@ def test_scaled_mm_dtypes_and_bias(dtypes, out_dtype):
 
 
 @needs_fp8
+def test_scaled_mm_reads_a_strided_bias_by_its_stride():
+    """The kernel reads bias_ptr + n: a strided bias (every other element) is copied first (it
+    read the neighbours before)."""
+    a, b, sa, sb = operands(40, 48, 256, "row")
+    check(a, b, sa, sb, torch.bfloat16, torch.randn(96, device=DEVICE).to(torch.bfloat16)[::2])
+
+
+@needs_fp8
 @pytest.mark.parametrize("fast", [False, True])
 @pytest.mark.parametrize("promote", fp8.PROMOTE_CHOICES)
 def test_scaled_mm_promotion_settings(promote, fast):

@@ -66,20 +66,26 @@ class KeptLaunch:
     def __init__(self, bound, out_shape, out_dtype, sources: dict, *, uses_tma=False, workspace=None):
         self.bound = bound.forget(*sources, *(workspace() if workspace else {}))
         self.out_shape, self.out_dtype = out_shape, out_dtype
-        self.sources = tuple(sources.items())
-        self.uses_tma = uses_tma
-        self.workspace = workspace
+        slot = bound.slot  # the parameters' positions, worked out once
+        self.sources = tuple((slot(param), source) for param, source in sources.items())
+        if uses_tma:  # hand the kernel its descriptor scratch directly: no triton.set_allocator per call
+            self.bound.scratch_allocator = runtime.tma_scratch
+        self.uses_tma = uses_tma and not self.bound.owns_scratch
+        self.workspace = None if workspace is None else (workspace, slot)
 
     def __call__(self, device, **tensors) -> torch.Tensor:
         out = torch.empty(self.out_shape, device=device, dtype=self.out_dtype)
-        tensors["out"] = out
-        pointers = {param: tensors.get(source) if tensors.get(source) is not None else out
-                    for param, source in self.sources}
+        arguments = self.bound.arguments.copy()
+        for i, source in self.sources:
+            t = tensors.get(source)
+            arguments[i] = out if t is None else t
         if self.workspace is not None:
-            pointers.update(self.workspace())
+            make, slot = self.workspace
+            for param, buffer in make().items():
+                arguments[slot(param)] = buffer
         if self.uses_tma:
             runtime.ensure_tma_allocator()
-        self.bound.launch_with(**pointers)
+        self.bound.launch(arguments)
         return out
 
 

@@ -354,7 +354,8 @@ def _forward(x, w, offs, tma, check_offs, fp8=None):
         if not check_offs:  # kept without this call's tensors (the cache must not hold their memory)
             # error_ptr, the record, is kept
             bound.forget("x_ptr", "w_ptr", "out_ptr", "offs_ptr", "trace_ptr", "sx_ptr", "sw_ptr")
-            _remember(x, w, offs, tma, check_offs, fp8, _Launch((T, N), bound, uses_tma))
+            bound.scratch_allocator = runtime.tma_scratch  # descriptor scratch handed over directly
+            _remember(x, w, offs, tma, check_offs, fp8, _Launch((T, N), bound, uses_tma and not bound.owns_scratch))
     elif bound is not None:  # the autotuner's choice is not readable here: launch through it
         bound()
     else:

@@ -176,7 +176,9 @@ def launch(x, dy, offs, tma) -> torch.Tensor:
         bound()
         if len(_LAUNCHES) >= _MAX_LAUNCHES:  # many shapes: start over
             _LAUNCHES.clear()
-        _LAUNCHES[key] = ((E, K, N), bound.forget("x_ptr", "dy_ptr", "dw_ptr", "offs_ptr"), use_tma)
+        bound.scratch_allocator = runtime.tma_scratch  # descriptor scratch handed over directly
+        _LAUNCHES[key] = ((E, K, N), bound.forget("x_ptr", "dy_ptr", "dw_ptr", "offs_ptr"),
+                          use_tma and not bound.owns_scratch)
     elif bound is not None:  # the autotuner's choice is not readable here: launch through it
         bound()
     else:
