@@ -108,6 +108,7 @@ class SpecializedLaunch:
 
     def _bind_launcher(self, args, kwargs) -> bool:
         try:
+            import torch
             from triton import knobs
             from triton.runtime.driver import driver
 
@@ -119,7 +120,8 @@ class SpecializedLaunch:
             self._function = compiled.function
             self._packed_metadata = compiled.packed_metadata
             self._current_stream: Callable = driver.active.get_current_stream
-            self._current_device: Callable = driver.active.get_current_device
+            # torch's own query, without torch.cuda.current_device()'s Python (Triton's is that function)
+            self._current_device: Callable = getattr(torch._C, "_cuda_getDevice", driver.active.get_current_device)
             self._device = self._current_device()
             self._runtime_knobs = knobs.runtime  # the profiler hooks are read from it on every launch
             run = compiled.run
@@ -146,11 +148,23 @@ class SpecializedLaunch:
             return
         self._launch(arguments, grid)
 
-    def _launch(self, arguments, grid) -> None:
+    def _stream(self):
         if self._current_device() != self._device:  # the kernel was loaded into that device's context
             raise RuntimeError(f"this launch was bound on cuda:{self._device} but cuda:{self._current_device()} "
                                f"is the current device: call it under torch.cuda.device({self._device})")
-        stream = self._current_stream(self._device)
+        return self._current_stream(self._device)
+
+    def hooks_idle(self) -> bool:
+        """No profiler hook is set (launches then skip the metadata and the hook calls)."""
+        return _hook_idle(self._runtime_knobs.launch_enter_hook) and _hook_idle(self._runtime_knobs.launch_exit_hook)
+
+    def _launch_raw(self, raw, arguments) -> None:
+        """Call the C launch function ``raw`` (no scratch, no hooks) with expanded ``arguments``."""
+        raw(*self.grid, self._stream(), self._function, *self._raw_flags, None, None, self._packed_metadata,
+            None, None, None, *arguments)
+
+    def _launch(self, arguments, grid) -> None:
+        stream = self._stream()
         enter_hook, exit_hook = self._runtime_knobs.launch_enter_hook, self._runtime_knobs.launch_exit_hook
         if _hook_idle(enter_hook) and _hook_idle(exit_hook):  # no profiler listening: no metadata, no hook calls
             if self._raw is not None and (self._scratch is None or self.scratch_allocator is not None):
@@ -170,6 +184,76 @@ class SpecializedLaunch:
                     if enter_hook is not None else None)
         self._launcher(*grid, stream, self._function, self._packed_metadata, metadata,
                        enter_hook, exit_hook, *arguments)
+
+
+class DescriptorArguments:
+    """Host tensor descriptors of a :class:`SpecializedLaunch` expanded by us instead of by
+    Triton's launcher, with each slot's CUtensorMap kept per base address (a weight's repeats).
+
+    Triton 3.6's launcher (``wrap_handle_tensordesc``) walks every argument in Python and encodes
+    a CUtensorMap for each descriptor on every launch.  For a plan whose descriptors differ from
+    call to call only in their base tensor, the rest of the expansion (``[map, *shape,
+    *strides]``) is fixed: :meth:`launch` takes the base tensors and the other arguments and calls
+    the C launch function below the wrapper.  Relies on the wrapper's closure (``launcher``,
+    ``tensordesc_indices``, ``tensordesc_meta``) and ``fill_tma_descriptor``; ``make`` returns
+    None when any of it is missing (callers then launch descriptors the public way)."""
+
+    _CACHED = 8  # CUtensorMaps kept per slot (new addresses beyond that start the slot over)
+
+    def __init__(self, launch, raw, indices, slots):
+        self._launch, self._raw, self._indices, self._slots = launch, raw, indices, slots
+
+    @classmethod
+    def make(cls, launch: "SpecializedLaunch", arguments: Sequence):
+        """For ``launch`` (fast, no scratch) whose ``arguments`` hold its descriptors; None if unusable."""
+        if not internals_enabled("descriptor_args") or not launch.fast or launch._raw is None or launch._scratch:
+            return None
+        try:
+            from triton.backends.nvidia import driver as nvidia
+            from triton.runtime.driver import driver
+
+            code = launch._raw.__code__
+            cells = dict(zip(code.co_freevars, (c.cell_contents for c in launch._raw.__closure__)))
+            raw, metas = cells["launcher"], cells["tensordesc_meta"]
+            indices = sorted(cells["tensordesc_indices"])
+            fill = driver.active.utils.fill_tma_descriptor
+            slots = []
+            for i, meta in zip(indices, metas):
+                d = arguments[i]
+                if meta is None or meta.get("fp4_padded") or d.padding == "nan":
+                    return None
+                fixed = (meta["swizzle"], meta["elem_size"], nvidia.TMA_DTYPE_DEVICE_TO_HOST[meta["elem_type"]],
+                         meta["block_size"], list(d.shape), list(d.strides), 0)
+                slots.append((fixed, [*d.shape, *d.strides], {}, fill))
+            return cls(launch, raw, indices, slots)
+        except Exception as err:  # the wrapper changed: Triton's own expansion still works
+            _give_up("descriptor_args", err)
+            return None
+
+    @property
+    def indices(self) -> list:
+        """Argument positions of the descriptors, in order."""
+        return self._indices
+
+    def launch(self, arguments: list, bases: Sequence) -> bool:
+        """Launch with ``arguments`` (descriptor positions ignored) and descriptors on ``bases``;
+        False (nothing launched) while a profiler's hooks are set: they need Triton's own path."""
+        if not self._launch.hooks_idle():
+            return False
+        final, start = [], 0
+        for i, base, (fixed, tail, cache, fill) in zip(self._indices, bases, self._slots):
+            final += arguments[start:i]
+            address = base.data_ptr()
+            expanded = cache.get(address)
+            if expanded is None:
+                if len(cache) >= self._CACHED:
+                    cache.clear()
+                expanded = cache[address] = [fill(address, *fixed), *tail]
+            final += expanded
+            start = i + 1
+        final += arguments[start:]
+        self._launch._launch_raw(self._raw, final)
+        return True
 
 
 def _hook_idle(hook) -> bool:

@@ -268,7 +268,7 @@ def tma_scratch(size: int, alignment: int, stream):
     # Triton launches on the current device's current stream (the ``stream`` it passes), which
     # stream_buffer keys on; torch's allocations are 512-byte aligned, more than the 128 bytes
     # descriptors need
-    return stream_buffer("tma scratch", size, torch.uint8, torch.cuda.current_device())
+    return stream_buffer("tma scratch", size, torch.uint8, torch._C._cuda_getDevice())
 
 
 def ensure_tma_allocator() -> None:

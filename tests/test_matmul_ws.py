@@ -312,6 +312,36 @@ def test_gpu_plan_reruns_skip_tritons_launch_path(monkeypatch):
 @pytest.mark.gpu
 @needs_hopper
 @pytest.mark.usefixtures("seed")
+def test_gpu_plan_expands_its_descriptors_and_keeps_a_weights_map(monkeypatch):
+    """The plan expands the three descriptors itself (``DescriptorArguments``): a weight that
+    stays put is encoded once, fresh A and C each call, results right; with a profiler hook set
+    it launches through Triton's own path (the hook sees the launch)."""
+    from triton import knobs
+
+    M, N, K, dtype = 264, 392, 520, torch.float16
+    w = random_matrix(N, K, dtype)
+    ws.matmul_ws(random_matrix(M, K, dtype), w.t())
+    plan = next(p for k, p in ws._PLANS.items() if k[0][0] == (M, K) and k[1][0] == (K, N))
+    assert plan.descriptors is not None, "Triton 3.6's launcher wrapper is what this path relies on"
+    for _ in range(3):
+        a = random_matrix(M, K, dtype)
+        assert_close(ws.matmul_ws(a, w.t()), matmul_ref(a, w.t(), out_dtype=torch.float64))
+    weight_slot = plan.descriptors._slots[plan.descriptors.indices.index(1)]
+    assert len(weight_slot[2]) == 1  # one CUtensorMap for the weight's one address
+    seen = []
+    hook = lambda metadata: seen.append(metadata)  # noqa: E731
+    knobs.runtime.launch_enter_hook.add(hook)
+    try:
+        a = random_matrix(M, K, dtype)
+        assert_close(ws.matmul_ws(a, w.t()), matmul_ref(a, w.t(), out_dtype=torch.float64))
+    finally:
+        knobs.runtime.launch_enter_hook.remove(hook)
+    assert seen
+
+
+@pytest.mark.gpu
+@needs_hopper
+@pytest.mark.usefixtures("seed")
 def test_gpu_plans_without_the_internals(monkeypatch):
     """The public fallbacks (kernel[grid] launches, descriptors through their constructor) give
     the same results."""

@@ -785,6 +785,58 @@ def llm_suite(settings: SuiteSettings) -> list[Case]:
     return cases
 
 
+#: token counts of the llm-linear suite: not powers of two (a prefill chunk, a few requests, one odd
+#: batch); every projection of every LLM_LAYERS model and DeepSeek-V3's dense layer at each
+LLM_LINEAR_M = {"full": (257, 1000, 3001), "quick": (1000,), "cpu": (37,)}
+
+
+def llm_linear_shapes(size_class: str) -> list[tuple[str, str, int, int, int, bool]]:
+    """(model, projection, M, N, K, b row-major?) of the llm-linear suite: b = W.t() (nn.Linear's
+    layout) for every projection at every M, plus Llama-3-8B's at M = 1000 with b row-major."""
+    if size_class == "cpu":
+        return [("tiny", "down", 37, 48, 160, False), ("tiny", "down", 37, 48, 160, True)]
+    table = [(layer.model, name, n, k) for layer in LLM_LAYERS for name, (n, k) in layer.projections().items()]
+    table += [("DeepSeek-V3", name, n, k) for name, (n, k) in DEEPSEEK_V3_DENSE.items()]
+    shapes = [(model, name, m, n, k, False) for m in LLM_LINEAR_M[size_class] for model, name, n, k in table]
+    if size_class == "full":
+        shapes += [(model, name, 1000, n, k, True) for model, name, n, k in table if model == "Llama-3-8B"]
+    return shapes
+
+
+def llm_linear_suite(settings: SuiteSettings) -> list[Case]:
+    """``F.linear``'s product at token counts users call (not powers of two): cuBLAS vs every
+    dense kernel of ours at default arguments; the target is on the best of ours per shape."""
+    seeds = _Seeds(settings.seed)
+    cases = []
+    for dtype in _dtypes(settings, (torch.bfloat16,)):
+        for model, projection, M, N, K, row_major in llm_linear_shapes(settings.size_class):
+            def setup(M=M, N=N, K=K, dtype=dtype, row_major=row_major, seed=seeds()):
+                gen = _generator(seed)
+                x = _randn((M, K), dtype, gen)
+                b = _randn((K, N), dtype, gen) if row_major else _randn((N, K), dtype, gen).t()
+
+                def make(module, name, needs_tma):
+                    def build():
+                        if needs_tma:
+                            _require_tma(name)
+                        f = kernel(module, name)
+                        return (lambda: f(x, b)), None
+                    return build
+
+                providers = [Provider("cuBLAS", lambda: torch.matmul(x, b), ours=False),
+                             lazy_provider("grouped", make("matmul", "matmul", False)),
+                             lazy_provider("tma", make("persistent", "matmul_tma", True)),
+                             lazy_provider("stream_k", make("streamk", "matmul_streamk", True)),
+                             lazy_provider("split_k", make("splitk", "matmul_splitk", False)),
+                             _ws_provider(x, b)]
+                return CaseData(providers, lambda: [_mm_ref(x, b)])
+            layout = "b row-major" if row_major else "b = W.t()"
+            cases.append(Case("llm-linear", f"M={M}, {layout}", f"{model} {projection}", M, dtype, [(M, N, K)],
+                              "cuBLAS", setup, {"model": model, "projection": projection, "M": M, "N": N, "K": K,
+                                                "layout": layout}))
+    return cases
+
+
 # ------------------------------------------------------------------------------ fp8
 
 #: square sizes and LLM projections (model, projection, M, N, K; b = W.t()) of the fp8 suite
@@ -952,21 +1004,15 @@ HOST_MOE = {"full": (8, 64, 256, 256), "quick": (8, 64, 256, 256), "cpu": (4, 5,
 
 
 def _checked_every_call(fn):
-    """``fn`` with kept launches switched off (``kernels.launches``): every call checks and binds."""
-    import os
-
+    """``fn`` with kept launches switched off (``kernels.launches.set_keeping``): every call checks and binds."""
     from ..kernels import launches
 
     def call():
-        before = os.environ.get(launches.KEEP_ENV)
-        os.environ[launches.KEEP_ENV] = "0"
+        before = launches.set_keeping(False)
         try:
             return fn()
         finally:
-            if before is None:
-                del os.environ[launches.KEEP_ENV]
-            else:
-                os.environ[launches.KEEP_ENV] = before
+            launches.set_keeping(before)
     return call
 
 
@@ -983,7 +1029,7 @@ def _host_providers(name, make, vendor_name, vendor_make):
     return [lazy_provider(vendor_name, vendor_make, ours=False),
             lazy_provider(name, ours),
             lazy_provider(f"{name}, checked every call", unkept,
-                          note="GEMM_KERNELS_KEEP_LAUNCHES=0 (the environment switch costs ~1 us)")]
+                          note="launches.set_keeping(False) around the call: the path before kept launches")]
 
 
 def host_suite(settings: SuiteSettings) -> list[Case]:
@@ -1112,6 +1158,7 @@ SUITES = {
     "seed-grouped": seed_grouped_suite,
     "moe": moe_suite,
     "llm": llm_suite,
+    "llm-linear": llm_linear_suite,
     "fp8": fp8_suite,
     "fp8-moe": fp8_moe_suite,
     "host": host_suite,

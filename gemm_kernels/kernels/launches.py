@@ -11,8 +11,8 @@ computes the key, allocates C and hands the kernel its tensors (``BoundLaunch.la
 
 A tensor that cannot be keyed (a subclass other than ``nn.Parameter``, a lazily negated view,
 one that needs autograd) takes the checked path every time.  GPU only: the interpreter has no
-compiled kernel to keep.  ``GEMM_KERNELS_KEEP_LAUNCHES=0`` turns keeping off (the ``host`` bench
-suite's "checked every call" rows).  Measured: PERF_NOTES 28; ``python -m gemm_kernels.bench
+compiled kernel to keep.  ``GEMM_KERNELS_KEEP_LAUNCHES=0`` (at import) or ``set_keeping(False)``
+turns keeping off (the ``host`` bench suite's "checked every call" rows).  Measured: PERF_NOTES 28; ``python -m gemm_kernels.bench
 --suite host``.
 """
 
@@ -30,8 +30,9 @@ _KEYABLE = (torch.Tensor, torch.nn.Parameter)
 
 def tensor_key(t):
     """What the checks and Triton's specialisation read of ``t`` (not its values or address), or
-    None when ``t`` must go through the checks every call."""
-    if type(t) not in _KEYABLE or t.is_neg() or t.is_conj() or (t.requires_grad and torch.is_grad_enabled()):
+    None when ``t`` must go through the checks every call.  (A lazily conjugated view is complex,
+    a dtype no kernel takes: its call is refused by the checks, so never kept.)"""
+    if type(t) not in _KEYABLE or t.is_neg() or (t.requires_grad and torch.is_grad_enabled()):
         return None
     return t.shape, t.stride(), t.dtype, t.device, t.data_ptr() % 16
 
@@ -115,9 +116,21 @@ class LaunchCache:
         return len(self._launches)
 
 
+#: launches are kept on a GPU unless GEMM_KERNELS_KEEP_LAUNCHES=0 at import; ``set_keeping`` changes it
+_keep = os.environ.get(KEEP_ENV, "1").strip() != "0"
+
+
 def keeping() -> bool:
-    """Whether launches are kept: on a GPU, unless GEMM_KERNELS_KEEP_LAUNCHES=0."""
-    return runtime.on_gpu() and os.environ.get(KEEP_ENV, "1").strip() != "0"
+    """Whether launches are kept (read on every call: one global, not the environment)."""
+    return _keep and not runtime.RUNTIME.interpreted
+
+
+def set_keeping(on: bool) -> bool:
+    """Keep launches (True) or check and bind every call (False); returns the previous setting.
+    Kept launches stay kept, but are not used while off."""
+    global _keep
+    before, _keep = _keep, bool(on)
+    return before
 
 
 def bind(tuned, grid, kwargs: dict, config_kwargs: dict | None = None):

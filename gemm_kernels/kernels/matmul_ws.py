@@ -423,6 +423,8 @@ class _Plan:
         self.launch = _triton_compat.SpecializedLaunch(_matmul_ws_kernel, (programs,), (), named,
                                                        {"num_warps": 4, "maxnreg": MAXNREG})
         self.arguments = _triton_compat.ordered_arguments(_matmul_ws_kernel, (), named)
+        # descriptors expanded here, their CUtensorMaps kept per address (None: Triton's launcher does it)
+        self.descriptors = _triton_compat.DescriptorArguments.make(self.launch, self.arguments)
         self.moved = _triton_compat.descriptor_mover()  # chosen once: no environment look-up per call
         for i in (_C_PTR, _BIAS, _TRACE):  # never keep the first call's tensors alive
             self.arguments[i] = None
@@ -437,15 +439,18 @@ class _Plan:
 
     def __call__(self, a, b, bias, trace):
         c = torch.empty(self.c_shape, device=a.device, dtype=a.dtype)
+        if bias is not None:
+            bias = bias if bias.dtype == self.bias_dtype else bias.to(self.bias_dtype)
+            bias = bias if self.bias_contiguous else bias.contiguous()
         args = list(self.arguments)
+        args[_C_PTR], args[_BIAS], args[_TRACE] = c, c if bias is None else bias, c if trace is None else trace
+        if self.descriptors is not None:
+            if self.descriptors.launch(args, [(a, b, c)[i] for i in self.descriptors.indices]):
+                return c
         args[_A] = self.moved(args[_A], a)
         args[_B] = self.moved(args[_B], b)
         if self.c_tma:
             args[_C] = self.moved(args[_C], c)
-        if bias is not None:
-            bias = bias if bias.dtype == self.bias_dtype else bias.to(self.bias_dtype)
-            bias = bias if self.bias_contiguous else bias.contiguous()
-        args[_C_PTR], args[_BIAS], args[_TRACE] = c, c if bias is None else bias, c if trace is None else trace
         self.launch.launch(args)
         return c
 
