@@ -506,3 +506,19 @@ def test_notebook_10_results_in_words():
     block = [r["ratio"] for r in rows if r["panel"] == "block"]
     assert sum(r < 1 for r in block) >= 0.9 * len(block)
     assert any("coopA" in r["vendor_kernel"] for r in rows)
+
+
+def test_notebook_09b_kept_launches_reveal():
+    """09b: checked calls cost "about four times" torch's host time; kept launches bring
+    matmul, matmul_persistent and matmul_ws "to about 1.2x", the three others "stay above it"."""
+    text = markdown_of("09b_measuring.ipynb")
+    assert "**Reveal:** about four times" in text
+    assert "`matmul`, `matmul_persistent` and `matmul_ws` to about 1.2x torch's host time" in text
+
+    def ratio(provider):
+        return (committed_value("host", case="256^3", provider=provider)
+                / committed_value("host", case="256^3", provider="torch.matmul"))
+
+    assert 3.5 <= ratio("matmul, checked every call") <= 4.5
+    assert all(ratio(p) <= 1.25 for p in ("matmul", "matmul_persistent", "matmul_ws"))
+    assert all(ratio(p) > 1.25 for p in ("matmul_tma", "matmul_splitk", "matmul_streamk"))

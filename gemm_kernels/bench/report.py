@@ -620,7 +620,7 @@ def publish_shards(sources: list[Path], dest: Path) -> list[str]:
 # ------------------------------------------------------------------------------ plots
 
 PLOT_KIND = {"square": "line", "order": "bar", "fusion": "bar", "stream-k": "bar", "seed-grouped": "line", "moe": "heatmap",
-             "llm": "bar", "llm-linear": "heatmap"}
+             "llm": "bar", "llm-linear": "bar"}
 X_LABEL = {"square": "M = N = K", "seed-grouped": "N (square problems) or M", "moe": "tokens"}
 
 
