@@ -177,6 +177,10 @@ class SpecializedLaunch:
                 except TypeError as err:  # the C launcher's arguments changed: through the launcher object
                     _give_up("raw_launch", err)
                     self._raw = None
+            if self._scratch is not None and self.scratch_allocator is not None:  # Triton asks its allocator
+                import triton
+
+                triton.set_allocator(self.scratch_allocator)
             self._launcher(*grid, stream, self._function, self._packed_metadata, None, None, None, *arguments)
             return
         # profilers (proton) set the hooks and read the launch's metadata: build it only for them
