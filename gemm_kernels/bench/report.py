@@ -347,28 +347,22 @@ def targets(all_rows: dict[str, list[dict]]) -> list[dict]:
         else:
             add(name, goal, "n/a", None)
 
-    llm = _speedups(all_rows.get("llm", []), {"tma", "persistent", "stream_k", "ws"})
-    goal = "best of ours: geomean >= 1.00x and every row >= 0.95x cuBLAS"
-    if llm:
-        values = [v[0] for v in llm.values()]
+    def best_of_ours(name, suite, providers, geo_goal, low_goal):
+        """A target on the best of ``providers`` per case: geomean and minimum against cuBLAS."""
+        goal = f"best of ours: geomean >= {geo_goal:.2f}x and every row >= {low_goal:.2f}x cuBLAS"
+        res = _speedups(all_rows.get(suite, []), providers)
+        if not res:
+            add(name, goal, "n/a", None)
+            return
+        values = [v[0] for v in res.values()]
         geo, low = _geomean(values), min(values)
-        worst = min(llm.items(), key=lambda kv: kv[1][0])[0]
-        add("llm projections", goal, f"geomean {geo:.3f}x over {len(values)} rows, min {low:.3f}x "
-            f"({worst[0]} {worst[1]})", geo >= 1.0 and low >= 0.95)
-    else:
-        add("llm projections", goal, "n/a", None)
+        worst = min(res.items(), key=lambda kv: kv[1][0])[0]
+        add(name, goal, f"geomean {geo:.3f}x over {len(values)} rows, min {low:.3f}x ({worst[0]} {worst[1]})",
+            geo >= geo_goal and low >= low_goal)
 
+    best_of_ours("llm projections", "llm", {"tma", "persistent", "stream_k", "ws"}, 1.00, 0.95)
     # issue 32: projections as nn.Linear calls them, token counts that are not powers of two
-    linear = _speedups(all_rows.get("llm-linear", []), {"grouped", "tma", "stream_k", "split_k", "ws"})
-    goal = "best of ours: geomean >= 1.02x and every row >= 0.97x cuBLAS"
-    if linear:
-        values = [v[0] for v in linear.values()]
-        geo, low = _geomean(values), min(values)
-        worst = min(linear.items(), key=lambda kv: kv[1][0])[0]
-        add("llm-linear projections", goal, f"geomean {geo:.3f}x over {len(values)} rows, min {low:.3f}x "
-            f"({worst[0]} {worst[1]})", geo >= 1.02 and low >= 0.97)
-    else:
-        add("llm-linear projections", goal, "n/a", None)
+    best_of_ours("llm-linear projections", "llm-linear", {"grouped", "tma", "stream_k", "split_k", "ws"}, 1.02, 0.97)
 
     # issue 19's targets: forward and forward+backward at default arguments, same run
     for name, provider, geo_goal, low_goal in (("moe grouped_mm vs torch._grouped_mm", "grouped_mm", 1.10, 0.90),
