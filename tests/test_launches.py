@@ -62,6 +62,53 @@ def test_a_config_key_names_every_setting():
         triton.Config({"BLOCK_K": 32, "BLOCK_N": 64, "BLOCK_M": 64}, num_warps=4, num_stages=3))
 
 
+class _RecordedBound:
+    """Stands in for a ``BoundLaunch`` (GPU only): records the argument list each launch gets."""
+
+    scratch_allocator = None
+    owns_scratch = False
+
+    def __init__(self, names):
+        self.names = list(names)
+        self.arguments = [f"bound {n}" for n in names]
+        self.launched = []
+
+    def forget(self, *names):
+        for n in names:
+            self.arguments[self.names.index(n)] = None
+        return self
+
+    def slot(self, name):
+        return self.names.index(name)
+
+    def launch(self, arguments):
+        self.launched.append(dict(zip(self.names, arguments)))
+
+
+def test_a_kept_launch_hands_each_parameter_its_tensor():
+    """The tensors of the call by source, C for the output and for a missing tensor, a strided bias
+    copied contiguous (as the checks copy it), the workspace per call, the other arguments kept."""
+    bound = _RecordedBound(["a_ptr", "b_ptr", "c_ptr", "bias_ptr", "ws_ptr", "M"])
+    buffer = torch.zeros(4)
+    kept = launches.KeptLaunch(bound, (2, 3), torch.float16, {"a_ptr": "a", "b_ptr": "b", "c_ptr": "out",
+                                                             "bias_ptr": "bias"}, workspace=lambda: {"ws_ptr": buffer})
+    a, b, bias = torch.randn(2, 5), torch.randn(5, 3), torch.randn(6)[::2]
+    cache = launches.LaunchCache()
+    cache.keep(("key",), kept)
+    assert cache.run(None, "cpu", a=a, b=b) is None and cache.run(("other",), "cpu", a=a, b=b) is None
+    out = cache.run(("key",), "cpu", a=a, b=b, bias=bias)
+    assert out.shape == (2, 3) and out.dtype == torch.float16
+    got = bound.launched[-1]
+    assert got["a_ptr"] is a and got["b_ptr"] is b and got["c_ptr"] is out and got["ws_ptr"] is buffer
+    assert got["M"] == "bound M"
+    assert got["bias_ptr"].is_contiguous() and torch.equal(got["bias_ptr"], bias)
+    out = kept("cpu", a=a, b=b, bias=None)
+    assert bound.launched[-1]["bias_ptr"] is out  # no bias: C stands in, never read
+    contiguous = torch.randn(3)
+    kept("cpu", a=a, b=b, bias=contiguous)
+    assert bound.launched[-1]["bias_ptr"] is contiguous  # no copy when none is needed
+
+
 # ----------------------------------------------------------------------------- on a GPU
 def _fp8_inputs(M, N, K):
     a, sa = fp8.quantize_fp8(torch.randn(M, K, device=DEVICE), "row")

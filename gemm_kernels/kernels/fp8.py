@@ -220,11 +220,9 @@ def scaled_mm(a, b, scale_a, scale_b, *, out_dtype=torch.bfloat16, bias=None, us
     key = None
     if launches.keeping():
         key = launches.call_key((a, b, scale_a, scale_b, bias), (out_dtype, use_fast_accum, promote_every))
-        kept = _KEPT.get(key)
-        if kept is not None:  # checked before with these shapes, strides, dtypes and options
-            if bias is not None and bias.stride(0) != 1:
-                bias = bias.contiguous()
-            return kept(a.device, a=a, b=b, scale_a=scale_a, scale_b=scale_b, bias=bias)
+        out = _KEPT.run(key, a.device, a=a, b=b, scale_a=scale_a, scale_b=scale_b, bias=bias)  # checked before
+        if out is not None:
+            return out
     require_fp8("scaled_mm")
     scaling = check_scaled_mm_inputs(a, b, scale_a, scale_b, out_dtype, bias, promote_every)
     if bias is not None and bias.stride(0) != 1:  # the kernel reads bias_ptr + n

@@ -61,7 +61,8 @@ class KeptLaunch:
     """A bound launch without its tensors: ``__call__(a=..., b=..., ...)`` allocates C and launches.
 
     ``sources`` maps each forgotten kernel parameter to the call's tensor it takes (``"out"`` is
-    C; a missing tensor, e.g. no bias, also takes C, which the kernel then never reads);
+    C; a missing tensor, e.g. no bias, also takes C, which the kernel then never reads; a strided
+    ``bias`` is copied, as the checks copy it: the kernels read ``bias_ptr + n``);
     ``workspace()`` returns per-call buffers by parameter (kept per stream, ``runtime.stream_buffer``)."""
 
     def __init__(self, bound, out_shape, out_dtype, sources: dict, *, uses_tma=False, workspace=None):
@@ -75,6 +76,9 @@ class KeptLaunch:
         self.workspace = None if workspace is None else (workspace, slot)
 
     def __call__(self, device, **tensors) -> torch.Tensor:
+        bias = tensors.get("bias")
+        if bias is not None and bias.stride(0) != 1:
+            tensors["bias"] = bias.contiguous()
         out = torch.empty(self.out_shape, device=device, dtype=self.out_dtype)
         arguments = self.bound.arguments.copy()
         for i, source in self.sources:
@@ -101,6 +105,12 @@ class LaunchCache:
         if key is None:
             return None
         return self._launches.get(key)
+
+    def run(self, key, device, **tensors):
+        """C from the kept launch of ``key`` on these tensors, or None when none is kept (a call
+        whose key is None never has one)."""
+        kept = self.get(key)
+        return None if kept is None else kept(device, **tensors)
 
     def keep(self, key, launch) -> None:
         if key is None:

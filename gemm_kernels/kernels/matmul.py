@@ -105,11 +105,9 @@ POINTER_SOURCES = {"a_ptr": "a", "b_ptr": "b", "c_ptr": "out", "bias_ptr": "bias
 
 def _matmul_forward(a, b, order, group_size_m, activation, bias):
     key = launches.call_key((a, b, bias), (order, group_size_m, activation)) if launches.keeping() else None
-    kept = _KEPT.get(key)
-    if kept is not None:  # checked before with these shapes, strides, dtypes and options
-        if bias is not None and bias.stride(0) != 1:
-            bias = bias.contiguous()
-        return kept(a.device, a=a, b=b, bias=bias)
+    out = _KEPT.run(key, a.device, a=a, b=b, bias=bias)  # checked before with this key: launch
+    if out is not None:
+        return out
     a, b, bias = checks.resolve_lazy_views(a, b, bias)  # the kernel reads memory, not torch's lazy negation
     bias, group_size_m = checks.check_matmul_inputs(a, b, order, group_size_m, activation, bias)
     M, K = a.shape
@@ -134,7 +132,6 @@ def _matmul_forward(a, b, order, group_size_m, activation, bias):
     )
     launches.launch_and_keep(_KEPT, key, _matmul_tuned, grid, args, c, POINTER_SOURCES)
     return c
-
 
 
 @torch.library.custom_op("gemm_kernels::matmul", mutates_args=())

@@ -152,11 +152,9 @@ def _launch(kind, a, b, *, activation, bias, order, group_size_m, num_programs, 
     if trace is None and launches.keeping():
         key = launches.call_key((a, b, bias), (order, group_size_m, activation, num_programs,
                                                launches.config_key(config)))
-        kept = _KEPT[kind].get(key)
-        if kept is not None:  # checked before with these shapes, strides, dtypes and options
-            if bias is not None and bias.stride(0) != 1:
-                bias = bias.contiguous()
-            return kept(a.device, a=a, b=b, bias=bias)
+        out = _KEPT[kind].run(key, a.device, a=a, b=b, bias=bias)  # checked before with this key: launch
+        if out is not None:
+            return out
     a, b, bias = checks.resolve_lazy_views(a, b, bias)
     bias, group_size_m = checks.check_matmul_inputs(a, b, order, group_size_m, activation, bias)
     num_programs = checks.check_num_programs(num_programs)

@@ -103,11 +103,9 @@ def matmul_splitk(a, b, *, split_k=None, activation=None, bias=None, order="grou
     key = None
     if launches.keeping():
         key = launches.call_key((a, b, bias), (split_k, activation, order, group_size_m, launches.config_key(config)))
-        kept = _KEPT.get(key)
-        if kept is not None:  # checked before with these shapes, strides, dtypes and options
-            if bias is not None and bias.stride(0) != 1:
-                bias = bias.contiguous()
-            return kept(a.device, a=a, b=b, bias=bias)
+        out = _KEPT.run(key, a.device, a=a, b=b, bias=bias)  # checked before with this key: launch
+        if out is not None:
+            return out
     a, b, bias = checks.resolve_lazy_views(a, b, bias)
     bias, group_size_m = checks.check_matmul_inputs(a, b, order, group_size_m, activation, bias)
     if split_k is not None:
