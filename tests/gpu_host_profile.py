@@ -59,7 +59,7 @@ def main(path):
         "call_key": lambda: launches.call_key((a, b, None), ("grouped", 8, None)),
         "keeping()": launches.keeping,
         "torch.empty": lambda: torch.empty((256, 256), device=a.device, dtype=a.dtype),
-        "KeptLaunch call": lambda: kept(a.device, a=a, b=b, bias=None),
+        "KeptLaunch call": lambda: kept(a=a, b=b, bias=None),
         "BoundLaunch.launch_with": lambda: kept.bound.launch_with(a_ptr=a, b_ptr=b, c_ptr=out, bias_ptr=out,
                                                                   trace_ptr=out),
         "grad_enabled_for": lambda: grad_enabled_for(a, b, None),

@@ -95,17 +95,17 @@ def test_a_kept_launch_hands_each_parameter_its_tensor():
     a, b, bias = torch.randn(2, 5), torch.randn(5, 3), torch.randn(6)[::2]
     cache = launches.LaunchCache()
     cache.keep(("key",), kept)
-    assert cache.run(None, "cpu", a=a, b=b) is None and cache.run(("other",), "cpu", a=a, b=b) is None
-    out = cache.run(("key",), "cpu", a=a, b=b, bias=bias)
+    assert cache.run(None, a=a, b=b) is None and cache.run(("other",), a=a, b=b) is None
+    out = cache.run(("key",), a=a, b=b, bias=bias)
     assert out.shape == (2, 3) and out.dtype == torch.float16
     got = bound.launched[-1]
     assert got["a_ptr"] is a and got["b_ptr"] is b and got["c_ptr"] is out and got["ws_ptr"] is buffer
     assert got["M"] == "bound M"
     assert got["bias_ptr"].is_contiguous() and torch.equal(got["bias_ptr"], bias)
-    out = kept("cpu", a=a, b=b, bias=None)
+    out = kept(a=a, b=b, bias=None)
     assert bound.launched[-1]["bias_ptr"] is out  # no bias: C stands in, never read
     contiguous = torch.randn(3)
-    kept("cpu", a=a, b=b, bias=contiguous)
+    kept(a=a, b=b, bias=contiguous)
     assert bound.launched[-1]["bias_ptr"] is contiguous  # no copy when none is needed
 
 

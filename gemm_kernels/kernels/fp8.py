@@ -220,7 +220,7 @@ def scaled_mm(a, b, scale_a, scale_b, *, out_dtype=torch.bfloat16, bias=None, us
     key = None
     if launches.keeping():
         key = launches.call_key((a, b, scale_a, scale_b, bias), (out_dtype, use_fast_accum, promote_every))
-        out = _KEPT.run(key, a.device, a=a, b=b, scale_a=scale_a, scale_b=scale_b, bias=bias)  # checked before
+        out = _KEPT.run(key, a=a, b=b, scale_a=scale_a, scale_b=scale_b, bias=bias)  # checked before
         if out is not None:
             return out
     require_fp8("scaled_mm")

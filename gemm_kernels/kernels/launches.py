@@ -58,7 +58,7 @@ def call_key(tensors, options) -> tuple | None:
 
 
 class KeptLaunch:
-    """A bound launch without its tensors: ``__call__(a=..., b=..., ...)`` allocates C and launches.
+    """A bound launch without its tensors: ``__call__(a=..., b=..., ...)`` allocates C (on a's device) and launches.
 
     ``sources`` maps each forgotten kernel parameter to the call's tensor it takes (``"out"`` is
     C; a missing tensor, e.g. no bias, also takes C, which the kernel then never reads; a strided
@@ -75,11 +75,11 @@ class KeptLaunch:
         self.uses_tma = uses_tma and not self.bound.owns_scratch
         self.workspace = None if workspace is None else (workspace, slot)
 
-    def __call__(self, device, **tensors) -> torch.Tensor:
+    def __call__(self, **tensors) -> torch.Tensor:
         bias = tensors.get("bias")
         if bias is not None and bias.stride(0) != 1:
             tensors["bias"] = bias.contiguous()
-        out = torch.empty(self.out_shape, device=device, dtype=self.out_dtype)
+        out = torch.empty(self.out_shape, device=tensors["a"].device, dtype=self.out_dtype)
         arguments = self.bound.arguments.copy()
         for i, source in self.sources:
             t = tensors.get(source)
@@ -106,11 +106,11 @@ class LaunchCache:
             return None
         return self._launches.get(key)
 
-    def run(self, key, device, **tensors):
-        """C from the kept launch of ``key`` on these tensors, or None when none is kept (a call
-        whose key is None never has one)."""
+    def run(self, key, **tensors):
+        """C from the kept launch of ``key`` on these tensors (C on ``a``'s device), or None when
+        none is kept (a call whose key is None never has one)."""
         kept = self.get(key)
-        return None if kept is None else kept(device, **tensors)
+        return None if kept is None else kept(**tensors)
 
     def keep(self, key, launch) -> None:
         if key is None:

@@ -105,7 +105,7 @@ POINTER_SOURCES = {"a_ptr": "a", "b_ptr": "b", "c_ptr": "out", "bias_ptr": "bias
 
 def _matmul_forward(a, b, order, group_size_m, activation, bias):
     key = launches.call_key((a, b, bias), (order, group_size_m, activation)) if launches.keeping() else None
-    out = _KEPT.run(key, a.device, a=a, b=b, bias=bias)  # checked before with this key: launch
+    out = _KEPT.run(key, a=a, b=b, bias=bias)  # checked before with this key: launch
     if out is not None:
         return out
     a, b, bias = checks.resolve_lazy_views(a, b, bias)  # the kernel reads memory, not torch's lazy negation

@@ -152,7 +152,7 @@ def _launch(kind, a, b, *, activation, bias, order, group_size_m, num_programs, 
     if trace is None and launches.keeping():
         key = launches.call_key((a, b, bias), (order, group_size_m, activation, num_programs,
                                                launches.config_key(config)))
-        out = _KEPT[kind].run(key, a.device, a=a, b=b, bias=bias)  # checked before with this key: launch
+        out = _KEPT[kind].run(key, a=a, b=b, bias=bias)  # checked before with this key: launch
         if out is not None:
             return out
     a, b, bias = checks.resolve_lazy_views(a, b, bias)

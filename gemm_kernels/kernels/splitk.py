@@ -103,7 +103,7 @@ def matmul_splitk(a, b, *, split_k=None, activation=None, bias=None, order="grou
     key = None
     if launches.keeping():
         key = launches.call_key((a, b, bias), (split_k, activation, order, group_size_m, launches.config_key(config)))
-        out = _KEPT.run(key, a.device, a=a, b=b, bias=bias)  # checked before with this key: launch
+        out = _KEPT.run(key, a=a, b=b, bias=bias)  # checked before with this key: launch
         if out is not None:
             return out
     a, b, bias = checks.resolve_lazy_views(a, b, bias)

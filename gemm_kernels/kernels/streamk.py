@@ -212,7 +212,7 @@ def _launch_streamk(a, b, *, activation, bias, order, group_size_m, num_programs
         kept = _KEPT.get(key)
         if kept is not None:  # checked before with these shapes, strides, dtypes and options
             raise_pending_streamk_error()
-            return kept(a.device, a=a, b=b, bias=bias)
+            return kept(a=a, b=b, bias=bias)
     a, b, bias = checks.resolve_lazy_views(a, b, bias)
     bias, group_size_m = checks.check_matmul_inputs(a, b, order, group_size_m, activation, bias)
     num_programs = checks.check_num_programs(num_programs)
