@@ -44,7 +44,7 @@ def parts(x, w, offs, repeats: int = 5) -> dict:
     from gemm_kernels.kernels import moe
 
     gk.grouped_mm(x, w, offs)  # makes the bound launch
-    launch = moe._LAUNCHES[moe._launch_key(x, w, offs, None, None)]
+    launch = moe._LAUNCHES.get(moe._launch_key(x, w, offs, None, None))
     bound, shape = launch.bound, launch.out_shape
 
     def fresh_scratch(size, alignment, stream):

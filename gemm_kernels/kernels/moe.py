@@ -40,7 +40,7 @@ import triton.language as tl
 
 from .. import runtime
 from ..runtime import ensure_tma_allocator
-from . import checks, configs, moe_wgrad, tma  # noqa: F401  (moe_wgrad registers the wgrad op)
+from . import checks, configs, launches, moe_wgrad, tma  # noqa: F401  (moe_wgrad registers the wgrad op)
 from .autograd import grad_enabled_for
 from .epilogue import output_values, widen_for_dot
 from .grouped import USE_POINTER_PATH
@@ -307,8 +307,7 @@ class _Launch(NamedTuple):
 
 
 #: bound launches by _launch_key (GPU only): a repeated call skips the checks and argument handling
-_LAUNCHES: dict = {}
-_MAX_LAUNCHES = 256
+_LAUNCHES = launches.LaunchCache()
 
 
 def _forward(x, w, offs, tma, check_offs, fp8=None):
@@ -416,9 +415,7 @@ def describe_bad_offs(lane: int, start: int, end: int, T: int) -> str:
 
 
 def _remember(x, w, offs, tma, check_offs, fp8, launch: _Launch) -> None:
-    if len(_LAUNCHES) >= _MAX_LAUNCHES:  # many shapes (e.g. T changing every call): start over
-        _LAUNCHES.clear()
-    _LAUNCHES[_launch_key(x, w, offs, tma, check_offs, fp8)] = launch
+    _LAUNCHES.keep(_launch_key(x, w, offs, tma, check_offs, fp8), launch)
 
 
 # ----------------------------------------------------------------------------- PyTorch op and backward

@@ -31,7 +31,7 @@ import triton.language as tl
 
 from .. import runtime
 from ..runtime import ensure_tma_allocator
-from . import checks, configs, tma
+from . import checks, configs, launches, tma
 from .autograd import grad_enabled_for
 from .epilogue import store_tile_masked, widen_for_dot
 from .matmul import k_loop_pointers
@@ -137,8 +137,7 @@ def _launch_key(x, dy, offs, tma) -> tuple:
 
 
 #: bound launches by _launch_key (GPU only), kept without their tensors: (dw's shape, BoundLaunch, TMA?)
-_LAUNCHES: dict = {}
-_MAX_LAUNCHES = 256
+_LAUNCHES = launches.LaunchCache()
 
 
 def launch(x, dy, offs, tma) -> torch.Tensor:
@@ -147,7 +146,7 @@ def launch(x, dy, offs, tma) -> torch.Tensor:
     if x.is_neg() or dy.is_neg() or x.is_conj() or dy.is_conj():  # the kernel reads memory, not the lazy bit
         x, dy = checks.resolve_lazy_views(x, dy)
     key = _launch_key(x, dy, offs, tma) if runtime.on_gpu() else None
-    kept = _LAUNCHES.get(key) if key is not None else None
+    kept = _LAUNCHES.get(key)
     if kept is not None:
         dw_shape, bound, uses_tma = kept
         dw = torch.empty(dw_shape, device=x.device, dtype=x.dtype)
@@ -174,11 +173,9 @@ def launch(x, dy, offs, tma) -> torch.Tensor:
     bound = _wgrad_tuned.bind(grid, *args, **flags) if key is not None and offs.is_contiguous() else None
     if hasattr(bound, "launch_with"):
         bound()
-        if len(_LAUNCHES) >= _MAX_LAUNCHES:  # many shapes: start over
-            _LAUNCHES.clear()
         bound.scratch_allocator = runtime.tma_scratch  # descriptor scratch handed over directly
-        _LAUNCHES[key] = ((E, K, N), bound.forget("x_ptr", "dy_ptr", "dw_ptr", "offs_ptr"),
-                          use_tma and not bound.owns_scratch)
+        _LAUNCHES.keep(key, ((E, K, N), bound.forget("x_ptr", "dy_ptr", "dw_ptr", "offs_ptr"),
+                             use_tma and not bound.owns_scratch))
     elif bound is not None:  # the autotuner's choice is not readable here: launch through it
         bound()
     else:
