@@ -5,33 +5,15 @@ launches): host us per call of the whole call, of its parts rebuilt one at a tim
 output allocation, the kept launch alone), and a cProfile of 1000 calls by own time.
 """
 
-import cProfile
 import json
-import pstats
 import sys
 
 import torch
 
 import gemm_kernels as gk
-from gemm_kernels.bench.core import host_ms
+from gemm_kernels.bench.core import host_ms, host_profile
 from gemm_kernels.kernels import launches, matmul
 from gemm_kernels.kernels.autograd import grad_enabled_for
-
-
-def profile(fn, calls=1000, top=10):
-    fn()
-    torch.cuda.synchronize()
-    prof = cProfile.Profile()
-    prof.enable()
-    for _ in range(calls):
-        fn()
-    prof.disable()
-    torch.cuda.synchronize()
-    stats = pstats.Stats(prof)
-    rows = sorted(stats.stats.items(), key=lambda kv: -kv[1][2])[:top]
-    return [f"{own / calls * 1e6:6.2f} us own {cum / calls * 1e6:6.2f} cum x{nc // calls}: {name} "
-            f"({file.rsplit('/', 2)[-1] if '/' in file else file}:{line})"
-            for (file, line, name), (_, nc, own, cum, _) in rows]
 
 
 def main(path):
@@ -50,7 +32,7 @@ def main(path):
     for name, fn in calls.items():
         fn()
         result["host_us"][name] = [round(host_ms(fn) * 1e3, 2) for _ in range(3)]
-        result["profile"][name] = profile(fn)
+        result["profile"][name] = host_profile(fn, 1000)
         print(name, result["host_us"][name], *result["profile"][name], sep="\n  ", flush=True)
     key = launches.call_key((a, b, None), ("grouped", 8, None))
     kept = matmul._KEPT.get(key)

@@ -1152,3 +1152,19 @@ def test_moe_plot_is_a_heat_map_of_the_committed_speedups(tmp_path):
     png = report.replot_committed("moe", tmp_path)
     width, height = struct.unpack(">II", png.read_bytes()[16:24])  # the PNG header's size
     assert height < 2000 and width < 2000, (width, height)  # was 64 subplots, 4864 px tall
+
+
+def test_host_timing_and_profile_of_a_call():
+    """``core.host_ms`` times calls back to back; ``core.host_profile`` names where they spend it."""
+    import time
+
+    from gemm_kernels.bench import core
+
+    def busy():
+        end = time.perf_counter() + 2e-4
+        while time.perf_counter() < end:
+            pass
+
+    assert 0.2 <= core.host_ms(busy, calls=20) < 50
+    lines = core.host_profile(busy, calls=20, top=3)
+    assert len(lines) == 3 and any("busy" in line and "1 calls" in line for line in lines), lines

@@ -424,6 +424,25 @@ def host_ms(fn: Callable[[], object], calls: int = HOST_CALLS) -> float:
     return elapsed / calls * 1e3
 
 
+def host_profile(fn: Callable[[], object], calls: int, top: int = 10) -> list[str]:
+    """Where ``calls`` calls of ``fn`` spend the host's time: cProfile's ``top`` functions by own
+    time, one line each with µs per call (own and cumulative) and calls per call."""
+    import cProfile
+    import pstats
+
+    synchronize()
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(calls):
+        fn()
+    profiler.disable()
+    synchronize()
+    rows = sorted(pstats.Stats(profiler).stats.items(), key=lambda kv: -kv[1][2])[:top]  # (cc, nc, own, cum, callers)
+    return [f"{own / calls * 1e6:7.2f} us own, {cum / calls * 1e6:7.2f} us cumulative per call, {nc // calls} calls: "
+            f"{name} ({'/'.join(file.rsplit('/', 2)[-2:]) if '/' in file else file}:{line})"
+            for (file, line, name), (_, nc, own, cum, _) in rows]
+
+
 def median_ms(fn: Callable[[], object], settings: TimingSettings, cuda_graph: bool = False) -> float:
     """Median time of ``fn`` in ms with ``triton.testing.do_bench`` (events, L2 flushed).
 

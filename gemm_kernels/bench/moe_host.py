@@ -10,21 +10,14 @@ be captured in a graph: that line says so.  GPU only.
 
 from __future__ import annotations
 
-import time
-
 import torch
+
+from .core import host_ms, host_profile
 
 
 def host_us(fn, calls: int = 2000) -> float:
-    for _ in range(20):
-        fn()
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    host = (time.perf_counter() - start) / calls * 1e6
-    torch.cuda.synchronize()
-    return host
+    """``core.host_ms`` in µs."""
+    return host_ms(fn, calls) * 1e3
 
 
 def parts(x, w, offs, repeats: int = 5) -> dict:
@@ -88,9 +81,6 @@ def training_step(case_name: str, steps: int = 200) -> dict:
     host time per call (``steps`` calls, then one sync), ``do_bench``'s median, and for ours the
     Python functions that took the host's time (cProfile, by own time).  A call whose host time
     reaches its ``do_bench`` time is host-bound: the GPU waits for it."""
-    import cProfile
-    import pstats
-
     from triton.testing import do_bench
 
     from . import counters
@@ -104,19 +94,8 @@ def training_step(case_name: str, steps: int = 200) -> dict:
         result[provider] = {"host_us": round(host, 1), "do_bench_us": round(gpu, 1)}
         print(f"step {case.name} | {provider}: host {host:.1f} us per call, do_bench {gpu:.1f} us", flush=True)
         if provider == "grouped_mm":
-            profiler = cProfile.Profile()
-            torch.cuda.synchronize()
-            profiler.enable()
-            for _ in range(steps):
-                fn()
-            profiler.disable()
-            torch.cuda.synchronize()
-            stats = pstats.Stats(profiler)
-            top = sorted(stats.stats.items(), key=lambda kv: -kv[1][2])[:12]  # (cc, nc, tottime, cumtime, callers)
-            for (file, line, name), (_, calls, own, cum, _) in top:
-                where = f"{file.rsplit('/', 2)[-2:]}:{line}" if "/" in file else file
-                print(f"  {own / steps * 1e6:7.1f} us own, {cum / steps * 1e6:7.1f} us cumulative per call, "
-                      f"{calls // steps} calls: {name} ({where})", flush=True)
+            for line in host_profile(fn, steps, top=12):
+                print(f"  {line}", flush=True)
     return result
 
 
