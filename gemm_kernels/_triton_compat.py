@@ -158,10 +158,11 @@ class SpecializedLaunch:
         """No profiler hook is set (launches then skip the metadata and the hook calls)."""
         return _hook_idle(self._runtime_knobs.launch_enter_hook) and _hook_idle(self._runtime_knobs.launch_exit_hook)
 
-    def _launch_raw(self, raw, arguments) -> None:
-        """Call the C launch function ``raw`` (no scratch, no hooks) with expanded ``arguments``."""
-        raw(*self.grid, self._stream(), self._function, *self._raw_flags, None, None, self._packed_metadata,
-            None, None, None, *arguments)
+    def _call_raw(self, raw, grid, stream, scratch, arguments) -> None:
+        """Call the C launch function ``raw`` (Triton 3.6's argument layout; no profile scratch, no
+        launch metadata, no hooks) with ``arguments`` as the kernel takes them."""
+        raw(*grid, stream, self._function, *self._raw_flags, scratch, None, self._packed_metadata, None, None, None,
+            *arguments)
 
     def _launch(self, arguments, grid) -> None:
         stream = self._stream()
@@ -171,8 +172,7 @@ class SpecializedLaunch:
                 scratch = None if self._scratch is None else self.scratch_allocator(
                     grid[0] * grid[1] * grid[2] * self._scratch[0], self._scratch[1], stream)
                 try:
-                    self._raw(*grid, stream, self._function, *self._raw_flags, scratch, None, self._packed_metadata,
-                              None, None, None, *arguments)
+                    self._call_raw(self._raw, grid, stream, scratch, arguments)
                     return
                 except TypeError as err:  # the C launcher's arguments changed: through the launcher object
                     _give_up("raw_launch", err)
@@ -256,7 +256,8 @@ class DescriptorArguments:
             final += expanded
             start = i + 1
         final += arguments[start:]
-        self._launch._launch_raw(self._raw, final)
+        launch = self._launch
+        launch._call_raw(self._raw, launch.grid, launch._stream(), None, final)
         return True
 
 

@@ -348,7 +348,9 @@ def scaled_grouped_mm(x, w, scale_x, scale_w, offs, *, out_dtype=torch.bfloat16,
 
     promote = None if use_fast_accum else promote_every
     fp8 = (scale_x, scale_w, out_dtype, promote)
-    if check_offs is not True and launches.keeping() and launches.call_key((x, w, offs, scale_x, scale_w), (tma, check_offs)) is not None:
+    # only tensors a key can stand for (moe._launch_key reads them; scales that need grad are refused below)
+    if check_offs is not True and launches.keeping() and launches.call_key((x, w, offs, scale_x, scale_w),
+                                                                           (tma, check_offs)) is not None:
         if moe._errors.raised():  # an earlier call's kernel found a bad offs
             moe.raise_pending_offs_error()
         out = moe.kept_forward(x, w, offs, tma, check_offs, fp8)  # checked before with this key
