@@ -1,4 +1,5 @@
-"""matmul_splitk against the float64 reference; its default split rule; its refusals.
+"""matmul_splitk against the float64 reference, with TMA loads (where the layouts allow) and with
+pointer loads; its default split rule; its refusals.
 
 The interpreter runs 32x32x32 blocks, so K = 300 is 10 K blocks: split_k = 3 cuts them 4 + 4 + 2,
 split_k = 7 leaves a last piece empty (2 blocks per piece), and the default rule splits only
@@ -23,11 +24,12 @@ def _ref(a, b, **epi):
 
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "M{}-N{}-K{}".format(*s))
 @pytest.mark.parametrize("split_k", [None, 1, 3, 7])
-def test_every_split_is_correct(shape, split_k):
+@pytest.mark.parametrize("use_tma", [None, False], ids=["default-loads", "pointer-loads"])
+def test_every_split_is_correct(shape, split_k, use_tma):
     M, N, K = shape
     a, b = random_matrix(M, K), random_matrix(K, N)
     bias = random_matrix(1, N)[0]
-    assert_close(matmul_splitk(a, b, split_k=split_k, bias=bias, activation="relu"),
+    assert_close(matmul_splitk(a, b, split_k=split_k, bias=bias, activation="relu", tma=use_tma),
                  _ref(a, b, bias=bias, activation="relu"))
 
 
@@ -42,7 +44,8 @@ def test_the_epilogue_runs_once_on_the_whole_sum(activation):
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("layout", ["contiguous", "a_t", "b_t", "b_negated", "b_expanded", "strided"])
-def test_dtypes_and_views(dtype, layout):
+@pytest.mark.parametrize("use_tma", [None, False], ids=["default-loads", "pointer-loads"])
+def test_dtypes_and_views(dtype, layout, use_tma):
     M, N, K = 45, 70, 330
     a, b = random_matrix(M, K, dtype), random_matrix(K, N, dtype)
     if layout == "a_t":
@@ -56,7 +59,26 @@ def test_dtypes_and_views(dtype, layout):
     elif layout == "strided":
         a = random_matrix(M, 2 * K, dtype)[:, ::2]
         b = random_matrix(K + 3, N + 5, dtype)[3:, 5:]
-    assert_close(matmul_splitk(a, b, split_k=4), _ref(a, b), dtype)
+    assert_close(matmul_splitk(a, b, split_k=4, tma=use_tma), _ref(a, b), dtype)
+
+
+def test_loads_go_through_tma_only_where_the_gpu_and_the_layouts_allow(monkeypatch):
+    a, b = random_matrix(40, 64), random_matrix(64, 48)
+    assert splitk._tma_layouts(a, b.t().contiguous().t(), None) == (False, 64, True, 64)  # b = W.t(): column-major
+    assert splitk._tma_layouts(a, random_matrix(64, 99)[:, :48], None) is None  # rows of 198 bytes: pointers
+    assert splitk._tma_layouts(a, b, False) is None
+    monkeypatch.setattr(runtime, "supports_tma", lambda: False)  # an Ampere GPU
+    assert splitk._tma_layouts(a, b, None) is None
+    with pytest.raises(RuntimeError, match="tma=False"):
+        matmul_splitk(a, b, tma=True)
+
+
+def test_tma_true_says_which_tensor_it_cannot_read():
+    a = random_matrix(40, 64)
+    with pytest.raises(ValueError, match="b cannot be read by TMA"):
+        matmul_splitk(a, random_matrix(64, 99)[:, :48], tma=True)
+    with pytest.raises(TypeError, match="tma must be None, True or False"):
+        matmul_splitk(a, random_matrix(64, 8), tma="yes")
 
 
 def test_lazy_negated_view_is_resolved():
@@ -126,20 +148,25 @@ def test_empty_problems():
 
 
 def test_autotune_key_holds_the_split_request():
-    assert "split_request" in splitk._splitk_tuned.keys
+    assert {"split_request", "TMA_LOADS", "A_COL_MAJOR", "B_COL_MAJOR"} <= set(splitk._splitk_tuned.keys)
     assert all(c.kwargs.keys() == {"BLOCK_M", "BLOCK_N", "BLOCK_K"} for c in configs.splitk_configs())
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("split_k", [None, 1, 2, 5, 16])
+@pytest.mark.parametrize("split_k", [None, 1, 5, 16])
 @pytest.mark.parametrize("shape", [(512, 512, 16384), (1024, 1024, 8192), (1000, 1003, 520), (96, 7000, 4097)])
-def test_gpu_correct_repeatable_and_counts_left_zero(shape, split_k):
+@pytest.mark.parametrize("use_tma", [None, False], ids=["default-loads", "pointer-loads"])
+@pytest.mark.parametrize("b_layout", ["row-major", "W.t()"])
+def test_gpu_correct_repeatable_and_counts_left_zero(shape, split_k, use_tma, b_layout):
     M, N, K = shape
-    a, b = torch.randn(M, K, device=DEVICE, dtype=torch.float16), torch.randn(K, N, device=DEVICE, dtype=torch.float16)
-    first = matmul_splitk(a, b, split_k=split_k, activation="relu")
+    a = torch.randn(M, K, device=DEVICE, dtype=torch.float16)
+    b = torch.randn(K, N, device=DEVICE, dtype=torch.float16)
+    if b_layout == "W.t()":
+        b = b.t().contiguous().t()
+    first = matmul_splitk(a, b, split_k=split_k, activation="relu", tma=use_tma)
     assert_close(first, _ref(a, b, activation="relu"))
     for _ in range(3):  # back-to-back launches on one counter buffer: no reset needed, same bits
-        assert torch.equal(matmul_splitk(a, b, split_k=split_k, activation="relu"), first)
+        assert torch.equal(matmul_splitk(a, b, split_k=split_k, activation="relu", tma=use_tma), first)
     torch.cuda.synchronize()
     counts = runtime.stream_buffer("splitk counts", 1, torch.int32, torch.cuda.current_device())
     assert int(counts.abs().sum()) == 0, "a launch left an arrival count raised"

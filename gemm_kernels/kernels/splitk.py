@@ -14,8 +14,10 @@ persistent loop, ticket or spin; Stream-K balances K iterations exactly over a f
 programs.  cuBLAS does split-K in two kernels (``...splitK...`` then ``splitKreduce_kernel``,
 as the profiler names them); here the reduction is the last piece's epilogue.
 
-Pointer loads, so it runs on any GPU Triton supports and in the interpreter.  Forward only.
-``tiles.splitk_default_splits`` is the default rule; ``split_k=`` sets any other.
+Loads through TMA where the GPU has it (sm_90+) and a and b are TMA-readable (``tma.k_loop``,
+the loop ``matmul_tma`` runs), through pointers elsewhere: any GPU Triton supports, and the
+interpreter.  Forward only.  ``tiles.splitk_default_splits`` is the default rule; ``split_k=``
+sets any other.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ import triton.language as tl
 
 from .. import runtime
 from ..models.tiles import cdiv, splitk_default_splits
-from . import checks, configs, launches
+from . import checks, configs, launches, tma
+from .tma import tma_layout
 from .epilogue import bias_and_activation, load_bias, store_tile_masked, widen_for_dot
 from .matmul import k_loop_pointers, matmul
 from .tiles import tile_coords
@@ -40,9 +43,11 @@ def _matmul_splitk_kernel(
     M, N, K,
     split_request,  # the caller's split_k (-1: the default rule): only a key of the tuning cache
     stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+    stride_a, stride_b,  # TMA_LOADS: each matrix's one non-unit stride, as its descriptor reads it
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     GROUPED: tl.constexpr, GROUP_SIZE_M: tl.constexpr,
     HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr, WIDEN: tl.constexpr,
+    TMA_LOADS: tl.constexpr, A_COL_MAJOR: tl.constexpr, B_COL_MAJOR: tl.constexpr,  # TMA: how each is read
 ):
     tile = tl.program_id(0)
     split = tl.program_id(1)
@@ -54,11 +59,19 @@ def _matmul_splitk_kernel(
     offs_n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
 
     # this piece's K blocks (the last piece may be shorter, or empty: then its sum is zero)
-    per_split = tl.cdiv(tl.cdiv(K, BLOCK_K), num_splits) * BLOCK_K
-    k_start = split * per_split
-    k_len = tl.minimum(per_split, K - k_start)
-    acc = k_loop_pointers(a_ptr + k_start * stride_ak, b_ptr + k_start * stride_bk, offs_m, offs_n, k_len,
-                          stride_am, stride_ak, stride_bk, stride_bn, BLOCK_M, BLOCK_N, BLOCK_K, WIDEN)
+    k_tiles = tl.cdiv(K, BLOCK_K)
+    per_split = tl.cdiv(k_tiles, num_splits)
+    if TMA_LOADS:
+        a_desc, b_desc = tma.input_descriptors(a_ptr, b_ptr, M, N, K, stride_a, stride_b, A_COL_MAJOR, B_COL_MAJOR,
+                                               BLOCK_M, BLOCK_N, BLOCK_K)
+        acc = tma.k_loop(a_desc, b_desc, pid_m * BLOCK_M, pid_n * BLOCK_N, split * per_split,
+                         tl.minimum((split + 1) * per_split, k_tiles), A_COL_MAJOR, B_COL_MAJOR, WIDEN,
+                         BLOCK_M, BLOCK_N, BLOCK_K)
+    else:
+        k_start = split * per_split * BLOCK_K
+        k_len = tl.minimum(per_split * BLOCK_K, K - k_start)
+        acc = k_loop_pointers(a_ptr + k_start * stride_ak, b_ptr + k_start * stride_bk, offs_m, offs_n, k_len,
+                              stride_am, stride_ak, stride_bk, stride_bn, BLOCK_M, BLOCK_N, BLOCK_K, WIDEN)
 
     tile_offsets = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
     if num_splits > 1:
@@ -81,7 +94,8 @@ def _matmul_splitk_kernel(
 
 
 _splitk_tuned = configs.TunedKernel(_matmul_splitk_kernel, configs.splitk_configs(),
-                                   key=[*configs.SINGLE_GEMM_KEY, "split_request"])
+                                   key=[*configs.SINGLE_GEMM_KEY, "split_request", "TMA_LOADS", "A_COL_MAJOR",
+                                        "B_COL_MAJOR"])
 
 
 def _splits(M, N, K, block_m, block_n, block_k, split_k) -> int:
@@ -92,17 +106,21 @@ def _splits(M, N, K, block_m, block_n, block_k, split_k) -> int:
     return min(split_k, k_tiles)  # more pieces than K blocks would only add empty ones
 
 
-def matmul_splitk(a, b, *, split_k=None, activation=None, bias=None, order="grouped", group_size_m=8, config=None):
+def matmul_splitk(a, b, *, split_k=None, activation=None, bias=None, order="grouped", group_size_m=8, config=None,
+                  tma=None):
     """``activation(a @ b + bias)`` with each tile's K loop split over ``split_k`` programs.
 
     Same contract as :func:`gemm_kernels.matmul` (any strides, fp16/bf16/fp32), forward only.
     ``split_k``: pieces per tile (1 = no split; at most one per K block); by default
     ``tiles.splitk_default_splits`` fills one wave of SMs when the tiles alone would not.
     Deterministic: the pieces are added in split order.  ``config``: an explicit
-    ``triton.Config`` with BLOCK_M/N/K (no autotuning)."""
+    ``triton.Config`` with BLOCK_M/N/K (no autotuning).  ``tma``: None loads through TMA when
+    the GPU has it and TMA can read a and b, True insists (and raises saying why not), False
+    uses pointer loads."""
     key = None
     if launches.keeping():
-        key = launches.call_key((a, b, bias), (split_k, activation, order, group_size_m, launches.config_key(config)))
+        key = launches.call_key((a, b, bias), (split_k, activation, order, group_size_m, launches.config_key(config),
+                                               tma))
         out = _KEPT.run(key, a=a, b=b, bias=bias)  # checked before with this key: launch
         if out is not None:
             return out
@@ -111,6 +129,7 @@ def matmul_splitk(a, b, *, split_k=None, activation=None, bias=None, order="grou
     if split_k is not None:
         split_k = checks.check_int(split_k, "split_k")
     config_kwargs = None if config is None else configs.explicit_config_kwargs(config, "pointer")
+    layouts = _tma_layouts(a, b, tma)
     M, K = a.shape
     N = b.shape[1]
     if M == 0 or N == 0 or K == 0:
@@ -131,8 +150,12 @@ def matmul_splitk(a, b, *, split_k=None, activation=None, bias=None, order="grou
     args = dict(a_ptr=a, b_ptr=b, c_ptr=c, bias_ptr=bias if bias is not None else c, partial_ptr=partials,
                 count_ptr=counts, M=M, N=N, K=K, split_request=-1 if split_k is None else split_k, stride_am=a.stride(0), stride_ak=a.stride(1),
                 stride_bk=b.stride(0), stride_bn=b.stride(1), stride_cm=c.stride(0), stride_cn=c.stride(1),
+                stride_a=layouts[1] if layouts else 0, stride_b=layouts[3] if layouts else 0,
                 GROUPED=order == "grouped", GROUP_SIZE_M=group_size_m, HAS_BIAS=bias is not None,
-                ACTIVATION=activation, WIDEN=widen_for_dot(a.dtype))
+                ACTIVATION=activation, WIDEN=widen_for_dot(a.dtype), TMA_LOADS=layouts is not None,
+                A_COL_MAJOR=bool(layouts and layouts[0]), B_COL_MAJOR=bool(layouts and layouts[2]))
+    if layouts is not None:
+        runtime.ensure_tma_allocator()
 
     def workspace():  # per call: the buffers are kept per stream
         partials, counts = _workspace(slots, tiles_max, device)
@@ -140,8 +163,26 @@ def matmul_splitk(a, b, *, split_k=None, activation=None, bias=None, order="grou
 
     launches.launch_and_keep(_KEPT, key, _splitk_tuned, grid, args, c,
                              {"a_ptr": "a", "b_ptr": "b", "c_ptr": "out", "bias_ptr": "bias"},
-                             config_kwargs=config_kwargs, workspace=workspace)
+                             config_kwargs=config_kwargs, uses_tma=layouts is not None, workspace=workspace)
     return c
+
+
+def _tma_layouts(a, b, use_tma):
+    """``(a_col_major, stride_a, b_col_major, stride_b)`` when the K loop reads through TMA, None
+    for pointer loads.  ``use_tma`` None: TMA when this GPU has it and both layouts allow it."""
+    if use_tma is not None and not isinstance(use_tma, bool):
+        raise TypeError(f"tma must be None, True or False, got {use_tma!r}")
+    if use_tma is False:
+        return None
+    if use_tma:
+        runtime.require_tma("matmul_splitk(tma=True)", "Pass tma=False (pointer loads) or leave tma=None.")
+        return (*tma_layout(a, "a"), *tma_layout(b, "b"))  # raises saying which tensor and why
+    if not runtime.supports_tma():
+        return None
+    try:
+        return (*tma_layout(a, "a"), *tma_layout(b, "b"))
+    except ValueError:  # e.g. rows not 16-byte aligned: pointer loads read any strides
+        return None
 
 
 _KEPT = launches.LaunchCache()
