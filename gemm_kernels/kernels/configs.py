@@ -321,10 +321,13 @@ def matmul_configs():
 
 def splitk_configs(gpu: bool | None = None):
     """Configs for ``matmul_splitk``: smaller tiles first (it serves few-tile problems, where
-    more tiles mean more SMs busy before any split)."""
+    more tiles mean more SMs busy before any split).  64x128x128 and 128x128x64 with 4 warps led
+    the few-tile shapes of the H100 sweep (PERF_NOTES entry 30)."""
     if not (runtime.on_gpu() if gpu is None else gpu):
         return _interpreter()
     return _tuning_list([
+        _cfg(64, 128, 128, 3, 4),
+        _cfg(128, 128, 64, 4, 4),
         _cfg(64, 64, 64, 4, 4),
         _cfg(128, 64, 64, 4, 4),
         _cfg(64, 128, 64, 4, 4),

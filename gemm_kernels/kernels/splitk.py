@@ -14,9 +14,9 @@ persistent loop, ticket or spin; Stream-K balances K iterations exactly over a f
 programs.  cuBLAS does split-K in two kernels (``...splitK...`` then ``splitKreduce_kernel``,
 as the profiler names them); here the reduction is the last piece's epilogue.
 
-Loads through TMA where the GPU has it (sm_90+) and a and b are TMA-readable (``tma.k_loop``,
-the loop ``matmul_tma`` runs), through pointers elsewhere: any GPU Triton supports, and the
-interpreter.  Forward only.  ``tiles.splitk_default_splits`` is the default rule; ``split_k=``
+Pointer loads by default: any GPU Triton supports, and the interpreter.  ``tma=True`` reads A and B
+through TMA instead (``tma.k_loop``, the loop ``matmul_tma`` runs; sm_90+): measured no faster
+here (PERF_NOTES entry 30: each short-lived program builds its descriptors first).  Forward only.  ``tiles.splitk_default_splits`` is the default rule; ``split_k=``
 sets any other.
 """
 
@@ -107,16 +107,15 @@ def _splits(M, N, K, block_m, block_n, block_k, split_k) -> int:
 
 
 def matmul_splitk(a, b, *, split_k=None, activation=None, bias=None, order="grouped", group_size_m=8, config=None,
-                  tma=None):
+                  tma=False):
     """``activation(a @ b + bias)`` with each tile's K loop split over ``split_k`` programs.
 
     Same contract as :func:`gemm_kernels.matmul` (any strides, fp16/bf16/fp32), forward only.
     ``split_k``: pieces per tile (1 = no split; at most one per K block); by default
     ``tiles.splitk_default_splits`` fills one wave of SMs when the tiles alone would not.
     Deterministic: the pieces are added in split order.  ``config``: an explicit
-    ``triton.Config`` with BLOCK_M/N/K (no autotuning).  ``tma``: None loads through TMA when
-    the GPU has it and TMA can read a and b, True insists (and raises saying why not), False
-    uses pointer loads."""
+    ``triton.Config`` with BLOCK_M/N/K (no autotuning).  ``tma=True``: read a and b through
+    TMA (sm_90+, TMA-readable layouts; raises saying why not)."""
     key = None
     if launches.keeping():
         key = launches.call_key((a, b, bias), (split_k, activation, order, group_size_m, launches.config_key(config),
@@ -168,21 +167,14 @@ def matmul_splitk(a, b, *, split_k=None, activation=None, bias=None, order="grou
 
 
 def _tma_layouts(a, b, use_tma):
-    """``(a_col_major, stride_a, b_col_major, stride_b)`` when the K loop reads through TMA, None
-    for pointer loads.  ``use_tma`` None: TMA when this GPU has it and both layouts allow it."""
-    if use_tma is not None and not isinstance(use_tma, bool):
-        raise TypeError(f"tma must be None, True or False, got {use_tma!r}")
-    if use_tma is False:
+    """``(a_col_major, stride_a, b_col_major, stride_b)`` when the K loop reads through TMA
+    (``use_tma``), None for pointer loads."""
+    if not isinstance(use_tma, bool):
+        raise TypeError(f"tma must be True or False, got {use_tma!r}")
+    if not use_tma:
         return None
-    if use_tma:
-        runtime.require_tma("matmul_splitk(tma=True)", "Pass tma=False (pointer loads) or leave tma=None.")
-        return (*tma_layout(a, "a"), *tma_layout(b, "b"))  # raises saying which tensor and why
-    if not runtime.supports_tma():
-        return None
-    try:
-        return (*tma_layout(a, "a"), *tma_layout(b, "b"))
-    except ValueError:  # e.g. rows not 16-byte aligned: pointer loads read any strides
-        return None
+    runtime.require_tma("matmul_splitk(tma=True)", "Leave tma=False (pointer loads).")
+    return (*tma_layout(a, "a"), *tma_layout(b, "b"))  # raises saying which tensor and why
 
 
 _KEPT = launches.LaunchCache()
