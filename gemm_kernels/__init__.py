@@ -24,6 +24,7 @@ _PUBLIC = {
     **dict.fromkeys(["matmul_persistent", "matmul_tma"], "kernels.persistent"),
     "matmul_streamk": "kernels.streamk",
     "matmul_splitk": "kernels.splitk",
+    **dict.fromkeys(["matmul_auto", "pick_launcher"], "kernels.dispatch"),
     **dict.fromkeys(["matmul_ws", "trace_ws_tiles", "ws_schedule"], "kernels.matmul_ws"),
     **dict.fromkeys(["GroupedMatmulPlan", "grouped_matmul", "grouped_matmul_ref"], "kernels.grouped"),
     **dict.fromkeys(["grouped_mm", "grouped_mm_ref", "route_tokens", "raise_pending_offs_error"], "kernels.moe"),

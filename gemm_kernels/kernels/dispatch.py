@@ -1,0 +1,72 @@
+"""The default dispatch: ``matmul_auto(a, b)`` calls the launcher the rules pick for the call.
+
+Each launcher of the course wins somewhere: the warp-specialized Gluon kernel on problems that
+fill the GPU, split-K on few tiles with a long K, the persistent TMA kernel where wgmma cannot run
+the inputs, the tiled pointer kernel where TMA cannot read them.  ``tiles.default_launcher`` is
+the rule (shape, SM count, what the GPU and the layouts allow; no per-shape table);
+``pick_launcher`` applies it to tensors and says why.  A call that needs gradients goes to a
+differentiable launcher (``matmul_tma``, else ``matmul``).
+
+The pick of a repeated call is kept by its call key (``launches.call_key``), as the launchers
+keep their launches, so a repeated call pays one key and one look-up before the launcher's own.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .. import runtime
+from ..models.tiles import default_launcher
+from . import launches
+from .autograd import grad_enabled_for
+from .matmul import matmul
+from .persistent import matmul_tma
+from .splitk import matmul_splitk
+from .tma import tma_layout
+
+#: the launchers the rule names (``tiles.DISPATCH_LAUNCHERS``); matmul_ws is imported on first use
+LAUNCHERS = {"matmul_splitk": matmul_splitk, "matmul_tma": matmul_tma, "matmul": matmul}
+
+
+def _launcher(name: str):
+    if name == "matmul_ws" and name not in LAUNCHERS:  # Gluon: loaded only where it can run
+        from .matmul_ws import matmul_ws
+        LAUNCHERS[name] = matmul_ws
+    return LAUNCHERS[name]
+
+
+def _tma_readable(x) -> bool:
+    try:
+        tma_layout(x, "x")
+    except ValueError:
+        return False
+    return True
+
+
+def pick_launcher(a, b, bias=None) -> tuple[str, str]:
+    """``(launcher name, reason)`` for ``matmul_auto(a, b, bias=bias)``.  Inputs that are not 2-D
+    tensors go to ``matmul``, whose checks name what is wrong."""
+    if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dim() == 2 and b.dim() == 2):
+        return "matmul", "not two matrices: matmul's checks say what is wrong"
+    tma = runtime.supports_tma() and _tma_readable(a) and _tma_readable(b)
+    if grad_enabled_for(a, b, bias):
+        return ("matmul_tma", "gradients needed: differentiable, twice") if tma else \
+               ("matmul", "gradients needed: differentiable, any layout")
+    wgmma = tma and runtime.supports_wgmma() and a.dtype in (torch.float16, torch.bfloat16) and b.dtype == a.dtype
+    M, K = a.shape
+    return default_launcher(M, b.shape[1], K, num_sms=runtime.num_sms(), tma=tma, wgmma=wgmma)
+
+
+_PICKS = launches.LaunchCache()  # call key -> launcher: a bounded dict
+
+
+def matmul_auto(a, b, *, activation=None, bias=None):
+    """``activation(a @ b + bias)`` by the launcher ``pick_launcher`` names: the course's answer
+    to "which kernel should I call?".  Same contract as :func:`gemm_kernels.matmul` (any
+    strides, fp16/bf16/fp32, differentiable); the picked launcher's checks and errors apply."""
+    key = launches.call_key((a, b, bias), (activation,)) if launches.keeping() else None
+    launcher = _PICKS.get(key)
+    if launcher is None:
+        launcher = _launcher(pick_launcher(a, b, bias)[0])
+        _PICKS.keep(key, launcher)
+    return launcher(a, b, activation=activation, bias=bias)

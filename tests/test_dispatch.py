@@ -1,0 +1,157 @@
+"""matmul_auto, the default dispatch: its rule (``tiles.default_launcher``), what it picks for
+tensors (``pick_launcher``), and every launcher it can pick against the float64 reference on
+ragged shapes, views and dtypes, with gradients (twice through matmul_tma) and named errors.
+
+In the interpreter (4 "SMs") small problems pick split-K; ``num_sms`` is patched to 1 to reach
+the data-parallel picks."""
+
+import pytest
+import torch
+
+import gemm_kernels as gk
+from gemm_kernels import DEVICE, matmul_auto, matmul_ref, pick_launcher, runtime
+from gemm_kernels.kernels import dispatch
+from gemm_kernels.models.tiles import DISPATCH_LAUNCHERS, default_launcher
+from gemm_kernels.testing import assert_close, random_matrix
+
+H100_SMS = 132
+
+
+@pytest.mark.parametrize("shape, gpu, expected", [
+    ((512, 512, 16384), "hopper", "matmul_splitk"),  # 8 tiles of 128x256
+    ((257, 4096, 14336), "hopper", "matmul_splitk"),  # 48 tiles: under half of 132
+    ((257, 8192, 8192), "hopper", "matmul_ws"),  # 96 tiles
+    ((4096, 4096, 4096), "hopper", "matmul_ws"),
+    ((4096, 4096, 4096), "tma-only", "matmul_tma"),  # e.g. fp32 inputs on an H100
+    ((4096, 4096, 4096), "ampere", "matmul"),
+    ((512, 512, 16384), "ampere", "matmul_splitk"),  # split-K reads through pointers: any GPU
+    ((0, 5, 7), "hopper", "matmul_splitk"),  # no tiles: split-K hands an empty problem to matmul
+])
+def test_the_rule(shape, gpu, expected):
+    name, why = default_launcher(*shape, num_sms=H100_SMS, tma=gpu != "ampere", wgmma=gpu == "hopper")
+    assert name == expected and name in DISPATCH_LAUNCHERS and why
+
+
+def test_the_half_wave_line():
+    """66 tiles of 128x256 fill exactly half of 132 SMs: data-parallel; 65: split-K."""
+    assert default_launcher(128 * 33, 256 * 2, 4096, num_sms=H100_SMS, tma=True, wgmma=True)[0] == "matmul_ws"
+    assert default_launcher(128 * 13, 256 * 5, 4096, num_sms=H100_SMS, tma=True, wgmma=True)[0] == "matmul_splitk"
+
+
+def test_the_rule_refuses_bad_sizes():
+    with pytest.raises((TypeError, ValueError), match="M"):
+        default_launcher(2.5, 4, 4, num_sms=4, tma=False, wgmma=False)
+
+
+def test_pick_for_tensors(monkeypatch):
+    a, b = random_matrix(64, 96), random_matrix(96, 48)
+    assert pick_launcher(a, b)[0] == "matmul_splitk"
+    monkeypatch.setattr(runtime, "num_sms", lambda: 1)  # every problem fills "the GPU"
+    assert pick_launcher(a, b)[0] == ("matmul_tma" if runtime.supports_tma() else "matmul")
+    assert pick_launcher(random_matrix(64, 45), random_matrix(45, 48))[0] == "matmul"  # 90-byte rows: no TMA
+    assert pick_launcher([[1.0]], b)[0] == "matmul"  # matmul's checks will name it
+    monkeypatch.setattr(runtime, "supports_tma", lambda: False)
+    assert pick_launcher(a, b)[0] == "matmul"
+    assert pick_launcher(a.requires_grad_(), b)[0] == "matmul"
+
+
+def test_a_call_that_needs_gradients_picks_a_differentiable_launcher(monkeypatch):
+    a, b = random_matrix(64, 96).requires_grad_(), random_matrix(96, 48)
+    assert pick_launcher(a, b)[0] == ("matmul_tma" if runtime.supports_tma() else "matmul")
+    with torch.no_grad():
+        assert pick_launcher(a, b)[0] == "matmul_splitk"
+
+
+def _forced(monkeypatch, name):
+    """Make pick_launcher name ``name`` (the others are reached by their own rule above)."""
+    monkeypatch.setattr(dispatch, "pick_launcher", lambda a, b, bias=None: (name, "forced"))
+
+
+PICKABLE = ["matmul_splitk", "matmul_tma", "matmul"]  # matmul_ws: sm_90 only (the GPU tests)
+
+
+@pytest.mark.parametrize("name", PICKABLE)
+@pytest.mark.parametrize("shape", [(1, 1, 1), (37, 61, 45), (40, 48, 304), (70, 40, 999)],
+                         ids=lambda s: "M{}-N{}-K{}".format(*s))
+def test_every_pick_is_correct(monkeypatch, name, shape):
+    _forced(monkeypatch, name)
+    M, N, K = shape
+    a, b = random_matrix(M, K), random_matrix(K, N)
+    if name == "matmul_tma":  # TMA needs 16-byte aligned rows
+        a, b = gk.kernels.tma.tma_aligned(a), gk.kernels.tma.tma_aligned(b)
+    bias = random_matrix(1, N)[0]
+    out = matmul_auto(a, b, activation="gelu", bias=bias)
+    assert_close(out, matmul_ref(a, b, out_dtype=torch.float64, activation="gelu", bias=bias))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32], ids=str)
+@pytest.mark.parametrize("layout", ["contiguous", "b_t", "a_t", "b_negated", "b_expanded", "strided"])
+def test_views_and_dtypes_by_the_rule(dtype, layout):
+    M, N, K = 48, 72, 336
+    a, b = random_matrix(M, K, dtype), random_matrix(K, N, dtype)
+    if layout == "b_t":
+        b = random_matrix(K, N, dtype, transposed=True)
+    elif layout == "a_t":
+        a = random_matrix(M, K, dtype, transposed=True)
+    elif layout == "b_negated":
+        b = b._neg_view()
+    elif layout == "b_expanded":
+        b = random_matrix(K, 1, dtype).expand(K, N)
+    elif layout == "strided":
+        a = random_matrix(M, 2 * K, dtype)[:, ::2]
+    assert_close(matmul_auto(a, b), matmul_ref(a, b, out_dtype=torch.float64), dtype)
+
+
+def test_nan_stays_in_its_row():
+    a, b = random_matrix(64, 320), random_matrix(320, 48)
+    a[5, 100] = float("nan")
+    out = matmul_auto(a, b)
+    assert torch.isnan(out[5]).all() and not torch.isnan(out[torch.arange(64) != 5]).any()
+
+
+def test_gradients_twice_against_float64():
+    gen = torch.Generator().manual_seed(0)
+    a64, b64 = torch.randn(40, 48, generator=gen, dtype=torch.float64), torch.randn(48, 32, generator=gen, dtype=torch.float64)
+    a = a64.to(DEVICE, torch.float32).requires_grad_()
+    b = b64.to(DEVICE, torch.float32).requires_grad_()
+    a64.requires_grad_(), b64.requires_grad_()
+    (ga,) = torch.autograd.grad(matmul_auto(a, b, activation="gelu").square().sum(), a, create_graph=True)
+    (ga64,) = torch.autograd.grad(matmul_ref(a64, b64, out_dtype=torch.float64, activation="gelu").square().sum(),
+                                  a64, create_graph=True)
+    assert_close(ga, ga64, torch.float32, what="d/da")
+    (gb,) = torch.autograd.grad(ga.sum(), b)  # second order: through the backward's own products
+    (gb64,) = torch.autograd.grad(ga64.sum(), b64)
+    assert_close(gb, gb64, torch.float32, what="d/db of d/da")
+
+
+def test_bad_inputs_get_the_launchers_errors():
+    a = random_matrix(8, 64)
+    with pytest.raises(ValueError, match="inner dimensions"):
+        matmul_auto(a, random_matrix(63, 8))
+    with pytest.raises(TypeError, match="dtype"):
+        matmul_auto(a, random_matrix(64, 8, torch.float32))
+    with pytest.raises(TypeError):
+        matmul_auto([[1.0]], random_matrix(64, 8))
+    with pytest.raises(ValueError, match="activation"):
+        matmul_auto(a, random_matrix(64, 8), activation="tanh")
+
+
+# ----------------------------------------------------------------------------- GPU
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", [(512, 512, 16384), (257, 4096, 14336), (1000, 1024, 8192), (2048, 2048, 2048),
+                                   (3001, 5120, 4096), (1, 4096, 4096), (96, 7000, 4097)])
+@pytest.mark.parametrize("b_layout", ["row-major", "W.t()"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32], ids=str)
+def test_gpu_every_pick(shape, b_layout, dtype):
+    M, N, K = shape
+    a = torch.randn(M, K, device=DEVICE, dtype=dtype)
+    b = torch.randn(K, N, device=DEVICE, dtype=dtype)
+    if b_layout == "W.t()":
+        b = b.t().contiguous().t()
+    bias = torch.randn(N, device=DEVICE, dtype=dtype)
+    name, _ = pick_launcher(a, b, bias)
+    if not runtime.supports_tma():
+        assert name in ("matmul_splitk", "matmul")
+    ref = matmul_ref(a, b, out_dtype=torch.float64, activation="relu", bias=bias)
+    for _ in range(3):  # the first call picks and checks, the others take the kept pick and launch
+        assert_close(matmul_auto(a, b, activation="relu", bias=bias), ref, dtype, what=f"{name} {shape}")
