@@ -363,6 +363,14 @@ def targets(all_rows: dict[str, list[dict]]) -> list[dict]:
     best_of_ours("llm projections", "llm", {"tma", "persistent", "stream_k", "ws"}, 1.00, 0.95)
     # issue 32: projections as nn.Linear calls them, token counts that are not powers of two
     best_of_ours("llm-linear projections", "llm-linear", {"grouped", "tma", "stream_k", "split_k", "ws"}, 1.02, 0.97)
+    # the same rows through the default dispatch alone: what a user calling matmul_auto gets
+    best_of_ours("llm-linear, matmul_auto", "llm-linear", {"auto"}, 1.02, 0.97)
+    # issue 32 part 2: few tiles and a long K (GPU time, CUDA graphs), through the default dispatch
+    few_tiles = [r for r in all_rows.get("stream-k", []) if r["case"] in ("512x512x16384", "1024x1024x8192")]
+    res = _speedups(few_tiles, {"auto"})
+    goal = "matmul_auto >= 0.90x cuBLAS on every few-tile, long-K row"
+    add("stream-k few tiles, long K", goal, ", ".join(f"{k[1]}: {v[0]:.3f}x" for k, v in res.items()) or "n/a",
+        min(v[0] for v in res.values()) >= 0.90 if res else None)
 
     # issue 19's targets: forward and forward+backward at default arguments, same run
     for name, provider, geo_goal, low_goal in (("moe grouped_mm vs torch._grouped_mm", "grouped_mm", 1.10, 0.90),

@@ -165,6 +165,18 @@ def _ws_provider(a, b, suffix="", **epi) -> Provider:
     return lazy_provider("ws" + suffix, make, note=f"matmul_ws, {_ws_schedule()} schedule")
 
 
+def _auto_provider(a, b) -> Provider:
+    """matmul_auto (the default dispatch), its note naming the launcher it picked and why."""
+    def make():
+        dispatch = importlib.import_module("gemm_kernels.kernels.dispatch")
+        return (lambda: dispatch.matmul_auto(a, b)), None
+    try:
+        pick = importlib.import_module("gemm_kernels.kernels.dispatch").pick_launcher(a, b)[0]
+    except ImportError:
+        pick = "?"
+    return lazy_provider("auto", make, note=f"matmul_auto picked {pick}")
+
+
 def _ws_schedule() -> str:
     try:
         return importlib.import_module("gemm_kernels.kernels.matmul_ws").DEFAULT_SCHEDULE
@@ -173,7 +185,8 @@ def _ws_schedule() -> str:
 
 
 def square_suite(settings: SuiteSettings) -> list[Case]:
-    """Single square GEMMs: cuBLAS (torch.matmul) vs our row-major, grouped, persistent, TMA, Stream-K kernels."""
+    """Single square GEMMs: cuBLAS (torch.matmul) vs our row-major, grouped, persistent, TMA, Stream-K
+    and warp-specialized kernels, and the default dispatch (matmul_auto)."""
     seeds = _Seeds(settings.seed)
     cases = []
     for dtype in _dtypes(settings, SQUARE_DTYPES):
@@ -182,7 +195,7 @@ def square_suite(settings: SuiteSettings) -> list[Case]:
                 gen = _generator(seed)
                 a, b = _randn((n, n), dtype, gen), _randn((n, n), dtype, gen)
                 providers = [Provider("cuBLAS", lambda: torch.matmul(a, b), ours=False)]
-                providers += _single_gemm_providers(a, b)
+                providers += [*_single_gemm_providers(a, b), _auto_provider(a, b)]
                 return CaseData(providers, lambda: [_mm_ref(a, b)])
             cases.append(Case("square", dtype_name(dtype), f"{n}x{n}x{n}", n, dtype, [(n, n, n)], "cuBLAS",
                               setup, {"M": n, "N": n, "K": n}))
@@ -336,6 +349,7 @@ def streamk_suite(settings: SuiteSettings) -> list[Case]:
                              lazy_provider("tma", make("persistent", "matmul_tma")),
                              lazy_provider("stream_k", make("streamk", "matmul_streamk")),
                              lazy_provider("split_k", make("splitk", "matmul_splitk")),
+                             _auto_provider(a, b),
                              lazy_provider(f"tma {tile}", make("persistent", "matmul_tma", config=config)),
                              lazy_provider(f"stream_k {tile} tail split",
                                            make("streamk", "matmul_streamk", config=config, sk_tiles=tail),
@@ -828,7 +842,7 @@ def llm_linear_suite(settings: SuiteSettings) -> list[Case]:
                              lazy_provider("tma", make("persistent", "matmul_tma", True)),
                              lazy_provider("stream_k", make("streamk", "matmul_streamk", True)),
                              lazy_provider("split_k", make("splitk", "matmul_splitk", False)),
-                             _ws_provider(x, b)]
+                             _ws_provider(x, b), _auto_provider(x, b)]
                 return CaseData(providers, lambda: [_mm_ref(x, b)])
             layout = "b row-major" if row_major else "b = W.t()"
             cases.append(Case("llm-linear", f"M={M}, {layout}", f"{model} {projection}", M, dtype, [(M, N, K)],
