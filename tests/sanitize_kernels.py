@@ -50,6 +50,10 @@ for dtype in (torch.float16, torch.bfloat16):
         at, bt2 = tma_aligned(a), tma_aligned(b)
         check(f"tma {M}x{N}x{K}", gk.matmul_tma(at, bt2, activation="gelu", bias=bias), ref, dtype)
         check(f"streamk {M}x{N}x{K}", streamk.matmul_streamk(at, bt2, activation="gelu", bias=bias), ref, dtype)
+        if gk.supports_tma():
+            check(f"splitk tma {M}x{N}x{K}", gk.matmul_splitk(at, bt2, split_k=3, tma=True, activation="gelu", bias=bias),
+                  ref, dtype)
+        check(f"auto {M}x{N}x{K}", gk.matmul_auto(a, b, activation="gelu", bias=bias), ref, dtype)
         if (M * 2) % 16 == 0 and (K * 2) % 16 == 0:
             check(f"tma A^T {M}x{N}x{K}", gk.matmul_tma(a.t().contiguous().t(), bt2, activation="gelu", bias=bias), ref, dtype)
 
@@ -114,7 +118,7 @@ for dtype in (torch.float16, torch.bfloat16):
 # compiled kernel with fresh tensors (a ragged shape with a bias, and a transposed b)
 for name, fn, needs_tma in (("matmul", gk.matmul, False), ("matmul_persistent", gk.matmul_persistent, False),
                             ("matmul_tma", gk.matmul_tma, True), ("matmul_streamk", gk.matmul_streamk, True),
-                            ("matmul_splitk", gk.matmul_splitk, False)):
+                            ("matmul_splitk", gk.matmul_splitk, False), ("matmul_auto", gk.matmul_auto, False)):
     if needs_tma and not gk.supports_tma():
         continue
     for M, N, K, transposed in ((37, 72, 1000, False), (64, 40, 264, True)):
