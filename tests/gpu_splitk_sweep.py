@@ -1,8 +1,9 @@
-"""Where split-K pays, measured (GPU only): ``python tests/gpu_splitk_sweep.py OUT.csv [--quick]``.
+"""Where split-K pays, measured (GPU only): ``python tests/gpu_splitk_sweep.py OUT.csv [--quick] [--part P]``.
 
 Part ``grid``: few-tile, long-K shapes, every (tile config, pieces, loads) of ``matmul_splitk``
 with an explicit config.  Part ``defaults``: a family of shapes around the few-tiles line, each
-public launcher at its defaults (autotuned) against cuBLAS.  Both layouts of b (row-major and
+public launcher at its defaults (autotuned) and ``matmul_auto`` against cuBLAS: shapes the
+rule was not drawn from.  Both layouts of b (row-major and
 ``W.t()``).  GPU time of back-to-back calls in a CUDA graph (``triton.testing.do_bench_cudagraph``),
 median; each row checked against a float64 reference first.  PERF_NOTES entry 30 reads the CSV.
 """
@@ -43,7 +44,7 @@ def time_ms(fn, a, b):
     return do_bench_cudagraph(fn, rep=30), err
 
 
-def main(path, quick=False):
+def main(path, quick=False, parts=("grid", "defaults")):
     rows, started = [], time.time()
     fields = ["part", "dtype", "layout", "M", "N", "K", "provider", "config", "split", "loads", "ms", "tflops",
               "vs_cublas", "rel_err", "error"]
@@ -64,6 +65,8 @@ def main(path, quick=False):
 
     layouts = ["row-major", "W.t()"]
     for shape, layout in itertools.product(GRID_SHAPES[:2] if quick else GRID_SHAPES, layouts):
+        if "grid" not in parts:
+            break
         M, N, K = shape
         a, b = operands(M, N, K, layout, torch.float16)
         base = record("grid", torch.float16, layout, shape, "cuBLAS", lambda: torch.matmul(a, b), a, b)
@@ -79,13 +82,16 @@ def main(path, quick=False):
         write(path, fields, rows)
 
     providers = {"tma": gk.matmul_tma, "stream_k": gk.matmul_streamk, "split_k": gk.matmul_splitk,
-                 "ws": gk.matmul_ws}
+                 "ws": gk.matmul_ws, "auto": gk.matmul_auto}
     for shape, layout in itertools.product(FAMILY[:4] if quick else FAMILY, layouts):
+        if "defaults" not in parts:
+            break
         M, N, K = shape
         a, b = operands(M, N, K, layout, torch.bfloat16)
         base = record("defaults", torch.bfloat16, layout, shape, "cuBLAS", lambda: torch.matmul(a, b), a, b)
         for name, fn in providers.items():
-            record("defaults", torch.bfloat16, layout, shape, name, lambda fn=fn: fn(a, b), a, b, base)
+            pick = gk.pick_launcher(a, b)[0] if name == "auto" else ""
+            record("defaults", torch.bfloat16, layout, shape, name, lambda fn=fn: fn(a, b), a, b, base, config=pick)
         print(f"defaults {shape} {layout}: {time.time() - started:.0f} s", flush=True)
         write(path, fields, rows)
 
@@ -98,4 +104,6 @@ def write(path, fields, rows):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], quick="--quick" in sys.argv)
+    args = sys.argv[1:]
+    parts = args[args.index("--part") + 1].split(",") if "--part" in args else ("grid", "defaults")
+    main(args[0], quick="--quick" in args, parts=parts)

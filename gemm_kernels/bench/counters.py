@@ -121,6 +121,8 @@ CASES = (  # the most telling first: a run cut short keeps them
     CounterCase("moe Mixtral-8x7B up T=4096 uniform", "moe", "bf16",
                 ("Mixtral-8x7B", "up", 4096, "uniform", "fwd"), ("torch._grouped_mm", "grouped_mm"),
                 why="few large experts, for comparison"),
+    CounterCase("stream-k 512x512x16384 fp16", "mm", "fp16", (512, 512, 16384), ("cuBLAS", "split_k"),
+                why="few tiles, long K: split-K (matmul_auto's pick) at 0.77x (PERF_NOTES 30)"),
     CounterCase("fp8 4096^3 tensor", "fp8", "e4m3", (4096, 4096, 4096, "tensor"),
                 ("torch._scaled_mm", "torch._scaled_mm fast", "scaled_mm", "scaled_mm fast"),
                 b_transposed=True, why="scaled_mm target 1.05x: missed (PERF_NOTES 27)"),
@@ -163,7 +165,7 @@ def _moe_row(name: str) -> CounterCase | None:
 
 def build_call(case: CounterCase, provider: str):
     """The provider's call on this case's inputs (made on the GPU), as a no-argument function."""
-    from .. import matmul_streamk, matmul_tma
+    from .. import matmul_splitk, matmul_streamk, matmul_tma
     from ..kernels import matmul_ws, moe
     from . import suites
 
@@ -186,7 +188,8 @@ def build_call(case: CounterCase, provider: str):
                      "ws fused": lambda: matmul_ws.matmul_ws(a, b, activation="gelu", bias=bias)}
         else:
             calls = {"cuBLAS": lambda: torch.matmul(a, b), "ws": lambda: matmul_ws.matmul_ws(a, b),
-                     "tma": lambda: matmul_tma(a, b), "stream_k": lambda: matmul_streamk(a, b)}
+                     "tma": lambda: matmul_tma(a, b), "stream_k": lambda: matmul_streamk(a, b),
+                     "split_k": lambda: matmul_splitk(a, b)}
         return calls[provider]
     x, w, offs = moe_inputs(case, dtype, gen)
     mm = {"torch._grouped_mm": lambda a, b, o: torch._grouped_mm(a, b, offs=o), "grouped_mm": moe.grouped_mm}[provider]
