@@ -211,6 +211,32 @@ def committed_us(suite: str, directory: str | Path | None = None, **where) -> fl
 # ------------------------------------------------------------------------------ the README's table
 
 #: (suite, dtype, case): the rows of the README's table, one or two per suite
+def dispatch_picks(directory: str | Path | None = None) -> dict:
+    """``matmul_auto`` against the best of our launchers and cuBLAS, from the split-K sweep's
+    ``defaults`` part (``entry30/defaults.csv``: GPU times per shape and layout): the number of
+    shapes, the geometric means and the worst shape."""
+    import math
+
+    times = {}
+    with open(Path(directory or BENCH_DIR) / "entry30" / "defaults.csv", newline="") as f:
+        for r in csv.DictReader(f):
+            if r["ms"]:
+                times.setdefault((int(r["M"]), int(r["N"]), int(r["K"]), r["layout"]), {})[r["provider"]] = float(r["ms"])
+    of_best, vs_cublas = {}, []
+    for shape, t in times.items():
+        if "auto" in t:
+            of_best[shape] = min(v for p, v in t.items() if p not in ("cuBLAS", "auto")) / t["auto"]
+            vs_cublas.append(t["cuBLAS"] / t["auto"])
+    worst = min(of_best, key=of_best.get)
+
+    def geo(xs):
+        xs = list(xs)
+        return math.exp(sum(map(math.log, xs)) / len(xs))
+
+    return {"shapes": len(of_best), "of_best_geo": geo(of_best.values()), "of_best_min": of_best[worst],
+            "worst": f"{worst[0]} × {worst[1]} × {worst[2]} with b {worst[3]}", "vs_cublas_geo": geo(vs_cublas)}
+
+
 README_CASES = (
     ("square", "fp16", "4096x4096x4096"),
     ("square", "fp16", "8192x8192x8192"),

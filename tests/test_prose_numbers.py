@@ -11,7 +11,6 @@ from __future__ import annotations
 import ast
 import csv
 import json
-import math
 import re
 import statistics
 from pathlib import Path
@@ -19,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from gemm_kernels.models import tiles
-from gemm_kernels.results import committed_rows, committed_us, committed_value, readme_table
+from gemm_kernels.results import committed_rows, committed_us, committed_value, dispatch_picks, readme_table
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
@@ -58,23 +57,6 @@ def vendor_kernel(suite: str, case: str) -> str:
 
 TAIL, UNSPLIT = "stream_k 128x256 tail split", "tma 128x256"
 
-
-def sweep_picks() -> dict:
-    """matmul_auto's pick against the best of our launchers and cuBLAS, per shape of the split-K
-    sweep's ``defaults`` part (images/bench/entry30/defaults.csv, GPU times in ms)."""
-    times = {}
-    for r in csv.DictReader(open(ROOT / "images/bench/entry30/defaults.csv")):
-        if r["ms"]:
-            times.setdefault((int(r["M"]), int(r["N"]), int(r["K"]), r["layout"]), {})[r["provider"]] = float(r["ms"])
-    of_best, vs_cublas = {}, []
-    for shape, t in times.items():
-        if "auto" in t:
-            of_best[shape] = min(v for p, v in t.items() if p not in ("cuBLAS", "auto")) / t["auto"]
-            vs_cublas.append(t["cuBLAS"] / t["auto"])
-    worst = min(of_best, key=of_best.get)
-    geo = lambda xs: math.exp(sum(map(math.log, xs)) / len(xs))  # noqa: E731
-    return {"shapes": len(of_best), "of_best_geo": geo(of_best.values()), "of_best_min": of_best[worst],
-            "worst": f"{worst[0]} × {worst[1]} × {worst[2]} with b {worst[3]}", "vs_cublas_geo": geo(vs_cublas)}
 
 
 def claims():
@@ -160,7 +142,7 @@ def claims():
     yield nb05, f"keeps the tensor pipe busy {float(theirs[tensor]):.0f}% of the time, ours {float(ours[tensor]):.0f}%"
     spread = float(ours["sm__cycles_active.max"]) / float(ours["sm__cycles_active.avg"])
     yield nb05, f"its busiest SM ran {spread:.2f}× the average SM's cycles"
-    picks = sweep_picks()
+    picks = dispatch_picks()
     yield nb05, f"**Reveal:** {picks['of_best_geo']:.1%} (worst {picks['of_best_min']:.1%}, at {picks['worst']})"
     yield nb05, f"picks reach {picks['vs_cublas_geo']:.3f}× (geometric mean)"
     yield nb05, f"On {picks['shapes']} shapes it was not drawn"

@@ -86,18 +86,22 @@ def streamk_examples():
 
 
 def splitk_examples():
-    """Split-K with pointer loads: Hopper and Ampere (the arrival count is an atomic)."""
+    """Split-K with pointer loads (Hopper and Ampere; the arrival count is an atomic) and with
+    TMA loads (``tma=True``, Hopper)."""
     a = torch.zeros(256, 256, dtype=torch.float16)
     b_t = torch.zeros(256, 256, dtype=torch.float16).t()
     c = torch.zeros(256, 256, dtype=torch.float16)
     args = dict(a_ptr=a, b_ptr=b_t, c_ptr=c, bias_ptr=c, partial_ptr=torch.zeros(16, dtype=torch.float32),
                 count_ptr=torch.zeros(16, dtype=torch.int32), M=256, N=256, K=256, split_request=-1,
                 stride_am=a.stride(0), stride_ak=a.stride(1), stride_bk=b_t.stride(0), stride_bn=b_t.stride(1),
-                stride_cm=c.stride(0), stride_cn=c.stride(1), GROUPED=True, GROUP_SIZE_M=8, HAS_BIAS=False,
-                ACTIVATION="relu", WIDEN=False)
-    return [KernelExample("matmul_splitk[fp16, B^T, relu]", splitk._matmul_splitk_kernel, args,
-                          configs.splitk_configs(gpu=True)[0],
-                          targets=(90, 80), expect={90: ("wgmma", "atom"), 80: ("mma.sync", "atom")})]
+                stride_cm=c.stride(0), stride_cn=c.stride(1), stride_a=0, stride_b=0, GROUPED=True, GROUP_SIZE_M=8,
+                HAS_BIAS=False, ACTIVATION="relu", WIDEN=False, TMA_LOADS=False, A_COL_MAJOR=False, B_COL_MAJOR=False)
+    tma_args = {**args, "stride_a": 256, "stride_b": 256, "TMA_LOADS": True, "B_COL_MAJOR": True}
+    config = configs.splitk_configs(gpu=True)[0]
+    return [KernelExample("matmul_splitk[fp16, B^T, relu]", splitk._matmul_splitk_kernel, args, config,
+                          targets=(90, 80), expect={90: ("wgmma", "atom"), 80: ("mma.sync", "atom")}),
+            KernelExample("matmul_splitk[fp16, tma, B^T, relu]", splitk._matmul_splitk_kernel, tma_args, config,
+                          targets=(90,), expect={90: ("wgmma", "cp.async.bulk.tensor", "atom")})]
 
 
 def grouped_examples():
