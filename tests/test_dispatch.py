@@ -12,7 +12,7 @@ import gemm_kernels as gk
 from gemm_kernels import DEVICE, matmul_auto, matmul_ref, pick_launcher, runtime
 from gemm_kernels.kernels import dispatch
 from gemm_kernels.models.tiles import DISPATCH_LAUNCHERS, default_launcher
-from gemm_kernels.testing import assert_close, random_matrix
+from gemm_kernels.testing import STRIDED_LAYOUTS, assert_close, random_matrix, strided_operands
 
 H100_SMS = 132
 
@@ -85,20 +85,14 @@ def test_every_pick_is_correct(monkeypatch, name, shape):
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32], ids=str)
-@pytest.mark.parametrize("layout", ["contiguous", "b_t", "a_t", "b_negated", "b_expanded", "strided"])
+@pytest.mark.parametrize("layout", [*STRIDED_LAYOUTS, "b_negated", "b_expanded"])
 def test_views_and_dtypes_by_the_rule(dtype, layout):
     M, N, K = 48, 72, 336
-    a, b = random_matrix(M, K, dtype), random_matrix(K, N, dtype)
-    if layout == "b_t":
-        b = random_matrix(K, N, dtype, transposed=True)
-    elif layout == "a_t":
-        a = random_matrix(M, K, dtype, transposed=True)
-    elif layout == "b_negated":
-        b = b._neg_view()
-    elif layout == "b_expanded":
-        b = random_matrix(K, 1, dtype).expand(K, N)
-    elif layout == "strided":
-        a = random_matrix(M, 2 * K, dtype)[:, ::2]
+    if layout in STRIDED_LAYOUTS:
+        a, b = strided_operands(M, N, K, dtype, layout)
+    else:  # torch's lazy negation, and a stride-0 expanded view
+        a = random_matrix(M, K, dtype)
+        b = random_matrix(K, N, dtype)._neg_view() if layout == "b_negated" else random_matrix(K, 1, dtype).expand(K, N)
     assert_close(matmul_auto(a, b), matmul_ref(a, b, out_dtype=torch.float64), dtype)
 
 

@@ -47,6 +47,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
+from gemm_kernels.kernels.matmul_ws import _tile_grouped  # the course kernel's grouped order
+
 _tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
 _tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
 
@@ -158,15 +160,6 @@ def _tma_multicast_2d(tmap, c0, c1, dst_off, bar_off):
 
 
 # ----------------------------------------------------------------------------- kernel
-@gluon.jit
-def _tile_grouped(tile, num_pid_m, num_pid_n, GROUP_M: gl.constexpr):
-    num_pid_in_group = GROUP_M * num_pid_n
-    first_pid_m = (tile // num_pid_in_group) * GROUP_M
-    rows_in_group = gl.minimum(num_pid_m - first_pid_m, GROUP_M)
-    pid_in_group = tile % num_pid_in_group
-    return first_pid_m + pid_in_group % rows_in_group, pid_in_group // rows_in_group
-
-
 @gluon.jit
 def _coords(M, N, TILE_M: gl.constexpr, BLOCK_N: gl.constexpr, GROUP_P: gl.constexpr):
     """(off_m, off_n, rank): this CTA's C tile.  program_id is the cluster id under num_ctas=2."""
