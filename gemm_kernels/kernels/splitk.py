@@ -14,10 +14,11 @@ persistent loop, ticket or spin; Stream-K balances K iterations exactly over a f
 programs.  cuBLAS does split-K in two kernels (``...splitK...`` then ``splitKreduce_kernel``,
 as the profiler names them); here the reduction is the last piece's epilogue.
 
-Pointer loads by default: any GPU Triton supports, and the interpreter.  ``tma=True`` reads A and B
-through TMA instead (``tma.k_loop``, the loop ``matmul_tma`` runs; sm_90+): measured no faster
-here (PERF_NOTES entry 30: each short-lived program builds its descriptors first).  Forward only.  ``tiles.splitk_default_splits`` is the default rule; ``split_k=``
-sets any other.
+Pointer loads by default: any GPU Triton supports, and the interpreter.  ``tma=True`` reads A
+and B through TMA instead (``tma.k_loop``, the loop ``matmul_tma`` runs; sm_90+), measured no
+faster (PERF_NOTES entry 30; the hypothesis: each short-lived program builds its descriptors
+first).  Forward only.  ``tiles.splitk_default_splits`` is the default rule; ``split_k=`` sets
+any other.
 """
 
 from __future__ import annotations
