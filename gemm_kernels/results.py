@@ -208,9 +208,10 @@ def committed_us(suite: str, directory: str | Path | None = None, **where) -> fl
     return 1e3 * committed_value(suite, "time_ms", directory, **where)
 
 
-# ------------------------------------------------------------------------------ the README's table
+#: providers that call one of our kernels by a rule (``matmul_auto``): never "our fastest kernel"
+DISPATCH_PROVIDERS = frozenset({"auto"})
 
-#: (suite, dtype, case): the rows of the README's table, one or two per suite
+
 def dispatch_picks(directory: str | Path | None = None) -> dict:
     """``matmul_auto`` against the best of our launchers and cuBLAS, from the split-K sweep's
     ``defaults`` part (``entry30/defaults.csv``: GPU times per shape and layout): the number of
@@ -237,6 +238,9 @@ def dispatch_picks(directory: str | Path | None = None) -> dict:
             "worst": f"{worst[0]} × {worst[1]} × {worst[2]} with b {worst[3]}", "vs_cublas_geo": geo(vs_cublas)}
 
 
+# ------------------------------------------------------------------------------ the README's table
+
+#: (suite, dtype, case): the rows of the README's table, one or two per suite
 README_CASES = (
     ("square", "fp16", "4096x4096x4096"),
     ("square", "fp16", "8192x8192x8192"),
@@ -384,7 +388,8 @@ def readme_table(directory: str | Path | None = None) -> str:
             continue
         gpu = short_gpu((load_committed(suite, directory) or {}).get("meta", {}).get("device", "?"))
         base = next((r for r in rows if r["provider"] == r["baseline"] and r["time_ms"]), None)
-        ours = [r for r in rows if r["ours"] == "True" and r["ok"] == "True" and r["time_ms"]]
+        ours = [r for r in rows if r["ours"] == "True" and r["ok"] == "True" and r["time_ms"]
+                and r["provider"] not in DISPATCH_PROVIDERS]
         if base is None or not ours:
             continue
         best = min(ours, key=lambda r: float(r["time_ms"]))

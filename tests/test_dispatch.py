@@ -10,8 +10,8 @@ import torch
 
 import gemm_kernels as gk
 from gemm_kernels import DEVICE, matmul_auto, matmul_ref, pick_launcher, runtime
-from gemm_kernels.kernels import dispatch
-from gemm_kernels.models.tiles import DISPATCH_LAUNCHERS, default_launcher
+from gemm_kernels.kernels import dispatch, launches
+from gemm_kernels.models.tiles import DISPATCH_LAUNCHERS, default_launcher, splitk_default_splits
 from gemm_kernels.testing import STRIDED_LAYOUTS, assert_close, random_matrix, strided_operands
 
 H100_SMS = 132
@@ -33,9 +33,11 @@ def test_the_rule(shape, gpu, expected):
 
 
 def test_the_half_wave_line():
-    """66 tiles of 128x256 fill exactly half of 132 SMs: data-parallel; 65: split-K."""
-    assert default_launcher(128 * 33, 256 * 2, 4096, num_sms=H100_SMS, tma=True, wgmma=True)[0] == "matmul_ws"
-    assert default_launcher(128 * 13, 256 * 5, 4096, num_sms=H100_SMS, tma=True, wgmma=True)[0] == "matmul_splitk"
+    """The split rule's line: 66 tiles of 128x256 fill exactly half of 132 SMs, so split-K (which
+    then cuts K in two, ``splitk_default_splits``); 67: data-parallel."""
+    assert default_launcher(128 * 33, 256 * 2, 4096, num_sms=H100_SMS, tma=True, wgmma=True)[0] == "matmul_splitk"
+    assert splitk_default_splits(66, 64, H100_SMS) == 2 and splitk_default_splits(67, 64, H100_SMS) == 1
+    assert default_launcher(128 * 67, 256, 4096, num_sms=H100_SMS, tma=True, wgmma=True)[0] == "matmul_ws"
 
 
 def test_the_rule_refuses_bad_sizes():
@@ -52,6 +54,8 @@ def test_pick_for_tensors(monkeypatch):
     assert pick_launcher([[1.0]], b)[0] == "matmul"  # matmul's checks will name it
     monkeypatch.setattr(runtime, "supports_tma", lambda: False)
     assert pick_launcher(a, b)[0] == "matmul"
+    monkeypatch.setattr(runtime, "num_sms", lambda: 4)  # few tiles again: split-K, unless gradients are needed
+    assert pick_launcher(a, b)[0] == "matmul_splitk"
     assert pick_launcher(a.requires_grad_(), b)[0] == "matmul"
 
 
@@ -63,8 +67,10 @@ def test_a_call_that_needs_gradients_picks_a_differentiable_launcher(monkeypatch
 
 
 def _forced(monkeypatch, name):
-    """Make pick_launcher name ``name`` (the others are reached by their own rule above)."""
+    """Make pick_launcher name ``name`` (the others are reached by their own rule above), with no
+    pick kept from an earlier test."""
     monkeypatch.setattr(dispatch, "pick_launcher", lambda a, b, bias=None: (name, "forced"))
+    monkeypatch.setattr(dispatch, "_PICKS", launches.LaunchCache())
 
 
 PICKABLE = ["matmul_splitk", "matmul_tma", "matmul"]  # matmul_ws: sm_90 only (the GPU tests)
@@ -116,6 +122,18 @@ def test_gradients_twice_against_float64():
     (gb,) = torch.autograd.grad(ga.sum(), b)  # second order: through the backward's own products
     (gb64,) = torch.autograd.grad(ga64.sum(), b64)
     assert_close(gb, gb64, torch.float32, what="d/db of d/da")
+
+
+def test_a_sparse_input_gets_matmuls_named_error():
+    a = random_matrix(8, 64)
+    with pytest.raises(TypeError, match="to_dense"):
+        matmul_auto(a.to_sparse_csr(), random_matrix(64, 8))
+
+
+def test_torch_compile_traces_it_without_a_graph_break():
+    a, b = random_matrix(32, 48, torch.float32), random_matrix(48, 16, torch.float32)
+    compiled = torch.compile(lambda x, y: matmul_auto(x, y, activation="relu"), fullgraph=True, backend="aot_eager")
+    assert_close(compiled(a, b), matmul_ref(a, b, out_dtype=torch.float64, activation="relu"), torch.float32)
 
 
 def test_bad_inputs_get_the_launchers_errors():

@@ -69,9 +69,48 @@ def test_dtypes_and_views(dtype, layout, use_tma):
     assert_close(matmul_splitk(a, b, split_k=4, tma=use_tma), _ref(a, b), dtype)
 
 
+@pytest.mark.parametrize("use_tma", [False, True], ids=["pointer-loads", "tma-loads"])
+def test_lazy_negated_view_is_resolved(use_tma):
+    """torch's lazy negation (``_neg_view``) is only a flag: the kernel reads memory, so the
+    launcher resolves it first."""
+    a, b = random_matrix(33, 200), random_matrix(200, 40)
+    lazy = b._neg_view()
+    assert lazy.is_neg()
+    assert_close(matmul_splitk(a, lazy, split_k=3, tma=use_tma), _ref(a, -b))
+
+
+@pytest.mark.parametrize("use_tma", [False, True], ids=["pointer-loads", "tma-loads"])
+def test_nan_in_an_input_reaches_only_its_row(use_tma):
+    """A NaN in a's row 5 spoils row 5 of C and nothing else: the pieces' partial sums never
+    cross tiles or rows (a poisoned workspace slot would spread further)."""
+    a, b = random_matrix(64, 320), random_matrix(320, 48)
+    a[5, 100] = float("nan")
+    out = matmul_splitk(a, b, split_k=5, tma=use_tma)
+    assert torch.isnan(out[5]).all() and not torch.isnan(out[torch.arange(64) != 5]).any()
+
+
+def test_the_sum_is_in_split_order_so_results_repeat_bitwise():
+    a, b = random_matrix(64, 1000, torch.float32), random_matrix(1000, 64, torch.float32)
+    first = matmul_splitk(a, b, split_k=6)
+    assert torch.equal(first, matmul_splitk(a, b, split_k=6))
+
+
+def test_default_rule():
+    # few tiles and a long K: one wave's worth of pieces, each at least SPLITK_MIN_K_TILES blocks
+    assert tiles.splitk_default_splits(num_tiles=64, k_tiles=256, num_sms=132) == 2
+    assert tiles.splitk_default_splits(num_tiles=8, k_tiles=256, num_sms=132) == 16
+    assert tiles.splitk_default_splits(num_tiles=8, k_tiles=40, num_sms=132) == 40 // tiles.SPLITK_MIN_K_TILES
+    assert tiles.splitk_default_splits(num_tiles=512, k_tiles=64, num_sms=132) == 1  # a full wave: no split
+    assert tiles.splitk_default_splits(num_tiles=4, k_tiles=7, num_sms=132) == 1  # K too short to cut
+    assert splitk._splits(64, 64, 1 << 14, 32, 32, 32, None) == tiles.splitk_default_splits(4, 512, runtime.num_sms())
+    assert splitk._splits(64, 64, 64, 32, 32, 32, 9) == 2  # never more pieces than K blocks
+
+
 def test_tma_loads_are_asked_for_and_refused_by_name(monkeypatch):
     a, b = random_matrix(40, 64), random_matrix(64, 48)
-    assert splitk._tma_layouts(a, b.t().contiguous().t(), True) == (False, 64, True, 64)  # b = W.t(): column-major
+    assert splitk._tma_layouts(a, b, True) == (False, 64, False, 48)  # both row-major: the row strides
+    a_t, w_t = random_matrix(40, 64, transposed=True), random_matrix(64, 48, transposed=True)  # b = W.t()
+    assert splitk._tma_layouts(a_t, w_t, True) == (True, 40, True, 64)  # column-major: the column strides
     assert splitk._tma_layouts(a, b, False) is None  # the default: pointer loads
     with pytest.raises(ValueError, match="b cannot be read by TMA"):
         matmul_splitk(a, random_matrix(64, 99)[:, :48], tma=True)  # rows of 96 bytes from a 198-byte stride

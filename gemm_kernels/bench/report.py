@@ -19,7 +19,7 @@ import shutil
 from collections import OrderedDict
 from pathlib import Path
 
-from ..results import META_JSON, RESULTS_MD, provenance_line, section_heading, suite_meta
+from ..results import DISPATCH_PROVIDERS, META_JSON, RESULTS_MD, provenance_line, section_heading, suite_meta
 from .core import COLUMNS, Row
 
 SUITE_ORDER = ("square", "order", "fusion", "stream-k", "seed-grouped", "moe", "llm", "llm-linear", "fp8", "fp8-moe", "host",
@@ -200,7 +200,7 @@ def _best_of_ours(rows: list[dict], ours: set[str]) -> str:
 
 def suite_markdown(suite: str, rows: list[dict], meta: dict | None = None, ours: set[str] | None = None) -> str:
     """The ``## <suite>`` section: one table per panel, one row per case, one column per provider."""
-    ours = ours if ours is not None else {r["provider"] for r in rows if r["ours"]}
+    ours = ours if ours is not None else {r["provider"] for r in rows if r["ours"] and r["provider"] not in DISPATCH_PROVIDERS}
     lines = [section_heading(suite), ""]
     if meta:
         lines += [f"Measured on {provenance_line(meta)}."

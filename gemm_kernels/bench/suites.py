@@ -174,7 +174,8 @@ def _auto_provider(a, b) -> Provider:
         pick = importlib.import_module("gemm_kernels.kernels.dispatch").pick_launcher(a, b)[0]
     except ImportError:
         pick = "?"
-    return lazy_provider("auto", make, note=f"matmul_auto picked {pick}")
+    M, K = a.shape
+    return lazy_provider("auto", make, note=f"matmul_auto picked {pick} at {M}x{b.shape[1]}x{K}")
 
 
 def _ws_schedule() -> str:

@@ -5,7 +5,8 @@ fill the GPU, split-K on few tiles with a long K, the persistent TMA kernel wher
 the inputs, the tiled pointer kernel where TMA cannot read them.  ``tiles.default_launcher`` is
 the rule (shape, SM count, what the GPU and the layouts allow; no per-shape table);
 ``pick_launcher`` applies it to tensors and says why.  A call that needs gradients goes to a
-differentiable launcher (``matmul_tma``, else ``matmul``).
+differentiable launcher (``matmul_tma``, else ``matmul``); under ``torch.compile`` it is
+``matmul``, the custom op the compiler traces.
 
 The pick of a repeated call is kept by its call key (``launches.call_key``), as the launchers
 keep their launches, so a repeated call pays one key and one look-up before the launcher's own.
@@ -46,10 +47,11 @@ def _tma_readable(x) -> bool:
 def pick_launcher(a, b, bias=None) -> tuple[str, str]:
     """``(launcher name, reason)`` for ``matmul_auto(a, b, bias=bias)``.  Inputs that are not 2-D
     tensors go to ``matmul``, whose checks name what is wrong."""
-    if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dim() == 2 and b.dim() == 2):
-        return "matmul", "not two matrices: matmul's checks say what is wrong"
+    if not all(isinstance(x, torch.Tensor) and x.dim() == 2 and x.layout == torch.strided for x in (a, b)):
+        return "matmul", "not two dense matrices: matmul's checks say what is wrong"
+    needs_grad = grad_enabled_for(a, b, bias)
     tma = runtime.supports_tma() and _tma_readable(a) and _tma_readable(b)
-    if grad_enabled_for(a, b, bias):
+    if needs_grad:
         return ("matmul_tma", "gradients needed: differentiable, twice") if tma else \
                ("matmul", "gradients needed: differentiable, any layout")
     wgmma = tma and runtime.supports_wgmma() and a.dtype in (torch.float16, torch.bfloat16) and b.dtype == a.dtype
@@ -64,6 +66,8 @@ def matmul_auto(a, b, *, activation=None, bias=None):
     """``activation(a @ b + bias)`` by the launcher ``pick_launcher`` names: the course's answer
     to "which kernel should I call?".  Same contract as :func:`gemm_kernels.matmul` (any
     strides, fp16/bf16/fp32, differentiable); the picked launcher's checks and errors apply."""
+    if torch.compiler.is_compiling():  # matmul is the custom op torch.compile traces without a break
+        return matmul(a, b, activation=activation, bias=bias)
     key = launches.call_key((a, b, bias), (activation,)) if launches.keeping() else None
     launcher = _PICKS.get(key)
     if launcher is None:

@@ -252,7 +252,7 @@ SPLITK_MIN_K_TILES = 8
 def splitk_default_splits(num_tiles: int, k_tiles: int, num_sms: int) -> int:
     """How many pieces ``matmul_splitk`` cuts each tile's K loop into when not told: enough to
     fill one wave of ``num_sms`` programs, but each piece at least :data:`SPLITK_MIN_K_TILES`
-    K blocks long; 1 (no split) when the tiles fill half the GPU already."""
+    K blocks long; 1 (no split) when the tiles fill more than half the GPU already."""
     return max(1, min(num_sms // max(num_tiles, 1), k_tiles // SPLITK_MIN_K_TILES))
 
 
@@ -267,14 +267,14 @@ def default_launcher(M: int, N: int, K: int, *, num_sms: int, tma: bool, wgmma: 
     """The launcher ``matmul_auto`` calls for an ``M x N x K`` product, and why, in words.
 
     ``tma``: TMA can read both inputs on this GPU; ``wgmma``: ``matmul_ws`` can run them (sm_90,
-    16-bit, TMA-readable).  When the 128 x 256 tiles would fill less than half the SMs, no tile
-    order or pipeline helps: ``matmul_splitk`` autotunes smaller tiles and cuts K when even they
-    leave SMs idle (``splitk_default_splits``).  Otherwise the fastest data-parallel kernel the
+    16-bit, TMA-readable).  When the 128 x 256 tiles would fill at most half the SMs (the line of
+    ``splitk_default_splits``), no tile order or pipeline helps: ``matmul_splitk`` autotunes
+    smaller tiles and cuts K when even they fill at most half.  Otherwise the fastest data-parallel kernel the
     GPU and the layouts allow.  Measured against the other choices in PERF_NOTES entry 30."""
     _check_ints(M=M, N=N, K=K, num_sms=num_sms)
     tiles = cdiv(M, DISPATCH_TILE[0]) * cdiv(N, DISPATCH_TILE[1])
-    if 2 * tiles < num_sms:
-        return "matmul_splitk", (f"{tiles} tile{'s' * (tiles > 1)} of {DISPATCH_TILE[0]}x{DISPATCH_TILE[1]} would fill under half of "
+    if 2 * tiles <= num_sms:
+        return "matmul_splitk", (f"{tiles} tile{'s' * (tiles != 1)} of {DISPATCH_TILE[0]}x{DISPATCH_TILE[1]} would fill at most half of "
                                  f"{num_sms} SMs: smaller tiles, and K cut into pieces if they alone leave SMs idle")
     if wgmma:
         return "matmul_ws", f"{tiles} tiles of {DISPATCH_TILE[0]}x{DISPATCH_TILE[1]}: the warp-specialized Hopper kernel"
