@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import math
 import os
 import re
 import sys
@@ -208,6 +209,12 @@ def committed_us(suite: str, directory: str | Path | None = None, **where) -> fl
     return 1e3 * committed_value(suite, "time_ms", directory, **where)
 
 
+def geomean(values) -> float:
+    """Geometric mean of positive ratios (speed-ups), as the targets and notes quote them."""
+    values = list(values)
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
 #: providers that call one of our kernels by a rule (``matmul_auto``): never "our fastest kernel"
 DISPATCH_PROVIDERS = frozenset({"auto"})
 
@@ -216,8 +223,6 @@ def dispatch_picks(directory: str | Path | None = None) -> dict:
     """``matmul_auto`` against the best of our launchers and cuBLAS, from the split-K sweep's
     ``defaults`` part (``entry30/defaults.csv``: GPU times per shape and layout): the number of
     shapes, the geometric means and the worst shape."""
-    import math
-
     times = {}
     with open(Path(directory or BENCH_DIR) / "entry30" / "defaults.csv", newline="") as f:
         for r in csv.DictReader(f):
@@ -229,13 +234,8 @@ def dispatch_picks(directory: str | Path | None = None) -> dict:
             of_best[shape] = min(v for p, v in t.items() if p not in ("cuBLAS", "auto")) / t["auto"]
             vs_cublas.append(t["cuBLAS"] / t["auto"])
     worst = min(of_best, key=of_best.get)
-
-    def geo(xs):
-        xs = list(xs)
-        return math.exp(sum(map(math.log, xs)) / len(xs))
-
-    return {"shapes": len(of_best), "of_best_geo": geo(of_best.values()), "of_best_min": of_best[worst],
-            "worst": f"{worst[0]} × {worst[1]} × {worst[2]} with b {worst[3]}", "vs_cublas_geo": geo(vs_cublas)}
+    return {"shapes": len(of_best), "of_best_geo": geomean(of_best.values()), "of_best_min": of_best[worst],
+            "worst": f"{worst[0]} × {worst[1]} × {worst[2]} with b {worst[3]}", "vs_cublas_geo": geomean(vs_cublas)}
 
 
 # ------------------------------------------------------------------------------ the README's table

@@ -64,9 +64,8 @@ def main(path, quick=False, parts=("grid", "defaults")):
         return ms
 
     layouts = ["row-major", "W.t()"]
-    for shape, layout in itertools.product(GRID_SHAPES[:2] if quick else GRID_SHAPES, layouts):
-        if "grid" not in parts:
-            break
+    grid_shapes = (GRID_SHAPES[:2] if quick else GRID_SHAPES) if "grid" in parts else ()
+    for shape, layout in itertools.product(grid_shapes, layouts):
         M, N, K = shape
         a, b = operands(M, N, K, layout, torch.float16)
         base = record("grid", torch.float16, layout, shape, "cuBLAS", lambda: torch.matmul(a, b), a, b)
@@ -83,9 +82,8 @@ def main(path, quick=False, parts=("grid", "defaults")):
 
     providers = {"tma": gk.matmul_tma, "stream_k": gk.matmul_streamk, "split_k": gk.matmul_splitk,
                  "ws": gk.matmul_ws, "auto": gk.matmul_auto}
-    for shape, layout in itertools.product(FAMILY[:4] if quick else FAMILY, layouts):
-        if "defaults" not in parts:
-            break
+    family = (FAMILY[:4] if quick else FAMILY) if "defaults" in parts else ()
+    for shape, layout in itertools.product(family, layouts):
         M, N, K = shape
         a, b = operands(M, N, K, layout, torch.bfloat16)
         base = record("defaults", torch.bfloat16, layout, shape, "cuBLAS", lambda: torch.matmul(a, b), a, b)

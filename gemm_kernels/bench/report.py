@@ -19,7 +19,8 @@ import shutil
 from collections import OrderedDict
 from pathlib import Path
 
-from ..results import DISPATCH_PROVIDERS, META_JSON, RESULTS_MD, provenance_line, section_heading, suite_meta
+from ..results import (DISPATCH_PROVIDERS, META_JSON, RESULTS_MD, geomean, provenance_line, section_heading,
+                       suite_meta)
 from .core import COLUMNS, Row
 
 SUITE_ORDER = ("square", "order", "fusion", "stream-k", "seed-grouped", "moe", "llm", "llm-linear", "fp8", "fp8-moe", "host",
@@ -260,10 +261,6 @@ def suite_markdown(suite: str, rows: list[dict], meta: dict | None = None, ours:
 # ------------------------------------------------------------------------------ targets
 
 
-def _geomean(values: list[float]) -> float:
-    return math.exp(sum(math.log(v) for v in values) / len(values))
-
-
 def _speedups(rows, providers, cases=None, baseline_of=None):
     """Best speed-up among ``providers`` per case; baseline_of(case_rows) overrides the baseline."""
     out = {}
@@ -355,7 +352,7 @@ def targets(all_rows: dict[str, list[dict]]) -> list[dict]:
             add(name, goal, "n/a", None)
             return
         values = [v[0] for v in res.values()]
-        geo, low = _geomean(values), min(values)
+        geo, low = geomean(values), min(values)
         worst = min(res.items(), key=lambda kv: kv[1][0])[0]
         add(name, goal, f"geomean {geo:.3f}x over {len(values)} rows, min {low:.3f}x ({worst[0]} {worst[1]})",
             geo >= geo_goal and low >= low_goal)
@@ -380,7 +377,7 @@ def targets(all_rows: dict[str, list[dict]]) -> list[dict]:
         moe = _speedups(all_rows.get("moe", []), {provider})
         if moe:
             values = [v[0] for v in moe.values()]
-            geo, low = _geomean(values), min(values)
+            geo, low = geomean(values), min(values)
             worst = min(moe.items(), key=lambda kv: kv[1][0])[0][1]
             add(name, goal, f"geomean {geo:.3f}x over {len(values)} rows, min {low:.3f}x ({worst})",
                 geo >= geo_goal and low >= low_goal)

@@ -166,16 +166,11 @@ def _ws_provider(a, b, suffix="", **epi) -> Provider:
 
 
 def _auto_provider(a, b) -> Provider:
-    """matmul_auto (the default dispatch), its note naming the launcher it picked and why."""
-    def make():
-        dispatch = importlib.import_module("gemm_kernels.kernels.dispatch")
-        return (lambda: dispatch.matmul_auto(a, b)), None
-    try:
-        pick = importlib.import_module("gemm_kernels.kernels.dispatch").pick_launcher(a, b)[0]
-    except ImportError:
-        pick = "?"
+    """matmul_auto (the default dispatch), its note naming the launcher it picked at this shape."""
+    dispatch = importlib.import_module("gemm_kernels.kernels.dispatch")
     M, K = a.shape
-    return lazy_provider("auto", make, note=f"matmul_auto picked {pick} at {M}x{b.shape[1]}x{K}")
+    return Provider("auto", lambda: dispatch.matmul_auto(a, b),
+                    note=f"matmul_auto picked {dispatch.pick_launcher(a, b)[0]} at {M}x{b.shape[1]}x{K}")
 
 
 def _ws_schedule() -> str:

@@ -30,7 +30,6 @@ import triton.language as tl
 from .. import runtime
 from ..models.tiles import cdiv, splitk_default_splits
 from . import checks, configs, launches, tma
-from .tma import tma_layout
 from .epilogue import bias_and_activation, load_bias, store_tile_masked, widen_for_dot
 from .matmul import k_loop_pointers, matmul
 from .tiles import tile_coords
@@ -175,7 +174,7 @@ def _tma_layouts(a, b, use_tma):
     if not use_tma:
         return None
     runtime.require_tma("matmul_splitk(tma=True)", "Leave tma=False (pointer loads).")
-    return (*tma_layout(a, "a"), *tma_layout(b, "b"))  # raises saying which tensor and why
+    return (*tma.tma_layout(a, "a"), *tma.tma_layout(b, "b"))  # raises saying which tensor and why
 
 
 _KEPT = launches.LaunchCache()
