@@ -54,6 +54,12 @@ for dtype in (torch.float16, torch.bfloat16):
             check(f"splitk tma {M}x{N}x{K}", gk.matmul_splitk(at, bt2, split_k=3, tma=True, activation="gelu", bias=bias),
                   ref, dtype)
         check(f"auto {M}x{N}x{K}", gk.matmul_auto(a, b, activation="gelu", bias=bias), ref, dtype)
+        if gk.runtime.supports_wgmma():  # every tile of the warp-specialized kernel, both layouts of b
+            from gemm_kernels.kernels import matmul_ws
+            for tile in matmul_ws.CONFIGS:
+                for b_in, what in ((bt2, "B"), (tma_aligned(b.t()).t(), "W.t()")):
+                    check(f"ws {tile} {what} {M}x{N}x{K}", matmul_ws._launch(at, b_in, schedule=tile, activation="gelu",
+                                                                              bias=bias), ref, dtype)
         if (M * 2) % 16 == 0 and (K * 2) % 16 == 0:
             check(f"tma A^T {M}x{N}x{K}", gk.matmul_tma(a.t().contiguous().t(), bt2, activation="gelu", bias=bias), ref, dtype)
 

@@ -11,7 +11,8 @@ import torch
 import gemm_kernels as gk
 from gemm_kernels import DEVICE, matmul_auto, matmul_ref, pick_launcher, runtime
 from gemm_kernels.kernels import dispatch, launches
-from gemm_kernels.models.tiles import DISPATCH_LAUNCHERS, default_launcher, splitk_default_splits
+from gemm_kernels.models.tiles import (DISPATCH_LAUNCHERS, WS_TILES, default_launcher, splitk_default_splits,
+                                       ws_default_tile, ws_tile_cost)
 from gemm_kernels.testing import STRIDED_LAYOUTS, assert_close, random_matrix, strided_operands
 
 H100_SMS = 132
@@ -19,8 +20,10 @@ H100_SMS = 132
 
 @pytest.mark.parametrize("shape, gpu, expected", [
     ((512, 512, 16384), "hopper", "matmul_splitk"),  # 8 tiles of 128x256
-    ((257, 4096, 14336), "hopper", "matmul_splitk"),  # 48 tiles: under half of 132
-    ((257, 8192, 8192), "hopper", "matmul_ws"),  # 96 tiles
+    ((257, 4096, 14336), "hopper", "matmul_ws"),  # 80 tiles of 64x256 (48 of 128x256: under half of 132)
+    ((257, 4096, 14336), "tma-only", "matmul_splitk"),  # 48 tiles of 128x256
+    ((257, 8192, 8192), "hopper", "matmul_ws"),  # 96 tiles of 128x256
+    ((129, 2048, 8192), "hopper", "matmul_splitk"),  # 48 tiles of 64x128: even the smallest tile fills under half
     ((4096, 4096, 4096), "hopper", "matmul_ws"),
     ((4096, 4096, 4096), "tma-only", "matmul_tma"),  # e.g. fp32 inputs on an H100
     ((4096, 4096, 4096), "ampere", "matmul"),
@@ -34,10 +37,40 @@ def test_the_rule(shape, gpu, expected):
 
 def test_the_half_wave_line():
     """The split rule's line: 66 tiles of 128x256 fill exactly half of 132 SMs, so split-K (which
-    then cuts K in two, ``splitk_default_splits``); 67: data-parallel."""
-    assert default_launcher(128 * 33, 256 * 2, 4096, num_sms=H100_SMS, tma=True, wgmma=True)[0] == "matmul_splitk"
+    then cuts K in two, ``splitk_default_splits``); 67: data-parallel.  With wgmma the tiles are
+    ``matmul_ws``'s pick: 66 tiles of 64 x 128 split, 67 do not."""
+    assert default_launcher(128 * 33, 256 * 2, 4096, num_sms=H100_SMS, tma=True, wgmma=False)[0] == "matmul_splitk"
     assert splitk_default_splits(66, 64, H100_SMS) == 2 and splitk_default_splits(67, 64, H100_SMS) == 1
-    assert default_launcher(128 * 67, 256, 4096, num_sms=H100_SMS, tma=True, wgmma=True)[0] == "matmul_ws"
+    assert default_launcher(128 * 67, 256, 4096, num_sms=H100_SMS, tma=True, wgmma=False)[0] == "matmul_tma"
+    for n_tiles, expected in ((66, "matmul_splitk"), (67, "matmul_ws")):
+        assert ws_default_tile(64, 128 * n_tiles, num_sms=H100_SMS) == "pingpong_64x128"
+        assert default_launcher(64, 128 * n_tiles, 4096, num_sms=H100_SMS, tma=True, wgmma=True)[0] == expected
+
+
+@pytest.mark.parametrize("M, N, expected", [
+    (4096, 4096, "cooperative"), (8192, 8192, "cooperative"), (3001, 28672, "cooperative"),
+    (257, 4096, "pingpong_64x256"),  # 5 rows of 64 (320) against 3 of 128 (384), and one wave either way
+    (1000, 5120, "pingpong_64x256"),  # 320 tiles in 3 waves against 160 in 2 (the 2nd barely used)
+    (129, 3072, "pingpong_64x128"),  # 72 tiles: 128 x 256 would leave 120 of 132 SMs idle
+    (1, 1, "pingpong_64x128"),  # one tile whichever: the smallest does the least
+    (0, 7, "cooperative"),  # no tiles, a tie: the big tile
+])
+def test_matmul_ws_tile_rule(M, N, expected):
+    assert ws_default_tile(M, N, num_sms=H100_SMS) == expected
+
+
+def test_matmul_ws_tile_rule_is_the_least_cost():
+    """The pick is the least busiest-SM work over every tile, for any shape and SM count."""
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(300):
+        M, N, sms = (int(x) for x in torch.randint(1, 20000, (3,), generator=gen))
+        pick = ws_default_tile(M, N, num_sms=sms)
+        costs = {t: ws_tile_cost(M, N, t, sms) for t in WS_TILES}
+        assert costs[pick] == min(costs.values())
+        rows, cols, rate = WS_TILES[pick]
+        assert costs[pick] == -(-(-(-M // rows) * -(-N // cols)) // sms) * rows * cols / rate
+    with pytest.raises(TypeError, match="num_sms"):
+        ws_default_tile(4, 4, num_sms=1.5)
 
 
 def test_the_rule_refuses_bad_sizes():

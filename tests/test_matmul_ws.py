@@ -160,6 +160,7 @@ def test_schedule_mirror_uses_the_grouped_order():
 # ----------------------------------------------------------------------------- GPU
 SHAPES = [(1, 1, 1), (1, 257, 127), (127, 1, 257), (127, 127, 127), (257, 1000, 127), (1000, 257, 1000),
           (1000, 1000, 1000), (2049, 1031, 520), (384, 512, 4096)]
+TILES = tuple(ws.CONFIGS)  # every tile config: the shape rule (tiles.ws_default_tile) picks among some
 
 
 def _aligned(M, N, K, dtype):
@@ -169,7 +170,7 @@ def _aligned(M, N, K, dtype):
 
 @pytest.mark.gpu
 @needs_hopper
-@pytest.mark.parametrize("schedule", ws.SCHEDULES)
+@pytest.mark.parametrize("schedule", TILES)
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "M{}-N{}-K{}".format(*s))
 @pytest.mark.usefixtures("seed")
@@ -182,7 +183,7 @@ def test_ragged_shapes(shape, dtype, schedule):
 
 @pytest.mark.gpu
 @needs_hopper
-@pytest.mark.parametrize("schedule", ws.SCHEDULES)
+@pytest.mark.parametrize("schedule", TILES)
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("activation", [None, "relu", "leaky_relu", "gelu"])
 @pytest.mark.parametrize("with_bias", [False, True])
@@ -198,7 +199,7 @@ def test_fused_epilogue(activation, with_bias, dtype, schedule):
 @pytest.mark.gpu
 @needs_hopper
 @pytest.mark.parametrize("layout", ["b_t", "a_t", "both_t"])
-@pytest.mark.parametrize("schedule", ws.SCHEDULES)
+@pytest.mark.parametrize("schedule", TILES)
 @pytest.mark.usefixtures("seed")
 def test_transposed_operands(layout, schedule):
     """b = weight.t() of an nn.Linear (weight [N, K]), and column-major A: TMA reads the transpose."""
@@ -223,11 +224,33 @@ def test_unaligned_c_rows(n):
 @pytest.mark.gpu
 @needs_hopper
 @pytest.mark.parametrize("num_programs", [1, 3, 7, 1000])
-@pytest.mark.parametrize("schedule", ws.SCHEDULES)
+@pytest.mark.parametrize("schedule", TILES)
 def test_program_counts(num_programs, schedule):
     a, b = _aligned(700, 900, 136, torch.float16)
     out = ws._launch(a, b, num_programs=num_programs, schedule=schedule)
     assert_close(out, matmul_ref(a, b, out_dtype=torch.float64))
+
+
+@pytest.mark.gpu
+@needs_hopper
+@pytest.mark.parametrize("M,N,K", [(257, 4096, 520), (129, 3072, 264), (1000, 5120, 136), (2048, 4096, 64)])
+@pytest.mark.usefixtures("seed")
+def test_default_tile_follows_the_shape_rule(M, N, K):
+    """matmul_ws at its defaults runs the tile tiles.ws_default_tile names for the shape."""
+    a, w = random_matrix(M, K, torch.bfloat16), random_matrix(N, K, torch.bfloat16)
+    out = ws.matmul_ws(a, w.t())
+    assert_close(out, matmul_ref(a, w.t(), out_dtype=torch.float64), torch.bfloat16)
+    config = ws.CONFIGS[tiles.ws_default_tile(M, N, num_sms=runtime.num_sms())]
+    plan = ws._PLANS[ws._plan_key(a, w.t(), None, None, None, None, False)]
+    assert plan.tile == (ws._tile_m(config), config["BLOCK_N"], config["SCHEDULE"])
+
+
+@pytest.mark.gpu
+@needs_hopper
+def test_an_unknown_schedule_is_named():
+    a, b = _aligned(8, 8, 8, torch.float16)
+    with pytest.raises(ValueError, match="schedule must be one of"):
+        ws._launch(a, b, schedule="nope")
 
 
 @pytest.mark.gpu
@@ -243,7 +266,7 @@ def test_empty_and_k0():
 
 @pytest.mark.gpu
 @needs_hopper
-@pytest.mark.parametrize("schedule", ws.SCHEDULES)
+@pytest.mark.parametrize("schedule", TILES)
 @pytest.mark.parametrize("M,N,programs", [(1000, 1000, None), (129, 257, 3), (2048, 2048, 7)])
 def test_trace_equals_mirror(schedule, M, N, programs):
     """The kernel's own record of (tile, program, consumer, step, pid_m, pid_n) == ws_schedule;
@@ -408,7 +431,7 @@ def test_negated_views_are_resolved_before_the_plan(monkeypatch):
 
 @pytest.mark.gpu
 @needs_hopper
-@pytest.mark.parametrize("schedule", ws.SCHEDULES)
+@pytest.mark.parametrize("schedule", TILES)
 @pytest.mark.usefixtures("seed")
 def test_gpu_negated_views_keep_their_sign(schedule):
     """A negated padded a, a negated column-major b and a negated bias: the right answer, also

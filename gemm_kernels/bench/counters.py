@@ -123,6 +123,8 @@ CASES = (  # the most telling first: a run cut short keeps them
                 why="few large experts, for comparison"),
     CounterCase("stream-k 512x512x16384 fp16", "mm", "fp16", (512, 512, 16384), ("cuBLAS", "split_k"),
                 why="few tiles, long K: split-K (matmul_auto's pick) at 0.77x (PERF_NOTES 30)"),
+    CounterCase("llm-linear Llama-3-70B down M=257 bf16", "mm", "bf16", (257, 8192, 28672), ("cuBLAS", "ws", "split_k"),
+                b_transposed=True, why="the llm-linear suite's minimum: 257 rows in 128-row tiles (PERF_NOTES 29, 33)"),
     CounterCase("fp8 4096^3 tensor", "fp8", "e4m3", (4096, 4096, 4096, "tensor"),
                 ("torch._scaled_mm", "torch._scaled_mm fast", "scaled_mm", "scaled_mm fast"),
                 b_transposed=True, why="scaled_mm target 1.05x: missed (PERF_NOTES 27)"),

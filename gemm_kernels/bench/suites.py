@@ -18,6 +18,7 @@ import torch
 
 from .. import runtime
 from ..kernels.epilogue import activation_ref
+from ..models.tiles import ws_default_tile
 from .core import Case, CaseData, Provider, Skip, dtype_name
 
 # ------------------------------------------------------------------------------ settings
@@ -162,7 +163,8 @@ def _ws_provider(a, b, suffix="", **epi) -> Provider:
         except RuntimeError as exc:
             raise Skip(str(exc).split(";")[0]) from None
         return (lambda: module.matmul_ws(a, b, **epi)), None
-    return lazy_provider("ws" + suffix, make, note=f"matmul_ws, {_ws_schedule()} schedule")
+    tile = ws_default_tile(a.shape[0], b.shape[1], num_sms=runtime.num_sms())
+    return lazy_provider("ws" + suffix, make, note=f"matmul_ws, {tile} tile")
 
 
 def _auto_provider(a, b) -> Provider:
@@ -171,13 +173,6 @@ def _auto_provider(a, b) -> Provider:
     M, K = a.shape
     return Provider("auto", lambda: dispatch.matmul_auto(a, b),
                     note=f"matmul_auto picked {dispatch.pick_launcher(a, b)[0]} at {M}x{b.shape[1]}x{K}")
-
-
-def _ws_schedule() -> str:
-    try:
-        return importlib.import_module("gemm_kernels.kernels.matmul_ws").DEFAULT_SCHEDULE
-    except ImportError:
-        return "?"
 
 
 def square_suite(settings: SuiteSettings) -> list[Case]:

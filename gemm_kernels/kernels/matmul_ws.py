@@ -9,10 +9,12 @@ epilogue in turn, so a tile's epilogue stalls the tensor cores.  Here the schedu
   ``empty`` one (arrived on by the consumers when their wgmma has read the slot);
 * two **consumer** warpgroups run ``warpgroup_mma`` (wgmma) on the slots, then the epilogue.
 
-``SCHEDULE``: ``pingpong`` gives each consumer whole 128 x 128 tiles in turn, ordered by a pair
+``SCHEDULE``: ``pingpong`` gives each consumer whole tiles (128 x 128) in turn, ordered by a pair
 of *turn* mbarriers (one runs its epilogue while the other multiplies; the turns also keep a
-parity wait from passing on a phase two fills old); ``cooperative`` (the default, faster in
-WS_NOTES.md's runs) splits every 128 x 256 tile between both consumers, 64 rows each.
+parity wait from passing on a phase two fills old); ``cooperative`` (faster in WS_NOTES.md's
+runs on problems that fill the GPU) splits every 128 x 256 tile between both consumers, 64 rows
+each.  ``matmul_ws`` picks the tile per shape (``tiles.ws_default_tile``): 64-row ping-pong tiles
+when M leaves a 128-row tile mostly empty or the tiles would leave a wave mostly idle.
 
 Tiles follow ``matmul_tma``'s grouped persistent order (``ws_schedule`` is the numpy mirror;
 ``trace_ws_tiles`` records which warpgroup ran which tile, and when).  Ring position ``q`` (the
@@ -42,7 +44,7 @@ _tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_globa
 # --- the package helpers this module uses (one block, to re-point when the package moves) ---
 from .. import _triton_compat, runtime
 from . import launches
-from ..models.tiles import cdiv, tile_coords_np
+from ..models.tiles import cdiv, tile_coords_np, ws_default_tile
 from .checks import check_int, check_matmul_inputs as _check_matmul_inputs, resolve_lazy_views
 from .epilogue import _TAIL_COEFFS, LEAKY_RELU_SLOPE, activation_ref
 from .tma import tma_aligned, tma_layout
@@ -322,8 +324,13 @@ CONFIGS = {
     "cooperative": dict(SCHEDULE="cooperative", WG_M=64, BLOCK_N=256, BLOCK_K=64, STAGES=4, EPI_SPLIT=2),
     # cuBLAS's tile on this GPU (nvjet ..._256x128_64x4_..._coopA): 2 x 128 rows, 4 x 48 KiB + 2 x 16 KiB
     "cooperative_256x128": dict(SCHEDULE="cooperative", WG_M=128, BLOCK_N=128, BLOCK_K=64, STAGES=4, EPI_SPLIT=2),
+    # 64-row tiles for ragged or few rows (tiles.ws_default_tile): 4 x 40 KiB + 2 x 16 KiB; 8 x 24 KiB + 2 x 16 KiB
+    "pingpong_64x256": dict(SCHEDULE="pingpong", WG_M=64, BLOCK_N=256, BLOCK_K=64, STAGES=4, EPI_SPLIT=2),
+    "pingpong_64x128": dict(SCHEDULE="pingpong", WG_M=64, BLOCK_N=128, BLOCK_K=64, STAGES=8, EPI_SPLIT=1),
 }
-DEFAULT_SCHEDULE = "cooperative"  # measured: WS_NOTES.md, entry 4
+#: the tile of problems that fill the GPU (measured: WS_NOTES.md, entry 4); ``matmul_ws`` picks
+#: per shape by ``tiles.ws_default_tile``
+DEFAULT_SCHEDULE = "cooperative"
 #: 12 warps (3 warpgroups, the producer's rounded up) x 32 threads x MAXNREG <= 64 Ki registers;
 #: setmaxnreg then moves registers from the producer to the consumers (40 + 232 + 232 = 3 x 168).
 MAXNREG = 168
@@ -436,6 +443,7 @@ class _Plan:
         self.bias_dtype = a.dtype
         self.bias_contiguous = bias_contiguous  # of the caller's bias (the checked one is made contiguous)
         self.c_tma = named["C_TMA"]
+        self.tile = (_tile_m(config), config["BLOCK_N"], config["SCHEDULE"])  # what ran, for tests and notes
 
     def __call__(self, a, b, bias, trace):
         c = torch.empty(self.c_shape, device=a.device, dtype=a.dtype)
@@ -456,10 +464,10 @@ class _Plan:
 
 
 def _launch(a, b, *, activation=None, bias=None, schedule=None, num_programs=None, trace=None, config=None):
-    """Launch through the plan of these inputs' key, making it first when new (checks included)."""
-    config_name = schedule or DEFAULT_SCHEDULE
+    """Launch through the plan of these inputs' key, making it first when new (checks included).
+    ``schedule``: a CONFIGS name; None: the tile ``tiles.ws_default_tile`` picks for the shape."""
     try:
-        key = None if config is not None else _plan_key(a, b, activation, bias, config_name, num_programs,
+        key = None if config is not None else _plan_key(a, b, activation, bias, schedule, num_programs,
                                                          trace is not None)
         plan = _PLANS.get(key) if key is not None else None
     except TypeError:  # something unhashable (a bad activation): the checks below say what is wrong
@@ -470,12 +478,16 @@ def _launch(a, b, *, activation=None, bias=None, schedule=None, num_programs=Non
     a, b, bias = resolve_lazy_views(a, b, bias)  # the kernel reads memory, not torch's lazy negation
     bias_in = bias
     bias = _check_ws_inputs(a, b, activation, bias)
-    config = dict(config or CONFIGS[config_name])
-    if config["SCHEDULE"] not in SCHEDULES:
-        raise ValueError(f"SCHEDULE must be one of {SCHEDULES}, got {config['SCHEDULE']!r}")
     _require_hopper()
     M, K = a.shape
     N = b.shape[1]
+    if config is None:
+        if schedule is not None and schedule not in CONFIGS:
+            raise ValueError(f"schedule must be one of {tuple(CONFIGS)}, got {schedule!r}")
+        config = CONFIGS[schedule or ws_default_tile(M, N, num_sms=runtime.num_sms())]
+    config = dict(config)
+    if config["SCHEDULE"] not in SCHEDULES:
+        raise ValueError(f"SCHEDULE must be one of {SCHEDULES}, got {config['SCHEDULE']!r}")
     if M == 0 or N == 0 or K == 0:  # no tile, or an empty sum: zero (then bias and activation), like torch
         acc = torch.zeros((M, N), device=a.device, dtype=torch.float32)
         if bias is not None:
@@ -494,7 +506,9 @@ def _launch(a, b, *, activation=None, bias=None, schedule=None, num_programs=Non
 
 
 def matmul_ws(a, b, *, activation=None, bias=None):
-    """``activation(a @ b + bias)`` with the warp-specialized Gluon kernel (DEFAULT_SCHEDULE).
+    """``activation(a @ b + bias)`` with the warp-specialized Gluon kernel, in the tile
+    ``tiles.ws_default_tile`` picks for the shape (128 x 256 cooperative, or 64-row ping-pong
+    tiles where M leaves a 128-row tile mostly empty or the tiles would leave a wave half idle).
 
     a: [M, K], b: [K, N], fp16 or bf16, each row- or column-major with 16-byte aligned base and
     other stride (``b = weight.t()`` of an ``nn.Linear`` is fine): the rules and errors of

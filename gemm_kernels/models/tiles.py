@@ -256,8 +256,32 @@ def splitk_default_splits(num_tiles: int, k_tiles: int, num_sms: int) -> int:
     return max(1, min(num_sms // max(num_tiles, 1), k_tiles // SPLITK_MIN_K_TILES))
 
 
+# ----------------------------------------------------------------------------- matmul_ws's tile
+#: ``matmul_ws``'s tiles (its CONFIGS names): rows, columns, and the rate of one SM working on such
+#: tiles, relative to the 128 x 256 tile's (H100, the median over the shapes the rule was drawn
+#: from: PERF_NOTES entry 33).  Smaller tiles waste less of a ragged last row or wave, but read
+#: more bytes per product and give the tensor cores shorter instructions.
+WS_TILES = {"cooperative": (128, 256, 1.0), "pingpong_64x256": (64, 256, 0.82), "pingpong_64x128": (64, 128, 0.49)}
+
+
+def ws_tile_cost(M: int, N: int, tile: str, num_sms: int) -> float:
+    """Work of the busiest SM when ``matmul_ws`` runs an ``M x N`` product in ``tile``: its tiles
+    (the waves, a partly filled one counting whole) times a tile's area, over the tile's rate.
+    A mostly empty last row of tiles counts whole too: the tensor cores multiply the padding."""
+    _check_ints(M=M, N=N, num_sms=num_sms)
+    rows, cols, rate = WS_TILES[tile]
+    return cdiv(cdiv(M, rows) * cdiv(N, cols), num_sms) * rows * cols / rate
+
+
+def ws_default_tile(M: int, N: int, *, num_sms: int) -> str:
+    """The tile ``matmul_ws`` runs an ``M x N`` product in when not told: the least
+    :func:`ws_tile_cost` (K multiplies every tile's alike), the 128 x 256 tile on a tie."""
+    return min(WS_TILES, key=lambda tile: ws_tile_cost(M, N, tile, num_sms))
+
+
 # ----------------------------------------------------------------------------- the default dispatch
-#: the data-parallel tile of the big-problem kernels (``matmul_ws``'s cooperative tile)
+#: the data-parallel tile of the big-problem kernels where wgmma cannot run (``matmul_ws``'s
+#: cooperative tile: ``matmul_tma`` autotunes around it)
 DISPATCH_TILE = (128, 256)
 #: the launchers ``default_launcher`` picks from
 DISPATCH_LAUNCHERS = ("matmul_splitk", "matmul_ws", "matmul_tma", "matmul")
@@ -267,17 +291,20 @@ def default_launcher(M: int, N: int, K: int, *, num_sms: int, tma: bool, wgmma: 
     """The launcher ``matmul_auto`` calls for an ``M x N x K`` product, and why, in words.
 
     ``tma``: TMA can read both inputs on this GPU; ``wgmma``: ``matmul_ws`` can run them (sm_90,
-    16-bit, TMA-readable).  When the 128 x 256 tiles would fill at most half the SMs (the line of
-    ``splitk_default_splits``), no tile order or pipeline helps: ``matmul_splitk`` autotunes
-    smaller tiles and cuts K when even they fill at most half.  Otherwise the fastest data-parallel kernel the
-    GPU and the layouts allow.  Measured against the other choices in PERF_NOTES entry 30."""
+    16-bit, TMA-readable), in the tile :func:`ws_default_tile` picks.  When the tiles (that one,
+    else 128 x 256) would fill at most half the SMs (the line of ``splitk_default_splits``), no
+    tile order or pipeline helps: ``matmul_splitk`` autotunes smaller tiles and cuts K when even
+    they fill at most half.  Otherwise the fastest data-parallel kernel the GPU and the layouts
+    allow.  Measured against the other choices in PERF_NOTES entries 30 and 33."""
     _check_ints(M=M, N=N, K=K, num_sms=num_sms)
-    tiles = cdiv(M, DISPATCH_TILE[0]) * cdiv(N, DISPATCH_TILE[1])
+    tile_name = ws_default_tile(M, N, num_sms=num_sms) if wgmma else None
+    rows, cols = WS_TILES[tile_name][:2] if wgmma else DISPATCH_TILE
+    tiles = cdiv(M, rows) * cdiv(N, cols)
     if 2 * tiles <= num_sms:
-        return "matmul_splitk", (f"{tiles} tile{'s' * (tiles != 1)} of {DISPATCH_TILE[0]}x{DISPATCH_TILE[1]} would fill at most half of "
+        return "matmul_splitk", (f"{tiles} tile{'s' * (tiles != 1)} of {rows}x{cols} would fill at most half of "
                                  f"{num_sms} SMs: smaller tiles, and K cut into pieces if they alone leave SMs idle")
     if wgmma:
-        return "matmul_ws", f"{tiles} tiles of {DISPATCH_TILE[0]}x{DISPATCH_TILE[1]}: the warp-specialized Hopper kernel"
+        return "matmul_ws", f"{tiles} tiles of {rows}x{cols} ({tile_name}): the warp-specialized Hopper kernel"
     if tma:
         return "matmul_tma", f"{tiles} tiles: the persistent TMA kernel (no wgmma path for these inputs)"
     return "matmul", f"{tiles} tiles: the tiled pointer kernel (no TMA for these inputs on this GPU)"
