@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from gemm_kernels.models import tiles
-from gemm_kernels.results import committed_rows, committed_us, committed_value, dispatch_picks, readme_table
+from gemm_kernels.results import (DISPATCH_PROVIDERS, committed_rows, committed_us, committed_value, dispatch_picks,
+                                  readme_table)
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
@@ -164,7 +165,7 @@ def claims():
     yield nb05, f"its busiest SM ran {spread(ours):.2f}× the average SM's cycles, cuBLAS's {spread(theirs):.2f}×"
     by_case = {}
     for r in committed_rows("llm-linear"):
-        if r["time_ms"] and r["provider"] != "cuBLAS":
+        if r["time_ms"] and r["provider"] not in ("cuBLAS", *DISPATCH_PROVIDERS):  # kernels, not the rule picking one
             by_case.setdefault(r["params"], {})[r["provider"]] = float(r["time_ms"])
     margins = [min(t for p, t in v.items() if p != "stream_k") / v["stream_k"] - 1 for v in by_case.values()
                if min(v, key=v.get) == "stream_k"]
@@ -173,6 +174,13 @@ def claims():
     picks = dispatch_picks()
     yield nb05, f"**Reveal:** {picks['of_best_geo']:.1%} (worst {picks['of_best_min']:.1%}, at {picks['worst']})"
     yield nb05, f"picks reach {picks['vs_cublas_geo']:.3f}× (geometric mean)"
+    yield nb05, f"timed it on {picks['shapes']} shapes it was not drawn from"
+    from gemm_kernels.models.tiles import ws_default_tile
+    assert ws_default_tile(1024, 1024, num_sms=132) == "pingpong_64x128"  # (1024 / 64) * (1024 / 128) = 128 tiles
+    assert "picked matmul_ws" in next(r["note"] for r in committed_rows("stream-k")
+                                      if r["case"] == "1024x1024x8192" and r["provider"] == "auto")
+    yield nb05, (f"in 64 × 128 tiles (128 of them, one per SM), which `matmul_auto` calls here, takes "
+                 f"{streamk_us('1024x1024x8192', 'auto'):.1f} µs")
     yield nb05, f"timed it on {picks['shapes']} shapes it was not drawn from"
     assert auto["512x512x16384", "split_k"] < min(auto["512x512x16384", p] for p in ("tma", "stream_k"))
     assert auto["1024x1024x8192", "tma"] < auto["1024x1024x8192", "stream_k"]

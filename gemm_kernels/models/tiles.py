@@ -190,9 +190,9 @@ def streamk_default_tiles(num_tiles: int, num_programs: int, k_tiles: int) -> in
 
     Measured on an H100 with 128x256 tiles, times from CUDA graphs (``images/bench/stream-k.csv``,
     "stream_k 128x256 tail split" against "tma 128x256"): splitting gains at 512 x 512 x 16384
-    (8 tiles of 256 iterations: 90.8 us against 149 unsplit) and 1024 x 1024 x 8192 (32 of 128:
-    58.2 against 78.9), loses at 1280^3 (50 of 20: 31.5 against 17.9), and splitting a multi-wave
-    problem's partial last wave loses too (4096^3, 116 of 512 tiles split: 252 against 221 us), so
+    (8 tiles of 256 iterations: 90.8 us against 148 unsplit) and 1024 x 1024 x 8192 (32 of 128:
+    58.2 against 78.4), loses at 1280^3 (50 of 20: 31.3 against 17.7), and splitting a multi-wave
+    problem's partial last wave loses too (4096^3, 116 of 512 tiles split: 248 against 212 us), so
     those are left to ``sk_tiles``.  ``tests/test_prose_numbers.py`` checks these numbers against
     the CSV."""
     return num_tiles if 2 * num_tiles <= num_programs and k_tiles >= STREAMK_MIN_K_TILES else 0
