@@ -241,6 +241,21 @@ def dispatch_picks(directory: str | Path | None = None) -> dict:
             "worst": f"{worst[0]} × {worst[1]} × {worst[2]} with b {worst[3]}", "vs_cublas_geo": geomean(vs_cublas)}
 
 
+_NCU_UNITS = {"byte": 1, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "sector": 32, "us": 1e-6, "ns": 1e-9, "%": 1, "": 1}
+
+
+def cluster_probe_counters(directory: str | Path | None = None) -> dict:
+    """Nsight Compute's counters of the cluster probe at 4096³ fp16, with and without the multicast
+    of B (``entry33/ncu_probe_*.txt``, ``tests/gpu_cluster_probe/ncu_probe.py``): ``{True: {...},
+    False: {...}}``, each metric in bytes (sectors of 32 bytes), seconds or percent."""
+    out = {}
+    for multicast, name in ((True, "ncu_probe_multicast.txt"), (False, "ncu_probe_no_multicast.txt")):
+        text = (Path(directory or BENCH_DIR) / "entry33" / name).read_text()
+        out[multicast] = {m.group(1): float(m.group(3).replace(",", "")) * _NCU_UNITS[m.group(2)]
+                          for m in re.finditer(r"^\s+([a-z0-9_]+__\S+)\s+(\S*?)\s+([\d,.]+)$", text, re.M)}
+    return out
+
+
 # ------------------------------------------------------------------------------ the README's table
 
 #: (suite, dtype, case): the rows of the README's table, one or two per suite

@@ -4,7 +4,7 @@ simulation of the same lockstep trace, and monotonicity in the cache size."""
 import numpy as np
 import pytest
 
-from gemm_kernels.models.l2model import H100_L2_BYTES, H100_NUM_SMS, l2_traffic, reuse_profile
+from gemm_kernels.models.l2model import H100_L2_BYTES, H100_NUM_SMS, l2_to_sm_bytes, l2_traffic, reuse_profile
 from gemm_kernels.models.schedule import grouped_gemm_schedule, tile_schedule
 
 BLOCK = 64
@@ -210,3 +210,19 @@ def test_group_size_rule_of_notebook_03():
     assert (blocks[16], blocks[8], blocks[32]) == (33, 41, 41)  # the reveal's counts
     assert round(dram[16] / 2**30, 1) == 1.1 and round(dram[1] / 2**30, 1) == 2.2
     assert min(blocks[2], blocks[4]) >= blocks[1] and min(dram[2], dram[4]) >= dram[1]
+
+
+def test_l2_to_sm_bytes_counts_every_tiles_blocks_and_a_multicast_shares_b():
+    """4096^3 fp16 in 128 x 256 tiles: 512 tiles, each reading 4096 x (128 + 256) elements; a pair
+    sharing B reads half of B: a third less in all.  Brute force over the tiles agrees."""
+    full = l2_to_sm_bytes(4096, 4096, 4096, 128, 256)
+    shared = l2_to_sm_bytes(4096, 4096, 4096, 128, 256, cluster_m=2)
+    assert full == 512 * 4096 * 384 * 2 and shared == 512 * 4096 * 256 * 2 and shared * 3 == full * 2
+    for M, N, K, tm, tn in [(1000, 257, 64, 64, 128), (1, 1, 1, 128, 256), (300, 700, 33, 128, 128)]:
+        tiles = [(m, n) for m in range(0, M, tm) for n in range(0, N, tn)]
+        assert l2_to_sm_bytes(M, N, K, tm, tn, element_bytes=1) == sum(K * (tm + tn) for _ in tiles)
+    assert l2_to_sm_bytes(0, 5, 7, 128, 256) == 0
+    with pytest.raises(ValueError, match="cluster_m"):
+        l2_to_sm_bytes(64, 64, 64, 64, 64, cluster_m=0)
+    with pytest.raises(TypeError, match="tile_n"):
+        l2_to_sm_bytes(64, 64, 64, 64, 64.0)

@@ -154,6 +154,20 @@ def claims():
     yield "gemm_kernels/bench/PERF_NOTES.md", (f"{us['cluster+multicast']:.1f} µs against {us['cluster, no multicast']:.1f} "
                                                f"µs without it (cuBLAS {us['torch.matmul']:.1f})")
 
+    # 08: what a multicast saves, by the L2 model and by the probe's counters
+    from gemm_kernels.models.l2model import l2_to_sm_bytes
+    from gemm_kernels.results import cluster_probe_counters
+    alone, paired = (l2_to_sm_bytes(4096, 4096, 4096, 128, 256, cluster_m=c) / 1e9 for c in (1, 2))
+    a_part = 4096 * 4096 * 2 * (4096 // 256) / 1e9  # every tile column reads all of A
+    yield nb08, (f"a third: {alone:.2f} GB alone, {paired:.2f} GB in pairs (A's {a_part:.2f} GB stays, "
+                 f"B's {alone - a_part:.2f} GB halves)")
+    ncu = cluster_probe_counters()
+    delivered = {mc: c["l1tex__m_xbar2l1tex_read_bytes.sum"] / 1e9 for mc, c in ncu.items()}
+    assert delivered[True] == delivered[False] and round(delivered[False], 2) == round(alone, 2)
+    yield nb08, f"The bytes delivered to the SMs are {delivered[True]:.2f} GB with and without multicast"
+    sectors = {mc: c["lts__t_sectors_srcunit_tex_op_read.sum"] / 1e9 for mc, c in ncu.items()}
+    yield nb08, f"{sectors[False]:.2f} GB without multicast, {sectors[True]:.2f} GB with it"
+
     # 05b: where split-K's time goes (ncu), and matmul_auto on the sweep's unseen shapes
     ncu = {(r["provider"], r["kernel"][:20]): r for r in csv.DictReader(open(ROOT / "images/bench/entry30/counters_splitk.csv"))}
     tensor = "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed"
