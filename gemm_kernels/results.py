@@ -215,15 +215,16 @@ def geomean(values) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
-#: providers that call one of our kernels by a rule (``matmul_auto``): never "our fastest" in the
-#: suite tables (they would name the rule, not a kernel); the README table names the launcher picked
+#: providers that call one of our kernels by a rule (``matmul_auto``): where one is our fastest,
+#: the tables name the launcher it picked (:func:`kernel_label`)
 DISPATCH_PROVIDERS = frozenset({"auto"})
 
 
 def dispatch_picks(directory: str | Path | None = None) -> dict:
     """``matmul_auto`` against the best of its candidates and cuBLAS on the shapes its rule was not
     drawn from: the ``unseen`` part of the tile sweep (``entry33/ws_tiles.csv``, GPU times per
-    shape and layout; the candidates: every ``matmul_ws`` tile and ``matmul_splitk``).  The number
+    shape and layout; the candidates: the six tiles the sweep ran ``matmul_ws``'s kernel in, and
+    ``matmul_splitk``).  The number
     of shapes, the geometric means and the worst shape."""
     times = {}
     with open(Path(directory or BENCH_DIR) / "entry33" / "ws_tiles.csv", newline="") as f:
@@ -241,18 +242,20 @@ def dispatch_picks(directory: str | Path | None = None) -> dict:
             "worst": f"{worst[0]} × {worst[1]} × {worst[2]} with b {worst[3]}", "vs_cublas_geo": geomean(vs_cublas)}
 
 
-_NCU_UNITS = {"byte": 1, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "sector": 32, "us": 1e-6, "ns": 1e-9, "%": 1, "": 1}
-
-
 def cluster_probe_counters(directory: str | Path | None = None) -> dict:
     """Nsight Compute's counters of the cluster probe at 4096³ fp16, with and without the multicast
     of B (``entry33/ncu_probe_*.txt``, ``tests/gpu_cluster_probe/ncu_probe.py``): ``{True: {...},
-    False: {...}}``, each metric in bytes (sectors of 32 bytes), seconds or percent."""
+    False: {...}}``, each metric in base units (bytes, ns, %; sectors counted as 32 bytes)."""
+    from .bench.l2 import metric_value
+
     out = {}
     for multicast, name in ((True, "ncu_probe_multicast.txt"), (False, "ncu_probe_no_multicast.txt")):
         text = (Path(directory or BENCH_DIR) / "entry33" / name).read_text()
-        out[multicast] = {m.group(1): float(m.group(3).replace(",", "")) * _NCU_UNITS[m.group(2)]
-                          for m in re.finditer(r"^\s+([a-z0-9_]+__\S+)\s+(\S*?)\s+([\d,.]+)$", text, re.M)}
+        out[multicast] = {}
+        for m in re.finditer(r"^\s+([a-z0-9_]+__\S+)\s+(\S*?)\s+([\d,.]+)$", text, re.M):
+            unit = m.group(2)
+            value = metric_value({"Metric Value": m.group(3), "Metric Unit": "" if unit == "sector" else unit})
+            out[multicast][m.group(1)] = value * (32 if unit == "sector" else 1)
     return out
 
 
@@ -394,12 +397,12 @@ def _us(ms: str) -> str:
     return f"{us:.0f} µs" if us >= 100 else f"{us:.1f} µs"
 
 
-def _kernel_label(row: dict) -> str:
+def kernel_label(row: dict) -> str:
     """A row's provider, and for the dispatch the launcher its note says it picked: ``auto (ws)``."""
     if row["provider"] not in DISPATCH_PROVIDERS:
         return row["provider"]
-    picked = re.search(r"picked matmul_(\w+)", row.get("note") or "")
-    return f"{row['provider']} ({picked.group(1)})" if picked else row["provider"]
+    picked = re.search(r"picked (matmul\w*)", row.get("note") or "")
+    return f"{row['provider']} ({picked.group(1).removeprefix('matmul_')})" if picked else row["provider"]
 
 
 def readme_table(directory: str | Path | None = None) -> str:
@@ -421,7 +424,7 @@ def readme_table(directory: str | Path | None = None) -> str:
         kernel = f" (`{base['vendor_kernel']}`)" if base.get("vendor_kernel") else ""
         ratio = float(base["time_ms"]) / float(best["time_ms"])
         lines.append(f"| {suite} | {case} {dtype} | {gpu}, {TIMING.get(suite, 'do_bench')} | {base['provider']} "
-                     f"{_us(base['time_ms'])}{kernel} | {_kernel_label(best)} {_us(best['time_ms'])} | {ratio:.2f}x |")
+                     f"{_us(base['time_ms'])}{kernel} | {kernel_label(best)} {_us(best['time_ms'])} | {ratio:.2f}x |")
     return "\n".join(lines) + "\n"
 
 

@@ -28,8 +28,9 @@ WS_CANDIDATES = {  # name -> config (smem per CTA under 227 KiB at bf16, registe
     "coop 128x256": dict(matmul_ws.CONFIGS["cooperative"]),
     "coop 256x128": dict(matmul_ws.CONFIGS["cooperative_256x128"]),
     "pingpong 128x128": dict(matmul_ws.CONFIGS["pingpong"]),
-    "pingpong 64x256": dict(SCHEDULE="pingpong", WG_M=64, BLOCK_N=256, BLOCK_K=64, STAGES=4, EPI_SPLIT=2),
-    "pingpong 64x128": dict(SCHEDULE="pingpong", WG_M=64, BLOCK_N=128, BLOCK_K=64, STAGES=8, EPI_SPLIT=1),
+    "pingpong 64x256": dict(matmul_ws.CONFIGS["pingpong_64x256"]),
+    "pingpong 64x128": dict(matmul_ws.CONFIGS["pingpong_64x128"]),
+    # not a CONFIGS entry: 2 x 64 rows of 128 columns, 6 x 32 KiB + 2 x 8 KiB
     "coop 128x128": dict(SCHEDULE="cooperative", WG_M=64, BLOCK_N=128, BLOCK_K=64, STAGES=6, EPI_SPLIT=2),
 }
 # (N, K) of the llm-linear suite's M = 257 rows (b = W.t()), and its narrow-N rows at M = 1000

@@ -5,6 +5,7 @@ ragged shapes, views and dtypes, with gradients (twice through matmul_tma) and n
 In the interpreter (4 "SMs") small problems pick split-K; ``num_sms`` is patched to 1 to reach
 the data-parallel picks."""
 
+import numpy as np
 import pytest
 import torch
 
@@ -68,7 +69,8 @@ def test_matmul_ws_tile_rule_is_the_least_cost():
         costs = {t: ws_tile_cost(M, N, t, sms) for t in WS_TILES}
         assert costs[pick] == min(costs.values())
         rows, cols, rate = WS_TILES[pick]
-        assert costs[pick] == -(-(-(-M // rows) * -(-N // cols)) // sms) * rows * cols / rate
+        busiest = max(np.bincount(np.arange(-(-M // rows) * -(-N // cols)) % sms))  # tiles dealt round-robin
+        assert costs[pick] == busiest * rows * cols / rate
     with pytest.raises(TypeError, match="num_sms"):
         ws_default_tile(4, 4, num_sms=1.5)
 
@@ -76,6 +78,11 @@ def test_matmul_ws_tile_rule_is_the_least_cost():
 def test_the_rule_refuses_bad_sizes():
     with pytest.raises((TypeError, ValueError), match="M"):
         default_launcher(2.5, 4, 4, num_sms=4, tma=False, wgmma=False)
+    for wgmma in (False, True):
+        with pytest.raises(ValueError, match="num_sms"):
+            default_launcher(5, 7, 5, num_sms=0, tma=True, wgmma=wgmma)
+    with pytest.raises(ValueError, match="M, N >= 0"):
+        ws_default_tile(-1, 7, num_sms=4)
 
 
 def test_pick_for_tensors(monkeypatch):

@@ -218,9 +218,11 @@ def test_l2_to_sm_bytes_counts_every_tiles_blocks_and_a_multicast_shares_b():
     full = l2_to_sm_bytes(4096, 4096, 4096, 128, 256)
     shared = l2_to_sm_bytes(4096, 4096, 4096, 128, 256, cluster_m=2)
     assert full == 512 * 4096 * 384 * 2 and shared == 512 * 4096 * 256 * 2 and shared * 3 == full * 2
-    for M, N, K, tm, tn in [(1000, 257, 64, 64, 128), (1, 1, 1, 128, 256), (300, 700, 33, 128, 128)]:
-        tiles = [(m, n) for m in range(0, M, tm) for n in range(0, N, tn)]
-        assert l2_to_sm_bytes(M, N, K, tm, tn, element_bytes=1) == sum(K * (tm + tn) for _ in tiles)
+    for M, N, K, tm, tn in [(1000, 257, 64, 64, 128), (1, 1, 1, 128, 256), (300, 700, 33, 128, 128), (257, 256, 64, 128, 256)]:
+        for cluster in (1, 2, 3):  # brute force: each tile reads its A block; B once per (cluster, column)
+            a_reads = sum(K * tm for m in range(0, M, tm) for n in range(0, N, tn))
+            b_reads = len({(m // (tm * cluster), n) for m in range(0, M, tm) for n in range(0, N, tn)}) * K * tn
+            assert l2_to_sm_bytes(M, N, K, tm, tn, cluster_m=cluster, element_bytes=1) == a_reads + b_reads
     assert l2_to_sm_bytes(0, 5, 7, 128, 256) == 0
     with pytest.raises(ValueError, match="cluster_m"):
         l2_to_sm_bytes(64, 64, 64, 64, 64, cluster_m=0)

@@ -245,10 +245,17 @@ def test_default_tile_follows_the_shape_rule(M, N, K):
     assert plan.tile == (ws._tile_m(config), config["BLOCK_N"], config["SCHEDULE"])
 
 
-@pytest.mark.gpu
-@needs_hopper
+def test_the_shape_rules_tiles_are_configs():
+    """tiles.WS_TILES (numpy-only, for the rule) names CONFIGS entries with their tile's sides."""
+    for name, (rows, cols, rate) in tiles.WS_TILES.items():
+        assert (ws._tile_m(ws.CONFIGS[name]), ws.CONFIGS[name]["BLOCK_N"]) == (rows, cols) and 0 < rate <= 1
+
+
 def test_an_unknown_schedule_is_named():
-    a, b = _aligned(8, 8, 8, torch.float16)
+    """Checked first, on any machine: a name not in CONFIGS, or not a name at all."""
+    a, b = random_matrix(8, 8, torch.float16), random_matrix(8, 8, torch.float16)
+    with pytest.raises(ValueError, match="schedule must be one of .*got \\['cooperative'\\]"):
+        ws._launch(a, b, schedule=["cooperative"])
     with pytest.raises(ValueError, match="schedule must be one of"):
         ws._launch(a, b, schedule="nope")
 

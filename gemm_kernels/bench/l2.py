@@ -71,7 +71,8 @@ FALLBACK_METRICS = ("lts__t_sector_hit_rate.pct", "dram__bytes_read.sum")
 KERNEL_REGEX = "regex:_matmul_kernel"
 WORKER_TAG = "L2WORKER_JSON "
 _UNIT_SCALE = {"byte": 1, "kbyte": 1e3, "mbyte": 1e6, "gbyte": 1e9, "tbyte": 1e12,
-               "nsecond": 1, "usecond": 1e3, "msecond": 1e6, "second": 1e9, "%": 1, "": 1}
+               "nsecond": 1, "usecond": 1e3, "msecond": 1e6, "second": 1e9,
+               "ns": 1, "us": 1e3, "ms": 1e6, "%": 1, "": 1}  # the short names: ncu's text output
 
 
 # ------------------------------------------------------------------------------ worker

@@ -19,7 +19,7 @@ import shutil
 from collections import OrderedDict
 from pathlib import Path
 
-from ..results import (DISPATCH_PROVIDERS, META_JSON, RESULTS_MD, geomean, provenance_line, section_heading,
+from ..results import (META_JSON, RESULTS_MD, geomean, kernel_label, provenance_line, section_heading,
                        suite_meta)
 from .core import COLUMNS, Row
 
@@ -196,12 +196,12 @@ def _best_of_ours(rows: list[dict], ours: set[str]) -> str:
     best = max(timed, key=lambda r: r["tflops"])
     pct = f", {best['pct_peak']:.0f}% of peak" if best["pct_peak"] is not None else ""
     ratio = f", {best['speedup']:.2f}x" if best["speedup"] is not None else ""
-    return f"{best['provider']}{ratio}{pct}"
+    return f"{kernel_label(best)}{ratio}{pct}"
 
 
 def suite_markdown(suite: str, rows: list[dict], meta: dict | None = None, ours: set[str] | None = None) -> str:
     """The ``## <suite>`` section: one table per panel, one row per case, one column per provider."""
-    ours = ours if ours is not None else {r["provider"] for r in rows if r["ours"] and r["provider"] not in DISPATCH_PROVIDERS}
+    ours = ours if ours is not None else {r["provider"] for r in rows if r["ours"]}
     lines = [section_heading(suite), ""]
     if meta:
         lines += [f"Measured on {provenance_line(meta)}."

@@ -14,7 +14,7 @@ of *turn* mbarriers (one runs its epilogue while the other multiplies; the turns
 parity wait from passing on a phase two fills old); ``cooperative`` (faster in WS_NOTES.md's
 runs on problems that fill the GPU) splits every 128 x 256 tile between both consumers, 64 rows
 each.  ``matmul_ws`` picks the tile per shape (``tiles.ws_default_tile``): 64-row ping-pong tiles
-when M leaves a 128-row tile mostly empty or the tiles would leave a wave mostly idle.
+when M leaves a 128-row tile mostly padding or the tiles would leave most of a wave idle.
 
 Tiles follow ``matmul_tma``'s grouped persistent order (``ws_schedule`` is the numpy mirror;
 ``trace_ws_tiles`` records which warpgroup ran which tile, and when).  Ring position ``q`` (the
@@ -475,17 +475,15 @@ def _launch(a, b, *, activation=None, bias=None, schedule=None, num_programs=Non
     if plan is not None:
         return plan(a, b, bias, trace)
 
+    if config is None and schedule is not None and not (isinstance(schedule, str) and schedule in CONFIGS):
+        raise ValueError(f"schedule must be one of {tuple(CONFIGS)} (or None: by the shape), got {schedule!r}")
     a, b, bias = resolve_lazy_views(a, b, bias)  # the kernel reads memory, not torch's lazy negation
     bias_in = bias
     bias = _check_ws_inputs(a, b, activation, bias)
     _require_hopper()
     M, K = a.shape
     N = b.shape[1]
-    if config is None:
-        if schedule is not None and schedule not in CONFIGS:
-            raise ValueError(f"schedule must be one of {tuple(CONFIGS)}, got {schedule!r}")
-        config = CONFIGS[schedule or ws_default_tile(M, N, num_sms=runtime.num_sms())]
-    config = dict(config)
+    config = dict(config or CONFIGS[schedule or ws_default_tile(M, N, num_sms=runtime.num_sms())])
     if config["SCHEDULE"] not in SCHEDULES:
         raise ValueError(f"SCHEDULE must be one of {SCHEDULES}, got {config['SCHEDULE']!r}")
     if M == 0 or N == 0 or K == 0:  # no tile, or an empty sum: zero (then bias and activation), like torch
@@ -508,7 +506,7 @@ def _launch(a, b, *, activation=None, bias=None, schedule=None, num_programs=Non
 def matmul_ws(a, b, *, activation=None, bias=None):
     """``activation(a @ b + bias)`` with the warp-specialized Gluon kernel, in the tile
     ``tiles.ws_default_tile`` picks for the shape (128 x 256 cooperative, or 64-row ping-pong
-    tiles where M leaves a 128-row tile mostly empty or the tiles would leave a wave half idle).
+    tiles where M leaves a 128-row tile mostly padding or the tiles would leave most of a wave idle).
 
     a: [M, K], b: [K, N], fp16 or bf16, each row- or column-major with 16-byte aligned base and
     other stride (``b = weight.t()`` of an ``nn.Linear`` is fine): the rules and errors of

@@ -182,8 +182,9 @@ def fp8_examples():
 
 def ws_example(*, dtype=torch.float16, schedule=matmul_ws.DEFAULT_SCHEDULE, a_col_major=False, b_col_major=False,
                activation=None, has_bias=False, c_tma=True, trace=False, size=512, name=None) -> KernelExample:
-    """The warp-specialized Gluon kernel as ``matmul_ws`` launches it on ``size``-cubed inputs
-    (sm_90 only: wgmma, TMA and mbarriers are Hopper's).  ``c_tma=False``: C's rows are not
+    """The warp-specialized Gluon kernel in tile ``schedule`` (a ``matmul_ws.CONFIGS`` name; by
+    default the 128 x 256 cooperative tile ``matmul_ws`` runs where tiles fill the GPU) on
+    ``size``-cubed inputs (sm_90 only: wgmma, TMA and mbarriers are Hopper's).  ``c_tma=False``: C's rows are not
     16-byte aligned (N = size - 3), so the epilogue stores through pointers."""
     n = size if c_tma else size - 3  # 2 * (size - 3) bytes per row: not 16-byte aligned
     a = torch.zeros(size, size, dtype=dtype)

@@ -365,12 +365,12 @@ def l2_traffic(schedule: Schedule, block_k: int, K: int | None = None, l2_bytes:
 def l2_to_sm_bytes(M: int, N: int, K: int, tile_m: int, tile_n: int, *, cluster_m: int = 1,
                    element_bytes: int = 2) -> int:
     """Bytes L2 reads for the SMs when each program loads its C tile's whole A row-block and B
-    column-block (every tile once, full boxes): ``tiles x K x (tile_m + tile_n / cluster_m)``
-    elements.  ``cluster_m``: tiles stacked along M in a cluster that reads each B block once and
+    column-block (full boxes): every tile reads ``K x tile_m`` of A; every cluster of ``cluster_m``
+    tiles stacked along M (the last one may hold fewer) reads ``K x tile_n`` of B once and
     multicasts it to all of them (notebook 08).  Every SM still *receives* its whole B block; the
     multicast saves L2 reads, not deliveries."""
     for name, v in dict(M=M, N=N, K=K, tile_m=tile_m, tile_n=tile_n, cluster_m=cluster_m,
                         element_bytes=element_bytes).items():
         check_int(v, name, minimum=0 if name in ("M", "N", "K") else 1)
-    tiles = cdiv(M, tile_m) * cdiv(N, tile_n)
-    return tiles * K * (tile_m * cluster_m + tile_n) * element_bytes // cluster_m
+    tiles_m, tiles_n = cdiv(M, tile_m), cdiv(N, tile_n)
+    return tiles_n * K * (tiles_m * tile_m + cdiv(tiles_m, cluster_m) * tile_n) * element_bytes

@@ -269,6 +269,8 @@ def ws_tile_cost(M: int, N: int, tile: str, num_sms: int) -> float:
     (the waves, a partly filled one counting whole) times a tile's area, over the tile's rate.
     A mostly empty last row of tiles counts whole too: the tensor cores multiply the padding."""
     _check_ints(M=M, N=N, num_sms=num_sms)
+    if M < 0 or N < 0 or num_sms < 1:
+        raise ValueError(f"need M, N >= 0 and num_sms >= 1; got {M}, {N}, {num_sms}")
     rows, cols, rate = WS_TILES[tile]
     return cdiv(cdiv(M, rows) * cdiv(N, cols), num_sms) * rows * cols / rate
 
@@ -282,7 +284,7 @@ def ws_default_tile(M: int, N: int, *, num_sms: int) -> str:
 # ----------------------------------------------------------------------------- the default dispatch
 #: the data-parallel tile of the big-problem kernels where wgmma cannot run (``matmul_ws``'s
 #: cooperative tile: ``matmul_tma`` autotunes around it)
-DISPATCH_TILE = (128, 256)
+DISPATCH_TILE = WS_TILES["cooperative"][:2]
 #: the launchers ``default_launcher`` picks from
 DISPATCH_LAUNCHERS = ("matmul_splitk", "matmul_ws", "matmul_tma", "matmul")
 
@@ -297,6 +299,8 @@ def default_launcher(M: int, N: int, K: int, *, num_sms: int, tma: bool, wgmma: 
     they fill at most half.  Otherwise the fastest data-parallel kernel the GPU and the layouts
     allow.  Measured against the other choices in PERF_NOTES entries 30 and 33."""
     _check_ints(M=M, N=N, K=K, num_sms=num_sms)
+    if num_sms < 1:
+        raise ValueError(f"num_sms must be >= 1, got {num_sms}")
     tile_name = ws_default_tile(M, N, num_sms=num_sms) if wgmma else None
     rows, cols = WS_TILES[tile_name][:2] if wgmma else DISPATCH_TILE
     tiles = cdiv(M, rows) * cdiv(N, cols)

@@ -4,8 +4,10 @@
         python tests/gpu_cluster_probe/ncu_probe.py MULTICAST M N K
 
 runs ``proto.run`` twice on fp16 inputs (the first call compiles); the profiler takes the second.
-What the course checks with it: how many bytes L2 sends to the SMs (``lts__t_sectors_srcunit_tex_op_read``,
-sectors of 32 bytes) against ``models.l2model.cluster_l2_to_sm_bytes``.
+Notebook 08 sets ``models.l2model.l2_to_sm_bytes`` beside two of its counters: the bytes delivered
+to the SMs (``l1tex__m_xbar2l1tex_read_bytes``) and L2's read sectors requested by them
+(``lts__t_sectors_srcunit_tex_op_read``, 32 bytes each); ``results.cluster_probe_counters`` reads
+the committed output (``images/bench/entry33/ncu_probe_*.txt``).
 """
 
 import os

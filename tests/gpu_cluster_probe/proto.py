@@ -52,7 +52,7 @@ from gemm_kernels.kernels.matmul_ws import _tile_grouped  # the course kernel's 
 _tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
 _tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
 
-#: cooperative 2 x 64 x 256 CTA tile (matmul_ws' default), 4 stages: 4 x 48 KiB + 2 x 16 KiB C staging
+#: cooperative 2 x 64 x 256 CTA tile (matmul_ws's tile where tiles fill the GPU), 4 stages: 4 x 48 KiB + 2 x 16 KiB C staging
 CONFIG = dict(WG_M=64, BLOCK_N=256, BLOCK_K=64, STAGES=4, EPI_SPLIT=2)
 GROUP_PAIRS = 4  # grouped order over cluster pairs (4 pairs = 8 M tiles, like matmul_ws' GROUP_SIZE_M=8)
 #: num_ctas=2 makes every layout describe a 2-CTA "CGA"; [[0, 0]] = each CTA holds the whole
