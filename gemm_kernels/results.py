@@ -224,8 +224,7 @@ def dispatch_picks(directory: str | Path | None = None) -> dict:
     """``matmul_auto`` against the best of its candidates and cuBLAS on the shapes its rule was not
     drawn from: the ``unseen`` part of the tile sweep (``entry33/ws_tiles.csv``, GPU times per
     shape and layout; the candidates: the six tiles the sweep ran ``matmul_ws``'s kernel in, and
-    ``matmul_splitk``).  The number
-    of shapes, the geometric means and the worst shape."""
+    ``matmul_splitk``).  The number of shapes, the geometric means and the worst shape."""
     times = {}
     with open(Path(directory or BENCH_DIR) / "entry33" / "ws_tiles.csv", newline="") as f:
         for r in csv.DictReader(f):

@@ -8,17 +8,16 @@ rule was not drawn from.  Both layouts of b (row-major and
 median; each row checked against a float64 reference first.  PERF_NOTES entry 30 reads the CSV.
 """
 
-import csv
 import itertools
 import sys
 import time
 
 import torch
 import triton
-from triton.testing import do_bench_cudagraph
 
 import gemm_kernels as gk
 from gemm_kernels.models.tiles import cdiv
+from gpu_sweep_rows import timed_row, write_rows
 
 GRID_SHAPES = [(512, 512, 16384), (1024, 1024, 8192), (256, 2048, 16384), (257, 4096, 14336), (1000, 1024, 8192)]
 GRID_CONFIGS = [  # BLOCK_M, BLOCK_N, BLOCK_K, stages, warps
@@ -35,15 +34,6 @@ def operands(M, N, K, layout, dtype):
     return a, (b if layout == "row-major" else b.t().contiguous().t())
 
 
-def time_ms(fn, a, b):
-    ref = a.double() @ b.double()
-    out = fn()
-    err = float((out.double() - ref).norm() / ref.norm())
-    if not err < 1e-2:
-        raise AssertionError(f"relative error {err:.2e}")
-    return do_bench_cudagraph(fn, rep=30), err
-
-
 def main(path, quick=False, parts=("grid", "defaults")):
     rows, started = [], time.time()
     fields = ["part", "dtype", "layout", "M", "N", "K", "provider", "config", "split", "loads", "ms", "tflops",
@@ -52,16 +42,9 @@ def main(path, quick=False, parts=("grid", "defaults")):
     def record(part, dtype, layout, shape, provider, fn, a, b, base_ms=None, config="", split="", loads=""):
         M, N, K = shape
         row = dict(part=part, dtype=str(dtype).removeprefix("torch."), layout=layout, M=M, N=N, K=K,
-                   provider=provider, config=config, split=split, loads=loads, error="")
-        try:
-            ms, err = time_ms(fn, a, b)
-            row.update(ms=ms, tflops=2 * M * N * K / ms * 1e-9, rel_err=err,
-                       vs_cublas=(base_ms / ms) if base_ms else 1.0)
-        except Exception as exc:  # recorded, not fatal: one config may not fit shared memory
-            row["error"] = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
-            ms = None
+                   provider=provider, config=config, split=split, loads=loads)
         rows.append(row)
-        return ms
+        return timed_row(row, fn, a, b, base_ms, rep=30)
 
     layouts = ["row-major", "W.t()"]
     grid_shapes = (GRID_SHAPES[:2] if quick else GRID_SHAPES) if "grid" in parts else ()
@@ -78,7 +61,7 @@ def main(path, quick=False, parts=("grid", "defaults")):
                 a, b, split_k=split, config=cfg, tma=use_tma), a, b, base, f"{bm}x{bn}x{bk} s{stages} w{warps}",
                 split, "tma" if use_tma else "pointers")
         print(f"grid {shape} {layout}: {time.time() - started:.0f} s", flush=True)
-        write(path, fields, rows)
+        write_rows(path, fields, rows)
 
     providers = {"tma": gk.matmul_tma, "stream_k": gk.matmul_streamk, "split_k": gk.matmul_splitk,
                  "ws": gk.matmul_ws, "auto": gk.matmul_auto}
@@ -91,14 +74,8 @@ def main(path, quick=False, parts=("grid", "defaults")):
             pick = gk.pick_launcher(a, b)[0] if name == "auto" else ""
             record("defaults", torch.bfloat16, layout, shape, name, lambda fn=fn: fn(a, b), a, b, base, config=pick)
         print(f"defaults {shape} {layout}: {time.time() - started:.0f} s", flush=True)
-        write(path, fields, rows)
+        write_rows(path, fields, rows)
 
-
-def write(path, fields, rows):
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=fields)
-        writer.writeheader()
-        writer.writerows(rows)
 
 
 if __name__ == "__main__":

@@ -13,16 +13,15 @@ CUDA graph (``triton.testing.do_bench_cudagraph``), median; each row checked aga
 reference first.  PERF_NOTES entry 33 reads the CSV.
 """
 
-import csv
 import itertools
 import sys
 import time
 
 import torch
-from triton.testing import do_bench_cudagraph
 
 import gemm_kernels as gk
 from gemm_kernels.kernels import matmul_ws
+from gpu_sweep_rows import timed_row, write_rows
 
 WS_CANDIDATES = {  # name -> config (smem per CTA under 227 KiB at bf16, registers as the kernel's)
     "coop 128x256": dict(matmul_ws.CONFIGS["cooperative"]),
@@ -55,31 +54,15 @@ def operands(M, N, K, layout, dtype=torch.bfloat16):
     return a, (w.t() if layout == "W.t()" else w.t().contiguous())
 
 
-def time_ms(fn, a, b):
-    ref = a.double() @ b.double()
-    out = fn()
-    err = float((out.double() - ref).norm() / ref.norm())
-    if not err < 1e-2:
-        raise AssertionError(f"relative error {err:.2e}")
-    return do_bench_cudagraph(fn, rep=20), err
-
-
 def main(path, quick=False, parts=("drawn", "unseen", "check")):
     rows, started = [], time.time()
     fields = ["part", "layout", "M", "N", "K", "provider", "config", "ms", "tflops", "vs_cublas", "rel_err", "error"]
 
     def record(part, layout, shape, provider, fn, a, b, base_ms=None, config=""):
         M, N, K = shape
-        row = dict(part=part, layout=layout, M=M, N=N, K=K, provider=provider, config=config, error="")
-        try:
-            ms, err = time_ms(fn, a, b)
-            row.update(ms=ms, tflops=2 * M * N * K / ms * 1e-9, rel_err=err,
-                       vs_cublas=(base_ms / ms) if base_ms else 1.0)
-        except Exception as exc:  # recorded, not fatal: one tile may not fit
-            row["error"] = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
-            ms = None
+        row = dict(part=part, layout=layout, M=M, N=N, K=K, provider=provider, config=config)
         rows.append(row)
-        return ms
+        return timed_row(row, fn, a, b, base_ms, rep=20)
 
     cases = []
     if "drawn" in parts:
@@ -97,14 +80,8 @@ def main(path, quick=False, parts=("drawn", "unseen", "check")):
         record(part, layout, shape, "auto", lambda: gk.matmul_auto(a, b), a, b, base, gk.pick_launcher(a, b)[1])
         record(part, layout, shape, "split_k", lambda: gk.matmul_splitk(a, b), a, b, base)
         print(f"{part} {shape} {layout}: {time.time() - started:.0f} s", flush=True)
-        write(path, fields, rows)
+        write_rows(path, fields, rows)
 
-
-def write(path, fields, rows):
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=fields)
-        writer.writeheader()
-        writer.writerows(rows)
 
 
 if __name__ == "__main__":
