@@ -32,7 +32,7 @@ import triton
 import triton.language as tl
 
 from .. import runtime
-from . import checks, configs, launches
+from . import checks, configs, launches, matmul_ws
 from .epilogue import bias_and_activation, dot_promoted, load_bias, store_tile_masked
 from .tiles import tile_coords
 from .tma import tma_strides
@@ -221,11 +221,14 @@ def scaled_mm(a, b, scale_a, scale_b, *, out_dtype=torch.bfloat16, bias=None, us
     if launches.keeping():
         key = launches.call_key((a, b, scale_a, scale_b, bias), (out_dtype, use_fast_accum, promote_every))
         out = _KEPT.run(key, a=a, b=b, scale_a=scale_a, scale_b=scale_b, bias=bias)  # checked before
+        if out is None and key is not None:
+            out = matmul_ws.run_kept_scaled_mm(key, a, b, scale_a, scale_b, bias)
         if out is not None:
             return out
     require_fp8("scaled_mm")
     scaling = check_scaled_mm_inputs(a, b, scale_a, scale_b, out_dtype, bias, promote_every)
-    if bias is not None and bias.stride(0) != 1:  # the kernel reads bias_ptr + n
+    strided_bias = bias is not None and bias.stride(0) != 1
+    if strided_bias:  # the kernel reads bias_ptr + n
         bias = bias.contiguous()
     M, K = a.shape
     N = b.shape[1]
@@ -235,6 +238,9 @@ def scaled_mm(a, b, scale_a, scale_b, *, out_dtype=torch.bfloat16, bias=None, us
     if K == 0:  # an empty sum, then the bias
         return c.copy_(bias.expand(M, N) if bias is not None else torch.zeros_like(c))
     use_tma = runtime.supports_tma() and tma_strides(a, (0, 1)) is not None and tma_strides(b, (1, 0)) is not None
+    if use_tma and runtime.supports_wgmma() and (use_fast_accum or promote_every == PROMOTE_EVERY):
+        return matmul_ws.scaled_mm_ws(a, b, scale_a, scale_b, scaling, out_dtype=out_dtype, bias=bias,
+                                      use_fast_accum=use_fast_accum, key=key, strided_bias=strided_bias)
     if use_tma:
         runtime.ensure_tma_allocator()
     grid = lambda meta: (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]),)  # noqa: E731

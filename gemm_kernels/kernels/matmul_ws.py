@@ -115,9 +115,11 @@ def _globaltimer():
 
 
 @gluon.constexpr_function
-def _acc_layout(WG_M, BLOCK_N):
-    """wgmma accumulator layout of one warpgroup: 4 warps down M, one m64nNk16 instruction wide."""
-    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16])
+def _acc_layout(WG_M, BLOCK_N, dtype=gl.float16):
+    """wgmma accumulator layout of one warpgroup: 4 warps down M, one m64nNkK instruction wide
+    (K = 32 bytes of the operands' dtype: 16 for fp16/bf16, 32 for fp8)."""
+    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                     instr_shape=[16, BLOCK_N, 256 // dtype.primitive_bitwidth])
 
 
 # ----------------------------------------------------------------------------- partitions
@@ -162,7 +164,7 @@ def _mainloop(a_bufs, b_bufs, ready_bars, empty_bars, turn_bar, q0, k_tiles, PAR
               WG_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
               A_COL_MAJOR: gl.constexpr, B_COL_MAJOR: gl.constexpr, PINGPONG: gl.constexpr):
     """fp32 [WG_M, BLOCK_N] sum over the K blocks at ring positions q0 .. q0 + k_tiles - 1."""
-    acc = gl.zeros([WG_M, BLOCK_N], gl.float32, _acc_layout(WG_M, BLOCK_N))
+    acc = gl.zeros([WG_M, BLOCK_N], gl.float32, _acc_layout(WG_M, BLOCK_N, a_bufs.dtype))
     for kk in range(k_tiles):
         q = q0 + kk
         s = q % STAGES
@@ -187,11 +189,56 @@ def _mainloop(a_bufs, b_bufs, ready_bars, empty_bars, turn_bar, q0, k_tiles, PAR
 
 
 @gluon.jit
+def _mainloop_promoted(a_bufs, b_bufs, ready_bars, empty_bars, q0, k_tiles, sa_ptr, sb_ptr, off_m, pid_n, M,
+                       stride_sam, stride_sak, stride_sbk, stride_sbn, PART: gl.constexpr, A_PARTS: gl.constexpr,
+                       WG_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, BLOCK_SCALES: gl.constexpr):
+    """fp8 with promotion (fp8.py): each K block's product starts from zero on the tensor cores
+    and is added here to the fp32 sum, times the block's scales when BLOCK_SCALES.  The add must
+    wait for this warpgroup's wgmma; the other consumer's wgmmas keep the tensor cores busy."""
+    layout: gl.constexpr = _acc_layout(WG_M, BLOCK_N, a_bufs.dtype)
+    acc = gl.zeros([WG_M, BLOCK_N], gl.float32, layout)
+    zero = gl.zeros([WG_M, BLOCK_N], gl.float32, layout)
+    offs_m = off_m + gl.arange(0, WG_M, layout=gl.SliceLayout(1, layout))
+    for kk in range(k_tiles):
+        q = q0 + kk
+        s = q % STAGES
+        if BLOCK_SCALES:  # loads issued before the waits, so their latency hides behind them
+            sa = gl.load(sa_ptr + offs_m * stride_sam + kk * stride_sak, mask=offs_m < M, other=0.0)
+            sb = gl.load(sb_ptr + kk * stride_sbk + pid_n * stride_sbn)  # one 128 x 128 block of B per tile
+        mbarrier.wait(ready_bars.index(s), (q // STAGES) & 1)
+        part = warpgroup_mma(a_bufs.index(s * A_PARTS + PART), b_bufs.index(s).permute((1, 0)), zero,
+                             use_acc=False, is_async=True)
+        part = warpgroup_mma_wait(0, deps=(part,))
+        mbarrier.arrive(empty_bars.index(s))
+        if BLOCK_SCALES:
+            acc += part * gl.expand_dims(sa * sb, 1)
+        else:
+            acc += part
+    return acc
+
+
+@gluon.jit
+def _apply_scales(acc, sa_ptr, sb_ptr, off_m, off_n, M, N, stride_sam, stride_sbn,
+                  SCALING: gl.constexpr, WG_M: gl.constexpr, BLOCK_N: gl.constexpr):
+    """fp8's tensor- or row-wise dequantization of the fp32 sum (fp8.py); nothing otherwise."""
+    layout: gl.constexpr = acc.type.layout
+    if SCALING == "tensor":
+        acc = acc * (gl.load(sa_ptr) * gl.load(sb_ptr))
+    elif SCALING == "row":
+        offs_m = off_m + gl.arange(0, WG_M, layout=gl.SliceLayout(1, layout))
+        offs_n = off_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, layout))
+        sa = gl.load(sa_ptr + offs_m * stride_sam, mask=offs_m < M, other=0.0)
+        sb = gl.load(sb_ptr + offs_n * stride_sbn, mask=offs_n < N, other=0.0)
+        acc = acc * (gl.expand_dims(sa, 1) * gl.expand_dims(sb, 0))
+    return acc
+
+
+@gluon.jit
 def _epilogue(acc, c_desc, c_smem, c_ptr, bias_ptr, off_m, off_n, M, N, stride_cm,
               WG_M: gl.constexpr, BLOCK_N: gl.constexpr, EPI_SPLIT: gl.constexpr, C_TMA: gl.constexpr,
               HAS_BIAS: gl.constexpr, ACTIVATION: gl.constexpr):
     """Bias, activation, cast and store of one [WG_M, BLOCK_N] accumulator."""
-    acc_layout: gl.constexpr = _acc_layout(WG_M, BLOCK_N)
+    acc_layout: gl.constexpr = acc.type.layout
     dtype: gl.constexpr = c_ptr.dtype.element_ty
     offs_n = off_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, acc_layout))
     if HAS_BIAS:
@@ -225,8 +272,9 @@ def _epilogue(acc, c_desc, c_smem, c_ptr, bias_ptr, off_m, off_n, M, N, stride_c
 
 
 @gluon.jit
-def _consumer(c_desc, a_bufs, b_bufs, c_bufs, ready_bars, empty_bars, turn_bars, c_ptr, bias_ptr, trace_ptr, M, N, K, stride_cm,
-              SCHEDULE: gl.constexpr, WG_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
+def _consumer(c_desc, a_bufs, b_bufs, c_bufs, ready_bars, empty_bars, turn_bars, c_ptr, bias_ptr, trace_ptr,
+              sa_ptr, sb_ptr, M, N, K, stride_cm, stride_sam, stride_sak, stride_sbk, stride_sbn,
+              SCALING: gl.constexpr, PROMOTE: gl.constexpr, SCHEDULE: gl.constexpr, WG_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
               STAGES: gl.constexpr, EPI_SPLIT: gl.constexpr, A_COL_MAJOR: gl.constexpr, B_COL_MAJOR: gl.constexpr,
               C_TMA: gl.constexpr, HAS_BIAS: gl.constexpr, ACTIVATION: gl.constexpr, TRACE: gl.constexpr,
               GROUP_M: gl.constexpr, CONSUMER: gl.constexpr):
@@ -252,11 +300,20 @@ def _consumer(c_desc, a_bufs, b_bufs, c_bufs, ready_bars, empty_bars, turn_bars,
             start = _globaltimer()
         tile = pid + t * num_programs
         pid_m, pid_n = _tile_grouped(tile, num_pid_m, num_pid_n, GROUP_M)
-        acc = _mainloop(a_bufs, b_bufs, ready_bars, empty_bars, turn_bars.index(1 - CONSUMER), t * k_tiles, k_tiles,
-                        PART, A_PARTS, WG_M, BLOCK_N, STAGES, A_COL_MAJOR, B_COL_MAJOR, PINGPONG)
+        off_m = pid_m * TILE_M + PART * WG_M
+        if PROMOTE:
+            gl.static_assert(not PINGPONG, "fp8 promotion runs the cooperative schedule")
+            acc = _mainloop_promoted(a_bufs, b_bufs, ready_bars, empty_bars, t * k_tiles, k_tiles, sa_ptr, sb_ptr,
+                                     off_m, pid_n, M, stride_sam, stride_sak, stride_sbk, stride_sbn,
+                                     PART, A_PARTS, WG_M, BLOCK_N, STAGES, SCALING == "block")
+        else:
+            acc = _mainloop(a_bufs, b_bufs, ready_bars, empty_bars, turn_bars.index(1 - CONSUMER), t * k_tiles,
+                            k_tiles, PART, A_PARTS, WG_M, BLOCK_N, STAGES, A_COL_MAJOR, B_COL_MAJOR, PINGPONG)
+        acc = _apply_scales(acc, sa_ptr, sb_ptr, off_m, pid_n * BLOCK_N, M, N, stride_sam, stride_sbn,
+                            SCALING, WG_M, BLOCK_N)
         if TRACE:
             mainloop_end = _globaltimer()  # every wgmma of the tile done: the epilogue starts
-        _epilogue(acc, c_desc, c_smem, c_ptr, bias_ptr, pid_m * TILE_M + PART * WG_M, pid_n * BLOCK_N,
+        _epilogue(acc, c_desc, c_smem, c_ptr, bias_ptr, off_m, pid_n * BLOCK_N,
                   M, N, stride_cm, WG_M, BLOCK_N, EPI_SPLIT, C_TMA, HAS_BIAS, ACTIVATION)
         if TRACE:  # one row per (tile, consumer): TRACE_FIELDS
             row = trace_ptr + (tile * A_PARTS + PART) * 9
@@ -274,22 +331,22 @@ def _consumer(c_desc, a_bufs, b_bufs, c_bufs, ready_bars, empty_bars, turn_bars,
 
 
 @gluon.jit
-def _matmul_ws_kernel(a_desc, b_desc, c_desc, c_ptr, bias_ptr, trace_ptr, M, N, K, stride_cm,
-                      SCHEDULE: gl.constexpr, WG_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
+def _matmul_ws_kernel(a_desc, b_desc, c_desc, c_ptr, bias_ptr, trace_ptr, sa_ptr, sb_ptr, M, N, K, stride_cm,
+                      stride_sam, stride_sak, stride_sbk, stride_sbn,
+                      SCALING: gl.constexpr, PROMOTE: gl.constexpr, SCHEDULE: gl.constexpr, WG_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
                       STAGES: gl.constexpr, EPI_SPLIT: gl.constexpr,
                       A_COL_MAJOR: gl.constexpr, B_COL_MAJOR: gl.constexpr, C_TMA: gl.constexpr,
                       HAS_BIAS: gl.constexpr, ACTIVATION: gl.constexpr, TRACE: gl.constexpr,
                       GROUP_SIZE_M: gl.constexpr, PRODUCER_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr):
     gl.static_assert(SCHEDULE == "pingpong" or SCHEDULE == "cooperative")
     A_PARTS: gl.constexpr = 2 if SCHEDULE == "cooperative" else 1
-    dtype: gl.constexpr = a_desc.dtype
 
     # Every buffer and barrier, allocated together: the ring (STAGES slots of A and B blocks),
     # one C staging buffer per consumer, and the ring's two barriers per slot.
-    a_bufs = gl.allocate_shared_memory(dtype, [STAGES * A_PARTS] + a_desc.block_type.shape, a_desc.layout)
-    b_bufs = gl.allocate_shared_memory(dtype, [STAGES] + b_desc.block_type.shape, b_desc.layout)
+    a_bufs = gl.allocate_shared_memory(a_desc.dtype, [STAGES * A_PARTS] + a_desc.block_type.shape, a_desc.layout)
+    b_bufs = gl.allocate_shared_memory(b_desc.dtype, [STAGES] + b_desc.block_type.shape, b_desc.layout)
     if C_TMA:
-        c_bufs = gl.allocate_shared_memory(dtype, [2] + c_desc.block_type.shape, c_desc.layout)
+        c_bufs = gl.allocate_shared_memory(c_desc.dtype, [2] + c_desc.block_type.shape, c_desc.layout)
     else:
         c_bufs = a_bufs  # unused: C goes out through pointer stores
     ready_bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -304,11 +361,13 @@ def _matmul_ws_kernel(a_desc, b_desc, c_desc, c_ptr, bias_ptr, trace_ptr, M, N, 
     # default partition (this kernel's 4 warps) = consumer 0; workers: consumer 1 (4 warps), producer (1 warp)
     # (The argument tuples are written out: a tuple assigned to a name turns its constexprs into tensors.)
     gl.warp_specialize([
-        (_consumer, (c_desc, a_bufs, b_bufs, c_bufs, ready_bars, empty_bars, turn_bars, c_ptr, bias_ptr, trace_ptr, M, N, K,
-                     stride_cm, SCHEDULE, WG_M, BLOCK_N, BLOCK_K, STAGES, EPI_SPLIT, A_COL_MAJOR, B_COL_MAJOR, C_TMA,
+        (_consumer, (c_desc, a_bufs, b_bufs, c_bufs, ready_bars, empty_bars, turn_bars, c_ptr, bias_ptr, trace_ptr,
+                     sa_ptr, sb_ptr, M, N, K, stride_cm, stride_sam, stride_sak, stride_sbk, stride_sbn,
+                     SCALING, PROMOTE, SCHEDULE, WG_M, BLOCK_N, BLOCK_K, STAGES, EPI_SPLIT, A_COL_MAJOR, B_COL_MAJOR, C_TMA,
                      HAS_BIAS, ACTIVATION, TRACE, GROUP_SIZE_M, 0)),
-        (_consumer, (c_desc, a_bufs, b_bufs, c_bufs, ready_bars, empty_bars, turn_bars, c_ptr, bias_ptr, trace_ptr, M, N, K,
-                     stride_cm, SCHEDULE, WG_M, BLOCK_N, BLOCK_K, STAGES, EPI_SPLIT, A_COL_MAJOR, B_COL_MAJOR, C_TMA,
+        (_consumer, (c_desc, a_bufs, b_bufs, c_bufs, ready_bars, empty_bars, turn_bars, c_ptr, bias_ptr, trace_ptr,
+                     sa_ptr, sb_ptr, M, N, K, stride_cm, stride_sam, stride_sak, stride_sbk, stride_sbn,
+                     SCALING, PROMOTE, SCHEDULE, WG_M, BLOCK_N, BLOCK_K, STAGES, EPI_SPLIT, A_COL_MAJOR, B_COL_MAJOR, C_TMA,
                      HAS_BIAS, ACTIVATION, TRACE, GROUP_SIZE_M, 1)),
         (_producer, (a_desc, b_desc, a_bufs, b_bufs, ready_bars, empty_bars, M, N, K,
                      SCHEDULE, WG_M, BLOCK_N, BLOCK_K, STAGES, A_COL_MAJOR, B_COL_MAJOR, GROUP_SIZE_M)),
@@ -337,7 +396,20 @@ MAXNREG = 168
 PRODUCER_REGS = 40
 CONSUMER_REGS = 232
 
-_GL_DTYPES = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16}
+_GL_DTYPES = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16}  # matmul_ws's inputs
+_GL_TYPES = {**_GL_DTYPES, torch.float32: gl.float32,  # and fp8's inputs and outputs (fp8.scaled_mm)
+             torch.float8_e4m3fn: gl.float8e4nv, torch.float8_e5m2: gl.float8e5}
+
+#: fp8 tiles (``fp8.scaled_mm`` on Hopper), cooperative, BLOCK_K = 128 (128 bytes of fp8).
+#: Promoting keeps a partial product beside the sum (2 x 64 registers per thread at 64 x 128 per
+#: consumer: 64 x 256 would not fit); never promoting affords 128 x 256.  STAGES is the most
+#: the shared memory holds beside C (``_fit_stages``).
+FP8_CONFIGS = {
+    "promoted": dict(SCHEDULE="cooperative", WG_M=64, BLOCK_N=128, BLOCK_K=128, STAGES=6, EPI_SPLIT=2),
+    "fast": dict(SCHEDULE="cooperative", WG_M=64, BLOCK_N=256, BLOCK_K=128, STAGES=4, EPI_SPLIT=2),
+}
+#: dynamic shared memory of one sm_90 program (227 KiB), less room for the barriers
+_SMEM_BYTES = 227 * 1024 - 1024
 
 
 def _tile_m(config) -> int:
@@ -353,20 +425,29 @@ def _require_hopper() -> None:
                        "Use matmul_tma (sm_90+) or matmul_persistent (any GPU, or the interpreter) instead.")
 
 
-def _kernel_args(a, b, c, bias, trace, config, *, activation, group_size_m=GROUP_SIZE_M):
+def _fit_stages(config, in_bytes: int, out_bytes: int) -> dict:
+    """``config`` with as many ring slots (at most its STAGES) as fit beside the two C buffers."""
+    a_parts = 2 if config["SCHEDULE"] == "cooperative" else 1
+    slot = (a_parts * config["WG_M"] + config["BLOCK_N"]) * config["BLOCK_K"] * in_bytes
+    c_bytes = 2 * config["WG_M"] * config["BLOCK_N"] // config["EPI_SPLIT"] * out_bytes
+    return {**config, "STAGES": min(config["STAGES"], (_SMEM_BYTES - c_bytes) // slot)}
+
+
+def _kernel_args(a, b, c, bias, trace, config, *, activation, group_size_m=GROUP_SIZE_M, scales=None):
     """Descriptors and arguments of ``_matmul_ws_kernel`` by name (host side; no GPU needed;
-    the compile view builds its sm_90 example from this too)."""
+    the compile view builds its sm_90 example from this too).  ``scales``: fp8's
+    ``(scale_a, scale_b, scaling, promote)`` (``fp8.scaled_mm``), None for fp16 and bf16."""
     M, K = a.shape
     N = b.shape[1]
     a_col_major, stride_a = tma_layout(a, "a")
     b_col_major, stride_b = tma_layout(b, "b")
     wg_m, bn, bk = config["WG_M"], config["BLOCK_N"], config["BLOCK_K"]
-    dtype = _GL_DTYPES[a.dtype]
     a_block = [bk, wg_m] if a_col_major else [wg_m, bk]
     b_block = [bn, bk] if b_col_major else [bk, bn]
 
     def desc(t, shape, stride, block):
-        return TensorDescriptor(t, shape, [stride, 1], block, gl.NVMMASharedLayout.get_default_for(block, dtype))
+        layout = gl.NVMMASharedLayout.get_default_for(block, _GL_TYPES[t.dtype])
+        return TensorDescriptor(t, shape, [stride, 1], block, layout)
 
     a_desc = desc(a, [K, M] if a_col_major else [M, K], stride_a, a_block)
     b_desc = desc(b, [N, K] if b_col_major else [K, N], stride_b, b_block)
@@ -377,10 +458,15 @@ def _kernel_args(a, b, c, bias, trace, config, *, activation, group_size_m=GROUP
     if c_tma:
         stride_c = c.stride(0) if M > 1 else runtime.tma_row_length(N, itemsize)
         c_desc = desc(c, [M, N], stride_c, [wg_m, bn // config["EPI_SPLIT"]])
+    sa, sb, scaling, promote = scales if scales is not None else (c, c, "none", False)
+    if scaling == "tensor":
+        sa, sb = sa.reshape(1, 1), sb.reshape(1, 1)
+    sa, sb = (s if s.dim() == 2 else s.reshape(1, -1) for s in (sa, sb))  # (c, c): never read
     return dict(
         a_desc=a_desc, b_desc=b_desc, c_desc=c_desc, c_ptr=c, bias_ptr=bias if bias is not None else c,
-        trace_ptr=trace if trace is not None else c, M=M, N=N, K=K, stride_cm=c.stride(0),
-        **config, A_COL_MAJOR=a_col_major, B_COL_MAJOR=b_col_major, C_TMA=c_tma,
+        trace_ptr=trace if trace is not None else c, sa_ptr=sa, sb_ptr=sb, M=M, N=N, K=K, stride_cm=c.stride(0),
+        stride_sam=sa.stride(0), stride_sak=sa.stride(1), stride_sbk=sb.stride(0), stride_sbn=sb.stride(1),
+        SCALING=scaling, PROMOTE=promote, **config, A_COL_MAJOR=a_col_major, B_COL_MAJOR=b_col_major, C_TMA=c_tma,
         HAS_BIAS=bias is not None, ACTIVATION=activation, TRACE=trace is not None, GROUP_SIZE_M=group_size_m,
         PRODUCER_REGS=PRODUCER_REGS, CONSUMER_REGS=CONSUMER_REGS,
     )
@@ -413,7 +499,7 @@ def _check_ws_inputs(a, b, activation, bias):
 _PLANS: dict = {}
 #: plans kept (one per shape, layout, dtype, epilogue, schedule); the oldest goes first
 MAX_PLANS = 256
-_A, _B, _C, _C_PTR, _BIAS, _TRACE = range(6)  # positions of the kernel's first six parameters
+_A, _B, _C, _C_PTR, _BIAS, _TRACE, _SA, _SB = range(8)  # positions of the kernel's first eight parameters
 
 
 def _plan_key(a, b, activation, bias, config_name, num_programs, traced):
@@ -425,33 +511,35 @@ class _Plan:
     """One (shape, layout, dtype, epilogue, schedule): checked once, compiled once, then each call
     allocates C, re-points three descriptors and calls the compiled kernel."""
 
-    def __init__(self, a, b, c, bias, trace, config, activation, programs, *, bias_contiguous):
-        named = _kernel_args(a, b, c, bias, trace, config, activation=activation)
+    def __init__(self, a, b, c, bias, trace, config, activation, programs, *, bias_contiguous, scales=None):
+        named = _kernel_args(a, b, c, bias, trace, config, activation=activation, scales=scales)
         self.launch = _triton_compat.SpecializedLaunch(_matmul_ws_kernel, (programs,), (), named,
                                                        {"num_warps": 4, "maxnreg": MAXNREG})
         self.arguments = _triton_compat.ordered_arguments(_matmul_ws_kernel, (), named)
         # descriptors expanded here, their CUtensorMaps kept per address (None: Triton's launcher does it)
         self.descriptors = _triton_compat.DescriptorArguments.make(self.launch, self.arguments)
         self.moved = _triton_compat.descriptor_mover()  # chosen once: no environment look-up per call
-        for i in (_C_PTR, _BIAS, _TRACE):  # never keep the first call's tensors alive
+        for i in (_C_PTR, _BIAS, _TRACE, _SA, _SB):  # never keep the first call's tensors alive
             self.arguments[i] = None
         stand_in = torch.empty(8, device=a.device, dtype=a.dtype)  # 16 bytes, aligned: a template's base
         for i in (_A, _B, _C):
             if self.arguments[i] is not None:
                 self.arguments[i] = self.moved(self.arguments[i], stand_in)
-        self.c_shape = c.shape
-        self.bias_dtype = a.dtype
+        self.c_shape, self.c_dtype = c.shape, c.dtype
+        self.bias_dtype = None if scales is not None else a.dtype  # fp8: the bias is read as it is
+        self.scaling = None if scales is None else scales[2]
         self.bias_contiguous = bias_contiguous  # of the caller's bias (the checked one is made contiguous)
         self.c_tma = named["C_TMA"]
         self.tile = (_tile_m(config), config["BLOCK_N"], config["SCHEDULE"])  # what ran, for tests and notes
 
-    def __call__(self, a, b, bias, trace):
-        c = torch.empty(self.c_shape, device=a.device, dtype=a.dtype)
+    def __call__(self, a, b, bias, trace, scale_a=None, scale_b=None):
+        c = torch.empty(self.c_shape, device=a.device, dtype=self.c_dtype)
         if bias is not None:
-            bias = bias if bias.dtype == self.bias_dtype else bias.to(self.bias_dtype)
+            bias = bias if self.bias_dtype in (None, bias.dtype) else bias.to(self.bias_dtype)
             bias = bias if self.bias_contiguous else bias.contiguous()
         args = list(self.arguments)
         args[_C_PTR], args[_BIAS], args[_TRACE] = c, c if bias is None else bias, c if trace is None else trace
+        args[_SA], args[_SB] = (c, c) if scale_a is None else (scale_a, scale_b)
         if self.descriptors is not None:
             if self.descriptors.launch(args, [(a, b, c)[i] for i in self.descriptors.indices]):
                 return c
@@ -516,6 +604,34 @@ def matmul_ws(a, b, *, activation=None, bias=None):
     is done once per shape, layout and dtype and kept (see ``_Plan``).
     """
     return _launch(a, b, activation=activation, bias=bias)
+
+
+def scaled_mm_ws(a, b, scale_a, scale_b, scaling, *, out_dtype, bias, use_fast_accum, key=None, strided_bias=False):
+    """``fp8.scaled_mm`` on Hopper, for inputs ``fp8.check_scaled_mm_inputs`` passed (a row-major,
+    b column-major, both TMA-readable): the same warp-specialized kernel, with fp8 operands, the
+    promotion every 128 (``_mainloop_promoted``; block scales always promote) and the scales.
+    Keeps the plan under ``key`` (``fp8.scaled_mm``'s call key) for ``run_kept_scaled_mm``;
+    ``strided_bias``: the caller's bias was strided (``bias`` is its contiguous copy)."""
+    _require_hopper()
+    M, K = a.shape
+    N = b.shape[1]
+    promote = scaling == "block" or not use_fast_accum
+    config = _fit_stages(FP8_CONFIGS["promoted" if promote else "fast"], 1, torch.empty((), dtype=out_dtype).element_size())
+    c = torch.empty((M, N), device=a.device, dtype=out_dtype)
+    num_tiles = cdiv(M, _tile_m(config)) * cdiv(N, config["BLOCK_N"])
+    plan = _Plan(a, b, c, bias, None, config, None, min(num_tiles, runtime.num_sms()),
+                 bias_contiguous=not strided_bias, scales=(scale_a, scale_b, scaling, promote))
+    if key is not None:
+        if len(_PLANS) >= MAX_PLANS:
+            _PLANS.pop(next(iter(_PLANS)))
+        _PLANS[("scaled_mm", *key)] = plan
+    return plan(a, b, bias, None, scale_a, scale_b)
+
+
+def run_kept_scaled_mm(key, a, b, scale_a, scale_b, bias):
+    """C from the plan ``scaled_mm_ws`` kept under ``key``, or None when there is none."""
+    plan = _PLANS.get(("scaled_mm", *key))
+    return None if plan is None else plan(a, b, bias, None, scale_a, scale_b)
 
 
 # ----------------------------------------------------------------------------- schedule mirror and trace

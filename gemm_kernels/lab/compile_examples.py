@@ -205,6 +205,24 @@ def ws_example(*, dtype=torch.float16, schedule=matmul_ws.DEFAULT_SCHEDULE, a_co
                          options={"maxnreg": matmul_ws.MAXNREG})
 
 
+def ws_fp8_example(scaling="tensor", *, use_fast_accum=False, out_dtype=torch.bfloat16, size=512,
+                   name=None) -> KernelExample:
+    """``scaled_mm`` as it runs on Hopper: the warp-specialized kernel with e4m3 operands (b
+    column-major), promoting every 128 (or never, ``use_fast_accum``), the scales of ``scaling``."""
+    x = torch.zeros(size, size)
+    ga, gb = fp8.granularities(scaling)
+    a, sa = fp8.quantize_fp8(x, ga)
+    b, sb = fp8.quantize_fp8(x.t(), gb)
+    c = torch.zeros(size, size, dtype=out_dtype)
+    promote = scaling == "block" or not use_fast_accum
+    config = matmul_ws._fit_stages(matmul_ws.FP8_CONFIGS["promoted" if promote else "fast"], 1, c.element_size())
+    args = matmul_ws._kernel_args(a, b, c, None, None, config, activation=None, scales=(sa, sb, scaling, promote))
+    name = name or f"scaled_mm[warp-specialized, e4m3, {scaling}, {'promote 128' if promote else 'fast'}]"
+    return KernelExample(name, matmul_ws._matmul_ws_kernel, args, triton.Config({}, num_warps=4), targets=(90,),
+                         expect={90: ("wgmma", "cp.async.bulk.tensor", "mbarrier")},
+                         options={"maxnreg": matmul_ws.MAXNREG})
+
+
 def ws_examples():
     """The warp-specialized kernel (Gluon), both schedules: cooperative on an nn.Linear weight
     (B^T) with bias+GELU, and ping-pong on row-major operands."""
@@ -215,4 +233,4 @@ def ws_examples():
 def all_examples() -> list[KernelExample]:
     """Every kernel's examples, in teaching order."""
     return [*matmul_examples(), *persistent_examples(), *streamk_examples(), *splitk_examples(), *grouped_examples(), *moe_examples(),
-            *fp8_examples(), *ws_examples()]
+            *fp8_examples(), *ws_examples(), ws_fp8_example(), ws_fp8_example("block")]
