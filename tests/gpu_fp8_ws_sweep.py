@@ -6,7 +6,7 @@ the one-program-per-tile kernel it replaced on Hopper and against torch, same ru
 Each row: one (shape, scaling, variant), timed with CUDA graphs (``gpu_sweep_rows.timed_row``:
 kernel time, no host time), checked against the float64 reference first.  Variants: torch
 (precise / fast, or block-wise), ``tiled`` (``fp8._scaled_mm_kernel``, tuned), and the
-warp-specialized kernel with the ring depth and, never promoting, the tile varied.
+warp-specialized kernel in each of its fp8 tiles and in the tile its rule picks ("auto").
 """
 import sys
 import time
@@ -21,20 +21,16 @@ from gpu_sweep_rows import write_rows
 
 SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (8192, 8192, 4096), (2048, 2048, 2048),
           (4096, 14336, 4096), (4096, 4096, 14336), (1000, 7168, 2048), (1024, 1024, 1024)]
-PROMOTED = {f"ws promoted S{s}": dict(matmul_ws.FP8_CONFIGS["promoted"], STAGES=s) for s in (4, 6)}
-FAST = {"ws fast 128x256": matmul_ws.FP8_CONFIGS["fast"],
-        "ws fast 128x128": dict(matmul_ws.FP8_CONFIGS["promoted"])}
 FIELDS = ["M", "N", "K", "scaling", "variant", "ms", "tflops", "rel_err", "vs_vendor", "error"]
-DEFAULTS = dict(matmul_ws.FP8_CONFIGS)
+TILES = dict(matmul_ws.FP8_WS_TILES)
 
 
-def ours(a, b, sa, sb, fast, *, tiled=False, config=None):
-    """A call of scaled_mm through one path; caches cleared so the path is the one asked for."""
+def ours(a, b, sa, sb, fast, *, tiled=False, tile=None):
+    """A call of scaled_mm through one path (``tile``: force one of FP8_WS_TILES; None: the
+    rule's pick); caches cleared so the path is the one asked for."""
     fp8._KEPT.clear()
     matmul_ws._PLANS.clear()
-    matmul_ws.FP8_CONFIGS.update(DEFAULTS)
-    if config is not None:
-        matmul_ws.FP8_CONFIGS["fast" if fast else "promoted"] = config
+    matmul_ws.FP8_WS_TILES = TILES if tile is None else {tile: TILES[tile]}
     wgmma = runtime.supports_wgmma
     if tiled:
         runtime.supports_wgmma = lambda: False
@@ -42,6 +38,7 @@ def ours(a, b, sa, sb, fast, *, tiled=False, config=None):
         fp8.scaled_mm(a, b, sa, sb, use_fast_accum=fast)  # builds (and tunes) now
     finally:
         runtime.supports_wgmma = wgmma
+        matmul_ws.FP8_WS_TILES = TILES
     return lambda: fp8.scaled_mm(a, b, sa, sb, use_fast_accum=fast)
 
 
@@ -59,16 +56,17 @@ def main(path, quick=False):
             a, sa = fp8.quantize_fp8(x, ga)
             b, sb = fp8.quantize_fp8(w.t(), gb)
             ref = fp8.scaled_mm_ref(a, b, sa, sb, out_dtype=torch.float64)
+            ws = {f"ws {t}": dict(tile=t) for t in TILES} | {"ws auto": {}}
             if scaling == "block":
                 vendor = {"torch block-wise": lambda: _vendor_block_mm(a, b, sa, sb)[0]}
-                variants = {"tiled": (False, dict(tiled=True)), **{k: (False, dict(config=c)) for k, c in PROMOTED.items()}}
+                variants = {"tiled": (False, dict(tiled=True)), **{k: (False, kw) for k, kw in ws.items()}}
             else:
                 vsb = sb if scaling == "tensor" else sb.reshape(1, N)
                 vendor = {f"torch{' fast' if f else ''}": (lambda f=f: lambda: torch._scaled_mm(
                     a, b, sa, vsb, out_dtype=torch.bfloat16, use_fast_accum=f)) for f in (False, True)}
                 variants = {"tiled": (False, dict(tiled=True)), "tiled fast": (True, dict(tiled=True)),
-                            **{k: (False, dict(config=c)) for k, c in PROMOTED.items()},
-                            **{k: (True, dict(config=c)) for k, c in FAST.items()}}
+                            **{k: (False, kw) for k, kw in ws.items()},
+                            **{k.replace("ws", "ws fast"): (True, kw) for k, kw in ws.items()}}
             base = {}
             for name, make in {**vendor, **{k: (lambda fast=fast, kw=kw: ours(a, b, sa, sb, fast, **kw))
                                            for k, (fast, kw) in variants.items()}}.items():
@@ -78,7 +76,7 @@ def main(path, quick=False):
                     out = fn()
                     err = float((out.double() - ref).norm() / ref.norm())
                     ms = do_bench_cudagraph(fn, rep=30)
-                    fast = name.endswith("fast") or " fast " in name
+                    fast = " fast" in name
                     base.setdefault(fast, ms)  # the first of each kind is torch's
                     row.update(ms=ms, tflops=2 * M * N * K / ms * 1e-9, rel_err=err, vs_vendor=base[fast] / ms)
                 except Exception as exc:  # recorded, not fatal
@@ -90,7 +88,6 @@ def main(path, quick=False):
         if time.time() - start > 420:
             print("time budget: stopping after", (M, N, K), flush=True)
             break
-    matmul_ws.FP8_CONFIGS.update(DEFAULTS)
 
 
 if __name__ == "__main__":

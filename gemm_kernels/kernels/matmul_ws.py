@@ -44,7 +44,7 @@ _tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_globa
 # --- the package helpers this module uses (one block, to re-point when the package moves) ---
 from .. import _triton_compat, runtime
 from . import launches
-from ..models.tiles import cdiv, tile_coords_np, ws_default_tile
+from ..models.tiles import FP8_WS_TILES, cdiv, tile_coords_np, ws_default_tile
 from .checks import check_int, check_matmul_inputs as _check_matmul_inputs, resolve_lazy_views
 from .epilogue import _TAIL_COEFFS, LEAKY_RELU_SLOPE, activation_ref
 from .tma import tma_aligned, tma_layout
@@ -189,32 +189,51 @@ def _mainloop(a_bufs, b_bufs, ready_bars, empty_bars, turn_bar, q0, k_tiles, PAR
 
 
 @gluon.jit
-def _mainloop_promoted(a_bufs, b_bufs, ready_bars, empty_bars, q0, k_tiles, sa_ptr, sb_ptr, off_m, pid_n, M,
+def _mainloop_promoted(a_bufs, b_bufs, ready_bars, empty_bars, q0, k_tiles, sa_ptr, sb_ptr, off_m, off_n, M,
                        stride_sam, stride_sak, stride_sbk, stride_sbn, PART: gl.constexpr, A_PARTS: gl.constexpr,
                        WG_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, BLOCK_SCALES: gl.constexpr):
     """fp8 with promotion (fp8.py): each K block's product starts from zero on the tensor cores
-    and is added here to the fp32 sum, times the block's scales when BLOCK_SCALES.  The add must
-    wait for this warpgroup's wgmma; the other consumer's wgmmas keep the tensor cores busy."""
-    layout: gl.constexpr = _acc_layout(WG_M, BLOCK_N, a_bufs.dtype)
-    acc = gl.zeros([WG_M, BLOCK_N], gl.float32, layout)
-    zero = gl.zeros([WG_M, BLOCK_N], gl.float32, layout)
+    and is added here to the fp32 sums, times the block's scales when BLOCK_SCALES.  The add
+    waits for this warpgroup's wgmma; the other consumer's wgmmas keep the tensor cores busy.
+    The tile's columns go in PIECE-wide pieces, one partial reused: a sum of 64 x 256 and a
+    partial beside it would not fit in a thread's registers, two 64 x 128 sums and one partial do.
+    Returns the sums of columns [0, PIECE) and [PIECE, 2 PIECE) (the second unused when BLOCK_N is PIECE)."""
+    PIECE: gl.constexpr = 128  # = fp8.SCALE_BLOCK: a piece has one block scale of B per K block
+    gl.static_assert(BLOCK_N == PIECE or BLOCK_N == 2 * PIECE)
+    layout: gl.constexpr = _acc_layout(WG_M, PIECE, a_bufs.dtype)
+    acc0 = gl.zeros([WG_M, PIECE], gl.float32, layout)
+    acc1 = gl.zeros([WG_M, PIECE], gl.float32, layout)
+    zero = gl.zeros([WG_M, PIECE], gl.float32, layout)
     offs_m = off_m + gl.arange(0, WG_M, layout=gl.SliceLayout(1, layout))
     for kk in range(k_tiles):
         q = q0 + kk
         s = q % STAGES
         if BLOCK_SCALES:  # loads issued before the waits, so their latency hides behind them
             sa = gl.load(sa_ptr + offs_m * stride_sam + kk * stride_sak, mask=offs_m < M, other=0.0)
-            sb = gl.load(sb_ptr + kk * stride_sbk + pid_n * stride_sbn)  # one 128 x 128 block of B per tile
+            sb_row = sb_ptr + kk * stride_sbk + (off_n // PIECE) * stride_sbn
+            sa0 = gl.expand_dims(sa * gl.load(sb_row), 1)
+            if BLOCK_N == 2 * PIECE:
+                sa1 = gl.expand_dims(sa * gl.load(sb_row + stride_sbn), 1)
         mbarrier.wait(ready_bars.index(s), (q // STAGES) & 1)
-        part = warpgroup_mma(a_bufs.index(s * A_PARTS + PART), b_bufs.index(s).permute((1, 0)), zero,
-                             use_acc=False, is_async=True)
+        a = a_bufs.index(s * A_PARTS + PART)
+        b = b_bufs.index(s)  # [BLOCK_N, BLOCK_K]: B's K-major rows
+        part = warpgroup_mma(a, b.slice(0, PIECE).permute((1, 0)), zero, use_acc=False, is_async=True)
         part = warpgroup_mma_wait(0, deps=(part,))
-        mbarrier.arrive(empty_bars.index(s))
+        if BLOCK_N == PIECE:
+            mbarrier.arrive(empty_bars.index(s))
         if BLOCK_SCALES:
-            acc += part * gl.expand_dims(sa * sb, 1)
+            acc0 += part * sa0
         else:
-            acc += part
-    return acc
+            acc0 += part
+        if BLOCK_N == 2 * PIECE:
+            part = warpgroup_mma(a, b.slice(PIECE, PIECE).permute((1, 0)), zero, use_acc=False, is_async=True)
+            part = warpgroup_mma_wait(0, deps=(part,))
+            mbarrier.arrive(empty_bars.index(s))
+            if BLOCK_SCALES:
+                acc1 += part * sa1
+            else:
+                acc1 += part
+    return acc0, acc1
 
 
 @gluon.jit
@@ -301,20 +320,31 @@ def _consumer(c_desc, a_bufs, b_bufs, c_bufs, ready_bars, empty_bars, turn_bars,
         tile = pid + t * num_programs
         pid_m, pid_n = _tile_grouped(tile, num_pid_m, num_pid_n, GROUP_M)
         off_m = pid_m * TILE_M + PART * WG_M
-        if PROMOTE:
+        off_n = pid_n * BLOCK_N
+        if PROMOTE:  # fp8: the sums come in 128-column pieces, each stored as one EPI_SPLIT part
             gl.static_assert(not PINGPONG, "fp8 promotion runs the cooperative schedule")
-            acc = _mainloop_promoted(a_bufs, b_bufs, ready_bars, empty_bars, t * k_tiles, k_tiles, sa_ptr, sb_ptr,
-                                     off_m, pid_n, M, stride_sam, stride_sak, stride_sbk, stride_sbn,
-                                     PART, A_PARTS, WG_M, BLOCK_N, STAGES, SCALING == "block")
+            gl.static_assert(BLOCK_N // EPI_SPLIT == 128)
+            acc, acc_hi = _mainloop_promoted(a_bufs, b_bufs, ready_bars, empty_bars, t * k_tiles, k_tiles, sa_ptr,
+                                             sb_ptr, off_m, off_n, M, stride_sam, stride_sak, stride_sbk,
+                                             stride_sbn, PART, A_PARTS, WG_M, BLOCK_N, STAGES, SCALING == "block")
+            if TRACE:
+                mainloop_end = _globaltimer()
+            acc = _apply_scales(acc, sa_ptr, sb_ptr, off_m, off_n, M, N, stride_sam, stride_sbn, SCALING, WG_M, 128)
+            _epilogue(acc, c_desc, c_smem, c_ptr, bias_ptr, off_m, off_n,
+                      M, N, stride_cm, WG_M, 128, 1, C_TMA, HAS_BIAS, ACTIVATION)
+            if EPI_SPLIT == 2:
+                acc = _apply_scales(acc_hi, sa_ptr, sb_ptr, off_m, off_n + 128, M, N, stride_sam, stride_sbn,
+                                    SCALING, WG_M, 128)
+                _epilogue(acc, c_desc, c_smem, c_ptr, bias_ptr, off_m, off_n + 128,
+                          M, N, stride_cm, WG_M, 128, 1, C_TMA, HAS_BIAS, ACTIVATION)
         else:
             acc = _mainloop(a_bufs, b_bufs, ready_bars, empty_bars, turn_bars.index(1 - CONSUMER), t * k_tiles,
                             k_tiles, PART, A_PARTS, WG_M, BLOCK_N, STAGES, A_COL_MAJOR, B_COL_MAJOR, PINGPONG)
-        acc = _apply_scales(acc, sa_ptr, sb_ptr, off_m, pid_n * BLOCK_N, M, N, stride_sam, stride_sbn,
-                            SCALING, WG_M, BLOCK_N)
-        if TRACE:
-            mainloop_end = _globaltimer()  # every wgmma of the tile done: the epilogue starts
-        _epilogue(acc, c_desc, c_smem, c_ptr, bias_ptr, off_m, pid_n * BLOCK_N,
-                  M, N, stride_cm, WG_M, BLOCK_N, EPI_SPLIT, C_TMA, HAS_BIAS, ACTIVATION)
+            if TRACE:
+                mainloop_end = _globaltimer()  # every wgmma of the tile done: the epilogue starts
+            acc = _apply_scales(acc, sa_ptr, sb_ptr, off_m, off_n, M, N, stride_sam, stride_sbn, SCALING, WG_M, BLOCK_N)
+            _epilogue(acc, c_desc, c_smem, c_ptr, bias_ptr, off_m, off_n,
+                      M, N, stride_cm, WG_M, BLOCK_N, EPI_SPLIT, C_TMA, HAS_BIAS, ACTIVATION)
         if TRACE:  # one row per (tile, consumer): TRACE_FIELDS
             row = trace_ptr + (tile * A_PARTS + PART) * 9
             gl.store(row, tile.to(gl.int64))
@@ -400,13 +430,14 @@ _GL_DTYPES = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16}  # matmul_
 _GL_TYPES = {**_GL_DTYPES, torch.float32: gl.float32,  # and fp8's inputs and outputs (fp8.scaled_mm)
              torch.float8_e4m3fn: gl.float8e4nv, torch.float8_e5m2: gl.float8e5}
 
-#: fp8 tiles (``fp8.scaled_mm`` on Hopper), cooperative, BLOCK_K = 128 (128 bytes of fp8).
-#: Promoting keeps a partial product beside the sum (2 x 64 registers per thread at 64 x 128 per
-#: consumer: 64 x 256 would not fit); never promoting affords 128 x 256.  STAGES is the most
-#: the shared memory holds beside C (``_fit_stages``).
+#: fp8 tiles (``fp8.scaled_mm`` on Hopper), cooperative, BLOCK_K = 128 (128 bytes of fp8), picked
+#: per shape by ``tiles.ws_default_tile(..., tiles=FP8_WS_TILES)``.  Promoting keeps a partial
+#: product beside the sums, so it runs the tile in 128-column pieces (``_mainloop_promoted``),
+#: each stored as one EPI_SPLIT part.  STAGES is the most the shared memory holds beside C
+#: (``_fit_stages``).
 FP8_CONFIGS = {
-    "promoted": dict(SCHEDULE="cooperative", WG_M=64, BLOCK_N=128, BLOCK_K=128, STAGES=6, EPI_SPLIT=2),
-    "fast": dict(SCHEDULE="cooperative", WG_M=64, BLOCK_N=256, BLOCK_K=128, STAGES=4, EPI_SPLIT=2),
+    "128x256": dict(SCHEDULE="cooperative", WG_M=64, BLOCK_N=256, BLOCK_K=128, STAGES=4, EPI_SPLIT=2),
+    "128x128": dict(SCHEDULE="cooperative", WG_M=64, BLOCK_N=128, BLOCK_K=128, STAGES=6, EPI_SPLIT=1),
 }
 #: dynamic shared memory of one sm_90 program (227 KiB), less room for the barriers
 _SMEM_BYTES = 227 * 1024 - 1024
@@ -616,7 +647,8 @@ def scaled_mm_ws(a, b, scale_a, scale_b, scaling, *, out_dtype, bias, use_fast_a
     M, K = a.shape
     N = b.shape[1]
     promote = scaling == "block" or not use_fast_accum
-    config = _fit_stages(FP8_CONFIGS["promoted" if promote else "fast"], 1, torch.empty((), dtype=out_dtype).element_size())
+    tile = ws_default_tile(M, N, num_sms=runtime.num_sms(), tiles=FP8_WS_TILES)
+    config = _fit_stages(FP8_CONFIGS[tile], 1, torch.empty((), dtype=out_dtype).element_size())
     c = torch.empty((M, N), device=a.device, dtype=out_dtype)
     num_tiles = cdiv(M, _tile_m(config)) * cdiv(N, config["BLOCK_N"])
     plan = _Plan(a, b, c, bias, None, config, None, min(num_tiles, runtime.num_sms()),

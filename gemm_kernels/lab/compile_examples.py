@@ -215,7 +215,7 @@ def ws_fp8_example(scaling="tensor", *, use_fast_accum=False, out_dtype=torch.bf
     b, sb = fp8.quantize_fp8(x.t(), gb)
     c = torch.zeros(size, size, dtype=out_dtype)
     promote = scaling == "block" or not use_fast_accum
-    config = matmul_ws._fit_stages(matmul_ws.FP8_CONFIGS["promoted" if promote else "fast"], 1, c.element_size())
+    config = matmul_ws._fit_stages(matmul_ws.FP8_CONFIGS["128x256"], 1, c.element_size())
     args = matmul_ws._kernel_args(a, b, c, None, None, config, activation=None, scales=(sa, sb, scaling, promote))
     name = name or f"scaled_mm[warp-specialized, e4m3, {scaling}, {'promote 128' if promote else 'fast'}]"
     return KernelExample(name, matmul_ws._matmul_ws_kernel, args, triton.Config({}, num_warps=4), targets=(90,),

@@ -262,23 +262,27 @@ def splitk_default_splits(num_tiles: int, k_tiles: int, num_sms: int) -> int:
 #: from: PERF_NOTES entry 33).  Smaller tiles waste less of a ragged last row or wave, but read
 #: more bytes per product and give the tensor cores shorter instructions.
 WS_TILES = {"cooperative": (128, 256, 1.0), "pingpong_64x256": (64, 256, 0.82), "pingpong_64x128": (64, 128, 0.49)}
+#: the same for ``scaled_mm``'s fp8 tiles (``matmul_ws.FP8_CONFIGS``; H100, PERF_NOTES entry 34)
+FP8_WS_TILES = {"128x256": (128, 256, 1.0), "128x128": (128, 128, 0.91)}
 
 
-def ws_tile_cost(M: int, N: int, tile: str, num_sms: int) -> float:
-    """Work of the busiest SM when ``matmul_ws`` runs an ``M x N`` product in ``tile``: its tiles
-    (the waves, a partly filled one counting whole) times a tile's area, over the tile's rate.
-    A mostly empty last row of tiles counts whole too: the tensor cores multiply the padding."""
+def ws_tile_cost(M: int, N: int, tile: str, num_sms: int, tiles: dict = WS_TILES) -> float:
+    """Work of the busiest SM when ``matmul_ws`` runs an ``M x N`` product in ``tile`` (of
+    ``tiles``): its tiles (the waves, a partly filled one counting whole) times a tile's area,
+    over the tile's rate.  A mostly empty last row of tiles counts whole too: the tensor cores
+    multiply the padding."""
     _check_ints(M=M, N=N, num_sms=num_sms)
     if M < 0 or N < 0 or num_sms < 1:
         raise ValueError(f"need M, N >= 0 and num_sms >= 1; got {M}, {N}, {num_sms}")
-    rows, cols, rate = WS_TILES[tile]
+    rows, cols, rate = tiles[tile]
     return cdiv(cdiv(M, rows) * cdiv(N, cols), num_sms) * rows * cols / rate
 
 
-def ws_default_tile(M: int, N: int, *, num_sms: int) -> str:
+def ws_default_tile(M: int, N: int, *, num_sms: int, tiles: dict = WS_TILES) -> str:
     """The tile ``matmul_ws`` runs an ``M x N`` product in when not told: the least
-    :func:`ws_tile_cost` (K multiplies every tile's alike), the 128 x 256 tile on a tie."""
-    return min(WS_TILES, key=lambda tile: ws_tile_cost(M, N, tile, num_sms))
+    :func:`ws_tile_cost` (K multiplies every tile's alike), the first of ``tiles`` on a tie
+    (``WS_TILES`` for fp16/bf16, ``FP8_WS_TILES`` for ``scaled_mm``)."""
+    return min(tiles, key=lambda tile: ws_tile_cost(M, N, tile, num_sms, tiles))
 
 
 # ----------------------------------------------------------------------------- the default dispatch
