@@ -647,7 +647,8 @@ def scaled_mm_ws(a, b, scale_a, scale_b, scaling, *, out_dtype, bias, use_fast_a
     M, K = a.shape
     N = b.shape[1]
     promote = scaling == "block" or not use_fast_accum
-    tile = ws_default_tile(M, N, num_sms=runtime.num_sms(), tiles=FP8_WS_TILES)
+    # block scales: 128 x 128 only (128 x 256 ran at half its speed, PERF_NOTES 34)
+    tile = "128x128" if scaling == "block" else ws_default_tile(M, N, num_sms=runtime.num_sms(), tiles=FP8_WS_TILES)
     config = _fit_stages(FP8_CONFIGS[tile], 1, torch.empty((), dtype=out_dtype).element_size())
     c = torch.empty((M, N), device=a.device, dtype=out_dtype)
     num_tiles = cdiv(M, _tile_m(config)) * cdiv(N, config["BLOCK_N"])
