@@ -1168,3 +1168,35 @@ def test_host_timing_and_profile_of_a_call():
     assert 0.2 <= core.host_ms(busy, calls=20) < 50
     lines = core.host_profile(busy, calls=20, top=3)
     assert len(lines) == 3 and any("busy" in line and "1 calls" in line for line in lines), lines
+
+
+def test_fp8_targets_speed_models_and_accuracy():
+    """Issue 31's targets: the two big squares and the geomean per scaling against torch, the
+    block-wise geomean, fp8-moe's geomean over >= 6 models, and accuracy no worse than the vendor's."""
+    def row(panel, case, provider, baseline, ms, err):
+        return {"panel": panel, "case": case, "provider": provider, "baseline": baseline, "time_ms": ms,
+                "ok": True, "rel_err": err}
+
+    fp8_rows = []
+    for case, ours in (("4096^3", 0.9), ("8192^3", 0.95), ("M=1000", 1.2)):
+        for panel in ("tensor", "row"):
+            fp8_rows += [row(panel, case, "torch._scaled_mm", "torch._scaled_mm", 1.0, 1e-3),
+                         row(panel, case, "scaled_mm", "torch._scaled_mm", ours, 1e-3)]
+        fp8_rows += [row("block", case, "torch block-wise", "torch block-wise", 1.0, 1e-3),
+                     row("block", case, "scaled_mm", "torch block-wise", 2.0, 2e-3 if case == "M=1000" else 1e-3)]
+    moe_rows = [r for m in range(6) for r in (row(f"model{m} up (uniform)", "T=512", "torch._scaled_grouped_mm",
+                                                  "torch._scaled_grouped_mm", 1.0, 1e-3),
+                                              row(f"model{m} up (uniform)", "T=512", "scaled_grouped_mm",
+                                                  "torch._scaled_grouped_mm", 0.9, 1e-3))]
+    t = {x["target"]: x for x in report.targets({"fp8": fp8_rows, "fp8-moe": moe_rows})}
+    big = t["fp8 scaled_mm tensor-wise 4096^3, 8192^3"]
+    assert big["measured"] == "4096^3: 1.111x, 8192^3: 1.053x" and big["status"] == "met"
+    every = t["fp8 scaled_mm row-wise, every shape"]
+    assert every["measured"].startswith("geomean 0.991x over 3 rows, min 0.833x") and every["status"] == "MISSED"
+    assert t["fp8 scaled_mm block-wise"]["status"] == "MISSED"
+    moe = t["fp8-moe scaled_grouped_mm"]
+    assert moe["measured"] == "geomean 1.111x over 6 rows of 6 models" and moe["status"] == "met"
+    accuracy = t["fp8 accuracy"]
+    assert accuracy["status"] == "MISSED" and "14 of 15 rows; worse: block M=1000" in accuracy["measured"]
+    fewer = {x["target"]: x for x in report.targets({"fp8-moe": moe_rows[:10]})}["fp8-moe scaled_grouped_mm"]
+    assert fewer["status"] == "MISSED"  # five models

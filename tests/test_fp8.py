@@ -3,6 +3,7 @@ against float64 references of the same quantized inputs, their bad inputs, and (
 vendor's ``torch._scaled_mm`` / ``torch._scaled_grouped_mm`` on the same inputs."""
 
 import os
+import re
 import subprocess
 import sys
 
@@ -279,3 +280,67 @@ def test_gpu_scaled_grouped_mm_against_torch(skew):
     theirs = torch._scaled_grouped_mm(x, w, sx, sw, offs=offs, out_dtype=torch.bfloat16)
     assert rel_err(out, ref) <= rel_err(theirs, ref) * 1.05 + 1e-6
     assert_close(out, ref, torch.bfloat16)
+
+
+@needs_fp8
+@pytest.mark.gpu
+@pytest.mark.parametrize("scaling", list(SCALINGS))
+def test_gpu_hopper_runs_the_warp_specialized_kernel(scaling, monkeypatch):
+    """On sm_90, scaled_mm's default and fast accumulation go through matmul_ws.scaled_mm_ws (with
+    the tile the rule picks), promote_every=32 through the tiled kernel; all three are correct."""
+    if not runtime.supports_wgmma():
+        pytest.skip("no wgmma on this GPU: the tiled kernel is scaled_mm's only route")
+    from gemm_kernels.kernels import matmul_ws
+
+    calls = []
+    route = matmul_ws.scaled_mm_ws
+    monkeypatch.setattr(matmul_ws, "scaled_mm_ws", lambda *args, **kw: calls.append(kw) or route(*args, **kw))
+    matmul_ws._PLANS.clear()
+    fp8._KEPT.clear()
+    a, b, sa, sb = operands(300, 520, 384, scaling, outliers=True)
+    for kwargs, through_ws in ((dict(), True), (dict(use_fast_accum=True), True), (dict(promote_every=32), False)):
+        before = len(calls)
+        check(a, b, sa, sb, **kwargs)
+        assert (len(calls) == before + 1) == through_ws, kwargs
+
+
+# ---------------------------------------------------------------- the warp-specialized route (Hopper), on any machine
+def test_ws_tiles_fit_shared_memory_and_are_picked_by_shape():
+    """The fp8 tiles' rings as deep as the shared memory allows beside C, and the waves rule's picks."""
+    from gemm_kernels.kernels import matmul_ws
+    from gemm_kernels.models.tiles import FP8_WS_TILES, ws_default_tile
+
+    def stages(tile, out_bytes):
+        return matmul_ws._fit_stages(matmul_ws.FP8_CONFIGS[tile], 1, out_bytes)["STAGES"]
+
+    assert (stages("128x256", 2), stages("128x256", 4), stages("128x128", 2), stages("128x128", 4)) == (4, 3, 6, 5)
+    assert ws_default_tile(4096, 4096, num_sms=132, tiles=FP8_WS_TILES) == "128x256"
+    assert ws_default_tile(1024, 1024, num_sms=132, tiles=FP8_WS_TILES) == "128x128"  # 32 tiles of 128x256: 100 SMs idle
+
+
+WS_FP8 = {"tensor": dict(scaling="tensor"), "row fp32": dict(scaling="row", out_dtype=torch.float32),
+          "fast": dict(scaling="tensor", use_fast_accum=True), "tensor 128x128": dict(scaling="tensor", tile="128x128"),
+          "block": dict(scaling="block"), "block 128x256": dict(scaling="block", tile="128x256")}
+
+
+@pytest.fixture(scope="module")
+def ws_fp8_views():
+    from gemm_kernels.lab.compile_examples import ws_fp8_example
+    from gemm_kernels.lab.compile_view import compile_many
+
+    return dict(zip(WS_FP8, compile_many([ws_fp8_example(**kw).request(90) for kw in WS_FP8.values()])))
+
+
+@pytest.mark.parametrize("name", WS_FP8)
+def test_ws_fp8_compiles_for_sm90_within_shared_memory(ws_fp8_views, name):
+    """What scaled_mm launches on Hopper compiles for sm_90: e4m3 wgmma (m64n128 pieces when it
+    promotes, m64n256 when it never does), within 227 KiB of shared memory, and without spilling
+    registers, except block scales at 128 x 256 (why scaled_mm runs those at 128 x 128)."""
+    from gemm_kernels.kernels import matmul_ws
+
+    view = ws_fp8_views[name]
+    width = 256 if name == "fast" else 128
+    assert re.search(rf"wgmma\.mma_async\.sync\.aligned\.m64n{width}k32\.f32\.e4m3\.e4m3", view.asm["ptx"])
+    assert view.shared <= matmul_ws._SMEM_BYTES + 1024
+    if view.spill_bytes is not None:
+        assert (view.spill_bytes > 0) == (name == "block 128x256"), view.spill_bytes

@@ -286,6 +286,15 @@ def _param(row, name):
     return None
 
 
+def _accuracy_pairs(rows) -> list[tuple[str, float, float]]:
+    """(case, our relative error, the baseline's) for each fp8 row of ours at default arguments
+    (``scaled_mm``, ``scaled_grouped_mm``) beside its baseline's row."""
+    base = {(r["panel"], r["case"]): r["rel_err"] for r in rows if r["provider"] == r["baseline"]}
+    return [(f"{r['panel']} {r['case']}", r["rel_err"], base[r["panel"], r["case"]]) for r in rows
+            if r["provider"] in ("scaled_mm", "scaled_grouped_mm") and r["rel_err"] is not None
+            and base.get((r["panel"], r["case"])) is not None]
+
+
 def targets(all_rows: dict[str, list[dict]]) -> list[dict]:
     """The project's performance targets, each with its measured numbers and met / missed / not measured."""
     found = []
@@ -383,6 +392,37 @@ def targets(all_rows: dict[str, list[dict]]) -> list[dict]:
                 geo >= geo_goal and low >= low_goal)
         else:
             add(name, goal, "n/a", None)
+
+    # issue 31's targets: scaled_mm at default arguments against torch in the same run (the
+    # baseline of each fp8 row: torch._scaled_mm's precise mode, or torch's block-wise kernel)
+    fp8_rows = all_rows.get("fp8", [])
+    for panel in ("tensor", "row"):
+        res = _speedups([r for r in fp8_rows if r["panel"] == panel], {"scaled_mm"})
+        big = {k[1]: v[0] for k, v in res.items() if k[1] in ("4096^3", "8192^3")}
+        add(f"fp8 scaled_mm {panel}-wise 4096^3, 8192^3", ">= 1.05x torch._scaled_mm",
+            ", ".join(f"{c}: {v:.3f}x" for c, v in big.items()) or "n/a",
+            min(big.values()) >= 1.05 if len(big) == 2 else None)
+        values = [v[0] for v in res.values()]
+        add(f"fp8 scaled_mm {panel}-wise, every shape", "geomean >= 1.00x torch._scaled_mm",
+            f"geomean {geomean(values):.3f}x over {len(values)} rows, min {min(values):.3f}x" if values else "n/a",
+            geomean(values) >= 1.0 if values else None)
+    res = _speedups([r for r in fp8_rows if r["panel"] == "block"], {"scaled_mm"})
+    values = [v[0] for v in res.values()]
+    add("fp8 scaled_mm block-wise", "geomean >= 1.00x torch's block-wise scaled_mm",
+        f"geomean {geomean(values):.3f}x over {len(values)} rows, max {max(values):.3f}x" if values else "n/a",
+        geomean(values) >= 1.0 if values else None)
+    res = _speedups(all_rows.get("fp8-moe", []), {"scaled_grouped_mm"})
+    values = [v[0] for v in res.values()]
+    models = {k[0].split(" ")[0] for k in res}
+    add("fp8-moe scaled_grouped_mm", "geomean >= 1.05x torch._scaled_grouped_mm over >= 6 models",
+        f"geomean {geomean(values):.3f}x over {len(values)} rows of {len(models)} models" if values else "n/a",
+        geomean(values) >= 1.05 and len(models) >= 6 if values else None)
+    worse = [r for suite in ("fp8", "fp8-moe") for r in _accuracy_pairs(all_rows.get(suite, []))
+             if r[1] > r[2] * 1.05 + 1e-6]
+    pairs = sum(len(_accuracy_pairs(all_rows.get(suite, []))) for suite in ("fp8", "fp8-moe"))
+    add("fp8 accuracy", "relative error vs float64 <= the vendor's (x1.05) on the same inputs",
+        f"{pairs - len(worse)} of {pairs} rows" + (f"; worse: {', '.join(w[0] for w in worse[:3])}" if worse else ""),
+        not worse if pairs else None)
 
     # issue 32's host-time target: a repeated call of every public launcher (kept launch, the
     # default) within 1.2x torch's host time on the same host, same run

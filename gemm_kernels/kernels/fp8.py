@@ -20,9 +20,12 @@ K elements are summed there before the partial sum is added to a true fp32 accum
 ``use_fast_accum=True`` never promotes, as torch's flag of that name.  Block scaling promotes
 every block by construction.
 
-TMA loads on Hopper (A as ``[M, K]``, B as the ``[N, K]`` array it is), pointer loads elsewhere
-(Ada, the interpreter).  ``scaled_mm_ref`` is the float64 reference; ``quantize_fp8`` saturates
-(no inf, no NaN from a finite input) and gives an all-zero block the scale 1.
+Two kernels.  On Hopper, with TMA-readable inputs, promoting every 128 or never, ``scaled_mm``
+runs ``matmul_ws``'s warp-specialized kernel: one consumer warpgroup adds while the other's wgmmas
+run (PERF_NOTES 34).  Otherwise (Ada, the interpreter, ``promote_every`` 32 or 64) it runs
+``_scaled_mm_kernel`` below, one program per tile, TMA or pointer loads.  ``scaled_mm_ref`` is
+the float64 reference; ``quantize_fp8`` saturates (no inf, no NaN from a finite input) and gives
+an all-zero block the scale 1.
 """
 
 from __future__ import annotations

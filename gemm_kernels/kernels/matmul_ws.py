@@ -21,7 +21,8 @@ Tiles follow ``matmul_tma``'s grouped persistent order (``ws_schedule`` is the n
 q-th K block a program loads) is slot ``q % STAGES``, phase ``(q // STAGES) & 1``, computed from
 the tile and K indices, never carried between loops, so producer and consumers agree by
 construction.  Needs an sm_90 GPU; fp16 and bf16; any M, N, K (TMA zero-fills and clips); the
-same input contract and errors as ``matmul_tma``.
+same input contract and errors as ``matmul_tma``.  ``fp8.scaled_mm`` runs it with fp8 operands
+(``scaled_mm_ws``: scales, and promotion in the consumers, ``_mainloop_promoted``).
 """
 
 from __future__ import annotations

@@ -105,7 +105,9 @@ def compile_one(request: dict) -> dict:
     return {"asm": asm, "view": {
         "name": request["name"], "target": f"sm_{request['capability']}", "shared": int(meta.shared),
         "num_warps": int(meta.num_warps), "num_stages": int(meta.num_stages), "num_regs": usage.get("reg"),
-        "spill_bytes": usage.get("local"), "global_scratch": int(getattr(meta, "global_scratch_size", 0) or 0),
+        # ptxas puts spilled registers in the stack frame (STACK; "bytes stack frame, ... spill stores"
+        # in ptxas -v), sometimes in LOCAL: count both
+        "spill_bytes": None if "reg" not in usage else usage.get("stack", 0) + usage.get("local", 0), "global_scratch": int(getattr(meta, "global_scratch_size", 0) or 0),
         "metadata": {"shared": int(meta.shared), "num_warps": int(meta.num_warps)},
         "gluon": bool(getattr(jit_fn, "is_gluon", lambda: False)()),
     }}

@@ -205,19 +205,21 @@ def ws_example(*, dtype=torch.float16, schedule=matmul_ws.DEFAULT_SCHEDULE, a_co
                          options={"maxnreg": matmul_ws.MAXNREG})
 
 
-def ws_fp8_example(scaling="tensor", *, use_fast_accum=False, out_dtype=torch.bfloat16, size=512,
+def ws_fp8_example(scaling="tensor", *, use_fast_accum=False, out_dtype=torch.bfloat16, tile=None, size=512,
                    name=None) -> KernelExample:
     """``scaled_mm`` as it runs on Hopper: the warp-specialized kernel with e4m3 operands (b
-    column-major), promoting every 128 (or never, ``use_fast_accum``), the scales of ``scaling``."""
+    column-major), promoting every 128 (or never, ``use_fast_accum``), the scales of ``scaling``,
+    in ``tile`` (a ``matmul_ws.FP8_CONFIGS`` name; None: 128 x 128 block-wise, else 128 x 256)."""
     x = torch.zeros(size, size)
     ga, gb = fp8.granularities(scaling)
     a, sa = fp8.quantize_fp8(x, ga)
     b, sb = fp8.quantize_fp8(x.t(), gb)
     c = torch.zeros(size, size, dtype=out_dtype)
     promote = scaling == "block" or not use_fast_accum
-    config = matmul_ws._fit_stages(matmul_ws.FP8_CONFIGS["128x256"], 1, c.element_size())
+    tile = tile or ("128x128" if scaling == "block" else "128x256")
+    config = matmul_ws._fit_stages(matmul_ws.FP8_CONFIGS[tile], 1, c.element_size())
     args = matmul_ws._kernel_args(a, b, c, None, None, config, activation=None, scales=(sa, sb, scaling, promote))
-    name = name or f"scaled_mm[warp-specialized, e4m3, {scaling}, {'promote 128' if promote else 'fast'}]"
+    name = name or f"scaled_mm[warp-specialized {tile}, e4m3, {scaling}, {'promote 128' if promote else 'fast'}]"
     return KernelExample(name, matmul_ws._matmul_ws_kernel, args, triton.Config({}, num_warps=4), targets=(90,),
                          expect={90: ("wgmma", "cp.async.bulk.tensor", "mbarrier")},
                          options={"maxnreg": matmul_ws.MAXNREG})

@@ -109,7 +109,7 @@ class CompileView:
     num_warps: int
     num_stages: int
     num_regs: int | None  # registers per thread (ptxas, via cuobjdump); None if the tool is missing
-    spill_bytes: int | None  # local memory per thread: > 0 means registers spilled
+    spill_bytes: int | None  # stack frame + local memory per thread: > 0 means registers spilled
     global_scratch: int  # bytes of global scratch per program (tensor descriptors built on device)
     metadata: dict = field(repr=False, default_factory=dict)
     gluon: bool = False  # a Gluon kernel: written at the TritonGPU level, so it has no TTIR stage
@@ -185,7 +185,7 @@ class CompileView:
 
     def summary(self) -> str:
         regs = "unknown (cuobjdump missing)" if self.num_regs is None else f"{self.num_regs} per thread"
-        spills = "" if not self.spill_bytes else f", {self.spill_bytes} bytes spilled to local memory"
+        spills = "" if not self.spill_bytes else f", {self.spill_bytes} bytes spilled (stack frame and local memory)"
         lines = [
             f"{self.name} for {self.target}: {self.num_warps} warps, {self.num_stages} stages",
             f"  shared memory {self.shared} bytes ({self.shared / 1024:.1f} KiB), registers {regs}{spills}"
