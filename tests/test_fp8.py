@@ -97,6 +97,15 @@ def test_scaled_mm_ragged(scaling, M, N, K):
 
 
 @needs_fp8
+@pytest.mark.parametrize("scaling", ["tensor", "row"])
+def test_scaled_mm_k_tail_and_repeated_shapes(scaling):
+    """K not a multiple of the 128-wide K block (the loads zero-fill the tail), then new tensors of
+    the same shapes (on a GPU, a kept launch re-pointed at them, not the first call's data)."""
+    for seed in (0, 1, 2):
+        check(*operands(72, 40, 208, scaling, seed=seed))
+
+
+@needs_fp8
 @pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
 @pytest.mark.parametrize("dtypes", [(E4M3, E4M3), (E5M2, E5M2), (E4M3, E5M2)], ids=["e4m3", "e5m2", "mixed"])
 def test_scaled_mm_dtypes_and_bias(dtypes, out_dtype):
@@ -316,6 +325,17 @@ def test_ws_tiles_fit_shared_memory_and_are_picked_by_shape():
     assert (stages("128x256", 2), stages("128x256", 4), stages("128x128", 2), stages("128x128", 4)) == (4, 3, 6, 5)
     assert ws_default_tile(4096, 4096, num_sms=132, tiles=FP8_WS_TILES) == "128x256"
     assert ws_default_tile(1024, 1024, num_sms=132, tiles=FP8_WS_TILES) == "128x128"  # 32 tiles of 128x256: 100 SMs idle
+
+
+def test_ws_route_needs_operands_a_descriptor_can_describe():
+    """scaled_mm takes the warp-specialized kernel only for operands its descriptors accept:
+    overlapping rows (a legal as_strided view) go to the tiled kernel instead of an error."""
+    from gemm_kernels.kernels import matmul_ws
+
+    a, b, _, _ = operands(64, 48, 64, "tensor")
+    assert matmul_ws.tma_readable(a, b)
+    overlapping = torch.empty(64 * 16 + 64, dtype=a.dtype, device=a.device).as_strided((64, 64), (16, 1))
+    assert not matmul_ws.tma_readable(overlapping, b)
 
 
 WS_FP8 = {"tensor": dict(scaling="tensor"), "row fp32": dict(scaling="row", out_dtype=torch.float32),

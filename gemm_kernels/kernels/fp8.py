@@ -235,15 +235,16 @@ def scaled_mm(a, b, scale_a, scale_b, *, out_dtype=torch.bfloat16, bias=None, us
         bias = bias.contiguous()
     M, K = a.shape
     N = b.shape[1]
+    use_tma = runtime.supports_tma() and tma_strides(a, (0, 1)) is not None and tma_strides(b, (1, 0)) is not None
+    if (M and N and K and use_tma and runtime.supports_wgmma() and (use_fast_accum or promote_every == PROMOTE_EVERY)
+            and matmul_ws.tma_readable(a, b)):
+        return matmul_ws.scaled_mm_ws(a, b, scale_a, scale_b, scaling, out_dtype=out_dtype, bias=bias,
+                                      use_fast_accum=use_fast_accum, key=key, strided_bias=strided_bias)
     c = torch.empty((M, N), device=a.device, dtype=out_dtype)
     if M == 0 or N == 0:
         return c
     if K == 0:  # an empty sum, then the bias
         return c.copy_(bias.expand(M, N) if bias is not None else torch.zeros_like(c))
-    use_tma = runtime.supports_tma() and tma_strides(a, (0, 1)) is not None and tma_strides(b, (1, 0)) is not None
-    if use_tma and runtime.supports_wgmma() and (use_fast_accum or promote_every == PROMOTE_EVERY):
-        return matmul_ws.scaled_mm_ws(a, b, scale_a, scale_b, scaling, out_dtype=out_dtype, bias=bias,
-                                      use_fast_accum=use_fast_accum, key=key, strided_bias=strided_bias)
     if use_tma:
         runtime.ensure_tma_allocator()
     grid = lambda meta: (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]),)  # noqa: E731

@@ -190,7 +190,7 @@ def _mainloop(a_bufs, b_bufs, ready_bars, empty_bars, turn_bar, q0, k_tiles, PAR
 
 
 @gluon.jit
-def _mainloop_promoted(a_bufs, b_bufs, ready_bars, empty_bars, q0, k_tiles, sa_ptr, sb_ptr, off_m, off_n, M,
+def _mainloop_promoted(a_bufs, b_bufs, ready_bars, empty_bars, q0, k_tiles, sa_ptr, sb_ptr, off_m, off_n, M, N,
                        stride_sam, stride_sak, stride_sbk, stride_sbn, PART: gl.constexpr, A_PARTS: gl.constexpr,
                        WG_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, BLOCK_SCALES: gl.constexpr):
     """fp8 with promotion (fp8.py): each K block's product starts from zero on the tensor cores
@@ -213,8 +213,8 @@ def _mainloop_promoted(a_bufs, b_bufs, ready_bars, empty_bars, q0, k_tiles, sa_p
             sa = gl.load(sa_ptr + offs_m * stride_sam + kk * stride_sak, mask=offs_m < M, other=0.0)
             sb_row = sb_ptr + kk * stride_sbk + (off_n // PIECE) * stride_sbn
             sa0 = gl.expand_dims(sa * gl.load(sb_row), 1)
-            if BLOCK_N == 2 * PIECE:
-                sa1 = gl.expand_dims(sa * gl.load(sb_row + stride_sbn), 1)
+            if BLOCK_N == 2 * PIECE:  # no block of B past N: its scale is never read
+                sa1 = gl.expand_dims(sa * gl.load(sb_row + stride_sbn, mask=off_n + PIECE < N, other=0.0), 1)
         mbarrier.wait(ready_bars.index(s), (q // STAGES) & 1)
         a = a_bufs.index(s * A_PARTS + PART)
         b = b_bufs.index(s)  # [BLOCK_N, BLOCK_K]: B's K-major rows
@@ -326,7 +326,7 @@ def _consumer(c_desc, a_bufs, b_bufs, c_bufs, ready_bars, empty_bars, turn_bars,
             gl.static_assert(not PINGPONG, "fp8 promotion runs the cooperative schedule")
             gl.static_assert(BLOCK_N // EPI_SPLIT == 128)
             acc, acc_hi = _mainloop_promoted(a_bufs, b_bufs, ready_bars, empty_bars, t * k_tiles, k_tiles, sa_ptr,
-                                             sb_ptr, off_m, off_n, M, stride_sam, stride_sak, stride_sbk,
+                                             sb_ptr, off_m, off_n, M, N, stride_sam, stride_sak, stride_sbk,
                                              stride_sbn, PART, A_PARTS, WG_M, BLOCK_N, STAGES, SCALING == "block")
             if TRACE:
                 mainloop_end = _globaltimer()
@@ -636,6 +636,17 @@ def matmul_ws(a, b, *, activation=None, bias=None):
     is done once per shape, layout and dtype and kept (see ``_Plan``).
     """
     return _launch(a, b, activation=activation, bias=bias)
+
+
+def tma_readable(a, b) -> bool:
+    """Whether ``_kernel_args`` can describe both operands (``tma_layout``'s rules; overlapping
+    rows, for one, are refused there): ``fp8.scaled_mm`` takes its other kernel otherwise."""
+    try:
+        tma_layout(a, "a")
+        tma_layout(b, "b")
+    except ValueError:
+        return False
+    return True
 
 
 def scaled_mm_ws(a, b, scale_a, scale_b, scaling, *, out_dtype, bias, use_fast_accum, key=None, strided_bias=False):
