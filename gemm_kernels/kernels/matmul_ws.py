@@ -559,7 +559,6 @@ class _Plan:
                 self.arguments[i] = self.moved(self.arguments[i], stand_in)
         self.c_shape, self.c_dtype = c.shape, c.dtype
         self.bias_dtype = None if scales is not None else a.dtype  # fp8: the bias is read as it is
-        self.scaling = None if scales is None else scales[2]
         self.bias_contiguous = bias_contiguous  # of the caller's bias (the checked one is made contiguous)
         self.c_tma = named["C_TMA"]
         self.tile = (_tile_m(config), config["BLOCK_N"], config["SCHEDULE"])  # what ran, for tests and notes
@@ -581,6 +580,15 @@ class _Plan:
             args[_C] = self.moved(args[_C], c)
         self.launch.launch(args)
         return c
+
+
+def _keep(key, plan):
+    """``plan``, kept under ``key`` (None: not kept); the oldest plan goes when MAX_PLANS are kept."""
+    if key is not None:
+        if len(_PLANS) >= MAX_PLANS:
+            _PLANS.pop(next(iter(_PLANS)))
+        _PLANS[key] = plan
+    return plan
 
 
 def _launch(a, b, *, activation=None, bias=None, schedule=None, num_programs=None, trace=None, config=None):
@@ -614,12 +622,8 @@ def _launch(a, b, *, activation=None, bias=None, schedule=None, num_programs=Non
     c = torch.empty((M, N), device=a.device, dtype=a.dtype)
     num_tiles = cdiv(M, _tile_m(config)) * cdiv(N, config["BLOCK_N"])
     programs = min(num_tiles, runtime.num_sms() if num_programs is None else check_int(num_programs, "num_programs"))
-    plan = _Plan(a, b, c, bias, trace, config, activation, programs,
-                 bias_contiguous=bias_in is None or bias_in.stride(0) == 1)
-    if key is not None:
-        if len(_PLANS) >= MAX_PLANS:
-            _PLANS.pop(next(iter(_PLANS)))
-        _PLANS[key] = plan
+    plan = _keep(key, _Plan(a, b, c, bias, trace, config, activation, programs,
+                            bias_contiguous=bias_in is None or bias_in.stride(0) == 1))
     return plan(a, b, bias, trace)
 
 
@@ -636,6 +640,15 @@ def matmul_ws(a, b, *, activation=None, bias=None):
     is done once per shape, layout and dtype and kept (see ``_Plan``).
     """
     return _launch(a, b, activation=activation, bias=bias)
+
+
+def fp8_config(M, N, scaling, *, use_fast_accum, out_bytes, tile=None):
+    """``scaled_mm_ws``'s config for an ``M x N`` fp8 product and whether it promotes (block scales
+    always do): ``tile`` (an FP8_CONFIGS name) or by the waves rule; block scales run 128 x 128
+    (128 x 256 spills registers and ran at half its speed, PERF_NOTES 34)."""
+    if tile is None:
+        tile = "128x128" if scaling == "block" else ws_default_tile(M, N, num_sms=runtime.num_sms(), tiles=FP8_WS_TILES)
+    return _fit_stages(FP8_CONFIGS[tile], 1, out_bytes), scaling == "block" or not use_fast_accum
 
 
 def tma_readable(a, b) -> bool:
@@ -656,20 +669,13 @@ def scaled_mm_ws(a, b, scale_a, scale_b, scaling, *, out_dtype, bias, use_fast_a
     Keeps the plan under ``key`` (``fp8.scaled_mm``'s call key) for ``run_kept_scaled_mm``;
     ``strided_bias``: the caller's bias was strided (``bias`` is its contiguous copy)."""
     _require_hopper()
-    M, K = a.shape
-    N = b.shape[1]
-    promote = scaling == "block" or not use_fast_accum
-    # block scales: 128 x 128 only (128 x 256 ran at half its speed, PERF_NOTES 34)
-    tile = "128x128" if scaling == "block" else ws_default_tile(M, N, num_sms=runtime.num_sms(), tiles=FP8_WS_TILES)
-    config = _fit_stages(FP8_CONFIGS[tile], 1, torch.empty((), dtype=out_dtype).element_size())
+    M, N = a.shape[0], b.shape[1]
     c = torch.empty((M, N), device=a.device, dtype=out_dtype)
+    config, promote = fp8_config(M, N, scaling, use_fast_accum=use_fast_accum, out_bytes=c.element_size())
     num_tiles = cdiv(M, _tile_m(config)) * cdiv(N, config["BLOCK_N"])
-    plan = _Plan(a, b, c, bias, None, config, None, min(num_tiles, runtime.num_sms()),
-                 bias_contiguous=not strided_bias, scales=(scale_a, scale_b, scaling, promote))
-    if key is not None:
-        if len(_PLANS) >= MAX_PLANS:
-            _PLANS.pop(next(iter(_PLANS)))
-        _PLANS[("scaled_mm", *key)] = plan
+    plan = _keep(None if key is None else ("scaled_mm", *key),
+                 _Plan(a, b, c, bias, None, config, None, min(num_tiles, runtime.num_sms()),
+                       bias_contiguous=not strided_bias, scales=(scale_a, scale_b, scaling, promote)))
     return plan(a, b, bias, None, scale_a, scale_b)
 
 

@@ -215,9 +215,9 @@ def ws_fp8_example(scaling="tensor", *, use_fast_accum=False, out_dtype=torch.bf
     a, sa = fp8.quantize_fp8(x, ga)
     b, sb = fp8.quantize_fp8(x.t(), gb)
     c = torch.zeros(size, size, dtype=out_dtype)
-    promote = scaling == "block" or not use_fast_accum
     tile = tile or ("128x128" if scaling == "block" else "128x256")
-    config = matmul_ws._fit_stages(matmul_ws.FP8_CONFIGS[tile], 1, c.element_size())
+    config, promote = matmul_ws.fp8_config(size, size, scaling, use_fast_accum=use_fast_accum,
+                                           out_bytes=c.element_size(), tile=tile)
     args = matmul_ws._kernel_args(a, b, c, None, None, config, activation=None, scales=(sa, sb, scaling, promote))
     name = name or f"scaled_mm[warp-specialized {tile}, e4m3, {scaling}, {'promote 128' if promote else 'fast'}]"
     return KernelExample(name, matmul_ws._matmul_ws_kernel, args, triton.Config({}, num_warps=4), targets=(90,),
