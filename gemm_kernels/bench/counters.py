@@ -128,8 +128,10 @@ CASES = (  # the most telling first: a run cut short keeps them
     CounterCase("fp8 4096^3 tensor", "fp8", "e4m3", (4096, 4096, 4096, "tensor"),
                 ("torch._scaled_mm", "torch._scaled_mm fast", "scaled_mm", "scaled_mm fast"),
                 b_transposed=True, why="scaled_mm target 1.05x: missed (PERF_NOTES 27)"),
-    CounterCase("fp8 4096^3 block", "fp8", "e4m3", (4096, 4096, 4096, "block"), ("scaled_mm",),
-                b_transposed=True, why="block-wise scales in the K loop against per-tensor (PERF_NOTES 27)"),
+    CounterCase("fp8 4096^3 block", "fp8", "e4m3", (4096, 4096, 4096, "block"), ("torch block-wise", "scaled_mm"),
+                b_transposed=True, why="block-wise scales in the K loop: target 1.00x torch's block-wise (PERF_NOTES 27, 35)"),
+    CounterCase("fp8 8192^3 tensor", "fp8", "e4m3", (8192, 8192, 8192, "tensor"), ("torch._scaled_mm", "scaled_mm"),
+                b_transposed=True, why="scaled_mm target 1.05x at 8192^3: missed (PERF_NOTES 34)"),
 )
 
 
@@ -209,6 +211,9 @@ def _fp8_call(case: CounterCase, provider: str, gen):
     ga, gb = fp8.granularities(scaling)
     a, sa = fp8.quantize_fp8(torch.randn(M, K, device=runtime.DEVICE, generator=gen), ga)
     b, sb = fp8.quantize_fp8(torch.randn(N, K, device=runtime.DEVICE, generator=gen).t(), gb)
+    if provider == "torch block-wise":
+        from .suites import _vendor_block_mm
+        return _vendor_block_mm(a, b, sa, sb)[0]
     calls = {"scaled_mm": lambda: fp8.scaled_mm(a, b, sa, sb),
              "scaled_mm fast": lambda: fp8.scaled_mm(a, b, sa, sb, use_fast_accum=True),
              "torch._scaled_mm": lambda: torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16),

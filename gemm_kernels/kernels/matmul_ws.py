@@ -205,25 +205,39 @@ def _mainloop_promoted(a_bufs, b_bufs, ready_bars, empty_bars, q0, k_tiles, sa_p
     acc0 = gl.zeros([WG_M, PIECE], gl.float32, layout)
     acc1 = gl.zeros([WG_M, PIECE], gl.float32, layout)
     zero = gl.zeros([WG_M, PIECE], gl.float32, layout)
-    offs_m = off_m + gl.arange(0, WG_M, layout=gl.SliceLayout(1, layout))
+    if BLOCK_SCALES:
+        # Each K block's scales are loaded one block ahead: a scale used in the block it was loaded
+        # in stalled the warp on that load between its wgmmas (ptxas put the scales' product there).
+        offs_m = off_m + gl.arange(0, WG_M, layout=gl.SliceLayout(1, layout))
+        sa_ptrs = sa_ptr + offs_m * stride_sam
+        rows_ok = offs_m < M
+        sb_ptrs = sb_ptr + (off_n // PIECE) * stride_sbn
+        cols1_ok = off_n + PIECE < N  # no block of B past N: its scale is never read
+        sa_next = gl.load(sa_ptrs, mask=rows_ok, other=0.0)
+        sb0_next = gl.load(sb_ptrs)
+        sb1_next = sb0_next  # the second piece's, when there is one
+        if BLOCK_N == 2 * PIECE:
+            sb1_next = gl.load(sb_ptrs + stride_sbn, mask=cols1_ok, other=0.0)
     for kk in range(k_tiles):
         q = q0 + kk
         s = q % STAGES
-        if BLOCK_SCALES:  # loads issued before the waits, so their latency hides behind them
-            sa = gl.load(sa_ptr + offs_m * stride_sam + kk * stride_sak, mask=offs_m < M, other=0.0)
-            sb_row = sb_ptr + kk * stride_sbk + (off_n // PIECE) * stride_sbn
-            sa0 = gl.expand_dims(sa * gl.load(sb_row), 1)
-            if BLOCK_N == 2 * PIECE:  # no block of B past N: its scale is never read
-                sa1 = gl.expand_dims(sa * gl.load(sb_row + stride_sbn, mask=off_n + PIECE < N, other=0.0), 1)
         mbarrier.wait(ready_bars.index(s), (q // STAGES) & 1)
         a = a_bufs.index(s * A_PARTS + PART)
         b = b_bufs.index(s)  # [BLOCK_N, BLOCK_K]: B's K-major rows
         part = warpgroup_mma(a, b.slice(0, PIECE).permute((1, 0)), zero, use_acc=False, is_async=True)
+        if BLOCK_SCALES:  # after the wgmmas are issued: nothing before them waits for these loads
+            sa, sb0, sb1 = sa_next, sb0_next, sb1_next
+            more = kk + 1 < k_tiles
+            sa_next = gl.load(sa_ptrs + (kk + 1) * stride_sak, mask=rows_ok & more, other=0.0)
+            sb0_next = gl.load(sb_ptrs + (kk + 1) * stride_sbk, mask=more, other=0.0)
+            sb1_next = sb0_next
+            if BLOCK_N == 2 * PIECE:
+                sb1_next = gl.load(sb_ptrs + (kk + 1) * stride_sbk + stride_sbn, mask=more & cols1_ok, other=0.0)
         part = warpgroup_mma_wait(0, deps=(part,))
         if BLOCK_N == PIECE:
             mbarrier.arrive(empty_bars.index(s))
         if BLOCK_SCALES:
-            acc0 += part * sa0
+            acc0 += part * gl.expand_dims(sa * sb0, 1)
         else:
             acc0 += part
         if BLOCK_N == 2 * PIECE:
@@ -231,7 +245,7 @@ def _mainloop_promoted(a_bufs, b_bufs, ready_bars, empty_bars, q0, k_tiles, sa_p
             part = warpgroup_mma_wait(0, deps=(part,))
             mbarrier.arrive(empty_bars.index(s))
             if BLOCK_SCALES:
-                acc1 += part * sa1
+                acc1 += part * gl.expand_dims(sa * sb1, 1)
             else:
                 acc1 += part
     return acc0, acc1
