@@ -323,6 +323,9 @@ def test_ws_tiles_fit_shared_memory_and_are_picked_by_shape():
         return matmul_ws._fit_stages(matmul_ws.FP8_CONFIGS[tile], 1, out_bytes)["STAGES"]
 
     assert (stages("128x256", 2), stages("128x256", 4), stages("128x128", 2), stages("128x128", 4)) == (4, 3, 6, 5)
+    # block scales: each slot also holds 128 float32 scale products per 128-column piece
+    block = matmul_ws._fit_stages(matmul_ws.FP8_CONFIGS["128x128"], 1, 2, block_scales=True)["STAGES"]
+    assert block == 5 and matmul_ws.fp8_config(4096, 4096, "block", use_fast_accum=False, out_bytes=2)[0]["STAGES"] == 5
     assert ws_default_tile(4096, 4096, num_sms=132, tiles=FP8_WS_TILES) == "128x256"
     assert ws_default_tile(1024, 1024, num_sms=132, tiles=FP8_WS_TILES) == "128x128"  # 32 tiles of 128x256: 100 SMs idle
 
@@ -364,3 +367,29 @@ def test_ws_fp8_compiles_for_sm90_within_shared_memory(ws_fp8_views, name):
     assert view.shared <= matmul_ws._SMEM_BYTES + 1024
     if view.spill_bytes is not None:
         assert (view.spill_bytes > 0) == (name == "block 128x256"), view.spill_bytes
+
+
+def _k_loop_global_loads(ptx: str) -> list[int]:
+    """Per innermost loop that issues wgmma (a K loop), how many global loads it holds."""
+    lines = ptx.splitlines()
+    loops = []
+    for i, line in enumerate(lines):
+        label = re.match(r"^(\$L__BB\d+_\d+):", line)
+        if label:
+            back = [j for j in range(i + 1, len(lines))
+                    if re.search(r"\bbra(\.uni)?\s+" + re.escape(label.group(1)) + ";", lines[j])]
+            if back:
+                loops.append((i, back[-1]))
+    inner = {min((lp for lp in loops if lp[0] < k < lp[1]), key=lambda lp: lp[1] - lp[0])
+             for k, line in enumerate(lines) if "wgmma.mma_async" in line}
+    return [sum("ld.global" in lines[n] for n in range(a, b + 1)) for a, b in sorted(inner)]
+
+
+@pytest.mark.parametrize("name", WS_FP8)
+def test_ws_fp8_k_loops_read_no_global_memory(ws_fp8_views, name):
+    """The consumers' K loops load nothing from global memory, block scales included: the producer
+    stores each slot's scales in shared memory (PERF_NOTES 35: a scale the K loop loaded itself
+    stalled its warpgroup, on the load, between the wgmmas of a block)."""
+    loads = _k_loop_global_loads(ws_fp8_views[name].asm["ptx"])
+    assert len(loads) == 2 and loads == [0, 0], loads  # one K loop per consumer warpgroup
+

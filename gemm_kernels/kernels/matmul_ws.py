@@ -125,12 +125,32 @@ def _acc_layout(WG_M, BLOCK_N, dtype=gl.float16):
 
 # ----------------------------------------------------------------------------- partitions
 @gluon.jit
+def _load_block_scales(sa_ptr, sb_ptr, off_m, off_n, kk, M, N, stride_sam, stride_sak, stride_sbk, stride_sbn,
+                       TILE_M: gl.constexpr, BLOCK_N: gl.constexpr):
+    """One warp, block scales (fp8.py): K block kk's scales of the tile's rows (TILE_M of them) and of
+    its one or two 128-column pieces of B; the second piece's is the first's when there is one piece."""
+    offs_m = off_m + gl.arange(0, TILE_M, layout=gl.BlockedLayout([TILE_M // 32], [32], [1], [0]))
+    sa = gl.load(sa_ptr + offs_m * stride_sam + kk * stride_sak, mask=offs_m < M, other=0.0)
+    col = off_n // 128
+    sb0 = gl.load(sb_ptr + kk * stride_sbk + col * stride_sbn)
+    sb1 = sb0
+    if BLOCK_N == 256:
+        sb1 = gl.load(sb_ptr + kk * stride_sbk + (col + 1) * stride_sbn, mask=(col + 1) * 128 < N, other=0.0)
+    return sa, sb0, sb1
+
+
+@gluon.jit
 def _producer(a_desc, b_desc, a_bufs, b_bufs, ready_bars, empty_bars, M, N, K,
               SCHEDULE: gl.constexpr, WG_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
-              STAGES: gl.constexpr, A_COL_MAJOR: gl.constexpr, B_COL_MAJOR: gl.constexpr, GROUP_M: gl.constexpr):
-    """One warp: walk this program's tiles and K blocks in order, one TMA load per ring position."""
+              STAGES: gl.constexpr, A_COL_MAJOR: gl.constexpr, B_COL_MAJOR: gl.constexpr, GROUP_M: gl.constexpr,
+              BLOCK_SCALES: gl.constexpr = False, s_bufs=None, sa_ptr=None, sb_ptr=None,
+              stride_sam=0, stride_sak=0, stride_sbk=0, stride_sbn=0):
+    """One warp: walk this program's tiles and K blocks in order, one TMA load per ring position.
+    BLOCK_SCALES (fp8): also store each slot's scales in ``s_bufs`` (a consumer that loaded them
+    in its K loop stalled on the loads, PERF_NOTES 35)."""
     A_PARTS: gl.constexpr = 2 if SCHEDULE == "cooperative" else 1  # A rows per slot, in WG_M blocks
     TILE_M: gl.constexpr = A_PARTS * WG_M
+    PIECES: gl.constexpr = BLOCK_N // 128  # block scales: one b-scale per 128 columns
     slot_bytes: gl.constexpr = A_PARTS * a_desc.block_type.nbytes + b_desc.block_type.nbytes
 
     pid, num_programs, num_pid_m, num_pid_n, k_tiles, my_tiles = _program_share(M, N, K, TILE_M, BLOCK_N, BLOCK_K)
@@ -141,6 +161,9 @@ def _producer(a_desc, b_desc, a_bufs, b_bufs, ready_bars, empty_bars, M, N, K,
         for kk in range(k_tiles):
             q = t * k_tiles + kk
             s = q % STAGES
+            if BLOCK_SCALES:  # loaded before the wait for the slot, so the wait hides their latency
+                sa, sb0, sb1 = _load_block_scales(sa_ptr, sb_ptr, off_m, off_n, kk, M, N, stride_sam, stride_sak,
+                                                  stride_sbk, stride_sbn, TILE_M, BLOCK_N)
             # Wait until the consumers gave slot s back.  A fresh barrier counts as having
             # completed phase "-1", so the first lap (parity 1) passes at once.
             mbarrier.wait(empty_bars.index(s), ((q // STAGES) & 1) ^ 1)
@@ -158,6 +181,11 @@ def _producer(a_desc, b_desc, a_bufs, b_bufs, ready_bars, empty_bars, M, N, K,
                 _tma_load(b_desc, [off_n, off_k], ready, b_bufs.index(s))
             else:
                 _tma_load(b_desc, [off_k, off_n], ready, b_bufs.index(s))
+            if BLOCK_SCALES:  # a row's a-scale times a piece's b-scale, per slot row; then the slot's second arrival
+                s_bufs.index(s * PIECES).store(sa * sb0)
+                if PIECES == 2:
+                    s_bufs.index(s * PIECES + 1).store(sa * sb1)
+                mbarrier.arrive(ready)
 
 
 @gluon.jit
@@ -190,11 +218,12 @@ def _mainloop(a_bufs, b_bufs, ready_bars, empty_bars, turn_bar, q0, k_tiles, PAR
 
 
 @gluon.jit
-def _mainloop_promoted(a_bufs, b_bufs, ready_bars, empty_bars, q0, k_tiles, sa_ptr, sb_ptr, off_m, off_n, M, N,
-                       stride_sam, stride_sak, stride_sbk, stride_sbn, PART: gl.constexpr, A_PARTS: gl.constexpr,
-                       WG_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, BLOCK_SCALES: gl.constexpr):
+def _mainloop_promoted(a_bufs, b_bufs, s_bufs, ready_bars, empty_bars, q0, k_tiles, PART: gl.constexpr,
+                       A_PARTS: gl.constexpr, WG_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+                       BLOCK_SCALES: gl.constexpr):
     """fp8 with promotion (fp8.py): each K block's product starts from zero on the tensor cores
-    and is added here to the fp32 sums, times the block's scales when BLOCK_SCALES.  The add
+    and is added here to the fp32 sums, times the block's scales when BLOCK_SCALES (the products
+    of a- and b-scales the producer stored beside the slot, read while the wgmmas run).  The add
     waits for this warpgroup's wgmma; the other consumer's wgmmas keep the tensor cores busy.
     The tile's columns go in PIECE-wide pieces, one partial reused: a sum of 64 x 256 and a
     partial beside it would not fit in a thread's registers, two 64 x 128 sums and one partial do.
@@ -202,22 +231,10 @@ def _mainloop_promoted(a_bufs, b_bufs, ready_bars, empty_bars, q0, k_tiles, sa_p
     PIECE: gl.constexpr = 128  # = fp8.SCALE_BLOCK: a piece has one block scale of B per K block
     gl.static_assert(BLOCK_N == PIECE or BLOCK_N == 2 * PIECE)
     layout: gl.constexpr = _acc_layout(WG_M, PIECE, a_bufs.dtype)
+    rows: gl.constexpr = gl.SliceLayout(1, layout)
     acc0 = gl.zeros([WG_M, PIECE], gl.float32, layout)
     acc1 = gl.zeros([WG_M, PIECE], gl.float32, layout)
     zero = gl.zeros([WG_M, PIECE], gl.float32, layout)
-    if BLOCK_SCALES:
-        # Each K block's scales are loaded one block ahead: a scale used in the block it was loaded
-        # in stalled the warp on that load between its wgmmas (ptxas put the scales' product there).
-        offs_m = off_m + gl.arange(0, WG_M, layout=gl.SliceLayout(1, layout))
-        sa_ptrs = sa_ptr + offs_m * stride_sam
-        rows_ok = offs_m < M
-        sb_ptrs = sb_ptr + (off_n // PIECE) * stride_sbn
-        cols1_ok = off_n + PIECE < N  # no block of B past N: its scale is never read
-        sa_next = gl.load(sa_ptrs, mask=rows_ok, other=0.0)
-        sb0_next = gl.load(sb_ptrs)
-        sb1_next = sb0_next  # the second piece's, when there is one
-        if BLOCK_N == 2 * PIECE:
-            sb1_next = gl.load(sb_ptrs + stride_sbn, mask=cols1_ok, other=0.0)
     for kk in range(k_tiles):
         q = q0 + kk
         s = q % STAGES
@@ -225,27 +242,23 @@ def _mainloop_promoted(a_bufs, b_bufs, ready_bars, empty_bars, q0, k_tiles, sa_p
         a = a_bufs.index(s * A_PARTS + PART)
         b = b_bufs.index(s)  # [BLOCK_N, BLOCK_K]: B's K-major rows
         part = warpgroup_mma(a, b.slice(0, PIECE).permute((1, 0)), zero, use_acc=False, is_async=True)
-        if BLOCK_SCALES:  # after the wgmmas are issued: nothing before them waits for these loads
-            sa, sb0, sb1 = sa_next, sb0_next, sb1_next
-            more = kk + 1 < k_tiles
-            sa_next = gl.load(sa_ptrs + (kk + 1) * stride_sak, mask=rows_ok & more, other=0.0)
-            sb0_next = gl.load(sb_ptrs + (kk + 1) * stride_sbk, mask=more, other=0.0)
-            sb1_next = sb0_next
-            if BLOCK_N == 2 * PIECE:
-                sb1_next = gl.load(sb_ptrs + (kk + 1) * stride_sbk + stride_sbn, mask=more & cols1_ok, other=0.0)
+        if BLOCK_SCALES:
+            scale = s_bufs.index(s * (BLOCK_N // PIECE)).slice(PART * WG_M, WG_M).load(rows)
         part = warpgroup_mma_wait(0, deps=(part,))
         if BLOCK_N == PIECE:
             mbarrier.arrive(empty_bars.index(s))
         if BLOCK_SCALES:
-            acc0 += part * gl.expand_dims(sa * sb0, 1)
+            acc0 += part * gl.expand_dims(scale, 1)
         else:
             acc0 += part
         if BLOCK_N == 2 * PIECE:
             part = warpgroup_mma(a, b.slice(PIECE, PIECE).permute((1, 0)), zero, use_acc=False, is_async=True)
+            if BLOCK_SCALES:
+                scale = s_bufs.index(s * 2 + 1).slice(PART * WG_M, WG_M).load(rows)
             part = warpgroup_mma_wait(0, deps=(part,))
             mbarrier.arrive(empty_bars.index(s))
             if BLOCK_SCALES:
-                acc1 += part * gl.expand_dims(sa * sb1, 1)
+                acc1 += part * gl.expand_dims(scale, 1)
             else:
                 acc1 += part
     return acc0, acc1
@@ -306,7 +319,7 @@ def _epilogue(acc, c_desc, c_smem, c_ptr, bias_ptr, off_m, off_n, M, N, stride_c
 
 
 @gluon.jit
-def _consumer(c_desc, a_bufs, b_bufs, c_bufs, ready_bars, empty_bars, turn_bars, c_ptr, bias_ptr, trace_ptr,
+def _consumer(c_desc, a_bufs, b_bufs, c_bufs, s_bufs, ready_bars, empty_bars, turn_bars, c_ptr, bias_ptr, trace_ptr,
               sa_ptr, sb_ptr, M, N, K, stride_cm, stride_sam, stride_sak, stride_sbk, stride_sbn,
               SCALING: gl.constexpr, PROMOTE: gl.constexpr, SCHEDULE: gl.constexpr, WG_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
               STAGES: gl.constexpr, EPI_SPLIT: gl.constexpr, A_COL_MAJOR: gl.constexpr, B_COL_MAJOR: gl.constexpr,
@@ -339,9 +352,8 @@ def _consumer(c_desc, a_bufs, b_bufs, c_bufs, ready_bars, empty_bars, turn_bars,
         if PROMOTE:  # fp8: the sums come in 128-column pieces, each stored as one EPI_SPLIT part
             gl.static_assert(not PINGPONG, "fp8 promotion runs the cooperative schedule")
             gl.static_assert(BLOCK_N // EPI_SPLIT == 128)
-            acc, acc_hi = _mainloop_promoted(a_bufs, b_bufs, ready_bars, empty_bars, t * k_tiles, k_tiles, sa_ptr,
-                                             sb_ptr, off_m, off_n, M, N, stride_sam, stride_sak, stride_sbk,
-                                             stride_sbn, PART, A_PARTS, WG_M, BLOCK_N, STAGES, SCALING == "block")
+            acc, acc_hi = _mainloop_promoted(a_bufs, b_bufs, s_bufs, ready_bars, empty_bars, t * k_tiles, k_tiles,
+                                             PART, A_PARTS, WG_M, BLOCK_N, STAGES, SCALING == "block")
             if TRACE:
                 mainloop_end = _globaltimer()
             acc = _apply_scales(acc, sa_ptr, sb_ptr, off_m, off_n, M, N, stride_sam, stride_sbn, SCALING, WG_M, 128)
@@ -385,37 +397,47 @@ def _matmul_ws_kernel(a_desc, b_desc, c_desc, c_ptr, bias_ptr, trace_ptr, sa_ptr
                       GROUP_SIZE_M: gl.constexpr, PRODUCER_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr):
     gl.static_assert(SCHEDULE == "pingpong" or SCHEDULE == "cooperative")
     A_PARTS: gl.constexpr = 2 if SCHEDULE == "cooperative" else 1
+    BLOCK_SCALES: gl.constexpr = SCALING == "block"
 
-    # Every buffer and barrier, allocated together: the ring (STAGES slots of A and B blocks),
-    # one C staging buffer per consumer, and the ring's two barriers per slot.
+    # Every buffer and barrier, allocated together: the ring (STAGES slots of A and B blocks, and
+    # block-wise their scales), one C staging buffer per consumer, and the ring's two barriers per slot.
     a_bufs = gl.allocate_shared_memory(a_desc.dtype, [STAGES * A_PARTS] + a_desc.block_type.shape, a_desc.layout)
     b_bufs = gl.allocate_shared_memory(b_desc.dtype, [STAGES] + b_desc.block_type.shape, b_desc.layout)
     if C_TMA:
         c_bufs = gl.allocate_shared_memory(c_desc.dtype, [2] + c_desc.block_type.shape, c_desc.layout)
     else:
         c_bufs = a_bufs  # unused: C goes out through pointer stores
+    if BLOCK_SCALES:  # per slot and 128-column piece, each tile row's a-scale times the piece's b-scale
+        s_bufs = gl.allocate_shared_memory(gl.float32, [STAGES * (BLOCK_N // 128), A_PARTS * WG_M],
+                                           gl.SwizzledSharedLayout(1, 1, 1, order=[0]))  # a 1-D layout: each row is indexed
+    else:
+        s_bufs = a_bufs  # unused
     ready_bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty_bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     turn_bars = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())  # pingpong: whose main loop
     mbarrier.init(turn_bars.index(0), count=1)
     mbarrier.init(turn_bars.index(1), count=1)
     for i in gl.static_range(STAGES):
-        mbarrier.init(ready_bars.index(i), count=1)  # the producer's expect + the TMA bytes
+        if BLOCK_SCALES:  # the producer's expect + the TMA bytes, then its arrive once the scales are stored
+            mbarrier.init(ready_bars.index(i), count=2)
+        else:  # the producer's expect + the TMA bytes
+            mbarrier.init(ready_bars.index(i), count=1)
         mbarrier.init(empty_bars.index(i), count=A_PARTS)  # every consumer that read the slot
 
     # default partition (this kernel's 4 warps) = consumer 0; workers: consumer 1 (4 warps), producer (1 warp)
     # (The argument tuples are written out: a tuple assigned to a name turns its constexprs into tensors.)
     gl.warp_specialize([
-        (_consumer, (c_desc, a_bufs, b_bufs, c_bufs, ready_bars, empty_bars, turn_bars, c_ptr, bias_ptr, trace_ptr,
+        (_consumer, (c_desc, a_bufs, b_bufs, c_bufs, s_bufs, ready_bars, empty_bars, turn_bars, c_ptr, bias_ptr, trace_ptr,
                      sa_ptr, sb_ptr, M, N, K, stride_cm, stride_sam, stride_sak, stride_sbk, stride_sbn,
                      SCALING, PROMOTE, SCHEDULE, WG_M, BLOCK_N, BLOCK_K, STAGES, EPI_SPLIT, A_COL_MAJOR, B_COL_MAJOR, C_TMA,
                      HAS_BIAS, ACTIVATION, TRACE, GROUP_SIZE_M, 0)),
-        (_consumer, (c_desc, a_bufs, b_bufs, c_bufs, ready_bars, empty_bars, turn_bars, c_ptr, bias_ptr, trace_ptr,
+        (_consumer, (c_desc, a_bufs, b_bufs, c_bufs, s_bufs, ready_bars, empty_bars, turn_bars, c_ptr, bias_ptr, trace_ptr,
                      sa_ptr, sb_ptr, M, N, K, stride_cm, stride_sam, stride_sak, stride_sbk, stride_sbn,
                      SCALING, PROMOTE, SCHEDULE, WG_M, BLOCK_N, BLOCK_K, STAGES, EPI_SPLIT, A_COL_MAJOR, B_COL_MAJOR, C_TMA,
                      HAS_BIAS, ACTIVATION, TRACE, GROUP_SIZE_M, 1)),
         (_producer, (a_desc, b_desc, a_bufs, b_bufs, ready_bars, empty_bars, M, N, K,
-                     SCHEDULE, WG_M, BLOCK_N, BLOCK_K, STAGES, A_COL_MAJOR, B_COL_MAJOR, GROUP_SIZE_M)),
+                     SCHEDULE, WG_M, BLOCK_N, BLOCK_K, STAGES, A_COL_MAJOR, B_COL_MAJOR, GROUP_SIZE_M,
+                     BLOCK_SCALES, s_bufs, sa_ptr, sb_ptr, stride_sam, stride_sak, stride_sbk, stride_sbn)),
     ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
 
 
@@ -471,10 +493,13 @@ def _require_hopper() -> None:
                        "Use matmul_tma (sm_90+) or matmul_persistent (any GPU, or the interpreter) instead.")
 
 
-def _fit_stages(config, in_bytes: int, out_bytes: int) -> dict:
-    """``config`` with as many ring slots (at most its STAGES) as fit beside the two C buffers."""
+def _fit_stages(config, in_bytes: int, out_bytes: int, *, block_scales: bool = False) -> dict:
+    """``config`` with as many ring slots (at most its STAGES) as fit beside the two C buffers
+    (``block_scales``: each slot also holds a float32 scale per tile row and 128-column piece)."""
     a_parts = 2 if config["SCHEDULE"] == "cooperative" else 1
     slot = (a_parts * config["WG_M"] + config["BLOCK_N"]) * config["BLOCK_K"] * in_bytes
+    if block_scales:
+        slot += a_parts * config["WG_M"] * (config["BLOCK_N"] // 128) * 4
     c_bytes = 2 * config["WG_M"] * config["BLOCK_N"] // config["EPI_SPLIT"] * out_bytes
     return {**config, "STAGES": min(config["STAGES"], (_SMEM_BYTES - c_bytes) // slot)}
 
@@ -662,7 +687,8 @@ def fp8_config(M, N, scaling, *, use_fast_accum, out_bytes, tile=None):
     (128 x 256 spills registers and ran at half its speed, PERF_NOTES 34)."""
     if tile is None:
         tile = "128x128" if scaling == "block" else ws_default_tile(M, N, num_sms=runtime.num_sms(), tiles=FP8_WS_TILES)
-    return _fit_stages(FP8_CONFIGS[tile], 1, out_bytes), scaling == "block" or not use_fast_accum
+    return (_fit_stages(FP8_CONFIGS[tile], 1, out_bytes, block_scales=scaling == "block"),
+            scaling == "block" or not use_fast_accum)
 
 
 def tma_readable(a, b) -> bool:
