@@ -323,7 +323,7 @@ def test_ws_tiles_fit_shared_memory_and_are_picked_by_shape():
         return matmul_ws._fit_stages(matmul_ws.FP8_CONFIGS[tile], 1, out_bytes)["STAGES"]
 
     assert (stages("128x256", 2), stages("128x256", 4), stages("128x128", 2), stages("128x128", 4)) == (4, 3, 6, 5)
-    # block scales: each slot also holds 128 float32 a-scales and, per 128-column piece, 128 copies of its b-scale
+    # block scales: each slot also holds 128 float32 scale products per 128-column piece
     block = matmul_ws._fit_stages(matmul_ws.FP8_CONFIGS["128x128"], 1, 2, block_scales=True)["STAGES"]
     assert block == 5 and matmul_ws.fp8_config(4096, 4096, "block", use_fast_accum=False, out_bytes=2)[0]["STAGES"] == 5
     assert ws_default_tile(4096, 4096, num_sms=132, tiles=FP8_WS_TILES) == "128x256"

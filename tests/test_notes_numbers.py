@@ -545,3 +545,71 @@ def test_entry_26_numbers_are_the_records():
         assert all(r["passed"] for r in rows)
         seconds = [r["seconds"] for r in rows]
         assert words.format(lo=min(seconds), hi=max(seconds)) in text, name
+
+
+def test_entry_35_numbers_are_the_records():
+    """PERF_NOTES 35 quotes its sweeps, counters, clocks and GPU records (``images/bench/entry35``)."""
+    text = _squash(PERF_NOTES.read_text())
+    run = BENCH / "entry35"
+
+    def geomean(name, variant, provider="scaled_mm", scale_a="row-major"):
+        ratios = [float(r["vs_torch"]) for r in report.read_csv(run / name)
+                  if (r["variant"], r["provider"], r["scale_a"]) == (variant, provider, scale_a) and r["vs_torch"]]
+        assert len(ratios) == 6, (name, variant, provider, scale_a)
+        return _geomean(ratios)
+
+    def pair(name, variant):
+        return f"{geomean(name, variant):.3f}x / {geomean(name, variant, scale_a='M-major'):.3f}x"
+
+    assert f"same block **{pair('block_sweep_1.csv', 'same block')}**" in text
+    assert f"after issue {pair('block_sweep_1.csv', 'after issue')}, ahead {pair('block_sweep_1.csv', 'ahead')}" in text
+    tensor_wise = geomean("block_sweep_1.csv", "ahead", "scaled_mm tensor-wise 128x128", "")
+    assert f"promotion: {tensor_wise:.3f}x of torch's block-wise kernel" in text
+    assert (f"entry 34's loop {pair('block_sweep_2.csv', 'entry34')}, the consumer loading one block ahead (first "
+            f"change) {pair('block_sweep_2.csv', 'registers')}, the producer storing the products "
+            f"**{pair('block_sweep_2.csv', 'this checkout')}**") in text
+    assert f"the cp.async copies **{pair('block_sweep_3.csv', 'this checkout')}**" in text
+    assert f"(second change) in the same run {pair('block_sweep_3.csv', 'staged')}" in text
+
+    def counters(name):
+        return {(r["case"], r["provider"]): r for r in report.read_csv(run / name)}
+
+    def pct(row, metric):
+        return f"{float(row[metric]):.1f}%"
+
+    tensor_pipe = "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed"
+    scoreboard = "smsp__warp_issue_stalled_long_scoreboard_per_warp_active.pct"
+    first, second, third = (counters(n) for n in ("counters_fp8_1.csv", "counters_block_2.csv", "counters_block_3.csv"))
+    block = "fp8 4096^3 block"
+    assert f"**{float(first[block, 'scaled_mm'][scoreboard]):.0f}%** of their active cycles" in text
+    assert f"tensor pipe {pct(first[block, 'scaled_mm'], tensor_pipe)} against torch's {pct(first[block, 'torch block-wise'], tensor_pipe)}" in text
+    assert (f"Long-scoreboard stalls {float(first[block, 'scaled_mm'][scoreboard]):.0f}% -> "
+            f"**{float(second[block, 'scaled_mm'][scoreboard]):.0f}%**, tensor pipe "
+            f"{pct(first[block, 'scaled_mm'], tensor_pipe)} -> {pct(second[block, 'scaled_mm'], tensor_pipe)}") in text
+    assert f"the tensor pipe fell to {pct(third[block, 'scaled_mm'], tensor_pipe)}" in text
+    tensor = "fp8 4096^3 tensor"
+    assert (f"tensor pipe {pct(first[tensor, 'scaled_mm'], tensor_pipe)} promoted against cuBLAS's "
+            f"{pct(first[tensor, 'torch._scaled_mm'], tensor_pipe)}") in text
+    assert f"our kernel reaches {pct(first[tensor, 'scaled_mm fast'], tensor_pipe)}" in text
+    big = "fp8 8192^3 tensor"
+    assert (f"tensor pipe {pct(first[big, 'scaled_mm'], tensor_pipe)} against "
+            f"{float(first[big, 'torch._scaled_mm'][tensor_pipe]):.1f}%; DRAM reads "
+            f"{float(first[big, 'scaled_mm']['dram__bytes_read.sum']) / 1e6:.0f} MB against "
+            f"{float(first[big, 'torch._scaled_mm']['dram__bytes_read.sum']) / 1e6:.0f} MB") in text
+    small = counters("counters_fp8_small.csv")
+    qkv = small["fp8 DeepSeek-V3 QKV M=1000 tensor", "scaled_mm"]
+    balance = float(qkv["sm__cycles_active.avg"]) / float(qkv["sm__cycles_active.max"])
+    assert f"our grid is {int(float(qkv['launch__grid_size']))} programs" in text
+    assert f"SM cycles avg/max **{balance:.2f}**" in text and f"tensor pipe {pct(qkv, tensor_pipe)}" in text
+    vendor = small["fp8 DeepSeek-V3 QKV M=1000 tensor", "torch._scaled_mm"]
+    assert f"cuBLAS runs {int(float(vendor['launch__grid_size']))} CTAs of 144 x 128" in text
+    clocks = {(r["case"], r["provider"]): r for r in committed_record("clocks_fp8_small", run)["rows"]}
+    assert f"against {clocks['fp8 2048^3 tensor', 'scaled_mm']['speedup']:.3f}x in `bench.clocks`" in text
+    notebook = committed_record("notebook10_h200", run)["notebooks"]
+    assert notebook[0]["passed"] and f"passed in {notebook[0]['seconds']} s" in text
+    memcheck = (run / "memcheck_fp8.log").read_text()
+    assert "66 fp8 results checked, 0 wrong" in memcheck and "ERROR SUMMARY: 0 errors" in memcheck
+    suite = [r for r in report.read_csv(run / "fp8_suite_2" / "fp8.csv")
+             if r["panel"] == "block" and r["provider"] == "scaled_mm"]
+    assert f"block-wise geomean **{_geomean([float(r['speedup']) for r in suite]):.3f}x** torch's" in text
+

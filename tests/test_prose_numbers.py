@@ -586,6 +586,27 @@ def test_notebook_10_results_in_words():
     assert {m for m, g in by_model.items() if g < 1} == {"Mixtral-8x7B", "DeepSeek-V3", "gpt-oss-20b", "gpt-oss-120b"}
 
 
+def _sweep_geomean(path: Path, variant: str, provider: str, scale_a: str) -> float:
+    """The geomean over shapes of one version's speed-up in a ``tests/gpu_fp8_block_sweep.py`` CSV."""
+    with path.open() as f:
+        ratios = [float(r["vs_torch"]) for r in csv.DictReader(f)
+                  if (r["variant"], r["provider"], r["scale_a"]) == (variant, provider, scale_a) and r["vs_torch"]]
+    assert len(ratios) == 6, (path, variant, provider, scale_a)
+    return statistics.geometric_mean(ratios)
+
+
+def test_notebook_10_block_scales_after_entry_35():
+    """10, sections 5 and 9: the producer loads the block scales, and the same-run sweep's geomeans
+    against torch's block-wise kernel (entry 35's second run): "from 0.81x to 0.88x (0.92x ...)"."""
+    text = markdown_of("10_fp8.ipynb")
+    assert _squash("the producer warp now loads them and stores them beside the ring slot") in text
+    sweep = ROOT / "images/bench/entry35/block_sweep_2.csv"
+    before = _sweep_geomean(sweep, "entry34", "scaled_mm", "row-major")
+    after = _sweep_geomean(sweep, "this checkout", "scaled_mm", "row-major")
+    m_major = _sweep_geomean(sweep, "this checkout", "scaled_mm", "M-major")
+    assert _squash(f"from {before:.2f}× to {after:.2f}× ({m_major:.2f}× with scale_a in torch's M-major layout") in text
+
+
 def test_notebook_10_promotion_cost_by_kernel():
     """10, section 5: promoting every 128 costs the one-program-per-tile kernel "12% at 4096³ here,
     against 7% for cuBLAS", and the warp-specialized one "about 8% at 4096³" in the fp8 suite."""

@@ -132,6 +132,11 @@ CASES = (  # the most telling first: a run cut short keeps them
                 b_transposed=True, why="block-wise scales in the K loop: target 1.00x torch's block-wise (PERF_NOTES 27, 35)"),
     CounterCase("fp8 8192^3 tensor", "fp8", "e4m3", (8192, 8192, 8192, "tensor"), ("torch._scaled_mm", "scaled_mm"),
                 b_transposed=True, why="scaled_mm target 1.05x at 8192^3: missed (PERF_NOTES 34)"),
+    CounterCase("fp8 DeepSeek-V3 QKV M=1000 tensor", "fp8", "e4m3", (1000, 2112, 7168, "tensor"),
+                ("torch._scaled_mm", "scaled_mm"), b_transposed=True,
+                why="the fp8 suite's lowest tensor-wise row: 72 tiles of 128 x 256 on 132 SMs (PERF_NOTES 34)"),
+    CounterCase("fp8 2048^3 tensor", "fp8", "e4m3", (2048, 2048, 2048, "tensor"), ("torch._scaled_mm", "scaled_mm"),
+                b_transposed=True, why="a small square row below the tensor-wise geomean (PERF_NOTES 34, 35)"),
 )
 
 

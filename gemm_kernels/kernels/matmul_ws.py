@@ -22,7 +22,8 @@ q-th K block a program loads) is slot ``q % STAGES``, phase ``(q // STAGES) & 1`
 the tile and K indices, never carried between loops, so producer and consumers agree by
 construction.  Needs an sm_90 GPU; fp16 and bf16; any M, N, K (TMA zero-fills and clips); the
 same input contract and errors as ``matmul_tma``.  ``fp8.scaled_mm`` runs it with fp8 operands
-(``scaled_mm_ws``: scales, and promotion in the consumers, ``_mainloop_promoted``).
+(``scaled_mm_ws``: scales, and promotion in the consumers, ``_mainloop_promoted``; block scales are
+loaded by the producer and stored beside each ring slot, so no consumer waits on a load).
 """
 
 from __future__ import annotations
@@ -31,18 +32,16 @@ import numpy as np
 import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait,
 )
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 # Triton 3.6 (the GPU machine's) names the TMA copies async_copy_global_to_shared and
-# async_copy_shared_to_global (and Ampere's cp.async async_copy_global_to_shared); newer Triton
-# renamed them async_load / async_store and made the old names raise.  Same arguments in the forms used here.
+# async_copy_shared_to_global; newer Triton renamed them async_load / async_store and made the
+# old names raise.  Same arguments in the forms used here.
 _tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
 _tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
-_cp_async = getattr(async_copy, "async_load", None) or async_copy.async_copy_global_to_shared  # cp.async, likewise
 
 # --- the package helpers this module uses (one block, to re-point when the package moves) ---
 from .. import _triton_compat, runtime
@@ -127,20 +126,18 @@ def _acc_layout(WG_M, BLOCK_N, dtype=gl.float16):
 
 # ----------------------------------------------------------------------------- partitions
 @gluon.jit
-def _copy_block_scales(s_bufs, slot, ready, sa_ptr, sb_ptr, off_m, off_n, kk, M, N, stride_sam, stride_sak,
-                       stride_sbk, stride_sbn, TILE_M: gl.constexpr, PIECES: gl.constexpr):
-    """One warp, block scales (fp8.py): asynchronous copies (cp.async) of K block kk's a-scale of
-    each tile row and, per 128-column piece, the piece's b-scale once per row, into ring slot
-    ``slot``'s rows of ``s_bufs``; ``ready`` completes only once they have landed."""
+def _load_block_scales(sa_ptr, sb_ptr, off_m, off_n, kk, M, N, stride_sam, stride_sak, stride_sbk, stride_sbn,
+                       TILE_M: gl.constexpr, BLOCK_N: gl.constexpr):
+    """One warp, block scales (fp8.py): K block kk's scales of the tile's rows (TILE_M of them) and of
+    its one or two 128-column pieces of B; the second piece's is the first's when there is one piece."""
     offs_m = off_m + gl.arange(0, TILE_M, layout=gl.BlockedLayout([TILE_M // 32], [32], [1], [0]))
-    row = slot * (1 + PIECES)
-    _cp_async(s_bufs.index(row), sa_ptr + offs_m * stride_sam + kk * stride_sak, mask=offs_m < M)
-    for piece in gl.static_range(PIECES):
-        col = off_n // 128 + piece
-        same = sb_ptr + kk * stride_sbk + col * stride_sbn + offs_m * 0  # the piece's one scale, in every row
-        _cp_async(s_bufs.index(row + 1 + piece), same, mask=(offs_m * 0 + col * 128) < N)
-    # one more pending arrival on ready, undone when this thread's copies land (zero net change)
-    async_copy.mbarrier_arrive(ready)
+    sa = gl.load(sa_ptr + offs_m * stride_sam + kk * stride_sak, mask=offs_m < M, other=0.0)
+    col = off_n // 128
+    sb0 = gl.load(sb_ptr + kk * stride_sbk + col * stride_sbn)
+    sb1 = sb0
+    if BLOCK_N == 256:
+        sb1 = gl.load(sb_ptr + kk * stride_sbk + (col + 1) * stride_sbn, mask=(col + 1) * 128 < N, other=0.0)
+    return sa, sb0, sb1
 
 
 @gluon.jit
@@ -165,13 +162,13 @@ def _producer(a_desc, b_desc, a_bufs, b_bufs, ready_bars, empty_bars, M, N, K,
         for kk in range(k_tiles):
             q = t * k_tiles + kk
             s = q % STAGES
+            if BLOCK_SCALES:  # loaded before the wait for the slot, so the wait hides their latency
+                sa, sb0, sb1 = _load_block_scales(sa_ptr, sb_ptr, off_m, off_n, kk, M, N, stride_sam, stride_sak,
+                                                  stride_sbk, stride_sbn, TILE_M, BLOCK_N)
             # Wait until the consumers gave slot s back.  A fresh barrier counts as having
             # completed phase "-1", so the first lap (parity 1) passes at once.
             mbarrier.wait(empty_bars.index(s), ((q // STAGES) & 1) ^ 1)
             ready = ready_bars.index(s)
-            if BLOCK_SCALES:  # before the expect: the slot cannot complete before the copies land
-                _copy_block_scales(s_bufs, s, ready, sa_ptr, sb_ptr, off_m, off_n, kk, M, N, stride_sam, stride_sak,
-                                   stride_sbk, stride_sbn, TILE_M, PIECES)
             mbarrier.expect(ready, slot_bytes)
             off_k = kk * BLOCK_K
             for part in gl.static_range(A_PARTS):
@@ -185,6 +182,11 @@ def _producer(a_desc, b_desc, a_bufs, b_bufs, ready_bars, empty_bars, M, N, K,
                 _tma_load(b_desc, [off_n, off_k], ready, b_bufs.index(s))
             else:
                 _tma_load(b_desc, [off_k, off_n], ready, b_bufs.index(s))
+            if BLOCK_SCALES:  # a row's a-scale times a piece's b-scale, per slot row; then the slot's second arrival
+                s_bufs.index(s * PIECES).store(sa * sb0)
+                if PIECES == 2:
+                    s_bufs.index(s * PIECES + 1).store(sa * sb1)
+                mbarrier.arrive(ready)
 
 
 @gluon.jit
@@ -241,10 +243,8 @@ def _mainloop_promoted(a_bufs, b_bufs, s_bufs, ready_bars, empty_bars, q0, k_til
         a = a_bufs.index(s * A_PARTS + PART)
         b = b_bufs.index(s)  # [BLOCK_N, BLOCK_K]: B's K-major rows
         part = warpgroup_mma(a, b.slice(0, PIECE).permute((1, 0)), zero, use_acc=False, is_async=True)
-        if BLOCK_SCALES:  # the slot's scales of this warpgroup's rows (the producer's copies)
-            row = s * (1 + BLOCK_N // PIECE)
-            sa = s_bufs.index(row).slice(PART * WG_M, WG_M).load(rows)
-            scale = sa * s_bufs.index(row + 1).slice(PART * WG_M, WG_M).load(rows)
+        if BLOCK_SCALES:
+            scale = s_bufs.index(s * (BLOCK_N // PIECE)).slice(PART * WG_M, WG_M).load(rows)
         part = warpgroup_mma_wait(0, deps=(part,))
         if BLOCK_N == PIECE:
             mbarrier.arrive(empty_bars.index(s))
@@ -255,7 +255,7 @@ def _mainloop_promoted(a_bufs, b_bufs, s_bufs, ready_bars, empty_bars, q0, k_til
         if BLOCK_N == 2 * PIECE:
             part = warpgroup_mma(a, b.slice(PIECE, PIECE).permute((1, 0)), zero, use_acc=False, is_async=True)
             if BLOCK_SCALES:
-                scale = sa * s_bufs.index(row + 2).slice(PART * WG_M, WG_M).load(rows)
+                scale = s_bufs.index(s * 2 + 1).slice(PART * WG_M, WG_M).load(rows)
             part = warpgroup_mma_wait(0, deps=(part,))
             mbarrier.arrive(empty_bars.index(s))
             if BLOCK_SCALES:
@@ -408,8 +408,8 @@ def _matmul_ws_kernel(a_desc, b_desc, c_desc, c_ptr, bias_ptr, trace_ptr, sa_ptr
         c_bufs = gl.allocate_shared_memory(c_desc.dtype, [2] + c_desc.block_type.shape, c_desc.layout)
     else:
         c_bufs = a_bufs  # unused: C goes out through pointer stores
-    if BLOCK_SCALES:  # per slot, each tile row's a-scale, then per 128-column piece its b-scale (once per row)
-        s_bufs = gl.allocate_shared_memory(gl.float32, [STAGES * (1 + BLOCK_N // 128), A_PARTS * WG_M],
+    if BLOCK_SCALES:  # per slot and 128-column piece, each tile row's a-scale times the piece's b-scale
+        s_bufs = gl.allocate_shared_memory(gl.float32, [STAGES * (BLOCK_N // 128), A_PARTS * WG_M],
                                            gl.SwizzledSharedLayout(1, 1, 1, order=[0]))  # a 1-D layout: each row is indexed
     else:
         s_bufs = a_bufs  # unused
@@ -419,7 +419,10 @@ def _matmul_ws_kernel(a_desc, b_desc, c_desc, c_ptr, bias_ptr, trace_ptr, sa_ptr
     mbarrier.init(turn_bars.index(0), count=1)
     mbarrier.init(turn_bars.index(1), count=1)
     for i in gl.static_range(STAGES):
-        mbarrier.init(ready_bars.index(i), count=1)  # the producer's expect + the TMA bytes (+ block scales' copies)
+        if BLOCK_SCALES:  # the producer's expect + the TMA bytes, then its arrive once the scales are stored
+            mbarrier.init(ready_bars.index(i), count=2)
+        else:  # the producer's expect + the TMA bytes
+            mbarrier.init(ready_bars.index(i), count=1)
         mbarrier.init(empty_bars.index(i), count=A_PARTS)  # every consumer that read the slot
 
     # default partition (this kernel's 4 warps) = consumer 0; workers: consumer 1 (4 warps), producer (1 warp)
@@ -493,12 +496,11 @@ def _require_hopper() -> None:
 
 def _fit_stages(config, in_bytes: int, out_bytes: int, *, block_scales: bool = False) -> dict:
     """``config`` with as many ring slots (at most its STAGES) as fit beside the two C buffers
-    (``block_scales``: each slot also holds a float32 a-scale per tile row and, per 128-column piece,
-    the piece's b-scale once per row)."""
+    (``block_scales``: each slot also holds a float32 scale per tile row and 128-column piece)."""
     a_parts = 2 if config["SCHEDULE"] == "cooperative" else 1
     slot = (a_parts * config["WG_M"] + config["BLOCK_N"]) * config["BLOCK_K"] * in_bytes
     if block_scales:
-        slot += a_parts * config["WG_M"] * (1 + config["BLOCK_N"] // 128) * 4
+        slot += a_parts * config["WG_M"] * (config["BLOCK_N"] // 128) * 4
     c_bytes = 2 * config["WG_M"] * config["BLOCK_N"] // config["EPI_SPLIT"] * out_bytes
     return {**config, "STAGES": min(config["STAGES"], (_SMEM_BYTES - c_bytes) // slot)}
 
