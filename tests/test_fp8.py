@@ -313,6 +313,37 @@ def test_gpu_hopper_runs_the_warp_specialized_kernel(scaling, monkeypatch):
         assert (len(calls) == before + 1) == through_ws, kwargs
 
 
+@needs_fp8
+@pytest.mark.gpu
+def test_gpu_block_scales_in_two_piece_tiles(monkeypatch):
+    """Block scales in 128 x 256 tiles (two 128-column pieces, so two b-scales per K block, the
+    second masked past N), a path scaled_mm does not pick (it spills, PERF_NOTES 34): still right.
+    N = 356 ends in a tile whose second piece lies past N; W's 128-column blocks differ in scale
+    by 4x, so a piece that took the other's b-scale would be far off."""
+    if not runtime.supports_wgmma():
+        pytest.skip("no wgmma on this GPU: block scales run the tiled kernel")
+    from gemm_kernels.kernels import matmul_ws
+
+    M, N, K = 300, 356, 512
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(M, K, generator=gen)
+    x[:, :: K // 4] *= 50
+    w = torch.randn(N, K, generator=gen) / K**0.5 * (4.0 ** (torch.arange(N) // 128 % 3))[:, None]
+    a, sa = fp8.quantize_fp8(x.to(DEVICE), (1, 128))
+    b, sb = fp8.quantize_fp8(w.to(DEVICE).t(), (128, 128))
+    config = matmul_ws.fp8_config
+    monkeypatch.setattr(matmul_ws, "fp8_config",
+                        lambda *args, **kw: config(*args, **{**kw, "tile": "128x256"}))
+    matmul_ws._PLANS.clear()
+    fp8._KEPT.clear()
+    try:
+        check(a, b, sa, sb)
+        assert [plan.tile for plan in matmul_ws._PLANS.values()] == [(128, 256, "cooperative")]
+    finally:  # no later test may reuse a plan of the forced tile
+        matmul_ws._PLANS.clear()
+        fp8._KEPT.clear()
+
+
 # ---------------------------------------------------------------- the warp-specialized route (Hopper), on any machine
 def test_ws_tiles_fit_shared_memory_and_are_picked_by_shape():
     """The fp8 tiles' rings as deep as the shared memory allows beside C, and the waves rule's picks."""

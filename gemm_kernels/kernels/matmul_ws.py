@@ -5,8 +5,9 @@ epilogue in turn, so a tile's epilogue stalls the tensor cores.  Here the schedu
 (``triton.experimental.gluon``: layouts, shared memory, barriers and warps written out):
 
 * a **producer** warp issues TMA loads of A and B blocks into a ring of ``STAGES`` shared-memory
-  slots, each with a ``ready`` mbarrier (completed by the TMA unit when the bytes land) and an
-  ``empty`` one (arrived on by the consumers when their wgmma has read the slot);
+  slots, each with a ``ready`` mbarrier (completed by the TMA unit when the bytes land; with fp8
+  block scales, also by the producer once it stored the slot's scales) and an ``empty`` one
+  (arrived on by the consumers when their wgmma has read the slot);
 * two **consumer** warpgroups run ``warpgroup_mma`` (wgmma) on the slots, then the epilogue.
 
 ``SCHEDULE``: ``pingpong`` gives each consumer whole tiles (128 x 128) in turn, ordered by a pair
@@ -23,7 +24,7 @@ the tile and K indices, never carried between loops, so producer and consumers a
 construction.  Needs an sm_90 GPU; fp16 and bf16; any M, N, K (TMA zero-fills and clips); the
 same input contract and errors as ``matmul_tma``.  ``fp8.scaled_mm`` runs it with fp8 operands
 (``scaled_mm_ws``: scales, and promotion in the consumers, ``_mainloop_promoted``; block scales are
-loaded by the producer and stored beside each ring slot, so no consumer waits on a load).
+loaded by the producer and stored beside each ring slot, so no consumer's K loop loads from global memory).
 """
 
 from __future__ import annotations
@@ -247,6 +248,8 @@ def _mainloop_promoted(a_bufs, b_bufs, s_bufs, ready_bars, empty_bars, q0, k_til
             scale = s_bufs.index(s * (BLOCK_N // PIECE)).slice(PART * WG_M, WG_M).load(rows)
         part = warpgroup_mma_wait(0, deps=(part,))
         if BLOCK_N == PIECE:
+            # (The scales were read before this arrive: Gluon syncs the warpgroup first, then one
+            # thread arrives, so the producer cannot overwrite them while a thread still reads.)
             mbarrier.arrive(empty_bars.index(s))
         if BLOCK_SCALES:
             acc0 += part * gl.expand_dims(scale, 1)
@@ -321,7 +324,7 @@ def _epilogue(acc, c_desc, c_smem, c_ptr, bias_ptr, off_m, off_n, M, N, stride_c
 
 @gluon.jit
 def _consumer(c_desc, a_bufs, b_bufs, c_bufs, s_bufs, ready_bars, empty_bars, turn_bars, c_ptr, bias_ptr, trace_ptr,
-              sa_ptr, sb_ptr, M, N, K, stride_cm, stride_sam, stride_sak, stride_sbk, stride_sbn,
+              sa_ptr, sb_ptr, M, N, K, stride_cm, stride_sam, stride_sbn,
               SCALING: gl.constexpr, PROMOTE: gl.constexpr, SCHEDULE: gl.constexpr, WG_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
               STAGES: gl.constexpr, EPI_SPLIT: gl.constexpr, A_COL_MAJOR: gl.constexpr, B_COL_MAJOR: gl.constexpr,
               C_TMA: gl.constexpr, HAS_BIAS: gl.constexpr, ACTIVATION: gl.constexpr, TRACE: gl.constexpr,
@@ -429,11 +432,11 @@ def _matmul_ws_kernel(a_desc, b_desc, c_desc, c_ptr, bias_ptr, trace_ptr, sa_ptr
     # (The argument tuples are written out: a tuple assigned to a name turns its constexprs into tensors.)
     gl.warp_specialize([
         (_consumer, (c_desc, a_bufs, b_bufs, c_bufs, s_bufs, ready_bars, empty_bars, turn_bars, c_ptr, bias_ptr, trace_ptr,
-                     sa_ptr, sb_ptr, M, N, K, stride_cm, stride_sam, stride_sak, stride_sbk, stride_sbn,
+                     sa_ptr, sb_ptr, M, N, K, stride_cm, stride_sam, stride_sbn,
                      SCALING, PROMOTE, SCHEDULE, WG_M, BLOCK_N, BLOCK_K, STAGES, EPI_SPLIT, A_COL_MAJOR, B_COL_MAJOR, C_TMA,
                      HAS_BIAS, ACTIVATION, TRACE, GROUP_SIZE_M, 0)),
         (_consumer, (c_desc, a_bufs, b_bufs, c_bufs, s_bufs, ready_bars, empty_bars, turn_bars, c_ptr, bias_ptr, trace_ptr,
-                     sa_ptr, sb_ptr, M, N, K, stride_cm, stride_sam, stride_sak, stride_sbk, stride_sbn,
+                     sa_ptr, sb_ptr, M, N, K, stride_cm, stride_sam, stride_sbn,
                      SCALING, PROMOTE, SCHEDULE, WG_M, BLOCK_N, BLOCK_K, STAGES, EPI_SPLIT, A_COL_MAJOR, B_COL_MAJOR, C_TMA,
                      HAS_BIAS, ACTIVATION, TRACE, GROUP_SIZE_M, 1)),
         (_producer, (a_desc, b_desc, a_bufs, b_bufs, ready_bars, empty_bars, M, N, K,
@@ -685,7 +688,7 @@ def matmul_ws(a, b, *, activation=None, bias=None):
 def fp8_config(M, N, scaling, *, use_fast_accum, out_bytes, tile=None):
     """``scaled_mm_ws``'s config for an ``M x N`` fp8 product and whether it promotes (block scales
     always do): ``tile`` (an FP8_CONFIGS name) or by the waves rule; block scales run 128 x 128
-    (128 x 256 spills registers and ran at half its speed, PERF_NOTES 34)."""
+    (128 x 256 spills registers and ran at half its speed, PERF_NOTES 34; it still spills, entry 35)."""
     if tile is None:
         tile = "128x128" if scaling == "block" else ws_default_tile(M, N, num_sms=runtime.num_sms(), tiles=FP8_WS_TILES)
     return (_fit_stages(FP8_CONFIGS[tile], 1, out_bytes, block_scales=scaling == "block"),
