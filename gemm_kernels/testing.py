@@ -21,13 +21,16 @@ TOLERANCES = {
 
 
 def rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
-    """Relative Frobenius-norm error; NaN anywhere in ``out`` gives inf."""
+    """Relative Frobenius-norm error; NaN anywhere in ``out`` gives inf.  Below the smallest
+    normal number of ``out``'s dtype (fp16: 6.1e-5) the format has no relative precision left
+    (a subnormal fp16 keeps fewer bits), so ``||ref||`` counts as at least that size per element."""
     out64, ref64 = out.detach().double().cpu(), ref.detach().double().cpu()
     if out64.shape != ref64.shape:
         raise ValueError(f"shape mismatch: out {tuple(out64.shape)} vs ref {tuple(ref64.shape)}")
     if not torch.isfinite(out64).all():
         return float("inf")
-    denom = ref64.norm().item()
+    floor = torch.finfo(out.dtype).tiny * out.numel() ** 0.5 if out.dtype.is_floating_point else 0.0
+    denom = max(ref64.norm().item(), floor)
     diff = (out64 - ref64).norm().item()
     return diff if denom == 0 else diff / denom
 

@@ -272,6 +272,21 @@ def test_rel_err_lists_matches_testing_rel_err_and_catches_nan():
     assert len(core.as_tensor_list(torch.zeros(3, 2, 2))) == 3
 
 
+def test_rel_err_counts_fp16_subnormals_against_the_smallest_normal():
+    """A 1 x 1 fp16 result deep in the GELU tail (a kernel's -2.4438e-6 for -2.3589e-6: a subnormal,
+    1.4 of its 6e-8 steps and 3.6% off) passes the fp16 tolerance; a wrong or unwritten result still fails."""
+    from gemm_kernels.testing import TOLERANCES, assert_close
+
+    ref = torch.tensor([[-2.3589e-06]], dtype=torch.float64)
+    out = torch.tensor([[-2.4438e-06]]).half()
+    assert_close(out, ref)
+    assert abs(out.double() / ref - 1).item() > 0.03  # what the plain ratio says
+    for wrong in (torch.zeros(1, 1), torch.full((1, 1), -1e-4), torch.full((1, 1), float("nan"))):
+        assert rel_err(wrong.half(), torch.tensor([[-2e-4]], dtype=torch.float64)) > TOLERANCES[torch.float16]
+    big = torch.randn(64, 64, dtype=torch.float64)
+    assert rel_err(big.half(), big) == pytest.approx(float((big.half().double() - big).norm() / big.norm()))
+
+
 def test_poisoned_empty_fills_nan_and_restores():
     before = torch.empty
     with core.poisoned_empty():
