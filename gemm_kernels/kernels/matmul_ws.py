@@ -232,6 +232,7 @@ def _mainloop_promoted(a_bufs, b_bufs, s_bufs, ready_bars, empty_bars, q0, k_til
     Returns the sums of columns [0, PIECE) and [PIECE, 2 PIECE) (the second unused when BLOCK_N is PIECE)."""
     PIECE: gl.constexpr = 128  # = fp8.SCALE_BLOCK: a piece has one block scale of B per K block
     gl.static_assert(BLOCK_N == PIECE or BLOCK_N == 2 * PIECE)
+    PIECES: gl.constexpr = BLOCK_N // PIECE  # block scales: s_bufs row s * PIECES + piece, as the producer stores them
     layout: gl.constexpr = _acc_layout(WG_M, PIECE, a_bufs.dtype)
     rows: gl.constexpr = gl.SliceLayout(1, layout)
     acc0 = gl.zeros([WG_M, PIECE], gl.float32, layout)
@@ -245,7 +246,7 @@ def _mainloop_promoted(a_bufs, b_bufs, s_bufs, ready_bars, empty_bars, q0, k_til
         b = b_bufs.index(s)  # [BLOCK_N, BLOCK_K]: B's K-major rows
         part = warpgroup_mma(a, b.slice(0, PIECE).permute((1, 0)), zero, use_acc=False, is_async=True)
         if BLOCK_SCALES:
-            scale = s_bufs.index(s * (BLOCK_N // PIECE)).slice(PART * WG_M, WG_M).load(rows)
+            scale = s_bufs.index(s * PIECES).slice(PART * WG_M, WG_M).load(rows)
         part = warpgroup_mma_wait(0, deps=(part,))
         if BLOCK_N == PIECE:
             # (The scales were read before this arrive: Gluon syncs the warpgroup first, then one
@@ -258,7 +259,7 @@ def _mainloop_promoted(a_bufs, b_bufs, s_bufs, ready_bars, empty_bars, q0, k_til
         if BLOCK_N == 2 * PIECE:
             part = warpgroup_mma(a, b.slice(PIECE, PIECE).permute((1, 0)), zero, use_acc=False, is_async=True)
             if BLOCK_SCALES:
-                scale = s_bufs.index(s * 2 + 1).slice(PART * WG_M, WG_M).load(rows)
+                scale = s_bufs.index(s * PIECES + 1).slice(PART * WG_M, WG_M).load(rows)
             part = warpgroup_mma_wait(0, deps=(part,))
             mbarrier.arrive(empty_bars.index(s))
             if BLOCK_SCALES:
