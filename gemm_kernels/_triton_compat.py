@@ -158,6 +158,17 @@ class SpecializedLaunch:
         """No profiler hook is set (launches then skip the metadata and the hook calls)."""
         return _hook_idle(self._runtime_knobs.launch_enter_hook) and _hook_idle(self._runtime_knobs.launch_exit_hook)
 
+    @property
+    def takes_addresses(self) -> bool:
+        """Whether :meth:`launch` may be given device addresses (ints) for pointer parameters in
+        place of their tensors.  The fast path always ends in the compiled kernel's C launcher
+        (``_call_raw``, or the launcher object when that is not usable), which takes an int as the
+        address; for a tensor it calls ``data_ptr`` and asks the driver (``cuPointerGetAttribute``)
+        once per pointer.  Not on the public fallback: ``kernel[grid]`` would specialise an int as
+        an integer.  Not for a kernel with a ``launch_metadata`` function either: with a profiler's
+        hooks set, Triton hands it the arguments, which it may read as tensors."""
+        return self.fast and getattr(self._kernel, "launch_metadata", None) is None
+
     def _call_raw(self, raw, grid, stream, scratch, arguments) -> None:
         """Call the C launch function ``raw`` (Triton 3.6's argument layout; no profile scratch, no
         launch metadata, no hooks) with ``arguments`` as the kernel takes them."""
@@ -171,8 +182,8 @@ class SpecializedLaunch:
             if self._raw is not None and (self._scratch is None or self.scratch_allocator is not None):
                 scratch = None if self._scratch is None else self.scratch_allocator(
                     grid[0] * grid[1] * grid[2] * self._scratch[0], self._scratch[1], stream)
-                try:
-                    self._call_raw(self._raw, grid, stream, scratch, arguments)
+                try:  # the scratch's address: no driver query for it (``scratch`` keeps it alive meanwhile)
+                    self._call_raw(self._raw, grid, stream, None if scratch is None else scratch.data_ptr(), arguments)
                     return
                 except TypeError as err:  # the C launcher's arguments changed: through the launcher object
                     _give_up("raw_launch", err)

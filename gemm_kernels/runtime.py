@@ -244,17 +244,38 @@ def stream_buffer(purpose: str, numel: int, dtype: torch.dtype, device_index: in
     key cannot tell apart, so kernels using it must not do them: programmatic dependent launch
     (a kernel starting before the previous one on its stream ends), and a stream destroyed
     while its work is pending whose handle a new stream then reuses.  ``zeroed``: a new buffer
-    starts at zero (the kernels that ask for it leave it at zero)."""
-    new = torch.zeros if zeroed else torch.empty
+    starts at zero (the kernels that ask for it leave it at zero).  :func:`stream_buffers` gets
+    several at once."""
     if torch._C._cuda_isCurrentStreamCapturing():
-        return new(numel, device=torch.device("cuda", device_index), dtype=dtype)
+        return _fresh_buffer(numel, dtype, device_index, zeroed)
     # the raw handle, as Triton's launcher reads it (torch.cuda.current_stream is slower)
-    key = (device_index, torch._C._cuda_getCurrentRawStream(device_index), purpose)
+    return _kept_buffer(device_index, torch._C._cuda_getCurrentRawStream(device_index), purpose, numel, dtype, zeroed)
+
+
+def stream_buffers(device_index: int, requests) -> tuple:
+    """:func:`stream_buffer` of each ``(purpose, numel, dtype, zeroed)`` in ``requests``, all on
+    device ``device_index``'s current stream, in order: one capture check and one stream look-up
+    for all of them (a Stream-K or split-K call needs two buffers per launch)."""
+    if torch._C._cuda_isCurrentStreamCapturing():
+        return tuple([_fresh_buffer(numel, dtype, device_index, zeroed) for _, numel, dtype, zeroed in requests])
+    stream = torch._C._cuda_getCurrentRawStream(device_index)
+    return tuple([_kept_buffer(device_index, stream, purpose, numel, dtype, zeroed)
+                  for purpose, numel, dtype, zeroed in requests])
+
+
+def _fresh_buffer(numel: int, dtype: torch.dtype, device_index: int, zeroed: bool) -> torch.Tensor:
+    return (torch.zeros if zeroed else torch.empty)(numel, device=torch.device("cuda", device_index), dtype=dtype)
+
+
+def _kept_buffer(device_index: int, stream: int, purpose: str, numel: int, dtype: torch.dtype,
+                 zeroed: bool) -> torch.Tensor:
+    """The kept buffer of (device, stream, purpose), replaced by a new one when it is too small."""
+    key = (device_index, stream, purpose)
     buffer = _STREAM_BUFFERS.get(key)
     if buffer is None or buffer.numel() < numel:
         if len(_STREAM_BUFFERS) >= _MAX_STREAM_BUFFERS:  # many streams: start over (frees stream-ordered)
             _STREAM_BUFFERS.clear()
-        buffer = _STREAM_BUFFERS[key] = new(numel, device=torch.device("cuda", device_index), dtype=dtype)
+        buffer = _STREAM_BUFFERS[key] = _fresh_buffer(numel, dtype, device_index, zeroed)
     return buffer
 
 
@@ -265,10 +286,12 @@ def reset_stream_buffers(purpose: str) -> None:
 
 
 def tma_scratch(size: int, alignment: int, stream):
-    # Triton launches on the current device's current stream (the ``stream`` it passes), which
-    # stream_buffer keys on; torch's allocations are 512-byte aligned, more than the 128 bytes
-    # descriptors need
-    return stream_buffer("tma scratch", size, torch.uint8, torch._C._cuda_getDevice())
+    """Triton's allocator protocol: descriptor scratch for a launch on ``stream``, the raw handle of
+    the current device's current stream that Triton launches on (so no second look-up of it);
+    torch's allocations are 512-byte aligned, more than the 128 bytes descriptors need."""
+    if torch._C._cuda_isCurrentStreamCapturing():
+        return _fresh_buffer(size, torch.uint8, torch._C._cuda_getDevice(), False)
+    return _kept_buffer(torch._C._cuda_getDevice(), stream, "tma scratch", size, torch.uint8, False)
 
 
 def ensure_tma_allocator() -> None:

@@ -1,7 +1,9 @@
 """Kept launches (``kernels.launches``): the key, the cache, and on a GPU every single-GEMM
 launcher's repeated call going straight to its compiled kernel with the new call's tensors."""
 
+import ctypes
 import gc
+import types
 import weakref
 
 import pytest
@@ -9,7 +11,7 @@ import torch
 import triton
 
 import gemm_kernels as gk
-from gemm_kernels import DEVICE, matmul_ref, runtime
+from gemm_kernels import DEVICE, _triton_compat, matmul_ref, runtime
 from gemm_kernels.kernels import fp8, launches, matmul, persistent, splitk, streamk
 from gemm_kernels.testing import assert_close, random_matrix
 
@@ -109,6 +111,103 @@ def test_a_kept_launch_hands_each_parameter_its_tensor():
     assert bound.launched[-1]["bias_ptr"] is contiguous  # no copy when none is needed
 
 
+def test_the_call_key_is_each_tensors_key_then_the_options(monkeypatch):
+    """call_key inlines tensor_key (host time): the same parts, None for an absent tensor, and
+    grad mode read once per key, only when a tensor requires grad."""
+    a, b, bias = torch.randn(8, 16), torch.randn(16, 8).t(), torch.randn(8)[1:]
+    assert launches.call_key((a, b, bias, None), ("gelu", 8)) == (
+        launches.tensor_key(a), launches.tensor_key(b), launches.tensor_key(bias), None, "gelu", 8)
+    w = torch.nn.Parameter(torch.randn(8, 16))
+    assert launches.call_key((a, w), ()) is None
+    with torch.no_grad():
+        assert launches.call_key((w, w), ()) == (launches.tensor_key(w), launches.tensor_key(w))
+    reads = []
+
+    def grad_off():
+        reads.append(1)
+        return False
+
+    monkeypatch.setattr(torch, "is_grad_enabled", grad_off)
+    assert launches.call_key((a, b), ()) is not None and reads == []
+    assert launches.call_key((w, w, w), ()) is not None and reads == [1]
+
+
+def test_only_the_fast_path_of_a_kernel_without_launch_metadata_takes_addresses():
+    """SpecializedLaunch.takes_addresses: the C launcher reads an int as a pointer, the public
+    ``kernel[grid]`` fallback would specialise it as an integer, and a kernel's launch_metadata
+    function (called with the arguments while a profiler's hooks are set) may read tensors."""
+    launch = object.__new__(_triton_compat.SpecializedLaunch)
+    launch._kernel = types.SimpleNamespace(launch_metadata=None)
+    launch.fast = False
+    assert not launch.takes_addresses
+    launch.fast = True
+    assert launch.takes_addresses
+    launch._kernel = types.SimpleNamespace(launch_metadata=lambda grid, metadata, args: {})
+    assert not launch.takes_addresses
+
+
+class _AddressBound(_RecordedBound):
+    """A bound launch that takes addresses: each launch also runs ``on_launch(arguments)``."""
+
+    takes_addresses = True
+    on_launch = None
+
+    def launch(self, arguments):
+        super().launch(arguments)
+        if self.on_launch is not None:
+            self.on_launch(dict(zip(self.names, arguments)))
+
+
+def test_a_kept_launch_hands_a_launch_that_takes_addresses_the_addresses():
+    """Where the bound launch goes straight to the C launcher, a kept call passes each tensor's
+    address (an int: the launcher asks the driver about none) and holds the tensors meanwhile: a
+    strided bias's contiguous copy and fresh workspace buffers (as under a graph capture) are
+    alive, with their values, while the launch runs."""
+    names = ["a_ptr", "b_ptr", "c_ptr", "bias_ptr", "ws_ptr", "flag_ptr", "M"]
+    bound = _AddressBound(names)
+    made = []
+
+    def workspace():  # fresh each call, held by nothing but the returned dict
+        buffers = {"ws_ptr": torch.full((4,), 7.0), "flag_ptr": torch.zeros(2, dtype=torch.int32)}
+        made.append([weakref.ref(t) for t in buffers.values()])
+        return buffers
+
+    seen = {}
+
+    def on_launch(arguments):
+        seen["alive"] = all(ref() is not None for ref in made[-1])
+        seen["bias"] = list((ctypes.c_float * 3).from_address(arguments["bias_ptr"]))
+        seen["ws"] = list((ctypes.c_float * 4).from_address(arguments["ws_ptr"]))
+
+    bound.on_launch = on_launch
+    kept = launches.KeptLaunch(bound, torch.Size([2, 3]), torch.float16,
+                               {"a_ptr": "a", "b_ptr": "b", "c_ptr": "out", "bias_ptr": "bias"}, workspace=workspace,
+                               out_device=torch.device("cpu"))
+    assert kept.addresses
+    a, b, bias = torch.randn(2, 5), torch.randn(5, 3), torch.randn(6)[::2]
+    out = kept(a=a, b=b, bias=bias)
+    assert out.shape == (2, 3) and out.dtype == torch.float16 and out.device == torch.device("cpu")
+    got = bound.launched[-1]
+    assert all(type(got[n]) is int for n in names[:-1]) and got["M"] == "bound M"
+    assert (got["a_ptr"], got["b_ptr"], got["c_ptr"]) == (a.data_ptr(), b.data_ptr(), out.data_ptr())
+    assert got["bias_ptr"] != bias.data_ptr()  # the contiguous copy's address...
+    assert seen["alive"] and seen["bias"] == bias.tolist() and seen["ws"] == [7.0] * 4  # ...alive meanwhile
+    out = kept(a=a, b=b, bias=None)
+    assert bound.launched[-1]["bias_ptr"] == out.data_ptr()  # no bias: C stands in, never read
+
+
+def test_a_kept_launch_keeps_tensors_for_a_launch_that_takes_none():
+    """A bound launch on the public fallback (takes_addresses False) gets the tensors themselves."""
+    bound = _AddressBound(["a_ptr", "b_ptr", "c_ptr", "bias_ptr"])
+    bound.takes_addresses = False
+    kept = launches.KeptLaunch(bound, (2, 3), torch.float32, {"a_ptr": "a", "b_ptr": "b", "c_ptr": "out",
+                                                             "bias_ptr": "bias"})
+    a, b = torch.randn(2, 5), torch.randn(5, 3)
+    out = kept(a=a, b=b, bias=None)
+    got = bound.launched[-1]
+    assert got["a_ptr"] is a and got["b_ptr"] is b and got["c_ptr"] is out and got["bias_ptr"] is out
+
+
 # ----------------------------------------------------------------------------- on a GPU
 def _fp8_inputs(M, N, K):
     a, sa = fp8.quantize_fp8(torch.randn(M, K, device=DEVICE), "row")
@@ -201,6 +300,113 @@ def test_gpu_kept_launches_hold_none_of_the_callers_tensors(name):
     del a, b, bias, first, again
     gc.collect()
     assert all(r() is None for r in refs)
+
+
+def _spy_on_launches(monkeypatch) -> list:
+    """(bound launch, its arguments) of every SpecializedLaunch.launch from now on."""
+    launched = []
+    real = _triton_compat.SpecializedLaunch.launch
+
+    def spy(self, arguments, grid=None):
+        launched.append((self, list(arguments)))
+        return real(self, arguments, grid)
+
+    monkeypatch.setattr(_triton_compat.SpecializedLaunch, "launch", spy)
+    return launched
+
+
+def _kept_of(cache, bound):
+    (kept,) = [k for k in cache._launches.values() if k.bound is bound]
+    return kept
+
+
+@pytest.mark.gpu
+@pytest.mark.usefixtures("seed")
+@pytest.mark.parametrize("name", LAUNCHERS)
+def test_gpu_a_kept_call_hands_the_c_launcher_addresses(name, monkeypatch):
+    """On the fast path a kept call gives the C launcher each tensor and workspace buffer as its
+    address, an int (no driver query per pointer), and the result is right against torch in
+    float64 (fresh tensors, NaN-poisoned C, a strided bias copied per call).  With the internals
+    off (the public launch) the kernel gets the tensors."""
+    call, cache, _, needs = _launchers()[name]
+    if needs == "tma" and not runtime.supports_tma():
+        pytest.skip("needs TMA (sm_90+)")
+    M, N, K, dtype = 96, 136, 2056, torch.float16
+    bias = torch.randn(2 * N, device=DEVICE).to(dtype)[::2]
+    call(random_matrix(M, K, dtype), random_matrix(N, K, dtype).t(), bias)  # checks, tunes, keeps
+    launched = _spy_on_launches(monkeypatch)
+    a, w = random_matrix(M, K, dtype), random_matrix(N, K, dtype)
+    out = call(a, w.t(), bias)
+    assert_close(out, matmul_ref(a, w.t(), activation="gelu", bias=bias, out_dtype=torch.float64), dtype)
+    ((bound, arguments),) = launched
+    kept = _kept_of(cache, bound)
+    assert kept.addresses == bound.takes_addresses == _triton_compat.internals_enabled("launcher")
+    passed = [arguments[i] for i in (*(i for i, _ in kept.sources), *kept.workspace_slots.values())]
+    assert all(isinstance(x, int if kept.addresses else torch.Tensor) for x in passed)
+    addresses = {x if kept.addresses else x.data_ptr() for x in passed}
+    assert {a.data_ptr(), out.data_ptr()} <= addresses
+
+
+@pytest.mark.gpu
+@pytest.mark.usefixtures("seed")
+@pytest.mark.parametrize("name", ["matmul", "matmul_tma"])
+def test_gpu_a_kept_call_with_a_profiler_hook_set_is_seen_and_right(name, monkeypatch):
+    """With a launch hook set (as proton sets one) a kept call takes Triton's launcher object with
+    the launch's metadata, addresses among its arguments: the hook sees the kernel, C is right."""
+    from triton import knobs
+
+    call, _, tuned, needs = _launchers()[name]
+    if needs == "tma" and not runtime.supports_tma():
+        pytest.skip("needs TMA (sm_90+)")
+    M, N, K, dtype = 64, 72, 264, torch.float16
+    call(random_matrix(M, K, dtype), random_matrix(K, N, dtype), None)  # checks, tunes, keeps
+    seen = []
+    monkeypatch.setattr(knobs.runtime, "launch_enter_hook", lambda metadata: seen.append(metadata.get()["name"]))
+    a, b = random_matrix(M, K, dtype), random_matrix(K, N, dtype)
+    out = call(a, b, None)
+    torch.cuda.synchronize()
+    assert seen == [tuned.fn.fn.__name__]
+    assert_close(out, matmul_ref(a, b, activation="gelu", out_dtype=torch.float64), dtype)
+
+
+@pytest.mark.gpu
+@pytest.mark.usefixtures("seed")
+@pytest.mark.parametrize("name", ["matmul_tma", "matmul_streamk", "matmul_splitk"])
+def test_gpu_a_kept_call_captured_in_a_graph_takes_fresh_buffers(name, monkeypatch):
+    """A kept call captured in a CUDA graph takes fresh workspace buffers and descriptor scratch (a
+    graph may be replayed on another stream while eager calls use the kept ones): none of the
+    kept buffers is handed over and none is kept for the capture's stream.  Replays follow new
+    values in the captured inputs; eager kept calls in between stay right."""
+    call, cache, _, needs = _launchers()[name]
+    if needs == "tma" and not runtime.supports_tma():
+        pytest.skip("needs TMA (sm_90+)")
+    M, N, K, dtype = 96, 136, 2056, torch.float16  # few tiles, a long K: Stream-K and split-K split
+    a, w = random_matrix(M, K, dtype), random_matrix(N, K, dtype)
+    bias = random_matrix(1, N, dtype)[0]
+    call(a, w.t(), bias)  # checks, tunes, keeps
+    call(a, w.t(), bias)  # a kept call: its per-stream buffers exist now
+    torch.cuda.synchronize()
+    kept_buffers = {key: t.data_ptr() for key, t in runtime._STREAM_BUFFERS.items()}
+    launched = _spy_on_launches(monkeypatch)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = call(a, w.t(), bias)
+    ((bound, arguments),) = launched
+    kept = _kept_of(cache, bound)
+    workspace = [arguments[i] for i in kept.workspace_slots.values()]
+    assert len(workspace) == (0 if name == "matmul_tma" else 2)
+    assert not {x if isinstance(x, int) else x.data_ptr() for x in workspace} & set(kept_buffers.values())
+    assert {key: t.data_ptr() for key, t in runtime._STREAM_BUFFERS.items()} == kept_buffers
+    for _ in range(2):
+        a.copy_(random_matrix(M, K, dtype))
+        w.copy_(random_matrix(N, K, dtype))
+        out.fill_(float("nan"))
+        graph.replay()
+        x = random_matrix(M, K, dtype)
+        eager = call(x, w.t(), bias)
+        torch.cuda.synchronize()
+        assert_close(out, matmul_ref(a, w.t(), activation="gelu", bias=bias, out_dtype=torch.float64), dtype)
+        assert_close(eager, matmul_ref(x, w.t(), activation="gelu", bias=bias, out_dtype=torch.float64), dtype)
 
 
 @pytest.mark.gpu

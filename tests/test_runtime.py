@@ -113,3 +113,121 @@ def test_triton_imported_before_the_package_still_interprets(first):
                          env={**env_without_interpret, **env}, timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "interpreter (CPU) True 4"
+
+
+@pytest.fixture
+def fake_streams(monkeypatch):
+    """stream_buffer(s) on a CPU: counted capture checks and stream look-ups (``state`` says what
+    they answer), CPU buffers for "cuda" ones, an empty set of kept buffers."""
+    import torch
+
+    state = {"capturing": False, "stream": 11, "device": 0, "captures": 0, "streams": 0}
+
+    def capturing():
+        state["captures"] += 1
+        return state["capturing"]
+
+    def stream(index):
+        state["streams"] += 1
+        return state["stream"]
+
+    monkeypatch.setattr(torch._C, "_cuda_isCurrentStreamCapturing", capturing, raising=False)
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", stream, raising=False)
+    monkeypatch.setattr(torch._C, "_cuda_getDevice", lambda: state["device"], raising=False)
+    def fresh(numel, dtype, index, zeroed):
+        return (torch.zeros if zeroed else torch.empty)(numel, dtype=dtype)
+
+    monkeypatch.setattr(runtime, "_fresh_buffer", fresh)
+    monkeypatch.setattr(runtime, "_STREAM_BUFFERS", {})
+    return state
+
+
+def test_stream_buffers_are_stream_buffers_for_one_capture_check_and_one_stream_look_up(fake_streams):
+    import torch
+
+    requests = (("test partials", 8, torch.float32, False), ("test flags", 5, torch.int32, True))
+    partials, flags = runtime.stream_buffers(0, requests)
+    assert (fake_streams["captures"], fake_streams["streams"]) == (1, 1)
+    assert partials.dtype == torch.float32 and partials.numel() >= 8 and flags.dtype == torch.int32
+    assert int(flags.abs().sum()) == 0  # zeroed
+    assert runtime.stream_buffer("test partials", 8, torch.float32, 0) is partials
+    assert runtime.stream_buffer("test flags", 3, torch.int32, 0, zeroed=True) is flags
+    again = runtime.stream_buffers(0, requests)
+    assert again[0] is partials and again[1] is flags
+    assert runtime.stream_buffers(1, requests)[0] is not partials  # another device
+    fake_streams["stream"] = 12  # another stream
+    on_other = runtime.stream_buffers(0, requests)
+    assert on_other[0] is not partials and on_other[1] is not flags
+    bigger = runtime.stream_buffers(0, (("test partials", 64, torch.float32, False),))[0]
+    assert bigger.numel() >= 64 and runtime.stream_buffer("test partials", 8, torch.float32, 0) is bigger
+
+
+def test_stream_buffers_are_fresh_while_a_graph_is_captured(fake_streams):
+    import torch
+
+    requests = (("test partials", 8, torch.float32, False), ("test flags", 5, torch.int32, True))
+    kept = runtime.stream_buffers(0, requests)
+    fake_streams["capturing"], fake_streams["streams"] = True, 0
+    first, again = runtime.stream_buffers(0, requests), runtime.stream_buffers(0, requests)
+    assert not {id(t) for t in first + again} & {id(t) for t in kept} and first[0] is not again[0]
+    assert int(first[1].abs().sum()) == 0 and fake_streams["streams"] == 0
+    assert runtime.stream_buffer("test flags", 5, torch.int32, 0, zeroed=True) is not kept[1]
+    assert {id(t) for t in runtime._STREAM_BUFFERS.values()} == {id(t) for t in kept}  # none kept for the capture
+
+
+def test_tma_scratch_keys_on_the_stream_triton_hands_it(fake_streams):
+    """Triton passes the stream it launches on (the current one): no second look-up of it."""
+    import torch
+
+    scratch = runtime.tma_scratch(256, 128, 11)
+    assert fake_streams["streams"] == 0 and scratch.dtype == torch.uint8 and scratch.numel() >= 256
+    assert runtime.stream_buffer("tma scratch", 256, torch.uint8, 0) is scratch  # the current stream is 11
+    assert runtime.tma_scratch(128, 128, 12) is not scratch  # another stream
+    fake_streams["capturing"] = True
+    assert runtime.tma_scratch(256, 128, 11) is not scratch
+
+
+def test_the_kept_buffers_start_over_past_their_cap(fake_streams, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(runtime, "_MAX_STREAM_BUFFERS", 2)
+    first = runtime.stream_buffers(0, (("one", 4, torch.float32, False), ("two", 4, torch.float32, False)))
+    assert len(runtime._STREAM_BUFFERS) == 2
+    runtime.stream_buffer("three", 4, torch.float32, 0)
+    assert len(runtime._STREAM_BUFFERS) == 1
+    assert runtime.stream_buffer("one", 4, torch.float32, 0) is not first[0]
+
+
+@pytest.mark.gpu
+def test_gpu_stream_buffers_are_the_stream_buffers_zeroed_and_fresh_in_a_capture():
+    """runtime.stream_buffers on a GPU: the same buffers as stream_buffer for (device, stream,
+    purpose), a zeroed one at zero, others on another stream, fresh ones while a graph is captured
+    (their zeroing a node of the graph) and none kept for the capture."""
+    import torch
+
+    index = torch.cuda.current_device()
+    for purpose in ("test many partials", "test many flags"):
+        runtime.reset_stream_buffers(purpose)
+    requests = (("test many partials", 8, torch.float32, False), ("test many flags", 5, torch.int32, True))
+    partials, flags = runtime.stream_buffers(index, requests)
+    assert partials.device == flags.device == torch.device("cuda", index)
+    assert partials.numel() >= 8 and flags.numel() >= 5 and int(flags.abs().sum()) == 0
+    assert runtime.stream_buffer("test many partials", 8, torch.float32, index) is partials
+    assert runtime.stream_buffer("test many flags", 5, torch.int32, index, zeroed=True) is flags
+    scratch = runtime.tma_scratch(256, 128, torch._C._cuda_getCurrentRawStream(index))
+    assert runtime.stream_buffer("tma scratch", 256, torch.uint8, index) is scratch
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        on_side = runtime.stream_buffers(index, requests)
+    assert on_side[0].data_ptr() != partials.data_ptr() and on_side[1].data_ptr() != flags.data_ptr()
+    kept = {key: t.data_ptr() for key, t in runtime._STREAM_BUFFERS.items()}
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = runtime.stream_buffers(index, requests)
+        captured[1].add_(3)  # replays: zeroed, then 3
+    assert {key: t.data_ptr() for key, t in runtime._STREAM_BUFFERS.items()} == kept
+    assert not {t.data_ptr() for t in captured} & set(kept.values())
+    graph.replay()
+    graph.replay()
+    torch.cuda.synchronize()
+    assert captured[1].tolist()[:5] == [3] * 5

@@ -7,7 +7,8 @@ of a small GEMM.  A call whose tensors have the same shapes, strides, dtypes, de
 launches the same compiled kernel with the same arguments but the tensors' addresses.  So the
 first such call binds its launch (``TunedKernel.bind``: tuned config, compiled kernel, C
 launcher) and keeps it under that *call key*, without the call's tensors; the next call
-computes the key, allocates C and hands the kernel its tensors (``BoundLaunch.launch_with``).
+computes the key, allocates C and hands the kernel its tensors (``KeptLaunch``; their addresses
+where the C launcher reads them, which spares it a driver query per pointer).
 
 A tensor that cannot be keyed (a subclass other than ``nn.Parameter``, a lazily negated view,
 one that needs autograd) takes the checked path every time.  GPU only: the interpreter has no
@@ -34,60 +35,84 @@ def tensor_key(t):
     a dtype no kernel takes: its call is refused by the checks, so never kept.)"""
     if type(t) not in _KEYABLE or t.is_neg() or (t.requires_grad and torch.is_grad_enabled()):
         return None
-    return t.shape, t.stride(), t.dtype, t.device, t.data_ptr() % 16
+    return t.size(), t.stride(), t.dtype, t.device, t.data_ptr() % 16
 
 
 def call_key(tensors, options) -> tuple | None:
     """The key of a call with these tensors (None entries allowed: an absent bias) and hashable
     options; None when a tensor cannot be keyed or an option cannot be hashed."""
     keys = []
-    for t in tensors:
+    grad_enabled = None  # read once, and only when a tensor requires grad
+    for t in tensors:  # tensor_key of each, inlined: a call per tensor costs about as much as its key
         if t is None:
             keys.append(None)
             continue
-        k = tensor_key(t)
-        if k is None:
+        if type(t) not in _KEYABLE or t.is_neg():
             return None
-        keys.append(k)
-    key = (*keys, *options)
-    try:
-        hash(key)
+        if t.requires_grad:
+            if grad_enabled is None:
+                grad_enabled = torch.is_grad_enabled()
+            if grad_enabled:
+                return None
+        keys.append((t.size(), t.stride(), t.dtype, t.device, t.data_ptr() % 16))
+    try:  # the tensors' parts always hash: only the options can fail (the cache's look-up hashes the key)
+        hash(options)
     except TypeError:  # e.g. a bad activation passed as a list: the checks name it
         return None
-    return key
+    return (*keys, *options)
 
 
 class KeptLaunch:
-    """A bound launch without its tensors: ``__call__(a=..., b=..., ...)`` allocates C (on a's device) and launches.
+    """A bound launch without its tensors: ``__call__(a=..., b=..., ...)`` allocates C (on
+    ``out_device``, by default a's device) and launches.
 
     ``sources`` maps each forgotten kernel parameter to the call's tensor it takes (``"out"`` is
     C; a missing tensor, e.g. no bias, also takes C, which the kernel then never reads; a strided
     ``bias`` is copied, as the checks copy it: the kernels read ``bias_ptr + n``);
-    ``workspace()`` returns per-call buffers by parameter (kept per stream, ``runtime.stream_buffer``)."""
+    ``workspace()`` returns per-call buffers by parameter (kept per stream, ``runtime.stream_buffers``).
+    Where the bound launch goes straight to the C launcher (``takes_addresses``), the kernel gets
+    the tensors' addresses, not the tensors: the launcher then asks the driver about none of them."""
 
-    def __init__(self, bound, out_shape, out_dtype, sources: dict, *, uses_tma=False, workspace=None):
-        self.bound = bound.forget(*sources, *(workspace() if workspace else {}))
-        self.out_shape, self.out_dtype = out_shape, out_dtype
+    def __init__(self, bound, out_shape, out_dtype, sources: dict, *, uses_tma=False, workspace=None,
+                 out_device=None):
+        buffers = workspace() if workspace is not None else {}
+        self.bound = bound.forget(*sources, *buffers)
+        # separate sizes: torch.empty parses them faster than a torch.Size
+        self.out_shape, self.out_dtype, self.out_device = tuple(out_shape), out_dtype, out_device
         slot = bound.slot  # the parameters' positions, worked out once
         self.sources = tuple((slot(param), source) for param, source in sources.items())
         if uses_tma:  # hand the kernel its descriptor scratch directly: no triton.set_allocator per call
             self.bound.scratch_allocator = runtime.tma_scratch
         self.uses_tma = uses_tma and not self.bound.owns_scratch
-        self.workspace = None if workspace is None else (workspace, slot)
+        self.workspace = workspace
+        self.workspace_slots = {param: slot(param) for param in buffers}
+        self.addresses = getattr(self.bound, "takes_addresses", False)
 
     def __call__(self, **tensors) -> torch.Tensor:
         bias = tensors.get("bias")
         if bias is not None and bias.stride(0) != 1:
             tensors["bias"] = bias.contiguous()
-        out = torch.empty(self.out_shape, device=tensors["a"].device, dtype=self.out_dtype)
+        out = torch.empty(*self.out_shape, device=self.out_device or tensors["a"].device, dtype=self.out_dtype)
         arguments = self.bound.arguments.copy()
-        for i, source in self.sources:
-            t = tensors.get(source)
-            arguments[i] = out if t is None else t
-        if self.workspace is not None:
-            make, slot = self.workspace
-            for param, buffer in make().items():
-                arguments[slot(param)] = buffer
+        # the buffers themselves held until the launch returns, not only their addresses: under a
+        # graph capture they are fresh, and nothing else keeps them
+        buffers = None if self.workspace is None else self.workspace()
+        slots = self.workspace_slots
+        if self.addresses:
+            address = out.data_ptr()
+            for i, source in self.sources:
+                t = tensors.get(source)
+                arguments[i] = address if t is None else t.data_ptr()
+            if buffers is not None:
+                for param, buffer in buffers.items():
+                    arguments[slots[param]] = buffer.data_ptr()
+        else:
+            for i, source in self.sources:
+                t = tensors.get(source)
+                arguments[i] = out if t is None else t
+            if buffers is not None:
+                for param, buffer in buffers.items():
+                    arguments[slots[param]] = buffer
         if self.uses_tma:
             runtime.ensure_tma_allocator()
         self.bound.launch(arguments)
@@ -168,7 +193,8 @@ def launch_and_keep(cache, key, tuned, grid, args, out, sources, *, config_kwarg
             tuned.fn[grid](**args, **config_kwargs)
         return
     bound()  # binding may have tuned (launching through the autotuner): this launch is the one that counts
-    cache.keep(key, KeptLaunch(bound, out.shape, out.dtype, sources, uses_tma=uses_tma, workspace=workspace))
+    cache.keep(key, KeptLaunch(bound, out.shape, out.dtype, sources, uses_tma=uses_tma, workspace=workspace,
+                               out_device=out.device))  # a's device, which the key fixes
 
 
 def config_key(config) -> tuple | None:

@@ -152,9 +152,9 @@ def _launch(kind, a, b, *, activation, bias, order, group_size_m, num_programs, 
     if trace is None and launches.keeping():
         key = launches.call_key((a, b, bias), (order, group_size_m, activation, num_programs,
                                                launches.config_key(config)))
-        out = _KEPT[kind].run(key, a=a, b=b, bias=bias)  # checked before with this key: launch
-        if out is not None:
-            return out
+        kept = _KEPT[kind].get(key)
+        if kept is not None:  # checked before with this key: launch
+            return kept(a=a, b=b, bias=bias)
     a, b, bias = checks.resolve_lazy_views(a, b, bias)
     bias, group_size_m = checks.check_matmul_inputs(a, b, order, group_size_m, activation, bias)
     num_programs = checks.check_num_programs(num_programs)
@@ -207,10 +207,11 @@ def matmul_tma(a, b, *, activation=None, bias=None, order="grouped", group_size_
     run through this kernel (``kernels.autograd``; a gradient whose rows TMA cannot read is
     copied into aligned rows).
     """
-    options = dict(order=order, group_size_m=group_size_m, num_programs=num_programs, config=config)
     if grad_enabled_for(a, b, bias):
+        options = dict(order=order, group_size_m=group_size_m, num_programs=num_programs, config=config)
         return _MatmulTma.apply(a, b, bias, activation, options)
-    return _launch("tma", a, b, activation=activation, bias=bias, **options)
+    return _launch("tma", a, b, activation=activation, bias=bias, order=order, group_size_m=group_size_m,
+                   num_programs=num_programs, config=config)
 
 
 class _MatmulTma(torch.autograd.Function):

@@ -263,9 +263,8 @@ def _workspace(num_programs: int, tile_elements: int, device: torch.device):
         return (torch.empty(num_programs * tile_elements, dtype=torch.float32, device=device),
                 torch.zeros(num_programs + 1, dtype=torch.int32, device=device))
     index = device.index if device.index is not None else torch.cuda.current_device()
-    partials = runtime.stream_buffer("streamk partials", num_programs * tile_elements, torch.float32, index)
-    flags = runtime.stream_buffer("streamk flags", num_programs + 1, torch.int32, index, zeroed=True)
-    return partials, flags
+    return runtime.stream_buffers(index, (("streamk partials", num_programs * tile_elements, torch.float32, False),
+                                          ("streamk flags", num_programs + 1, torch.int32, True)))
 
 
 #: most polls of one wait for another program's partial sum.  A legitimate wait is for one
