@@ -8,7 +8,8 @@ A report's ``_matmul_ws_kernel+0x...`` offset can be read in the SASS that ``tes
 writes (no GPU needed).
 
 Small shapes (the tools slow kernels down 10-100x), program counts that give every program
-several tiles (ring laps, turn barriers), every config, transposed B, bias + GELU, unaligned C rows.
+several tiles (ring laps, turn barriers), every config, transposed B, bias + GELU, unaligned C rows;
+the same with K cut into 3 pieces (split units, the workspace, the kernel that adds them).
 """
 
 import torch
@@ -37,12 +38,14 @@ def main():
         for (M, N, K, programs) in SHAPES:
             for dtype in DTYPES:
                 a, b, bias = inputs(M, N, K, dtype, "cuda")
-                out = ws._launch(a, b, activation="gelu", bias=bias, schedule=name, num_programs=programs)
-                err = rel_err(out, matmul_ref(a, b, activation="gelu", bias=bias, out_dtype=torch.float64))
-                checks += 1
-                bad += not err <= TOLERANCES[dtype]
-                if not err <= TOLERANCES[dtype]:
-                    print(f"BAD {name} {M}x{N}x{K} {dtype}: rel_err {err:.3g}")
+                for split_k in (1, 3):
+                    out = ws._launch(a, b, activation="gelu", bias=bias, schedule=name, num_programs=programs,
+                                     split_k=split_k)
+                    err = rel_err(out, matmul_ref(a, b, activation="gelu", bias=bias, out_dtype=torch.float64))
+                    checks += 1
+                    bad += not err <= TOLERANCES[dtype]
+                    if not err <= TOLERANCES[dtype]:
+                        print(f"BAD {name} {M}x{N}x{K} {dtype} split_k={split_k}: rel_err {err:.3g}")
     torch.cuda.synchronize()
     print(f"sanitize_ws: {checks} checks, {bad} bad")
 

@@ -20,16 +20,18 @@ H100_SMS = 132
 
 
 @pytest.mark.parametrize("shape, gpu, expected", [
-    ((512, 512, 16384), "hopper", "matmul_splitk"),  # 8 tiles of 128x256
+    ((512, 512, 16384), "hopper", "matmul_ws"),  # 32 tiles of 64x128: matmul_ws splits K in 4
+    ((512, 512, 16384), "tma-only", "matmul_splitk"),  # e.g. fp32 inputs on an H100: 8 tiles of 128x256
     ((257, 4096, 14336), "hopper", "matmul_ws"),  # 80 tiles of 64x256 (48 of 128x256: under half of 132)
     ((257, 4096, 14336), "tma-only", "matmul_splitk"),  # 48 tiles of 128x256
     ((257, 8192, 8192), "hopper", "matmul_ws"),  # 96 tiles of 128x256
-    ((129, 2048, 8192), "hopper", "matmul_splitk"),  # 48 tiles of 64x128: even the smallest tile fills under half
+    ((129, 2048, 8192), "hopper", "matmul_ws"),  # 48 tiles of 64x128: even the smallest tile fills under half
     ((4096, 4096, 4096), "hopper", "matmul_ws"),
     ((4096, 4096, 4096), "tma-only", "matmul_tma"),  # e.g. fp32 inputs on an H100
     ((4096, 4096, 4096), "ampere", "matmul"),
     ((512, 512, 16384), "ampere", "matmul_splitk"),  # split-K reads through pointers: any GPU
-    ((0, 5, 7), "hopper", "matmul_splitk"),  # no tiles: split-K hands an empty problem to matmul
+    ((0, 5, 7), "hopper", "matmul_ws"),  # no tiles: matmul_ws returns the empty product itself
+    ((0, 5, 7), "ampere", "matmul_splitk"),  # split-K hands an empty problem to matmul
 ])
 def test_the_rule(shape, gpu, expected):
     name, why = default_launcher(*shape, num_sms=H100_SMS, tma=gpu != "ampere", wgmma=gpu == "hopper")
@@ -39,13 +41,22 @@ def test_the_rule(shape, gpu, expected):
 def test_the_half_wave_line():
     """The split rule's line: 66 tiles of 128x256 fill exactly half of 132 SMs, so split-K (which
     then cuts K in two, ``splitk_default_splits``); 67: data-parallel.  With wgmma the tiles are
-    ``matmul_ws``'s pick: 66 tiles of 64 x 128 split, 67 do not."""
+    ``matmul_ws``'s pick and matmul_ws splits itself: 66 tiles of 64 x 128 in 2 pieces, 67 whole."""
     assert default_launcher(128 * 33, 256 * 2, 4096, num_sms=H100_SMS, tma=True, wgmma=False)[0] == "matmul_splitk"
     assert splitk_default_splits(66, 64, H100_SMS) == 2 and splitk_default_splits(67, 64, H100_SMS) == 1
     assert default_launcher(128 * 67, 256, 4096, num_sms=H100_SMS, tma=True, wgmma=False)[0] == "matmul_tma"
-    for n_tiles, expected in ((66, "matmul_splitk"), (67, "matmul_ws")):
+    for n_tiles, pieces in ((66, "in 2 pieces"), (67, "the warp-specialized Hopper kernel")):
         assert ws_default_tile(64, 128 * n_tiles, num_sms=H100_SMS) == "pingpong_64x128"
-        assert default_launcher(64, 128 * n_tiles, 4096, num_sms=H100_SMS, tma=True, wgmma=True)[0] == expected
+        name, why = default_launcher(64, 128 * n_tiles, 4096, num_sms=H100_SMS, tma=True, wgmma=True)
+        assert name == "matmul_ws" and pieces in why
+    assert "K too short to split" in default_launcher(64, 128, 256, num_sms=H100_SMS, tma=True, wgmma=True)[1]
+
+
+def test_the_ws_split_counts_k_in_matmul_ws_blocks():
+    """tiles.WS_BLOCK_K (numpy-only, for the rule) is every fp16/bf16 matmul_ws tile's BLOCK_K."""
+    ws = pytest.importorskip("gemm_kernels.kernels.matmul_ws")
+    from gemm_kernels.models.tiles import WS_BLOCK_K
+    assert {ws.CONFIGS[name]["BLOCK_K"] for name in WS_TILES} == {WS_BLOCK_K}
 
 
 @pytest.mark.parametrize("M, N, expected", [

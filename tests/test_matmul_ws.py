@@ -288,6 +288,122 @@ def test_trace_equals_mirror(schedule, M, N, programs):
         assert (mine[1:, 6] >= mine[:-1, 8]).all()  # a warpgroup starts a tile after its previous one ended
 
 
+# ----------------------------------------------------------------------------- split-K units
+def test_split_k_argument_is_checked_on_every_machine():
+    a, b = _ab(16, 16, 16)
+    with pytest.raises(ValueError, match="split_k must be >= 1, got 0"):
+        ws.matmul_ws(a, b, split_k=0)
+    with pytest.raises(TypeError, match="split_k must be an int, got str"):
+        ws.matmul_ws(a, b, split_k="4")
+
+
+@pytest.mark.parametrize("activation,with_bias", [(None, False), ("gelu", True), ("relu", False)])
+@pytest.mark.parametrize("splits,M,N", [(1, 1, 1), (3, 17, 130), (4, 64, 128), (7, 5, 300)])
+@pytest.mark.usefixtures("seed")
+def test_adding_the_pieces(splits, M, N, activation, with_bias):
+    """splitk._add_pieces_kernel (runs in the interpreter too): C = act(sum of the pieces in order + bias),
+    from a workspace laid out as matmul_ws' split units leave it (each piece a block of R >= M
+    rows, rows padded past N, the padding NaN: never read)."""
+    from gemm_kernels.kernels import splitk
+    import triton
+
+    R, cols = -(-M // 64) * 64, -(-N // 4) * 4
+    pieces = torch.full((splits * R, cols), float("nan"), device=DEVICE)
+    pieces.view(splits, R, cols)[:, :M, :N] = torch.randn(splits, M, N, device=DEVICE)
+    pieces = pieces[:, :N]
+    bias = torch.randn(N, device=DEVICE).to(torch.float16) if with_bias else None
+    c = torch.full((M, N), float("nan"), device=DEVICE, dtype=torch.float16)
+    splitk._add_pieces_kernel[splitk.add_pieces_grid(M, N)](**splitk.add_pieces_args(pieces, c, bias, splits, activation))
+    want = pieces.reshape(splits, R, N)[:, :M].double().sum(0)
+    want = ws.activation_ref(want + (bias.double() if with_bias else 0), activation)
+    assert_close(c, want, torch.float16)
+
+
+def _split_plan(a, b, **kw):
+    key = ws._plan_key(a, b, kw.get("activation"), kw.get("bias"), kw.get("schedule"), None, False, kw.get("split_k"))
+    return ws._PLANS[key]
+
+
+@pytest.mark.gpu
+@needs_hopper
+@pytest.mark.parametrize("schedule", TILES)
+@pytest.mark.parametrize("split_k", [2, 3, 7])
+@pytest.mark.parametrize("shape", [(1, 8, 2048), (200, 300, 3000), (512, 512, 16384), (129, 1000, 1064)],
+                         ids=lambda s: "M{}-N{}-K{}".format(*s))
+@pytest.mark.usefixtures("seed")
+def test_gpu_split_units(shape, split_k, schedule):
+    """Every tile cut into split_k pieces (K blocks not a multiple of split_k: the last piece
+    runs past K on TMA's zeros), bf16, NaN-poisoned workspace and C."""
+    a, b = _aligned(*shape, torch.bfloat16)
+    out = ws._launch(a, b, schedule=schedule, split_k=split_k)
+    assert_close(out, matmul_ref(a, b, out_dtype=torch.float64), torch.bfloat16, what=f"{schedule} {shape} {split_k}")
+    assert isinstance(_split_plan(a, b, schedule=schedule, split_k=split_k), ws._SplitPlan)
+    again = ws._launch(a * -1, b, schedule=schedule, split_k=split_k)  # the kept plan, new tensors
+    assert_close(again, -matmul_ref(a, b, out_dtype=torch.float64), torch.bfloat16)
+
+
+@pytest.mark.gpu
+@needs_hopper
+@pytest.mark.parametrize("layout", ["b_t", "a_t", "both_t"])
+@pytest.mark.parametrize("activation", [None, "leaky_relu", "gelu"])
+@pytest.mark.usefixtures("seed")
+def test_gpu_split_units_epilogue_and_layouts(layout, activation):
+    """Bias and activation run after the pieces are added; A or B read transposed (b = W.t())."""
+    M, N, K, dtype = 96, 1000, 8200, torch.float16  # C rows 2000 bytes: the adding kernel's masked stores
+    a = random_matrix(M, K, dtype, transposed=layout in ("a_t", "both_t"))
+    b = random_matrix(K, N, dtype, transposed=layout in ("b_t", "both_t"))
+    bias = torch.randn(N).to(DEVICE, dtype)[::1]
+    out = ws.matmul_ws(a, b, bias=bias, activation=activation, split_k=5)
+    assert_close(out, matmul_ref(a, b, activation=activation, bias=bias, out_dtype=torch.float64), dtype)
+    strided = torch.randn(2 * N).to(DEVICE, dtype)[::2]  # a strided bias is copied, as unsplit
+    out = ws.matmul_ws(a, b, bias=strided, activation=activation, split_k=5)
+    assert_close(out, matmul_ref(a, b, activation=activation, bias=strided, out_dtype=torch.float64), dtype)
+
+
+@pytest.mark.gpu
+@needs_hopper
+@pytest.mark.parametrize("M,N,K", [(512, 512, 16384), (257, 1024, 14336), (64, 2048, 8192)])
+@pytest.mark.usefixtures("seed")
+def test_gpu_few_tiles_split_by_default(M, N, K):
+    """At its defaults matmul_ws splits when its tiles would fill at most half the SMs, into
+    tiles.splitk_default_splits pieces."""
+    a, w = random_matrix(M, K, torch.bfloat16), random_matrix(N, K, torch.bfloat16)
+    out = ws.matmul_ws(a, w.t())
+    assert_close(out, matmul_ref(a, w.t(), out_dtype=torch.float64), torch.bfloat16)
+    config = ws.CONFIGS[tiles.ws_default_tile(M, N, num_sms=runtime.num_sms())]
+    num_tiles = tiles.cdiv(M, ws._tile_m(config)) * tiles.cdiv(N, config["BLOCK_N"])
+    want = tiles.splitk_default_splits(num_tiles, tiles.cdiv(K, config["BLOCK_K"]), runtime.num_sms())
+    plan = _split_plan(a, w.t())
+    assert want > 1 and isinstance(plan, ws._SplitPlan) and plan.splits == want
+
+
+@pytest.mark.gpu
+@needs_hopper
+@pytest.mark.parametrize("num_programs", [1, 5])
+def test_gpu_split_units_on_few_programs(num_programs):
+    """Each program walks several units (pieces of different tiles): ring positions run on across them."""
+    a, b = _aligned(300, 700, 2000, torch.float16)
+    out = ws._launch(a, b, num_programs=num_programs, schedule="pingpong_64x128", split_k=3)
+    assert_close(out, matmul_ref(a, b, out_dtype=torch.float64))
+
+
+@pytest.mark.gpu
+@needs_hopper
+def test_gpu_split_units_in_a_cuda_graph():
+    """Captured, the workspace comes from the graph's pool; replays give the product of the inputs' current values."""
+    a, b = _aligned(512, 512, 8192, torch.float16)
+    ws.matmul_ws(a, b, split_k=4)  # compiled and kept before the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = ws.matmul_ws(a, b, split_k=4)
+    a.copy_(random_matrix(512, 8192, torch.float16))
+    graph.replay()
+    eager = ws.matmul_ws(a, b, split_k=4)
+    torch.cuda.synchronize()
+    assert_close(out, matmul_ref(a, b, out_dtype=torch.float64))
+    assert torch.equal(out, eager)  # pieces added in order: the same bits
+
+
 # ----------------------------------------------------------------------------- host side: plans
 def test_plan_keys_follow_what_the_checks_and_the_specialisation_read():
     a, b = random_matrix(64, 32, torch.float16), random_matrix(32, 48, torch.float16)

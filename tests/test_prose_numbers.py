@@ -195,6 +195,14 @@ def claims():
     yield nb05, (f"in 64 × 128 tiles (128 of them, one per SM), which `matmul_auto` calls here, takes "
                  f"{streamk_us('1024x1024x8192', 'auto'):.1f} µs")
     yield nb05, f"timed it on {picks['shapes']} shapes it was not drawn from"
+    # 05b: split-K in the warp-specialized kernel (entry 36's H200 sweep, CUDA graphs)
+    sweep = {(r["M"], r["N"], r["K"], r["layout"], r["provider"]): r
+             for r in csv.DictReader(open(ROOT / "images/bench/entry36/ws_splitk_sweep.csv"))}
+    few = {p: float(sweep["512", "512", "16384", "row-major", p]["ms"]) * 1e3 for p in ("ws default", "split_k", "cuBLAS")}
+    assert sweep["512", "512", "16384", "row-major", "ws default"]["config"] == "pingpong_64x128"
+    assert tiles.splitk_default_splits(32, 256, 132) == 4  # the rule's pieces for those 32 tiles and 256 K blocks
+    yield nb05, (f"it took {few['ws default']:.1f} µs in 64 × 128 tiles cut in 4, against\n"
+                 f"{few['split_k']:.1f} for `matmul_splitk` and {few['cuBLAS']:.1f} for cuBLAS")
     assert auto["512x512x16384", "split_k"] < min(auto["512x512x16384", p] for p in ("tma", "stream_k"))
     assert auto["1024x1024x8192", "tma"] < auto["1024x1024x8192", "stream_k"]
     assert auto["4096x4096x4096", "split_k"] > auto["4096x4096x4096", "tma"]

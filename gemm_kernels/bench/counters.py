@@ -121,8 +121,9 @@ CASES = (  # the most telling first: a run cut short keeps them
     CounterCase("moe Mixtral-8x7B up T=4096 uniform", "moe", "bf16",
                 ("Mixtral-8x7B", "up", 4096, "uniform", "fwd"), ("torch._grouped_mm", "grouped_mm"),
                 why="few large experts, for comparison"),
-    CounterCase("stream-k 512x512x16384 fp16", "mm", "fp16", (512, 512, 16384), ("cuBLAS", "split_k"),
-                why="few tiles, long K: split-K (matmul_auto's pick) at 0.77x (PERF_NOTES 30)"),
+    CounterCase("stream-k 512x512x16384 fp16", "mm", "fp16", (512, 512, 16384), ("cuBLAS", "split_k", "ws"),
+                why="few tiles, long K: split-K at 0.77x (PERF_NOTES 30); matmul_ws's split units, "
+                    "matmul_auto's pick since entry 36"),
     CounterCase("llm-linear Llama-3-70B down M=257 bf16", "mm", "bf16", (257, 8192, 28672), ("cuBLAS", "ws", "split_k"),
                 b_transposed=True, why="the llm-linear suite's minimum: 257 rows in 128-row tiles (PERF_NOTES 29, 33)"),
     CounterCase("fp8 4096^3 tensor", "fp8", "e4m3", (4096, 4096, 4096, "tensor"),

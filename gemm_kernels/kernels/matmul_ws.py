@@ -46,8 +46,8 @@ _tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_globa
 
 # --- the package helpers this module uses (one block, to re-point when the package moves) ---
 from .. import _triton_compat, runtime
-from . import launches
-from ..models.tiles import FP8_WS_TILES, cdiv, tile_coords_np, ws_default_tile
+from . import launches, splitk
+from ..models.tiles import FP8_WS_TILES, cdiv, splitk_default_splits, tile_coords_np, ws_default_tile
 from .checks import check_int, check_matmul_inputs as _check_matmul_inputs, resolve_lazy_views
 from .epilogue import _TAIL_COEFFS, LEAKY_RELU_SLOPE, activation_ref
 from .tma import tma_aligned, tma_layout
@@ -76,15 +76,22 @@ def _tile_grouped(tile, num_pid_m, num_pid_n, GROUP_M: gl.constexpr):
 
 
 @gluon.jit
-def _program_share(M, N, K, TILE_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr):
+def _program_share(M, N, K, TILE_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
+                   SPLIT: gl.constexpr = False, splits=1):
     """This program's part of the persistent walk, the same for the producer and the consumers:
-    (pid, num_programs, num_pid_m, num_pid_n, k_tiles, how many tiles this program runs)."""
+    (pid, num_programs, num_pid_m, num_pid_n, k_tiles, how many tiles this program runs).
+    SPLIT: the walk is over *units*, ``splits`` pieces of every tile's K loop (piece-major), and
+    k_tiles is a piece's K blocks (the last piece's past K are TMA's zero fill)."""
     pid = gl.program_id(0)
     num_programs = gl.num_programs(0)
     num_pid_m = gl.cdiv(M, TILE_M)
     num_pid_n = gl.cdiv(N, BLOCK_N)
     k_tiles = gl.cdiv(K, BLOCK_K)
-    my_tiles = gl.cdiv(num_pid_m * num_pid_n - pid, num_programs)
+    units = num_pid_m * num_pid_n
+    if SPLIT:
+        k_tiles = gl.cdiv(k_tiles, splits)
+        units = units * splits
+    my_tiles = gl.cdiv(units - pid, num_programs)
     return pid, num_programs, num_pid_m, num_pid_n, k_tiles, my_tiles
 
 
@@ -146,18 +153,24 @@ def _producer(a_desc, b_desc, a_bufs, b_bufs, ready_bars, empty_bars, M, N, K,
               SCHEDULE: gl.constexpr, WG_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
               STAGES: gl.constexpr, A_COL_MAJOR: gl.constexpr, B_COL_MAJOR: gl.constexpr, GROUP_M: gl.constexpr,
               BLOCK_SCALES: gl.constexpr = False, s_bufs=None, sa_ptr=None, sb_ptr=None,
-              stride_sam=0, stride_sak=0, stride_sbk=0, stride_sbn=0):
+              stride_sam=0, stride_sak=0, stride_sbk=0, stride_sbn=0, SPLIT: gl.constexpr = False, splits=1):
     """One warp: walk this program's tiles and K blocks in order, one TMA load per ring position.
     BLOCK_SCALES (fp8): also store each slot's scales in ``s_bufs`` (a consumer that loaded them
-    in its K loop stalled on the loads, PERF_NOTES 35)."""
+    in its K loop stalled on the loads, PERF_NOTES 35).  SPLIT: units of ``_program_share``, each
+    a piece's K blocks of its tile."""
     A_PARTS: gl.constexpr = 2 if SCHEDULE == "cooperative" else 1  # A rows per slot, in WG_M blocks
     TILE_M: gl.constexpr = A_PARTS * WG_M
     PIECES: gl.constexpr = BLOCK_N // 128  # block scales: one b-scale per 128 columns
     slot_bytes: gl.constexpr = A_PARTS * a_desc.block_type.nbytes + b_desc.block_type.nbytes
 
-    pid, num_programs, num_pid_m, num_pid_n, k_tiles, my_tiles = _program_share(M, N, K, TILE_M, BLOCK_N, BLOCK_K)
+    pid, num_programs, num_pid_m, num_pid_n, k_tiles, my_tiles = _program_share(M, N, K, TILE_M, BLOCK_N, BLOCK_K,
+                                                                                SPLIT, splits)
     for t in range(my_tiles):
-        pid_m, pid_n = _tile_grouped(pid + t * num_programs, num_pid_m, num_pid_n, GROUP_M)
+        tile = pid + t * num_programs
+        if SPLIT:  # unit -> (piece, tile): the piece's K blocks start at piece * k_tiles
+            k_first = (tile // (num_pid_m * num_pid_n)) * k_tiles
+            tile = tile % (num_pid_m * num_pid_n)
+        pid_m, pid_n = _tile_grouped(tile, num_pid_m, num_pid_n, GROUP_M)
         off_m = pid_m * TILE_M
         off_n = pid_n * BLOCK_N
         for kk in range(k_tiles):
@@ -171,7 +184,10 @@ def _producer(a_desc, b_desc, a_bufs, b_bufs, ready_bars, empty_bars, M, N, K,
             mbarrier.wait(empty_bars.index(s), ((q // STAGES) & 1) ^ 1)
             ready = ready_bars.index(s)
             mbarrier.expect(ready, slot_bytes)
-            off_k = kk * BLOCK_K
+            if SPLIT:
+                off_k = (k_first + kk) * BLOCK_K
+            else:
+                off_k = kk * BLOCK_K
             for part in gl.static_range(A_PARTS):
                 if A_COL_MAJOR:  # A^T is the contiguous one: described as [K, M]
                     _tma_load(a_desc, [off_k, off_m + part * WG_M], ready,
@@ -329,8 +345,10 @@ def _consumer(c_desc, a_bufs, b_bufs, c_bufs, s_bufs, ready_bars, empty_bars, tu
               SCALING: gl.constexpr, PROMOTE: gl.constexpr, SCHEDULE: gl.constexpr, WG_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
               STAGES: gl.constexpr, EPI_SPLIT: gl.constexpr, A_COL_MAJOR: gl.constexpr, B_COL_MAJOR: gl.constexpr,
               C_TMA: gl.constexpr, HAS_BIAS: gl.constexpr, ACTIVATION: gl.constexpr, TRACE: gl.constexpr,
-              GROUP_M: gl.constexpr, CONSUMER: gl.constexpr):
-    """One warpgroup: main loop and epilogue of its tiles (pingpong) or tile halves (cooperative)."""
+              GROUP_M: gl.constexpr, CONSUMER: gl.constexpr, SPLIT: gl.constexpr = False, splits=1):
+    """One warpgroup: main loop and epilogue of its tiles (pingpong) or tile halves (cooperative).
+    SPLIT: its units' fp32 sums go to C's rows ``piece * num_pid_m * TILE_M + off_m`` (C is then
+    split-K's workspace, one block of rows per piece; bias and activation come after the sum)."""
     PINGPONG: gl.constexpr = SCHEDULE == "pingpong"
     A_PARTS: gl.constexpr = 1 if PINGPONG else 2
     TILE_M: gl.constexpr = A_PARTS * WG_M
@@ -338,7 +356,10 @@ def _consumer(c_desc, a_bufs, b_bufs, c_bufs, s_bufs, ready_bars, empty_bars, tu
     FIRST: gl.constexpr = CONSUMER if PINGPONG else 0
     STEP: gl.constexpr = 2 if PINGPONG else 1
 
-    pid, num_programs, num_pid_m, num_pid_n, k_tiles, my_tiles = _program_share(M, N, K, TILE_M, BLOCK_N, BLOCK_K)
+    pid, num_programs, num_pid_m, num_pid_n, k_tiles, my_tiles = _program_share(M, N, K, TILE_M, BLOCK_N, BLOCK_K,
+                                                                                SPLIT, splits)
+    gl.static_assert(not (SPLIT and (PROMOTE or TRACE or HAS_BIAS or not C_TMA)),
+                     "split-K units store plain fp32 sums through TMA")
     c_smem = c_bufs.index(CONSUMER)
     for t in range(FIRST, my_tiles, STEP):
         if PINGPONG:
@@ -351,6 +372,9 @@ def _consumer(c_desc, a_bufs, b_bufs, c_bufs, s_bufs, ready_bars, empty_bars, tu
         if TRACE:
             start = _globaltimer()
         tile = pid + t * num_programs
+        if SPLIT:  # unit -> (piece, tile), as the producer walks them
+            piece_row = (tile // (num_pid_m * num_pid_n)) * (num_pid_m * TILE_M)
+            tile = tile % (num_pid_m * num_pid_n)
         pid_m, pid_n = _tile_grouped(tile, num_pid_m, num_pid_n, GROUP_M)
         off_m = pid_m * TILE_M + PART * WG_M
         off_n = pid_n * BLOCK_N
@@ -375,8 +399,12 @@ def _consumer(c_desc, a_bufs, b_bufs, c_bufs, s_bufs, ready_bars, empty_bars, tu
             if TRACE:
                 mainloop_end = _globaltimer()  # every wgmma of the tile done: the epilogue starts
             acc = _apply_scales(acc, sa_ptr, sb_ptr, off_m, off_n, M, N, stride_sam, stride_sbn, SCALING, WG_M, BLOCK_N)
-            _epilogue(acc, c_desc, c_smem, c_ptr, bias_ptr, off_m, off_n,
-                      M, N, stride_cm, WG_M, BLOCK_N, EPI_SPLIT, C_TMA, HAS_BIAS, ACTIVATION)
+            if SPLIT:
+                _epilogue(acc, c_desc, c_smem, c_ptr, bias_ptr, piece_row + off_m, off_n,
+                          M, N, stride_cm, WG_M, BLOCK_N, EPI_SPLIT, C_TMA, HAS_BIAS, ACTIVATION)
+            else:
+                _epilogue(acc, c_desc, c_smem, c_ptr, bias_ptr, off_m, off_n,
+                          M, N, stride_cm, WG_M, BLOCK_N, EPI_SPLIT, C_TMA, HAS_BIAS, ACTIVATION)
         if TRACE:  # one row per (tile, consumer): TRACE_FIELDS
             row = trace_ptr + (tile * A_PARTS + PART) * 9
             gl.store(row, tile.to(gl.int64))
@@ -394,12 +422,13 @@ def _consumer(c_desc, a_bufs, b_bufs, c_bufs, s_bufs, ready_bars, empty_bars, tu
 
 @gluon.jit
 def _matmul_ws_kernel(a_desc, b_desc, c_desc, c_ptr, bias_ptr, trace_ptr, sa_ptr, sb_ptr, M, N, K, stride_cm,
-                      stride_sam, stride_sak, stride_sbk, stride_sbn,
+                      stride_sam, stride_sak, stride_sbk, stride_sbn, splits,
                       SCALING: gl.constexpr, PROMOTE: gl.constexpr, SCHEDULE: gl.constexpr, WG_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
                       STAGES: gl.constexpr, EPI_SPLIT: gl.constexpr,
                       A_COL_MAJOR: gl.constexpr, B_COL_MAJOR: gl.constexpr, C_TMA: gl.constexpr,
                       HAS_BIAS: gl.constexpr, ACTIVATION: gl.constexpr, TRACE: gl.constexpr,
-                      GROUP_SIZE_M: gl.constexpr, PRODUCER_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr):
+                      GROUP_SIZE_M: gl.constexpr, PRODUCER_REGS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+                      SPLIT: gl.constexpr):
     gl.static_assert(SCHEDULE == "pingpong" or SCHEDULE == "cooperative")
     A_PARTS: gl.constexpr = 2 if SCHEDULE == "cooperative" else 1
     BLOCK_SCALES: gl.constexpr = SCALING == "block"
@@ -435,14 +464,15 @@ def _matmul_ws_kernel(a_desc, b_desc, c_desc, c_ptr, bias_ptr, trace_ptr, sa_ptr
         (_consumer, (c_desc, a_bufs, b_bufs, c_bufs, s_bufs, ready_bars, empty_bars, turn_bars, c_ptr, bias_ptr, trace_ptr,
                      sa_ptr, sb_ptr, M, N, K, stride_cm, stride_sam, stride_sbn,
                      SCALING, PROMOTE, SCHEDULE, WG_M, BLOCK_N, BLOCK_K, STAGES, EPI_SPLIT, A_COL_MAJOR, B_COL_MAJOR, C_TMA,
-                     HAS_BIAS, ACTIVATION, TRACE, GROUP_SIZE_M, 0)),
+                     HAS_BIAS, ACTIVATION, TRACE, GROUP_SIZE_M, 0, SPLIT, splits)),
         (_consumer, (c_desc, a_bufs, b_bufs, c_bufs, s_bufs, ready_bars, empty_bars, turn_bars, c_ptr, bias_ptr, trace_ptr,
                      sa_ptr, sb_ptr, M, N, K, stride_cm, stride_sam, stride_sbn,
                      SCALING, PROMOTE, SCHEDULE, WG_M, BLOCK_N, BLOCK_K, STAGES, EPI_SPLIT, A_COL_MAJOR, B_COL_MAJOR, C_TMA,
-                     HAS_BIAS, ACTIVATION, TRACE, GROUP_SIZE_M, 1)),
+                     HAS_BIAS, ACTIVATION, TRACE, GROUP_SIZE_M, 1, SPLIT, splits)),
         (_producer, (a_desc, b_desc, a_bufs, b_bufs, ready_bars, empty_bars, M, N, K,
                      SCHEDULE, WG_M, BLOCK_N, BLOCK_K, STAGES, A_COL_MAJOR, B_COL_MAJOR, GROUP_SIZE_M,
-                     BLOCK_SCALES, s_bufs, sa_ptr, sb_ptr, stride_sam, stride_sak, stride_sbk, stride_sbn)),
+                     BLOCK_SCALES, s_bufs, sa_ptr, sb_ptr, stride_sam, stride_sak, stride_sbk, stride_sbn,
+                     SPLIT, splits)),
     ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
 
 
@@ -509,10 +539,12 @@ def _fit_stages(config, in_bytes: int, out_bytes: int, *, block_scales: bool = F
     return {**config, "STAGES": min(config["STAGES"], (_SMEM_BYTES - c_bytes) // slot)}
 
 
-def _kernel_args(a, b, c, bias, trace, config, *, activation, group_size_m=GROUP_SIZE_M, scales=None):
+def _kernel_args(a, b, c, bias, trace, config, *, activation, group_size_m=GROUP_SIZE_M, scales=None, splits=1):
     """Descriptors and arguments of ``_matmul_ws_kernel`` by name (host side; no GPU needed;
     the compile view builds its sm_90 example from this too).  ``scales``: fp8's
-    ``(scale_a, scale_b, scaling, promote)`` (``fp8.scaled_mm``), None for fp16 and bf16."""
+    ``(scale_a, scale_b, scaling, promote)`` (``fp8.scaled_mm``), None for fp16 and bf16.
+    ``splits`` > 1: split-K units, C being the fp32 workspace (``_split_workspace``: one block of
+    rows per piece, so C may have more rows than M)."""
     M, K = a.shape
     N = b.shape[1]
     a_col_major, stride_a = tma_layout(a, "a")
@@ -529,11 +561,13 @@ def _kernel_args(a, b, c, bias, trace, config, *, activation, group_size_m=GROUP
     b_desc = desc(b, [N, K] if b_col_major else [K, N], stride_b, b_block)
     # C is ours, contiguous: TMA stores need its rows 16-byte aligned (a single row has no row stride)
     itemsize = c.element_size()
-    c_tma = c.data_ptr() % runtime.TMA_ALIGN_BYTES == 0 and (N * itemsize % runtime.TMA_ALIGN_BYTES == 0 or M == 1)
+    rows = c.shape[0]
+    c_tma = (c.data_ptr() % runtime.TMA_ALIGN_BYTES == 0
+             and (c.stride(0) * itemsize % runtime.TMA_ALIGN_BYTES == 0 or rows == 1))
     c_desc = None
     if c_tma:
-        stride_c = c.stride(0) if M > 1 else runtime.tma_row_length(N, itemsize)
-        c_desc = desc(c, [M, N], stride_c, [wg_m, bn // config["EPI_SPLIT"]])
+        stride_c = c.stride(0) if rows > 1 else runtime.tma_row_length(N, itemsize)
+        c_desc = desc(c, [rows, N], stride_c, [wg_m, bn // config["EPI_SPLIT"]])
     sa, sb, scaling, promote = scales if scales is not None else (c, c, "none", False)
     if scaling == "tensor":
         sa, sb = sa.reshape(1, 1), sb.reshape(1, 1)
@@ -542,9 +576,9 @@ def _kernel_args(a, b, c, bias, trace, config, *, activation, group_size_m=GROUP
         a_desc=a_desc, b_desc=b_desc, c_desc=c_desc, c_ptr=c, bias_ptr=bias if bias is not None else c,
         trace_ptr=trace if trace is not None else c, sa_ptr=sa, sb_ptr=sb, M=M, N=N, K=K, stride_cm=c.stride(0),
         stride_sam=sa.stride(0), stride_sak=sa.stride(1), stride_sbk=sb.stride(0), stride_sbn=sb.stride(1),
-        SCALING=scaling, PROMOTE=promote, **config, A_COL_MAJOR=a_col_major, B_COL_MAJOR=b_col_major, C_TMA=c_tma,
+        splits=splits, SCALING=scaling, PROMOTE=promote, **config, A_COL_MAJOR=a_col_major, B_COL_MAJOR=b_col_major, C_TMA=c_tma,
         HAS_BIAS=bias is not None, ACTIVATION=activation, TRACE=trace is not None, GROUP_SIZE_M=group_size_m,
-        PRODUCER_REGS=PRODUCER_REGS, CONSUMER_REGS=CONSUMER_REGS,
+        PRODUCER_REGS=PRODUCER_REGS, CONSUMER_REGS=CONSUMER_REGS, SPLIT=splits > 1,
     )
 
 
@@ -578,17 +612,17 @@ MAX_PLANS = 256
 _A, _B, _C, _C_PTR, _BIAS, _TRACE, _SA, _SB = range(8)  # positions of the kernel's first eight parameters
 
 
-def _plan_key(a, b, activation, bias, config_name, num_programs, traced):
+def _plan_key(a, b, activation, bias, config_name, num_programs, traced, split_k=None):
     """``launches.call_key`` of the call: None when a tensor must be checked every call."""
-    return launches.call_key((a, b, bias), (activation, config_name, num_programs, traced))
+    return launches.call_key((a, b, bias), (activation, config_name, num_programs, traced, split_k))
 
 
 class _Plan:
     """One (shape, layout, dtype, epilogue, schedule): checked once, compiled once, then each call
     allocates C, re-points three descriptors and calls the compiled kernel."""
 
-    def __init__(self, a, b, c, bias, trace, config, activation, programs, *, bias_contiguous, scales=None):
-        named = _kernel_args(a, b, c, bias, trace, config, activation=activation, scales=scales)
+    def __init__(self, a, b, c, bias, trace, config, activation, programs, *, bias_contiguous, scales=None, splits=1):
+        named = _kernel_args(a, b, c, bias, trace, config, activation=activation, scales=scales, splits=splits)
         self.launch = _triton_compat.SpecializedLaunch(_matmul_ws_kernel, (programs,), (), named,
                                                        {"num_warps": 4, "maxnreg": MAXNREG})
         self.arguments = _triton_compat.ordered_arguments(_matmul_ws_kernel, (), named)
@@ -609,6 +643,10 @@ class _Plan:
 
     def __call__(self, a, b, bias, trace, scale_a=None, scale_b=None):
         c = torch.empty(self.c_shape, device=a.device, dtype=self.c_dtype)
+        return self.run(c, a, b, bias, trace, scale_a, scale_b)
+
+    def run(self, c, a, b, bias, trace, scale_a=None, scale_b=None):
+        """The launch into ``c`` (of the plan's shape and dtype); returns ``c``."""
         if bias is not None:
             bias = bias if self.bias_dtype in (None, bias.dtype) else bias.to(self.bias_dtype)
             bias = bias if self.bias_contiguous else bias.contiguous()
@@ -626,6 +664,51 @@ class _Plan:
         return c
 
 
+def _split_workspace(M, N, config, splits, device) -> torch.Tensor:
+    """Split-K's fp32 pieces: piece ``s`` in rows ``[s * R, s * R + M)`` of a ``[splits * R, N]``
+    view, R = M rounded up to whole tiles (a tile's rows past M stay in its piece) and rows padded
+    to 16 bytes (TMA stores; the columns past N are clipped).  Kept per stream."""
+    rows, cols = splits * cdiv(M, _tile_m(config)) * _tile_m(config), cdiv(N, 4) * 4
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    buffer = runtime.stream_buffer("ws split-k pieces", rows * cols, torch.float32, index)
+    return buffer[: rows * cols].view(rows, cols)[:, :N]
+
+
+class _SplitPlan:
+    """Split-K in two kernels, for problems whose tiles leave most SMs idle: the warp-specialized
+    kernel runs ``splits`` pieces of every tile's K loop as separate units (all SMs busy), each
+    storing its fp32 sum through TMA into the workspace (``_split_workspace``); then
+    ``splitk._add_pieces_kernel`` adds the pieces in order, applies bias and activation and writes
+    C (cuBLAS's ``splitKreduce_kernel`` step).  No unit waits for another."""
+
+    def __init__(self, a, b, bias, config, activation, programs, splits, *, bias_contiguous):
+        M, N = a.shape[0], b.shape[1]
+        self.shape, self.splits, self.config = (M, N, config), splits, config
+        pieces = _split_workspace(M, N, config, splits, a.device)
+        self.gemm = _Plan(a, b, pieces, None, None, config, None, programs, bias_contiguous=True, splits=splits)
+        c = torch.empty((M, N), device=a.device, dtype=a.dtype)
+        named = splitk.add_pieces_args(pieces, c, bias, splits, activation)
+        self.add = _triton_compat.SpecializedLaunch(splitk._add_pieces_kernel, splitk.add_pieces_grid(M, N), (),
+                                                    named, {"num_warps": 4})
+        self.add_arguments = _triton_compat.ordered_arguments(splitk._add_pieces_kernel, (), named)
+        self.add_arguments[:3] = [None, None, None]  # pieces, c, bias: the call's own
+        self.c_dtype, self.bias_contiguous = a.dtype, bias_contiguous
+        self.tile = self.gemm.tile
+
+    def __call__(self, a, b, bias, trace):
+        M, N, config = self.shape
+        pieces = _split_workspace(M, N, config, self.splits, a.device)
+        self.gemm.run(pieces, a, b, None, None)
+        c = torch.empty((M, N), device=a.device, dtype=self.c_dtype)
+        if bias is not None:
+            bias = bias if bias.dtype == self.c_dtype else bias.to(self.c_dtype)
+            bias = bias if self.bias_contiguous else bias.contiguous()
+        arguments = list(self.add_arguments)
+        arguments[:3] = [pieces, c, c if bias is None else bias]
+        self.add.launch(arguments)
+        return c
+
+
 def _keep(key, plan):
     """``plan``, kept under ``key`` (None: not kept); the oldest plan goes when MAX_PLANS are kept."""
     if key is not None:
@@ -635,12 +718,14 @@ def _keep(key, plan):
     return plan
 
 
-def _launch(a, b, *, activation=None, bias=None, schedule=None, num_programs=None, trace=None, config=None):
+def _launch(a, b, *, activation=None, bias=None, schedule=None, num_programs=None, trace=None, config=None,
+            split_k=None):
     """Launch through the plan of these inputs' key, making it first when new (checks included).
-    ``schedule``: a CONFIGS name; None: the tile ``tiles.ws_default_tile`` picks for the shape."""
+    ``schedule``: a CONFIGS name; None: the tile ``tiles.ws_default_tile`` picks for the shape.
+    ``split_k``: pieces per tile's K loop (None: ``tiles.splitk_default_splits``; never with a trace)."""
     try:
         key = None if config is not None else _plan_key(a, b, activation, bias, schedule, num_programs,
-                                                         trace is not None)
+                                                         trace is not None, split_k)
         plan = _PLANS.get(key) if key is not None else None
     except TypeError:  # something unhashable (a bad activation): the checks below say what is wrong
         key = plan = None
@@ -649,6 +734,10 @@ def _launch(a, b, *, activation=None, bias=None, schedule=None, num_programs=Non
 
     if config is None and schedule is not None and not (isinstance(schedule, str) and schedule in CONFIGS):
         raise ValueError(f"schedule must be one of {tuple(CONFIGS)} (or None: by the shape), got {schedule!r}")
+    if split_k is not None:
+        split_k = check_int(split_k, "split_k")
+        if trace is not None and split_k > 1:
+            raise ValueError("a traced launch records whole tiles: it cannot split K (split_k=1 or None)")
     a, b, bias = resolve_lazy_views(a, b, bias)  # the kernel reads memory, not torch's lazy negation
     bias_in = bias
     bias = _check_ws_inputs(a, b, activation, bias)
@@ -663,18 +752,34 @@ def _launch(a, b, *, activation=None, bias=None, schedule=None, num_programs=Non
         if bias is not None:
             acc += bias.float()
         return activation_ref(acc, activation).to(a.dtype)
-    c = torch.empty((M, N), device=a.device, dtype=a.dtype)
     num_tiles = cdiv(M, _tile_m(config)) * cdiv(N, config["BLOCK_N"])
-    programs = min(num_tiles, runtime.num_sms() if num_programs is None else check_int(num_programs, "num_programs"))
-    plan = _keep(key, _Plan(a, b, c, bias, trace, config, activation, programs,
-                            bias_contiguous=bias_in is None or bias_in.stride(0) == 1))
+    max_programs = runtime.num_sms() if num_programs is None else check_int(num_programs, "num_programs")
+    k_tiles = cdiv(K, config["BLOCK_K"])
+    if trace is not None:
+        splits = 1
+    elif split_k is None:
+        splits = splitk_default_splits(num_tiles, k_tiles, runtime.num_sms())
+    else:
+        splits = min(split_k, k_tiles)  # more pieces than K blocks would only add empty ones
+    bias_contiguous = bias_in is None or bias_in.stride(0) == 1
+    if splits > 1:
+        config = _fit_stages(config, a.element_size(), 4)  # the C buffers hold fp32 pieces
+        plan = _SplitPlan(a, b, bias, config, activation, min(num_tiles * splits, max_programs), splits,
+                          bias_contiguous=bias_contiguous)
+        return _keep(key, plan)(a, b, bias, trace)
+    c = torch.empty((M, N), device=a.device, dtype=a.dtype)
+    plan = _keep(key, _Plan(a, b, c, bias, trace, config, activation, min(num_tiles, max_programs),
+                            bias_contiguous=bias_contiguous))
     return plan(a, b, bias, trace)
 
 
-def matmul_ws(a, b, *, activation=None, bias=None):
+def matmul_ws(a, b, *, activation=None, bias=None, split_k=None):
     """``activation(a @ b + bias)`` with the warp-specialized Gluon kernel, in the tile
     ``tiles.ws_default_tile`` picks for the shape (128 x 256 cooperative, or 64-row ping-pong
     tiles where M leaves a 128-row tile mostly padding or the tiles would leave most of a wave idle).
+    When even those tiles would fill at most half the SMs, each tile's K loop is cut into pieces
+    run as separate units and added by a second kernel (``_SplitPlan``); ``split_k`` sets the
+    pieces per tile (1: never split; default ``tiles.splitk_default_splits``).
 
     a: [M, K], b: [K, N], fp16 or bf16, each row- or column-major with 16-byte aligned base and
     other stride (``b = weight.t()`` of an ``nn.Linear`` is fine): the rules and errors of
@@ -683,7 +788,7 @@ def matmul_ws(a, b, *, activation=None, bias=None):
     Needs an sm_90 GPU (RuntimeError otherwise, no silent fallback).  The host work of a call
     is done once per shape, layout and dtype and kept (see ``_Plan``).
     """
-    return _launch(a, b, activation=activation, bias=bias)
+    return _launch(a, b, activation=activation, bias=bias, split_k=split_k)
 
 
 def fp8_config(M, N, scaling, *, use_fast_accum, out_bytes, tile=None):

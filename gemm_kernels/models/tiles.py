@@ -286,6 +286,8 @@ def ws_default_tile(M: int, N: int, *, num_sms: int, tiles: dict = WS_TILES) -> 
 
 
 # ----------------------------------------------------------------------------- the default dispatch
+#: the K block of every ``matmul_ws`` fp16/bf16 tile (its split rule counts K in these)
+WS_BLOCK_K = 64
 #: the data-parallel tile of the big-problem kernels where wgmma cannot run (``matmul_ws``'s
 #: cooperative tile: ``matmul_tma`` autotunes around it)
 DISPATCH_TILE = WS_TILES["cooperative"][:2]
@@ -299,18 +301,25 @@ def default_launcher(M: int, N: int, K: int, *, num_sms: int, tma: bool, wgmma: 
     ``tma``: TMA can read both inputs on this GPU; ``wgmma``: ``matmul_ws`` can run them (sm_90,
     16-bit, TMA-readable), in the tile :func:`ws_default_tile` picks.  When the tiles (that one,
     else 128 x 256) would fill at most half the SMs (the line of ``splitk_default_splits``), no
-    tile order or pipeline helps: ``matmul_splitk`` autotunes smaller tiles and cuts K when even
-    they fill at most half.  Otherwise the fastest data-parallel kernel the GPU and the layouts
-    allow.  Measured against the other choices in PERF_NOTES entries 30 and 33."""
+    tile order or pipeline helps: K is cut into pieces, by ``matmul_ws`` itself where wgmma runs
+    (its split units, then a kernel that adds them), else by ``matmul_splitk``, which autotunes
+    smaller tiles too.  Otherwise the fastest data-parallel kernel the GPU and the layouts allow.
+    Measured against the other choices in PERF_NOTES entries 30, 33 and 36."""
     _check_ints(M=M, N=N, K=K, num_sms=num_sms)
     if num_sms < 1:
         raise ValueError(f"num_sms must be >= 1, got {num_sms}")
     tile_name = ws_default_tile(M, N, num_sms=num_sms) if wgmma else None
     rows, cols = WS_TILES[tile_name][:2] if wgmma else DISPATCH_TILE
     tiles = cdiv(M, rows) * cdiv(N, cols)
+    few = f"{tiles} tile{'s' * (tiles != 1)} of {rows}x{cols}"
+    if 2 * tiles <= num_sms and wgmma:
+        splits = splitk_default_splits(tiles, cdiv(K, WS_BLOCK_K), num_sms)
+        return "matmul_ws", (f"{few} ({tile_name}) would fill at most half of {num_sms} SMs: the warp-specialized "
+                             f"kernel with each tile's K loop in {splits} piece{'s' * (splits != 1)}"
+                             f"{' (K too short to split)' if splits == 1 else ', then a kernel that adds them'}")
     if 2 * tiles <= num_sms:
-        return "matmul_splitk", (f"{tiles} tile{'s' * (tiles != 1)} of {rows}x{cols} would fill at most half of "
-                                 f"{num_sms} SMs: smaller tiles, and K cut into pieces if they alone leave SMs idle")
+        return "matmul_splitk", (f"{few} would fill at most half of {num_sms} SMs: smaller tiles, and K cut into "
+                                 "pieces if they alone leave SMs idle")
     if wgmma:
         return "matmul_ws", f"{tiles} tiles of {rows}x{cols} ({tile_name}): the warp-specialized Hopper kernel"
     if tma:
