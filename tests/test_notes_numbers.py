@@ -613,3 +613,51 @@ def test_entry_35_numbers_are_the_records():
              if r["panel"] == "block" and r["provider"] == "scaled_mm"]
     assert f"block-wise geomean **{_geomean([float(r['speedup']) for r in suite]):.3f}x** torch's" in text
 
+
+
+def test_entry_36_numbers_are_the_records():
+    """PERF_NOTES 36 quotes its sweep, suite rows, counters, clocks and host records (``images/bench/entry36``)."""
+    text = _squash(PERF_NOTES.read_text())
+    run = BENCH / "entry36"
+    sweep = {(r["M"], r["N"], r["K"], r["layout"], r["provider"]): float(r["ms"]) * 1e3
+             for r in report.read_csv(run / "ws_splitk_sweep.csv") if r["provider"] != "ws split"}
+    for (M, N, K, layout), words in {("512", "512", "16384", "row-major"): "512 x 512 x 16384",
+                                     ("128", "1024", "16384", "W.t()"): "128 x 1024 x 16384",
+                                     ("16", "4096", "4096", "W.t()"): "16 x 4096 x 4096"}.items():
+        us = [sweep[M, N, K, layout, p] for p in ("ws default", "split_k", "cuBLAS")]
+        assert f"{words} {us[0]:.1f} / {us[1]:.1f} / {us[2]:.1f}" in text
+    assert f"(0.885x cuBLAS)" in text and round(sweep["512", "512", "16384", "row-major", "cuBLAS"]
+                                                / sweep["512", "512", "16384", "row-major", "ws default"], 3) == 0.885
+    suite = {(r["case"], r["provider"]): r for r in report.read_csv(run / "stream-k_h200_partial.csv")}
+    auto = suite["512x512x16384", "auto"]
+    assert "picked matmul_ws" in auto["note"]
+    assert (f"512 x 512 x 16384 **{float(auto['speedup']):.3f}x** ({float(auto['time_ms']) * 1e3:.1f} against "
+            f"{float(suite['512x512x16384', 'cuBLAS']['time_ms']) * 1e3:.1f} µs; `matmul_splitk` "
+            f"{float(suite['512x512x16384', 'split_k']['speedup']):.3f}x") in text
+    assert f"1024 x 1024 x 8192 {float(suite['1024x1024x8192', 'auto']['speedup']):.3f}x" in text
+    counters = {(r["provider"], r["kernel"][:16]): r for r in report.read_csv(run / "counters_512.csv")}
+    gemm, add = counters["ws", "_matmul_ws_kerne"], counters["ws", "_add_pieces_kern"]
+    tensor = "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed"
+    assert f"`_matmul_ws_kernel` {float(gemm['gpu__time_duration.sum']) / 1e3:.1f} µs with the tensor pipe at {float(gemm[tensor]):.1f}%" in text
+    assert f"`_add_pieces_kernel` {float(add['gpu__time_duration.sum']) / 1e3:.1f} µs" in text
+    clocks = {r["provider"]: r for r in json.loads((run / "clocks_512.json").read_text())["rows"]}
+    assert {r["sm_mhz"] for r in clocks.values()} == {1980.0}
+    assert (f"ours read {clocks['ws']['us']:.1f} µs, `matmul_splitk` {clocks['split_k']['us']:.1f}, cuBLAS "
+            f"{clocks['cuBLAS']['us']:.1f}") in text
+    host = {(r["case"], r["provider"]): float(r["time_ms"]) * 1e3 for r in report.read_csv(run / "host_h200.csv")}
+    decode = "decode M=16 4096x4096 W.t()"
+    assert (f"`matmul_ws` took {host[decode, 'matmul_ws']:.1f} µs per call against `torch.matmul`'s "
+            f"{host[decode, 'torch.matmul']:.1f} ({host[decode, 'matmul_ws'] / host[decode, 'torch.matmul']:.2f}x") in text
+
+    def ratios(label):
+        import statistics
+        out = {}
+        for i in (1, 2, 3):
+            samples = json.loads((run / "host_opt" / f"{label}{i}.json").read_text())["samples"]
+            for k in ("matmul", "matmul_persistent", "matmul_tma", "matmul_streamk", "matmul_splitk"):
+                out.setdefault(k, []).extend(x / t for x, t in zip(samples[k], samples["torch.matmul"]))
+        return {k: statistics.median(v) for k, v in out.items()}
+
+    before, after = ratios("base"), ratios("new")
+    for k in before:
+        assert f"`{k}` {before[k]:.2f}x -> " in text and (f"-> **{after[k]:.2f}x**" in text or f"-> {after[k]:.2f}x" in text)

@@ -203,6 +203,11 @@ def claims():
     assert tiles.splitk_default_splits(32, 256, 132) == 4  # the rule's pieces for those 32 tiles and 256 K blocks
     yield nb05, (f"it took {few['ws default']:.1f} µs in 64 × 128 tiles cut in 4, against\n"
                  f"{few['split_k']:.1f} for `matmul_splitk` and {few['cuBLAS']:.1f} for cuBLAS")
+    host = {r["provider"]: float(r["time_ms"]) * 1e3 for r in csv.DictReader(open(ROOT / "images/bench/entry36/host_h200.csv"))
+            if r["case"] == "decode M=16 4096x4096 W.t()"}
+    assert tiles.splitk_default_splits(32, 64, 132) == 4  # 16 x 4096 in 64 x 128 tiles: 32 tiles, split
+    yield nb05, (f"one call took {host['matmul_ws']:.1f} µs of\nhost time on that machine against "
+                 f"{host['torch.matmul']:.1f} for `torch.matmul`")
     assert auto["512x512x16384", "split_k"] < min(auto["512x512x16384", p] for p in ("tma", "stream_k"))
     assert auto["1024x1024x8192", "tma"] < auto["1024x1024x8192", "stream_k"]
     assert auto["4096x4096x4096", "split_k"] > auto["4096x4096x4096", "tma"]

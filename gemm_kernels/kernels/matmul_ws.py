@@ -17,6 +17,10 @@ runs on problems that fill the GPU) splits every 128 x 256 tile between both con
 each.  ``matmul_ws`` picks the tile per shape (``tiles.ws_default_tile``): 64-row ping-pong tiles
 when M leaves a 128-row tile mostly padding or the tiles would leave most of a wave idle.
 
+Few tiles and a long K (at most half the SMs busy): ``split_k`` pieces of every tile's K loop
+run as separate *units* of the walk (``SPLIT``), each storing its fp32 sum into split-K's
+workspace, and ``splitk._add_pieces_kernel`` adds them (``_SplitPlan``).
+
 Tiles follow ``matmul_tma``'s grouped persistent order (``ws_schedule`` is the numpy mirror;
 ``trace_ws_tiles`` records which warpgroup ran which tile, and when).  Ring position ``q`` (the
 q-th K block a program loads) is slot ``q % STAGES``, phase ``(q // STAGES) & 1``, computed from
