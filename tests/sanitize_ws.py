@@ -9,7 +9,8 @@ writes (no GPU needed).
 
 Small shapes (the tools slow kernels down 10-100x), program counts that give every program
 several tiles (ring laps, turn barriers), every config, transposed B, bias + GELU, unaligned C rows;
-the same with K cut into 3 pieces (split units, the workspace, the kernel that adds them).
+the same with split_k=3 (split units, the workspace, the kernel that adds them; fewer pieces
+where K has fewer blocks, so the K = 64 shape runs unsplit).
 """
 
 import torch

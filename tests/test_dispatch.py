@@ -13,7 +13,7 @@ import gemm_kernels as gk
 from gemm_kernels import DEVICE, matmul_auto, matmul_ref, pick_launcher, runtime
 from gemm_kernels.kernels import dispatch, launches
 from gemm_kernels.models.tiles import (DISPATCH_LAUNCHERS, WS_TILES, default_launcher, splitk_default_splits,
-                                       ws_default_tile, ws_tile_cost)
+                                       whole_pieces, ws_default_splits, ws_default_tile, ws_tile_cost)
 from gemm_kernels.testing import STRIDED_LAYOUTS, assert_close, random_matrix, strided_operands
 
 H100_SMS = 132
@@ -25,13 +25,12 @@ H100_SMS = 132
     ((257, 4096, 14336), "hopper", "matmul_ws"),  # 80 tiles of 64x256 (48 of 128x256: under half of 132)
     ((257, 4096, 14336), "tma-only", "matmul_splitk"),  # 48 tiles of 128x256
     ((257, 8192, 8192), "hopper", "matmul_ws"),  # 96 tiles of 128x256
-    ((129, 2048, 8192), "hopper", "matmul_ws"),  # 48 tiles of 64x128: even the smallest tile fills under half
+    ((129, 2048, 8192), "hopper", "matmul_ws"),  # 48 tiles of 64x128, even the smallest under half: in 2 pieces
     ((4096, 4096, 4096), "hopper", "matmul_ws"),
     ((4096, 4096, 4096), "tma-only", "matmul_tma"),  # e.g. fp32 inputs on an H100
     ((4096, 4096, 4096), "ampere", "matmul"),
     ((512, 512, 16384), "ampere", "matmul_splitk"),  # split-K reads through pointers: any GPU
-    ((0, 5, 7), "hopper", "matmul_ws"),  # no tiles: matmul_ws returns the empty product itself
-    ((0, 5, 7), "ampere", "matmul_splitk"),  # split-K hands an empty problem to matmul
+    ((0, 5, 7), "hopper", "matmul_splitk"),  # no tiles: split-K hands an empty problem to matmul
 ])
 def test_the_rule(shape, gpu, expected):
     name, why = default_launcher(*shape, num_sms=H100_SMS, tma=gpu != "ampere", wgmma=gpu == "hopper")
@@ -45,11 +44,35 @@ def test_the_half_wave_line():
     assert default_launcher(128 * 33, 256 * 2, 4096, num_sms=H100_SMS, tma=True, wgmma=False)[0] == "matmul_splitk"
     assert splitk_default_splits(66, 64, H100_SMS) == 2 and splitk_default_splits(67, 64, H100_SMS) == 1
     assert default_launcher(128 * 67, 256, 4096, num_sms=H100_SMS, tma=True, wgmma=False)[0] == "matmul_tma"
-    for n_tiles, pieces in ((66, "in 2 pieces"), (67, "the warp-specialized Hopper kernel")):
-        assert ws_default_tile(64, 128 * n_tiles, num_sms=H100_SMS) == "pingpong_64x128"
-        name, why = default_launcher(64, 128 * n_tiles, 4096, num_sms=H100_SMS, tma=True, wgmma=True)
+    for n_tiles, pieces in ((66, "in 2 pieces"), (68, "the warp-specialized Hopper kernel")):  # 2 rows of tiles
+        assert ws_default_tile(128, 64 * n_tiles, num_sms=H100_SMS) == "pingpong_64x128"
+        name, why = default_launcher(128, 64 * n_tiles, 4096, num_sms=H100_SMS, tma=True, wgmma=True)
         assert name == "matmul_ws" and pieces in why
-    assert "K too short to split" in default_launcher(64, 128, 256, num_sms=H100_SMS, tma=True, wgmma=True)[1]
+
+
+@pytest.mark.parametrize("M, N, K, expected", [
+    (16, 4096, 4096, "matmul_splitk"),  # a decode: 16 rows stream the weight; split units would only add a launch
+    (64, 2048, 8192, "matmul_splitk"),
+    (4096, 64, 8192, "matmul_splitk"),  # the same for few columns
+    (128, 1024, 16384, "matmul_ws"),  # 16 tiles of 64 x 128, 8 pieces each
+    (512, 512, 256, "matmul_splitk"),  # 4 K blocks: too short for pieces of 8, matmul_splitk tries smaller tiles
+    (0, 4096, 4096, "matmul_splitk"),  # no tiles: split-K hands the empty product to matmul
+])
+def test_split_units_where_they_pay(M, N, K, expected):
+    """On Hopper the few-tile problems go to matmul_ws's split units only where tiles.ws_default_splits
+    cuts K (M and N >= 128, K long enough); the others stay with matmul_splitk."""
+    assert default_launcher(M, N, K, num_sms=H100_SMS, tma=True, wgmma=True)[0] == expected
+    tile = ws_default_tile(M, N, num_sms=H100_SMS)
+    assert (ws_default_splits(M, N, K, tile, num_sms=H100_SMS) > 1) == (expected == "matmul_ws")
+
+
+@pytest.mark.parametrize("k_tiles, asked, pieces", [(130, 16, 15), (256, 4, 4), (17, 7, 6), (5, 8, 5), (9, 1, 1),
+                                                    (0, 4, 1)])
+def test_no_piece_lies_wholly_past_k(k_tiles, asked, pieces):
+    assert whole_pieces(k_tiles, asked) == pieces
+    if k_tiles:
+        per = -(-k_tiles // pieces)
+        assert (pieces - 1) * per < k_tiles <= pieces * per  # the last piece holds at least one real K block
 
 
 def test_the_ws_split_counts_k_in_matmul_ws_blocks():

@@ -319,6 +319,14 @@ def test_adding_the_pieces(splits, M, N, activation, with_bias):
     assert_close(c, want, torch.float16)
 
 
+def _poison_split_workspaces():
+    """NaN into every kept split-K workspace: a unit that stores nothing shows in C (a fresh one is
+    NaN already, conftest's torch.empty)."""
+    for (_, _, purpose), buffer in runtime._STREAM_BUFFERS.items():
+        if purpose == "ws split-k pieces":
+            buffer.fill_(float("nan"))
+
+
 def _split_plan(a, b, **kw):
     key = ws._plan_key(a, b, kw.get("activation"), kw.get("bias"), kw.get("schedule"), None, False, kw.get("split_k"))
     return ws._PLANS[key]
@@ -335,9 +343,11 @@ def test_gpu_split_units(shape, split_k, schedule):
     """Every tile cut into split_k pieces (K blocks not a multiple of split_k: the last piece
     runs past K on TMA's zeros), bf16, NaN-poisoned workspace and C."""
     a, b = _aligned(*shape, torch.bfloat16)
+    _poison_split_workspaces()
     out = ws._launch(a, b, schedule=schedule, split_k=split_k)
     assert_close(out, matmul_ref(a, b, out_dtype=torch.float64), torch.bfloat16, what=f"{schedule} {shape} {split_k}")
     assert isinstance(_split_plan(a, b, schedule=schedule, split_k=split_k), ws._SplitPlan)
+    _poison_split_workspaces()
     again = ws._launch(a * -1, b, schedule=schedule, split_k=split_k)  # the kept plan, new tensors
     assert_close(again, -matmul_ref(a, b, out_dtype=torch.float64), torch.bfloat16)
 
@@ -346,12 +356,15 @@ def test_gpu_split_units(shape, split_k, schedule):
 @needs_hopper
 @pytest.mark.parametrize("layout", ["b_t", "a_t", "both_t"])
 @pytest.mark.parametrize("activation", [None, "leaky_relu", "gelu"])
+@pytest.mark.parametrize("N", [1000, 1001])  # 1001: the workspace's rows padded past N to 16 bytes
 @pytest.mark.usefixtures("seed")
-def test_gpu_split_units_epilogue_and_layouts(layout, activation):
+def test_gpu_split_units_epilogue_and_layouts(layout, activation, N):
     """Bias and activation run after the pieces are added; A or B read transposed (b = W.t())."""
-    M, N, K, dtype = 96, 1000, 8200, torch.float16  # C rows 2000 bytes: the adding kernel's masked stores
+    M, K, dtype = 96, 8200, torch.float16  # C rows of 2000 or 2002 bytes: the adding kernel's masked stores
     a = random_matrix(M, K, dtype, transposed=layout in ("a_t", "both_t"))
     b = random_matrix(K, N, dtype, transposed=layout in ("b_t", "both_t"))
+    if layout == "a_t":
+        b = tma_aligned(b)  # a row-major B of 1001 columns: rows padded to 16 bytes for TMA
     bias = torch.randn(N).to(DEVICE, dtype)[::1]
     out = ws.matmul_ws(a, b, bias=bias, activation=activation, split_k=5)
     assert_close(out, matmul_ref(a, b, activation=activation, bias=bias, out_dtype=torch.float64), dtype)
@@ -362,19 +375,19 @@ def test_gpu_split_units_epilogue_and_layouts(layout, activation):
 
 @pytest.mark.gpu
 @needs_hopper
-@pytest.mark.parametrize("M,N,K", [(512, 512, 16384), (257, 1024, 14336), (64, 2048, 8192)])
+@pytest.mark.parametrize("M,N,K", [(512, 512, 16384), (257, 1024, 14336), (128, 2048, 8192), (16, 4096, 4096)])
 @pytest.mark.usefixtures("seed")
 def test_gpu_few_tiles_split_by_default(M, N, K):
-    """At its defaults matmul_ws splits when its tiles would fill at most half the SMs, into
-    tiles.splitk_default_splits pieces."""
+    """At its defaults matmul_ws splits as tiles.ws_default_splits says: when its tiles would fill
+    at most half the SMs and M and N are both at least 128 (not the 16-row decode)."""
     a, w = random_matrix(M, K, torch.bfloat16), random_matrix(N, K, torch.bfloat16)
     out = ws.matmul_ws(a, w.t())
     assert_close(out, matmul_ref(a, w.t(), out_dtype=torch.float64), torch.bfloat16)
-    config = ws.CONFIGS[tiles.ws_default_tile(M, N, num_sms=runtime.num_sms())]
-    num_tiles = tiles.cdiv(M, ws._tile_m(config)) * tiles.cdiv(N, config["BLOCK_N"])
-    want = tiles.splitk_default_splits(num_tiles, tiles.cdiv(K, config["BLOCK_K"]), runtime.num_sms())
+    want = tiles.ws_default_splits(M, N, K, tiles.ws_default_tile(M, N, num_sms=runtime.num_sms()),
+                                   num_sms=runtime.num_sms())
     plan = _split_plan(a, w.t())
-    assert want > 1 and isinstance(plan, ws._SplitPlan) and plan.splits == want
+    assert (want > 1) == (M >= 128) and isinstance(plan, ws._SplitPlan if want > 1 else ws._Plan)
+    assert want == 1 or plan.splits == want
 
 
 @pytest.mark.gpu

@@ -51,7 +51,7 @@ _tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_globa
 # --- the package helpers this module uses (one block, to re-point when the package moves) ---
 from .. import _triton_compat, runtime
 from . import launches, splitk
-from ..models.tiles import FP8_WS_TILES, cdiv, splitk_default_splits, tile_coords_np, ws_default_tile
+from ..models.tiles import FP8_WS_TILES, cdiv, tile_coords_np, whole_pieces, ws_default_splits, ws_default_tile
 from .checks import check_int, check_matmul_inputs as _check_matmul_inputs, resolve_lazy_views
 from .epilogue import _TAIL_COEFFS, LEAKY_RELU_SLOPE, activation_ref
 from .tma import tma_aligned, tma_layout
@@ -726,7 +726,12 @@ def _launch(a, b, *, activation=None, bias=None, schedule=None, num_programs=Non
             split_k=None):
     """Launch through the plan of these inputs' key, making it first when new (checks included).
     ``schedule``: a CONFIGS name; None: the tile ``tiles.ws_default_tile`` picks for the shape.
-    ``split_k``: pieces per tile's K loop (None: ``tiles.splitk_default_splits``; never with a trace)."""
+    ``split_k``: pieces per tile's K loop (None: ``tiles.ws_default_splits`` for the default tile,
+    1 for a tile given by ``schedule`` or ``config``; never with a trace)."""
+    if split_k is not None:  # before the plan's key: 4.0 or True must not find the plan of 4 or 1
+        split_k = check_int(split_k, "split_k")
+        if trace is not None and split_k > 1:
+            raise ValueError("a traced launch records whole tiles: it cannot split K (split_k=1 or None)")
     try:
         key = None if config is not None else _plan_key(a, b, activation, bias, schedule, num_programs,
                                                          trace is not None, split_k)
@@ -738,16 +743,13 @@ def _launch(a, b, *, activation=None, bias=None, schedule=None, num_programs=Non
 
     if config is None and schedule is not None and not (isinstance(schedule, str) and schedule in CONFIGS):
         raise ValueError(f"schedule must be one of {tuple(CONFIGS)} (or None: by the shape), got {schedule!r}")
-    if split_k is not None:
-        split_k = check_int(split_k, "split_k")
-        if trace is not None and split_k > 1:
-            raise ValueError("a traced launch records whole tiles: it cannot split K (split_k=1 or None)")
     a, b, bias = resolve_lazy_views(a, b, bias)  # the kernel reads memory, not torch's lazy negation
     bias_in = bias
     bias = _check_ws_inputs(a, b, activation, bias)
     _require_hopper()
     M, K = a.shape
     N = b.shape[1]
+    given_config = config is not None
     config = dict(config or CONFIGS[schedule or ws_default_tile(M, N, num_sms=runtime.num_sms())])
     if config["SCHEDULE"] not in SCHEDULES:
         raise ValueError(f"SCHEDULE must be one of {SCHEDULES}, got {config['SCHEDULE']!r}")
@@ -759,12 +761,13 @@ def _launch(a, b, *, activation=None, bias=None, schedule=None, num_programs=Non
     num_tiles = cdiv(M, _tile_m(config)) * cdiv(N, config["BLOCK_N"])
     max_programs = runtime.num_sms() if num_programs is None else check_int(num_programs, "num_programs")
     k_tiles = cdiv(K, config["BLOCK_K"])
-    if trace is not None:
-        splits = 1
+    if trace is not None or (split_k is None and (schedule is not None or given_config)):
+        splits = 1  # a pinned tile runs as asked
     elif split_k is None:
-        splits = splitk_default_splits(num_tiles, k_tiles, runtime.num_sms())
+        splits = ws_default_splits(M, N, K, schedule or ws_default_tile(M, N, num_sms=runtime.num_sms()),
+                                   num_sms=runtime.num_sms(), block_k=config["BLOCK_K"])
     else:
-        splits = min(split_k, k_tiles)  # more pieces than K blocks would only add empty ones
+        splits = whole_pieces(k_tiles, split_k)  # no piece wholly past K: it would only add zeros
     bias_contiguous = bias_in is None or bias_in.stride(0) == 1
     if splits > 1:
         config = _fit_stages(config, a.element_size(), 4)  # the C buffers hold fp32 pieces
@@ -781,9 +784,10 @@ def matmul_ws(a, b, *, activation=None, bias=None, split_k=None):
     """``activation(a @ b + bias)`` with the warp-specialized Gluon kernel, in the tile
     ``tiles.ws_default_tile`` picks for the shape (128 x 256 cooperative, or 64-row ping-pong
     tiles where M leaves a 128-row tile mostly padding or the tiles would leave most of a wave idle).
-    When even those tiles would fill at most half the SMs, each tile's K loop is cut into pieces
-    run as separate units and added by a second kernel (``_SplitPlan``); ``split_k`` sets the
-    pieces per tile (1: never split; default ``tiles.splitk_default_splits``).
+    When even those tiles would fill at most half the SMs (and M and N are both at least 128),
+    each tile's K loop is cut into pieces run as separate units and added by a second kernel
+    (``_SplitPlan``); ``split_k`` sets the pieces per tile (1: never split; default
+    ``tiles.ws_default_splits``).
 
     a: [M, K], b: [K, N], fp16 or bf16, each row- or column-major with 16-byte aligned base and
     other stride (``b = weight.t()`` of an ``nn.Linear`` is fine): the rules and errors of

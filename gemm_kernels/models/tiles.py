@@ -256,6 +256,33 @@ def splitk_default_splits(num_tiles: int, k_tiles: int, num_sms: int) -> int:
     return max(1, min(num_sms // max(num_tiles, 1), k_tiles // SPLITK_MIN_K_TILES))
 
 
+#: the smallest M and N that ``matmul_ws`` splits K for: with fewer rows (or columns) the product
+#: streams one operand (a decode's weight) at DRAM speed, and split units tied ``matmul_splitk`` on
+#: the GPU while costing a second launch on the host (PERF_NOTES 36: 16 x 4096 x 4096, 13.4 against
+#: 13.5 µs in CUDA graphs, 57.2 against 22.8 µs of host time); at 128 they won (16.2 against 19.1)
+WS_SPLIT_MIN_SIDE = 128
+
+
+def ws_default_splits(M: int, N: int, K: int, tile: str, *, num_sms: int, block_k: int = 64) -> int:
+    """How many pieces ``matmul_ws`` cuts each tile's K loop into when not told: the pieces of
+    :func:`splitk_default_splits` for its ``tile``'s count, when M and N are both at least
+    :data:`WS_SPLIT_MIN_SIDE`; else 1.  Never a piece wholly past K (see :func:`whole_pieces`)."""
+    _check_ints(M=M, N=N, K=K, num_sms=num_sms)
+    if min(M, N) < WS_SPLIT_MIN_SIDE:
+        return 1
+    rows, cols = WS_TILES[tile][:2]
+    k_tiles = cdiv(K, block_k)
+    return whole_pieces(k_tiles, splitk_default_splits(cdiv(M, rows) * cdiv(N, cols), k_tiles, num_sms))
+
+
+def whole_pieces(k_tiles: int, splits: int) -> int:
+    """``splits`` lowered until no piece of ``cdiv(k_tiles, splits)`` K blocks lies wholly past K
+    (16 pieces of 130 blocks are 9 blocks each, and 15 of them cover all 130)."""
+    if k_tiles < 1 or splits <= 1:
+        return 1
+    return cdiv(k_tiles, cdiv(k_tiles, splits))
+
+
 # ----------------------------------------------------------------------------- matmul_ws's tile
 #: ``matmul_ws``'s tiles (its CONFIGS names): rows, columns, and the rate of one SM working on such
 #: tiles, relative to the 128 x 256 tile's (H100, the median over the shapes the rule was drawn
@@ -302,8 +329,9 @@ def default_launcher(M: int, N: int, K: int, *, num_sms: int, tma: bool, wgmma: 
     16-bit, TMA-readable), in the tile :func:`ws_default_tile` picks.  When the tiles (that one,
     else 128 x 256) would fill at most half the SMs (the line of ``splitk_default_splits``), no
     tile order or pipeline helps: K is cut into pieces, by ``matmul_ws`` itself where wgmma runs
-    (its split units, then a kernel that adds them), else by ``matmul_splitk``, which autotunes
-    smaller tiles too.  Otherwise the fastest data-parallel kernel the GPU and the layouts allow.
+    and it splits (:func:`ws_default_splits`: M and N at least 128, K long enough), else by
+    ``matmul_splitk``, which autotunes smaller tiles too.  Otherwise the fastest data-parallel
+    kernel the GPU and the layouts allow.
     Measured against the other choices in PERF_NOTES entries 30, 33 and 36."""
     _check_ints(M=M, N=N, K=K, num_sms=num_sms)
     if num_sms < 1:
@@ -313,10 +341,11 @@ def default_launcher(M: int, N: int, K: int, *, num_sms: int, tma: bool, wgmma: 
     tiles = cdiv(M, rows) * cdiv(N, cols)
     few = f"{tiles} tile{'s' * (tiles != 1)} of {rows}x{cols}"
     if 2 * tiles <= num_sms and wgmma:
-        splits = splitk_default_splits(tiles, cdiv(K, WS_BLOCK_K), num_sms)
-        return "matmul_ws", (f"{few} ({tile_name}) would fill at most half of {num_sms} SMs: the warp-specialized "
-                             f"kernel with each tile's K loop in {splits} piece{'s' * (splits != 1)}"
-                             f"{' (K too short to split)' if splits == 1 else ', then a kernel that adds them'}")
+        splits = ws_default_splits(M, N, K, tile_name, num_sms=num_sms, block_k=WS_BLOCK_K)
+        if splits > 1:
+            return "matmul_ws", (f"{few} ({tile_name}) would fill at most half of {num_sms} SMs: the "
+                                 f"warp-specialized kernel with each tile's K loop in {splits} pieces, then a "
+                                 "kernel that adds them")
     if 2 * tiles <= num_sms:
         return "matmul_splitk", (f"{few} would fill at most half of {num_sms} SMs: smaller tiles, and K cut into "
                                  "pieces if they alone leave SMs idle")
