@@ -764,7 +764,7 @@ def _launch(a, b, *, activation=None, bias=None, schedule=None, num_programs=Non
     if trace is not None or (split_k is None and (schedule is not None or given_config)):
         splits = 1  # a pinned tile runs as asked
     elif split_k is None:
-        splits = ws_default_splits(M, N, K, schedule or ws_default_tile(M, N, num_sms=runtime.num_sms()),
+        splits = ws_default_splits(M, N, K, ws_default_tile(M, N, num_sms=runtime.num_sms()),
                                    num_sms=runtime.num_sms(), block_k=config["BLOCK_K"])
     else:
         splits = whole_pieces(k_tiles, split_k)  # no piece wholly past K: it would only add zeros
