@@ -210,6 +210,15 @@ def claims():
     yield nb05, (f"one split call took {host['matmul_ws']:.1f} µs of\nhost time on that machine against "
                  f"{host['matmul_splitk']:.1f} for `matmul_splitk`")
     assert tiles.ws_default_splits(16, 4096, 4096, "pingpong_64x128", num_sms=132) == 1  # no longer split
+    rows128 = {p: float(sweep["128", "1024", "16384", "W.t()", p]["ms"]) * 1e3 for p in ("ws default", "split_k")}
+    yield nb05, f"units won, {rows128['ws default']:.1f} against {rows128['split_k']:.1f} µs, so `matmul_ws` splits"
+    assert tiles.WS_SPLIT_MIN_SIDE == 128 and tiles.ws_default_splits(128, 1024, 16384, "pingpong_64x128", num_sms=132) > 1
+    assert "picked matmul_splitk at 512x512x16384" in next(r["note"] for r in committed_rows("stream-k")
+                                                          if r["case"] == "512x512x16384" and r["provider"] == "auto")
+    yield nb05, "its run\ncalled `matmul_splitk` at 512 × 512 × 16384"
+    for case in ("512x512x16384", "1024x1024x8192", "4096x4096x4096"):  # "where Stream-K beats the unsplit kernel,
+        if auto[case, "stream_k"] < auto[case, "tma"]:                   #  split-K beats it by more"
+            assert auto[case, "split_k"] < auto[case, "stream_k"], case
     assert auto["512x512x16384", "split_k"] < min(auto["512x512x16384", p] for p in ("tma", "stream_k"))
     assert auto["1024x1024x8192", "tma"] < auto["1024x1024x8192", "stream_k"]
     assert auto["4096x4096x4096", "split_k"] > auto["4096x4096x4096", "tma"]
