@@ -16,10 +16,9 @@ from gemm_kernels.kernels import launches, matmul
 from gemm_kernels.kernels.autograd import grad_enabled_for
 
 
-def main(path):
-    a = torch.randn(256, 256, device="cuda", dtype=torch.float16)
-    b = torch.randn(256, 256, device="cuda", dtype=torch.float16)
-    calls = {
+def launcher_calls(a, b) -> dict:
+    """torch.matmul and every public single-GEMM launcher on ``a @ b``, by name (``gpu_host_parts`` times them too)."""
+    return {
         "torch.matmul": lambda: torch.matmul(a, b),
         "matmul": lambda: gk.matmul(a, b),
         "matmul_persistent": lambda: gk.matmul_persistent(a, b),
@@ -28,6 +27,12 @@ def main(path):
         "matmul_splitk": lambda: gk.matmul_splitk(a, b),
         "matmul_ws": lambda: gk.matmul_ws(a, b),
     }
+
+
+def main(path):
+    a = torch.randn(256, 256, device="cuda", dtype=torch.float16)
+    b = torch.randn(256, 256, device="cuda", dtype=torch.float16)
+    calls = launcher_calls(a, b)
     result = {"host_us": {}, "profile": {}, "parts_us": {}}
     for name, fn in calls.items():
         fn()

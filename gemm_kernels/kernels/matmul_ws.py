@@ -12,14 +12,10 @@ epilogue in turn, so a tile's epilogue stalls the tensor cores.  Here the schedu
 
 ``SCHEDULE``: ``pingpong`` gives each consumer whole tiles (128 x 128) in turn, ordered by a pair
 of *turn* mbarriers (one runs its epilogue while the other multiplies; the turns also keep a
-parity wait from passing on a phase two fills old); ``cooperative`` (faster in WS_NOTES.md's
-runs on problems that fill the GPU) splits every 128 x 256 tile between both consumers, 64 rows
-each.  ``matmul_ws`` picks the tile per shape (``tiles.ws_default_tile``): 64-row ping-pong tiles
-when M leaves a 128-row tile mostly padding or the tiles would leave most of a wave idle.
-
-Few tiles and a long K (at most half the SMs busy): ``split_k`` pieces of every tile's K loop
-run as separate *units* of the walk (``SPLIT``), each storing its fp32 sum into split-K's
-workspace, and ``splitk._add_pieces_kernel`` adds them (``_SplitPlan``).
+parity wait from passing on a phase two fills old); ``cooperative`` splits every 128 x 256 tile
+between both consumers, 64 rows each.  ``matmul_ws`` picks the tile per shape
+(``tiles.ws_default_tile``), and with few tiles and a long K runs ``split_k`` pieces of every
+tile's K loop as separate *units* (``SPLIT``) whose fp32 sums ``_SplitPlan`` then adds.
 
 Tiles follow ``matmul_tma``'s grouped persistent order (``ws_schedule`` is the numpy mirror;
 ``trace_ws_tiles`` records which warpgroup ran which tile, and when).  Ring position ``q`` (the
@@ -403,12 +399,11 @@ def _consumer(c_desc, a_bufs, b_bufs, c_bufs, s_bufs, ready_bars, empty_bars, tu
             if TRACE:
                 mainloop_end = _globaltimer()  # every wgmma of the tile done: the epilogue starts
             acc = _apply_scales(acc, sa_ptr, sb_ptr, off_m, off_n, M, N, stride_sam, stride_sbn, SCALING, WG_M, BLOCK_N)
+            store_m = off_m
             if SPLIT:
-                _epilogue(acc, c_desc, c_smem, c_ptr, bias_ptr, piece_row + off_m, off_n,
-                          M, N, stride_cm, WG_M, BLOCK_N, EPI_SPLIT, C_TMA, HAS_BIAS, ACTIVATION)
-            else:
-                _epilogue(acc, c_desc, c_smem, c_ptr, bias_ptr, off_m, off_n,
-                          M, N, stride_cm, WG_M, BLOCK_N, EPI_SPLIT, C_TMA, HAS_BIAS, ACTIVATION)
+                store_m = piece_row + off_m  # the unit's rows of the workspace
+            _epilogue(acc, c_desc, c_smem, c_ptr, bias_ptr, store_m, off_n,
+                      M, N, stride_cm, WG_M, BLOCK_N, EPI_SPLIT, C_TMA, HAS_BIAS, ACTIVATION)
         if TRACE:  # one row per (tile, consumer): TRACE_FIELDS
             row = trace_ptr + (tile * A_PARTS + PART) * 9
             gl.store(row, tile.to(gl.int64))

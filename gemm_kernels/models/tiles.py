@@ -261,9 +261,11 @@ def splitk_default_splits(num_tiles: int, k_tiles: int, num_sms: int) -> int:
 #: the GPU while costing a second launch on the host (PERF_NOTES 36: 16 x 4096 x 4096, 13.4 against
 #: 13.5 µs in CUDA graphs, 57.2 against 22.8 µs of host time); at 128 they won (16.2 against 19.1)
 WS_SPLIT_MIN_SIDE = 128
+#: the K block of every ``matmul_ws`` fp16/bf16 tile (its split rule counts K in these)
+WS_BLOCK_K = 64
 
 
-def ws_default_splits(M: int, N: int, K: int, tile: str, *, num_sms: int, block_k: int = 64) -> int:
+def ws_default_splits(M: int, N: int, K: int, tile: str, *, num_sms: int, block_k: int = WS_BLOCK_K) -> int:
     """How many pieces ``matmul_ws`` cuts each tile's K loop into when not told: the pieces of
     :func:`splitk_default_splits` for its ``tile``'s count, when M and N are both at least
     :data:`WS_SPLIT_MIN_SIDE`; else 1.  Never a piece wholly past K (see :func:`whole_pieces`)."""
@@ -313,8 +315,6 @@ def ws_default_tile(M: int, N: int, *, num_sms: int, tiles: dict = WS_TILES) -> 
 
 
 # ----------------------------------------------------------------------------- the default dispatch
-#: the K block of every ``matmul_ws`` fp16/bf16 tile (its split rule counts K in these)
-WS_BLOCK_K = 64
 #: the data-parallel tile of the big-problem kernels where wgmma cannot run (``matmul_ws``'s
 #: cooperative tile: ``matmul_tma`` autotunes around it)
 DISPATCH_TILE = WS_TILES["cooperative"][:2]
@@ -341,7 +341,7 @@ def default_launcher(M: int, N: int, K: int, *, num_sms: int, tma: bool, wgmma: 
     tiles = cdiv(M, rows) * cdiv(N, cols)
     few = f"{tiles} tile{'s' * (tiles != 1)} of {rows}x{cols}"
     if 2 * tiles <= num_sms and wgmma:
-        splits = ws_default_splits(M, N, K, tile_name, num_sms=num_sms, block_k=WS_BLOCK_K)
+        splits = ws_default_splits(M, N, K, tile_name, num_sms=num_sms)
         if splits > 1:
             return "matmul_ws", (f"{few} ({tile_name}) would fill at most half of {num_sms} SMs: the "
                                  f"warp-specialized kernel with each tile's K loop in {splits} pieces, then a "
