@@ -36,6 +36,8 @@ def test_tensors_the_checks_must_see_every_call_have_no_key():
         pass
 
     assert launches.tensor_key(a.as_subclass(Sub)) is None
+    for sparse in (a.to_sparse(), a.to_sparse_csr()):  # no strides to key (the checks name to_dense)
+        assert launches.tensor_key(sparse) is None and launches.call_key((a, sparse), ()) is None
     assert launches.call_key((a, None), (["not", "hashable"],)) is None
     assert launches.call_key((a, "not a tensor"), ()) is None
     assert launches.call_key((a, None), ("gelu",)) == launches.call_key((torch.randn(4, 4), None), ("gelu",))

@@ -33,7 +33,8 @@ def tensor_key(t):
     """What the checks and Triton's specialisation read of ``t`` (not its values or address), or
     None when ``t`` must go through the checks every call.  (A lazily conjugated view is complex,
     a dtype no kernel takes: its call is refused by the checks, so never kept.)"""
-    if type(t) not in _KEYABLE or t.is_neg() or (t.requires_grad and torch.is_grad_enabled()):
+    if type(t) not in _KEYABLE or t.layout is not torch.strided or t.is_neg() or (
+            t.requires_grad and torch.is_grad_enabled()):
         return None
     return t.size(), t.stride(), t.dtype, t.device, t.data_ptr() % 16
 
@@ -47,7 +48,7 @@ def call_key(tensors, options) -> tuple | None:
         if t is None:
             keys.append(None)
             continue
-        if type(t) not in _KEYABLE or t.is_neg():
+        if type(t) not in _KEYABLE or t.layout is not torch.strided or t.is_neg():  # sparse: no strides
             return None
         if t.requires_grad:
             if grad_enabled is None:
