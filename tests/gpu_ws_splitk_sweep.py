@@ -1,11 +1,11 @@
 """Split-K in the warp-specialized kernel, measured (GPU only):
-``python tests/gpu_ws_splitk_sweep.py OUT.csv [--quick]``.
+``python tests/gpu_ws_splitk_sweep.py OUT.csv [--quick] [--defaults]``.
 
 For problems whose tiles leave most SMs idle (a small C with a long K, the decode and
 small-batch shapes of LLM projections): cuBLAS, ``matmul_splitk`` (the pointer kernel, autotuned),
 ``matmul_ws`` unsplit, ``matmul_ws`` at its defaults (the split rule), ``matmul_auto``, and every tile of
 ``tiles.WS_TILES`` cut into 2-16 pieces (``matmul_ws._launch(schedule=..., split_k=...)``), fp16,
-b row-major or W.t().  GPU time of back-to-back calls in a CUDA graph (``do_bench_cudagraph``,
+b row-major or W.t() (``--defaults``: not the grid of tiles and pieces).  GPU time of back-to-back calls in a CUDA graph (``do_bench_cudagraph``,
 median); each row checked against a float64 reference first.  PERF_NOTES entry 36 reads the CSV
 (its first run, ``entry36/ws_splitk_sweep.csv``, has no ``auto`` rows and the old rule's reason in
 the ``splits`` column of its ``ws default`` rows).
@@ -37,7 +37,7 @@ def operands(M, N, K, layout, dtype=torch.float16):
     return a, (w.t() if layout == "W.t()" else w.t().contiguous())
 
 
-def main(path, quick=False):
+def main(path, quick=False, defaults_only=False):
     rows, started = [], time.time()
     fields = ["layout", "M", "N", "K", "provider", "config", "splits", "units", "ms", "tflops", "vs_cublas",
               "rel_err", "error"]
@@ -62,7 +62,7 @@ def main(path, quick=False):
         record(layout, shape, "ws default", lambda: matmul_ws.matmul_ws(a, b), a, b, base, name, splits,
                num_tiles * splits)
         record(layout, shape, "auto", lambda: gk.matmul_auto(a, b), a, b, base, gk.pick_launcher(a, b)[1])
-        for name, (rows_, cols, _) in tiles.WS_TILES.items():
+        for name, (rows_, cols, _) in ({} if defaults_only else tiles.WS_TILES).items():
             num_tiles = tiles.cdiv(M, rows_) * tiles.cdiv(N, cols)
             k_tiles = tiles.cdiv(K, matmul_ws.CONFIGS[name]["BLOCK_K"])
             for s in SPLITS:
@@ -75,4 +75,4 @@ def main(path, quick=False):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], quick="--quick" in sys.argv)
+    main(sys.argv[1], quick="--quick" in sys.argv, defaults_only="--defaults" in sys.argv)

@@ -43,6 +43,12 @@ def _structure(view) -> dict:
         st_global=count("st.global"),
         globaltimer=count("%globaltimer"),
         warpgroup_mma=count("ttng.warp_group_dot", ttgir),
+        arrivals=count("atom.global.gpu.acq_rel.add"),
+        count_resets=count("atom.global.gpu.relaxed.exch"),
+        slot_loads=count("ld.global.cg"),
+        barriers_before_arrival=[l.split("bar.sync")[1].strip(" \t;") for l in
+                                 ptx.split("atom.global.gpu.acq_rel.add")[0].splitlines()[-12:] if "bar.sync" in l],
+        spill_bytes=view.spill_bytes,
     )
 
 
@@ -53,7 +59,11 @@ VARIANTS = {
                                       dtype="bfloat16"),
     "pingpong_a_t_ragged_c_trace": dict(schedule="pingpong", a_col_major=True, c_tma=False, trace=True),
     "cooperative_linear_relu": dict(schedule="cooperative", b_col_major=True, activation="relu", has_bias=True),
+    "pingpong_64x256_split_gelu_bias": dict(schedule="pingpong_64x256", b_col_major=True, activation="gelu",
+                                            has_bias=True, splits=4),
+    "cooperative_split": dict(schedule="cooperative", splits=4),
 }
+SPLIT_VARIANTS = [name for name, kw in VARIANTS.items() if kw.get("splits", 1) > 1]
 
 
 @pytest.fixture(scope="module")
@@ -86,12 +96,28 @@ def test_compiles_to_warp_specialized_wgmma_and_tma(compiled, name):
     a_parts = 2 if cfg["SCHEDULE"] == "cooperative" else 1
     assert info["tma_load"] >= a_parts + 1
     assert info["mbarrier_tx"] >= 1 and info["mbarrier_wait"] >= 2  # ready (consumers), empty (producer)
-    if VARIANTS[name].get("c_tma", True):
+    if name in SPLIT_VARIANTS:
+        assert info["tma_store"] == 0 and info["st_global"] > 0  # slots and C through pointer stores
+    elif VARIANTS[name].get("c_tma", True):
         assert info["tma_store"] == 2 * cfg["EPI_SPLIT"]  # per consumer, one per epilogue chunk
     else:
         assert info["tma_store"] == 0 and info["st_global"] > 0  # pointer stores for unaligned C rows
     assert info["globaltimer"] == (2 * 3 if VARIANTS[name].get("trace") else 0)  # start, main loop end, end per consumer
     assert info["shared"] <= 232448  # H100's 227 KiB per block
+    assert info["arrivals"] == (2 if name in SPLIT_VARIANTS else 0)
+
+
+@pytest.mark.parametrize("name", SPLIT_VARIANTS)
+def test_split_units_add_their_pieces_in_the_kernel(compiled, name):
+    """Each consumer stores its piece, then (after a barrier of its own 128 threads: a whole-CTA
+    barrier would wait for the other partitions) bumps the tile's count with acquire-release at
+    GPU scope, so the last piece sees every other's slot; it resets the count and reads the slots
+    past L1 (``.cg``: another SM wrote them).  No spills, in the largest accumulator tiles too."""
+    info = compiled[name]
+    assert info["arrivals"] == 2 and info["count_resets"] == 2  # one per consumer
+    assert info["barriers_before_arrival"] and all(b.endswith(", 128") for b in info["barriers_before_arrival"])
+    assert info["slot_loads"] > 0
+    assert info["spill_bytes"] in (None, 0), info["spill_bytes"]
 
 
 # ----------------------------------------------------------------------------- contract (CPU and GPU)
@@ -297,34 +323,18 @@ def test_split_k_argument_is_checked_on_every_machine():
         ws.matmul_ws(a, b, split_k="4")
 
 
-@pytest.mark.parametrize("activation,with_bias", [(None, False), ("gelu", True), ("relu", False)])
-@pytest.mark.parametrize("splits,M,N", [(1, 1, 1), (3, 17, 130), (4, 64, 128), (7, 5, 300)])
-@pytest.mark.usefixtures("seed")
-def test_adding_the_pieces(splits, M, N, activation, with_bias):
-    """splitk._add_pieces_kernel (runs in the interpreter too): C = act(sum of the pieces in order + bias),
-    from a workspace laid out as matmul_ws' split units leave it (each piece a block of R >= M
-    rows, rows padded past N, the padding NaN: never read)."""
-    from gemm_kernels.kernels import splitk
-    import triton
-
-    R, cols = -(-M // 64) * 64, -(-N // 4) * 4
-    pieces = torch.full((splits * R, cols), float("nan"), device=DEVICE)
-    pieces.view(splits, R, cols)[:, :M, :N] = torch.randn(splits, M, N, device=DEVICE)
-    pieces = pieces[:, :N]
-    bias = torch.randn(N, device=DEVICE).to(torch.float16) if with_bias else None
-    c = torch.full((M, N), float("nan"), device=DEVICE, dtype=torch.float16)
-    splitk._add_pieces_kernel[splitk.add_pieces_grid(M, N)](**splitk.add_pieces_args(pieces, c, bias, splits, activation))
-    want = pieces.reshape(splits, R, N)[:, :M].double().sum(0)
-    want = ws.activation_ref(want + (bias.double() if with_bias else 0), activation)
-    assert_close(c, want, torch.float16)
-
-
 def _poison_split_workspaces():
     """NaN into every kept split-K workspace: a unit that stores nothing shows in C (a fresh one is
     NaN already, conftest's torch.empty)."""
     for (_, _, purpose), buffer in runtime._STREAM_BUFFERS.items():
         if purpose == "ws split-k pieces":
             buffer.fill_(float("nan"))
+
+
+def _split_counts() -> torch.Tensor:
+    """Every kept split-K arrival count, concatenated (empty when none is kept)."""
+    counts = [buf for (_, _, purpose), buf in runtime._STREAM_BUFFERS.items() if purpose == "ws split-k counts"]
+    return torch.cat(counts) if counts else torch.zeros(0, dtype=torch.int32)
 
 
 def _split_plan(a, b, **kw):
@@ -346,7 +356,8 @@ def test_gpu_split_units(shape, split_k, schedule):
     _poison_split_workspaces()
     out = ws._launch(a, b, schedule=schedule, split_k=split_k)
     assert_close(out, matmul_ref(a, b, out_dtype=torch.float64), torch.bfloat16, what=f"{schedule} {shape} {split_k}")
-    assert isinstance(_split_plan(a, b, schedule=schedule, split_k=split_k), ws._SplitPlan)
+    assert _split_plan(a, b, schedule=schedule, split_k=split_k).splits > 1
+    assert not _split_counts().any()  # every count left zero for the next launch
     _poison_split_workspaces()
     again = ws._launch(a * -1, b, schedule=schedule, split_k=split_k)  # the kept plan, new tensors
     assert_close(again, -matmul_ref(a, b, out_dtype=torch.float64), torch.bfloat16)
@@ -386,18 +397,20 @@ def test_gpu_few_tiles_split_by_default(M, N, K):
     want = tiles.ws_default_splits(M, N, K, tiles.ws_default_tile(M, N, num_sms=runtime.num_sms()),
                                    num_sms=runtime.num_sms())
     plan = _split_plan(a, w.t())
-    assert (want > 1) == (M >= 128) and isinstance(plan, ws._SplitPlan if want > 1 else ws._Plan)
-    assert want == 1 or plan.splits == want
+    assert (want > 1) == (M >= 128) and plan.splits == want
 
 
 @pytest.mark.gpu
 @needs_hopper
 @pytest.mark.parametrize("num_programs", [1, 5])
 def test_gpu_split_units_on_few_programs(num_programs):
-    """Each program walks several units (pieces of different tiles): ring positions run on across them."""
+    """Each program walks several units (pieces of different tiles): ring positions run on across them.
+    Whichever piece of a tile comes last adds them in piece order: the bits of a launch with a
+    program per unit, where the pieces finish in another order."""
     a, b = _aligned(300, 700, 2000, torch.float16)
     out = ws._launch(a, b, num_programs=num_programs, schedule="pingpong_64x128", split_k=3)
     assert_close(out, matmul_ref(a, b, out_dtype=torch.float64))
+    assert torch.equal(out, ws._launch(a, b, schedule="pingpong_64x128", split_k=3))
 
 
 @pytest.mark.gpu

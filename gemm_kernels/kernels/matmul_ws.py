@@ -15,7 +15,7 @@ of *turn* mbarriers (one runs its epilogue while the other multiplies; the turns
 parity wait from passing on a phase two fills old); ``cooperative`` splits every 128 x 256 tile
 between both consumers, 64 rows each.  ``matmul_ws`` picks the tile per shape
 (``tiles.ws_default_tile``), and with few tiles and a long K runs ``split_k`` pieces of every
-tile's K loop as separate *units* (``SPLIT``) whose fp32 sums ``_SplitPlan`` then adds.
+tile's K loop as separate *units* (``SPLIT``), the last piece of a tile adding them up.
 
 Tiles follow ``matmul_tma``'s grouped persistent order (``ws_schedule`` is the numpy mirror;
 ``trace_ws_tiles`` records which warpgroup ran which tile, and when).  Ring position ``q`` (the
@@ -43,10 +43,12 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 # old names raise.  Same arguments in the forms used here.
 _tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
 _tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
+# A barrier of the calling partition's threads: 3.6's gl.thread_barrier, gl.barrier in newer Triton.
+_barrier = getattr(gl, "thread_barrier", None) or gl.barrier
 
 # --- the package helpers this module uses (one block, to re-point when the package moves) ---
 from .. import _triton_compat, runtime
-from . import launches, splitk
+from . import launches
 from ..models.tiles import FP8_WS_TILES, cdiv, tile_coords_np, whole_pieces, ws_default_splits, ws_default_tile
 from .checks import check_int, check_matmul_inputs as _check_matmul_inputs, resolve_lazy_views
 from .epilogue import _TAIL_COEFFS, LEAKY_RELU_SLOPE, activation_ref
@@ -340,15 +342,65 @@ def _epilogue(acc, c_desc, c_smem, c_ptr, bias_ptr, off_m, off_n, M, N, stride_c
 
 
 @gluon.jit
+def _add_split_unit(acc, ws_ptr, count_ptr, c_ptr, bias_ptr, piece, part_tile, part_tiles, splits, off_m, off_n,
+                    M, N, stride_cm, WG_M: gl.constexpr, BLOCK_N: gl.constexpr, HAS_BIAS: gl.constexpr,
+                    ACTIVATION: gl.constexpr):
+    """Split-K's fix-up in the GEMM kernel (``matmul_splitk``'s, one warpgroup's rows at a time): store
+    this piece's fp32 sum in its workspace slot, then bump the count of ``part_tile`` (a tile's
+    WG_M rows); the piece that arrives last adds all ``splits`` slots in piece order (the same bits
+    whichever came last), applies bias and activation and stores C.  No piece waits for another."""
+    acc_layout: gl.constexpr = acc.type.layout
+    SLOT: gl.constexpr = WG_M * BLOCK_N
+    rows = gl.arange(0, WG_M, layout=gl.SliceLayout(1, acc_layout))
+    cols = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, acc_layout))
+    slots = ws_ptr + part_tile.to(gl.int64) * SLOT  # slot (s, part_tile) at slots + s * part_tiles * SLOT
+    gl.store(slots + piece.to(gl.int64) * part_tiles * SLOT + gl.expand_dims(rows, 1) * BLOCK_N
+             + gl.expand_dims(cols, 0), acc)
+    _barrier()  # every thread of the warpgroup stored its part before the count goes up...
+    arrived = gl.atomic_add(count_ptr + part_tile, 1, sem="acq_rel", scope="gpu")  # ...and is seen with it
+    if arrived == splits - 1:
+        gl.atomic_xchg(count_ptr + part_tile, 0, sem="relaxed", scope="gpu")  # left zero for the next launch
+        # Chunks of 32 fp32 per thread (WG_M x CHUNK over 128 threads, 16-byte loads): with 64, the
+        # sum and the loads ptxas keeps in flight spilled registers in the cooperative tiles.
+        CHUNK: gl.constexpr = 4096 // WG_M
+        gl.static_assert(BLOCK_N % CHUNK == 0)
+        layout: gl.constexpr = gl.BlockedLayout([1, 4], [32 // (CHUNK // 4), CHUNK // 4], [4, 1], [1, 0])
+        dtype: gl.constexpr = c_ptr.dtype.element_ty
+        r = gl.arange(0, WG_M, layout=gl.SliceLayout(1, layout))
+        for h in gl.static_range(BLOCK_N // CHUNK):
+            cc = h * CHUNK + gl.arange(0, CHUNK, layout=gl.SliceLayout(0, layout))
+            offs = gl.expand_dims(r, 1) * BLOCK_N + gl.expand_dims(cc, 0)
+            total = gl.zeros([WG_M, CHUNK], gl.float32, layout)
+            piece_ptrs = slots + offs
+            step = part_tiles.to(gl.int64) * SLOT
+            for s in range(0, splits - splits % 4, 4):  # four pieces' loads in flight, then added in order
+                x0 = gl.load(piece_ptrs + s * step, cache_modifier=".cg")
+                x1 = gl.load(piece_ptrs + (s + 1) * step, cache_modifier=".cg")
+                x2 = gl.load(piece_ptrs + (s + 2) * step, cache_modifier=".cg")
+                x3 = gl.load(piece_ptrs + (s + 3) * step, cache_modifier=".cg")
+                total = (((total + x0) + x1) + x2) + x3
+            for s in range(splits - splits % 4, splits):  # piece order throughout: deterministic
+                total += gl.load(piece_ptrs + s * step, cache_modifier=".cg")
+            offs_n = off_n + cc
+            if HAS_BIAS:
+                bias = gl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0).to(gl.float32)
+                total = total + gl.expand_dims(bias, 0)
+            total = _activation(total, ACTIVATION)
+            offs_m = off_m + r
+            mask = (gl.expand_dims(offs_m, 1) < M) & (gl.expand_dims(offs_n, 0) < N)
+            gl.store(c_ptr + gl.expand_dims(offs_m, 1) * stride_cm + gl.expand_dims(offs_n, 0), total.to(dtype),
+                     mask=mask)
+
+
+@gluon.jit
 def _consumer(c_desc, a_bufs, b_bufs, c_bufs, s_bufs, ready_bars, empty_bars, turn_bars, c_ptr, bias_ptr, trace_ptr,
-              sa_ptr, sb_ptr, M, N, K, stride_cm, stride_sam, stride_sbn,
+              sa_ptr, sb_ptr, ws_ptr, count_ptr, M, N, K, stride_cm, stride_sam, stride_sbn,
               SCALING: gl.constexpr, PROMOTE: gl.constexpr, SCHEDULE: gl.constexpr, WG_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
               STAGES: gl.constexpr, EPI_SPLIT: gl.constexpr, A_COL_MAJOR: gl.constexpr, B_COL_MAJOR: gl.constexpr,
               C_TMA: gl.constexpr, HAS_BIAS: gl.constexpr, ACTIVATION: gl.constexpr, TRACE: gl.constexpr,
               GROUP_M: gl.constexpr, CONSUMER: gl.constexpr, SPLIT: gl.constexpr = False, splits=1):
     """One warpgroup: main loop and epilogue of its tiles (pingpong) or tile halves (cooperative).
-    SPLIT: its units' fp32 sums go to C's rows ``piece * num_pid_m * TILE_M + off_m`` (C is then
-    split-K's workspace, one block of rows per piece; bias and activation come after the sum)."""
+    SPLIT: the epilogue of its units is ``_add_split_unit``'s (the last piece of a tile adds them)."""
     PINGPONG: gl.constexpr = SCHEDULE == "pingpong"
     A_PARTS: gl.constexpr = 1 if PINGPONG else 2
     TILE_M: gl.constexpr = A_PARTS * WG_M
@@ -358,8 +410,7 @@ def _consumer(c_desc, a_bufs, b_bufs, c_bufs, s_bufs, ready_bars, empty_bars, tu
 
     pid, num_programs, num_pid_m, num_pid_n, k_tiles, my_tiles = _program_share(M, N, K, TILE_M, BLOCK_N, BLOCK_K,
                                                                                 SPLIT, splits)
-    gl.static_assert(not (SPLIT and (PROMOTE or TRACE or HAS_BIAS or not C_TMA)),
-                     "split-K units store plain fp32 sums through TMA")
+    gl.static_assert(not (SPLIT and (PROMOTE or TRACE or C_TMA)), "split-K units store C with pointer stores")
     c_smem = c_bufs.index(CONSUMER)
     for t in range(FIRST, my_tiles, STEP):
         if PINGPONG:
@@ -373,7 +424,7 @@ def _consumer(c_desc, a_bufs, b_bufs, c_bufs, s_bufs, ready_bars, empty_bars, tu
             start = _globaltimer()
         tile = pid + t * num_programs
         if SPLIT:  # unit -> (piece, tile), as the producer walks them
-            piece_row = (tile // (num_pid_m * num_pid_n)) * (num_pid_m * TILE_M)
+            piece = tile // (num_pid_m * num_pid_n)
             tile = tile % (num_pid_m * num_pid_n)
         pid_m, pid_n = _tile_grouped(tile, num_pid_m, num_pid_n, GROUP_M)
         off_m = pid_m * TILE_M + PART * WG_M
@@ -399,11 +450,13 @@ def _consumer(c_desc, a_bufs, b_bufs, c_bufs, s_bufs, ready_bars, empty_bars, tu
             if TRACE:
                 mainloop_end = _globaltimer()  # every wgmma of the tile done: the epilogue starts
             acc = _apply_scales(acc, sa_ptr, sb_ptr, off_m, off_n, M, N, stride_sam, stride_sbn, SCALING, WG_M, BLOCK_N)
-            store_m = off_m
             if SPLIT:
-                store_m = piece_row + off_m  # the unit's rows of the workspace
-            _epilogue(acc, c_desc, c_smem, c_ptr, bias_ptr, store_m, off_n,
-                      M, N, stride_cm, WG_M, BLOCK_N, EPI_SPLIT, C_TMA, HAS_BIAS, ACTIVATION)
+                _add_split_unit(acc, ws_ptr, count_ptr, c_ptr, bias_ptr, piece, tile * A_PARTS + PART,
+                                num_pid_m * num_pid_n * A_PARTS, splits, off_m, off_n, M, N, stride_cm,
+                                WG_M, BLOCK_N, HAS_BIAS, ACTIVATION)
+            else:
+                _epilogue(acc, c_desc, c_smem, c_ptr, bias_ptr, off_m, off_n,
+                          M, N, stride_cm, WG_M, BLOCK_N, EPI_SPLIT, C_TMA, HAS_BIAS, ACTIVATION)
         if TRACE:  # one row per (tile, consumer): TRACE_FIELDS
             row = trace_ptr + (tile * A_PARTS + PART) * 9
             gl.store(row, tile.to(gl.int64))
@@ -420,7 +473,8 @@ def _consumer(c_desc, a_bufs, b_bufs, c_bufs, s_bufs, ready_bars, empty_bars, tu
 
 
 @gluon.jit
-def _matmul_ws_kernel(a_desc, b_desc, c_desc, c_ptr, bias_ptr, trace_ptr, sa_ptr, sb_ptr, M, N, K, stride_cm,
+def _matmul_ws_kernel(a_desc, b_desc, c_desc, c_ptr, bias_ptr, trace_ptr, sa_ptr, sb_ptr, ws_ptr, count_ptr,
+                      M, N, K, stride_cm,
                       stride_sam, stride_sak, stride_sbk, stride_sbn, splits,
                       SCALING: gl.constexpr, PROMOTE: gl.constexpr, SCHEDULE: gl.constexpr, WG_M: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_K: gl.constexpr,
                       STAGES: gl.constexpr, EPI_SPLIT: gl.constexpr,
@@ -461,11 +515,11 @@ def _matmul_ws_kernel(a_desc, b_desc, c_desc, c_ptr, bias_ptr, trace_ptr, sa_ptr
     # (The argument tuples are written out: a tuple assigned to a name turns its constexprs into tensors.)
     gl.warp_specialize([
         (_consumer, (c_desc, a_bufs, b_bufs, c_bufs, s_bufs, ready_bars, empty_bars, turn_bars, c_ptr, bias_ptr, trace_ptr,
-                     sa_ptr, sb_ptr, M, N, K, stride_cm, stride_sam, stride_sbn,
+                     sa_ptr, sb_ptr, ws_ptr, count_ptr, M, N, K, stride_cm, stride_sam, stride_sbn,
                      SCALING, PROMOTE, SCHEDULE, WG_M, BLOCK_N, BLOCK_K, STAGES, EPI_SPLIT, A_COL_MAJOR, B_COL_MAJOR, C_TMA,
                      HAS_BIAS, ACTIVATION, TRACE, GROUP_SIZE_M, 0, SPLIT, splits)),
         (_consumer, (c_desc, a_bufs, b_bufs, c_bufs, s_bufs, ready_bars, empty_bars, turn_bars, c_ptr, bias_ptr, trace_ptr,
-                     sa_ptr, sb_ptr, M, N, K, stride_cm, stride_sam, stride_sbn,
+                     sa_ptr, sb_ptr, ws_ptr, count_ptr, M, N, K, stride_cm, stride_sam, stride_sbn,
                      SCALING, PROMOTE, SCHEDULE, WG_M, BLOCK_N, BLOCK_K, STAGES, EPI_SPLIT, A_COL_MAJOR, B_COL_MAJOR, C_TMA,
                      HAS_BIAS, ACTIVATION, TRACE, GROUP_SIZE_M, 1, SPLIT, splits)),
         (_producer, (a_desc, b_desc, a_bufs, b_bufs, ready_bars, empty_bars, M, N, K,
@@ -538,12 +592,13 @@ def _fit_stages(config, in_bytes: int, out_bytes: int, *, block_scales: bool = F
     return {**config, "STAGES": min(config["STAGES"], (_SMEM_BYTES - c_bytes) // slot)}
 
 
-def _kernel_args(a, b, c, bias, trace, config, *, activation, group_size_m=GROUP_SIZE_M, scales=None, splits=1):
+def _kernel_args(a, b, c, bias, trace, config, *, activation, group_size_m=GROUP_SIZE_M, scales=None, splits=1,
+                 workspace=None):
     """Descriptors and arguments of ``_matmul_ws_kernel`` by name (host side; no GPU needed;
     the compile view builds its sm_90 example from this too).  ``scales``: fp8's
     ``(scale_a, scale_b, scaling, promote)`` (``fp8.scaled_mm``), None for fp16 and bf16.
-    ``splits`` > 1: split-K units, C being the fp32 workspace (``_split_workspace``: one block of
-    rows per piece, so C may have more rows than M)."""
+    ``splits`` > 1: split-K units, ``workspace`` their ``(slots, counts)`` (``_split_workspace``);
+    C is then stored with pointer stores."""
     M, K = a.shape
     N = b.shape[1]
     a_col_major, stride_a = tma_layout(a, "a")
@@ -561,7 +616,7 @@ def _kernel_args(a, b, c, bias, trace, config, *, activation, group_size_m=GROUP
     # C is ours, contiguous: TMA stores need its rows 16-byte aligned (a single row has no row stride)
     itemsize = c.element_size()
     rows = c.shape[0]
-    c_tma = (c.data_ptr() % runtime.TMA_ALIGN_BYTES == 0
+    c_tma = (splits == 1 and c.data_ptr() % runtime.TMA_ALIGN_BYTES == 0
              and (c.stride(0) * itemsize % runtime.TMA_ALIGN_BYTES == 0 or rows == 1))
     c_desc = None
     if c_tma:
@@ -571,9 +626,11 @@ def _kernel_args(a, b, c, bias, trace, config, *, activation, group_size_m=GROUP
     if scaling == "tensor":
         sa, sb = sa.reshape(1, 1), sb.reshape(1, 1)
     sa, sb = (s if s.dim() == 2 else s.reshape(1, -1) for s in (sa, sb))  # (c, c): never read
+    slots, counts = workspace if workspace is not None else (c, c)
     return dict(
         a_desc=a_desc, b_desc=b_desc, c_desc=c_desc, c_ptr=c, bias_ptr=bias if bias is not None else c,
-        trace_ptr=trace if trace is not None else c, sa_ptr=sa, sb_ptr=sb, M=M, N=N, K=K, stride_cm=c.stride(0),
+        trace_ptr=trace if trace is not None else c, sa_ptr=sa, sb_ptr=sb, ws_ptr=slots, count_ptr=counts,
+        M=M, N=N, K=K, stride_cm=c.stride(0),
         stride_sam=sa.stride(0), stride_sak=sa.stride(1), stride_sbk=sb.stride(0), stride_sbn=sb.stride(1),
         splits=splits, SCALING=scaling, PROMOTE=promote, **config, A_COL_MAJOR=a_col_major, B_COL_MAJOR=b_col_major, C_TMA=c_tma,
         HAS_BIAS=bias is not None, ACTIVATION=activation, TRACE=trace is not None, GROUP_SIZE_M=group_size_m,
@@ -608,7 +665,7 @@ def _check_ws_inputs(a, b, activation, bias):
 _PLANS: dict = {}
 #: plans kept (one per shape, layout, dtype, epilogue, schedule); the oldest goes first
 MAX_PLANS = 256
-_A, _B, _C, _C_PTR, _BIAS, _TRACE, _SA, _SB = range(8)  # positions of the kernel's first eight parameters
+_A, _B, _C, _C_PTR, _BIAS, _TRACE, _SA, _SB, _WS, _COUNT = range(10)  # positions of the kernel's first parameters
 
 
 def _plan_key(a, b, activation, bias, config_name, num_programs, traced, split_k=None):
@@ -618,30 +675,35 @@ def _plan_key(a, b, activation, bias, config_name, num_programs, traced, split_k
 
 class _Plan:
     """One (shape, layout, dtype, epilogue, schedule): checked once, compiled once, then each call
-    allocates C, re-points three descriptors and calls the compiled kernel."""
+    allocates C, re-points three descriptors (split units: fetches the stream's workspace) and
+    calls the compiled kernel."""
 
     def __init__(self, a, b, c, bias, trace, config, activation, programs, *, bias_contiguous, scales=None, splits=1):
-        named = _kernel_args(a, b, c, bias, trace, config, activation=activation, scales=scales, splits=splits)
+        workspace = _split_workspace(a.shape[0], b.shape[1], config, splits, a.device) if splits > 1 else None
+        named = _kernel_args(a, b, c, bias, trace, config, activation=activation, scales=scales, splits=splits,
+                             workspace=workspace)
         self.launch = _triton_compat.SpecializedLaunch(_matmul_ws_kernel, (programs,), (), named,
                                                        {"num_warps": 4, "maxnreg": MAXNREG})
         self.arguments = _triton_compat.ordered_arguments(_matmul_ws_kernel, (), named)
         # descriptors expanded here, their CUtensorMaps kept per address (None: Triton's launcher does it)
         self.descriptors = _triton_compat.DescriptorArguments.make(self.launch, self.arguments)
         self.moved = _triton_compat.descriptor_mover()  # chosen once: no environment look-up per call
-        for i in (_C_PTR, _BIAS, _TRACE, _SA, _SB):  # never keep the first call's tensors alive
+        for i in (_C_PTR, _BIAS, _TRACE, _SA, _SB, _WS, _COUNT):  # never keep the first call's tensors alive
             self.arguments[i] = None
         stand_in = torch.empty(8, device=a.device, dtype=a.dtype)  # 16 bytes, aligned: a template's base
         for i in (_A, _B, _C):
             if self.arguments[i] is not None:
                 self.arguments[i] = self.moved(self.arguments[i], stand_in)
-        self.c_shape, self.c_dtype = c.shape, c.dtype
+        (self.c_rows, self.c_cols), self.c_dtype = c.shape, c.dtype  # ints: torch.empty is slower given a Size
         self.bias_dtype = None if scales is not None else a.dtype  # fp8: the bias is read as it is
         self.bias_contiguous = bias_contiguous  # of the caller's bias (the checked one is made contiguous)
         self.c_tma = named["C_TMA"]
+        self.splits = splits
+        self.workspace = (a.shape[0], b.shape[1], config, splits, a.device) if splits > 1 else None
         self.tile = (_tile_m(config), config["BLOCK_N"], config["SCHEDULE"])  # what ran, for tests and notes
 
     def __call__(self, a, b, bias, trace, scale_a=None, scale_b=None):
-        c = torch.empty(self.c_shape, device=a.device, dtype=self.c_dtype)
+        c = torch.empty(self.c_rows, self.c_cols, device=a.device, dtype=self.c_dtype)
         return self.run(c, a, b, bias, trace, scale_a, scale_b)
 
     def run(self, c, a, b, bias, trace, scale_a=None, scale_b=None):
@@ -652,6 +714,7 @@ class _Plan:
         args = list(self.arguments)
         args[_C_PTR], args[_BIAS], args[_TRACE] = c, c if bias is None else bias, c if trace is None else trace
         args[_SA], args[_SB] = (c, c) if scale_a is None else (scale_a, scale_b)
+        args[_WS], args[_COUNT] = (c, c) if self.workspace is None else _split_workspace(*self.workspace)
         if self.descriptors is not None:
             if self.descriptors.launch(args, [(a, b, c)[i] for i in self.descriptors.indices]):
                 return c
@@ -663,49 +726,15 @@ class _Plan:
         return c
 
 
-def _split_workspace(M, N, config, splits, device) -> torch.Tensor:
-    """Split-K's fp32 pieces: piece ``s`` in rows ``[s * R, s * R + M)`` of a ``[splits * R, N]``
-    view, R = M rounded up to whole tiles (a tile's rows past M stay in its piece) and rows padded
-    to 16 bytes (TMA stores; the columns past N are clipped).  Kept per stream."""
-    rows, cols = splits * cdiv(M, _tile_m(config)) * _tile_m(config), cdiv(N, 4) * 4
+def _split_workspace(M, N, config, splits, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Split-K units' fp32 slots, ``splits`` per warpgroup tile (WG_M x BLOCK_N, padding included,
+    so no store is masked), and an int32 arrival count per warpgroup tile (zero, and left zero by
+    every launch).  Kept per stream (fresh under a CUDA graph capture)."""
+    wg_m, bn, tile_m = config["WG_M"], config["BLOCK_N"], _tile_m(config)
+    part_tiles = cdiv(M, tile_m) * cdiv(N, bn) * (tile_m // wg_m)  # every consumer's rows, past M too
     index = device.index if device.index is not None else torch.cuda.current_device()
-    buffer = runtime.stream_buffer("ws split-k pieces", rows * cols, torch.float32, index)
-    return buffer[: rows * cols].view(rows, cols)[:, :N]
-
-
-class _SplitPlan:
-    """Split-K in two kernels, for problems whose tiles leave most SMs idle: the warp-specialized
-    kernel runs ``splits`` pieces of every tile's K loop as separate units (all SMs busy), each
-    storing its fp32 sum through TMA into the workspace (``_split_workspace``); then
-    ``splitk._add_pieces_kernel`` adds the pieces in order, applies bias and activation and writes
-    C (cuBLAS's ``splitKreduce_kernel`` step).  No unit waits for another."""
-
-    def __init__(self, a, b, bias, config, activation, programs, splits, *, bias_contiguous):
-        M, N = a.shape[0], b.shape[1]
-        self.shape, self.splits, self.config = (M, N, config), splits, config
-        pieces = _split_workspace(M, N, config, splits, a.device)
-        self.gemm = _Plan(a, b, pieces, None, None, config, None, programs, bias_contiguous=True, splits=splits)
-        c = torch.empty((M, N), device=a.device, dtype=a.dtype)
-        named = splitk.add_pieces_args(pieces, c, bias, splits, activation)
-        self.add = _triton_compat.SpecializedLaunch(splitk._add_pieces_kernel, splitk.add_pieces_grid(M, N), (),
-                                                    named, {"num_warps": 4})
-        self.add_arguments = _triton_compat.ordered_arguments(splitk._add_pieces_kernel, (), named)
-        self.add_arguments[:3] = [None, None, None]  # pieces, c, bias: the call's own
-        self.c_dtype, self.bias_contiguous = a.dtype, bias_contiguous
-        self.tile = self.gemm.tile
-
-    def __call__(self, a, b, bias, trace):
-        M, N, config = self.shape
-        pieces = _split_workspace(M, N, config, self.splits, a.device)
-        self.gemm.run(pieces, a, b, None, None)
-        c = torch.empty((M, N), device=a.device, dtype=self.c_dtype)
-        if bias is not None:
-            bias = bias if bias.dtype == self.c_dtype else bias.to(self.c_dtype)
-            bias = bias if self.bias_contiguous else bias.contiguous()
-        arguments = list(self.add_arguments)
-        arguments[:3] = [pieces, c, c if bias is None else bias]
-        self.add.launch(arguments)
-        return c
+    return runtime.stream_buffers(index, (("ws split-k pieces", splits * part_tiles * wg_m * bn, torch.float32, False),
+                                          ("ws split-k counts", part_tiles, torch.int32, True)))
 
 
 def _keep(key, plan):
@@ -765,13 +794,10 @@ def _launch(a, b, *, activation=None, bias=None, schedule=None, num_programs=Non
         splits = whole_pieces(k_tiles, split_k)  # no piece wholly past K: it would only add zeros
     bias_contiguous = bias_in is None or bias_in.stride(0) == 1
     if splits > 1:
-        config = _fit_stages(config, a.element_size(), 4)  # the C buffers hold fp32 pieces
-        plan = _SplitPlan(a, b, bias, config, activation, min(num_tiles * splits, max_programs), splits,
-                          bias_contiguous=bias_contiguous)
-        return _keep(key, plan)(a, b, bias, trace)
+        config = _fit_stages(config, a.element_size(), 0)  # no C buffers: split units store C with pointers
     c = torch.empty((M, N), device=a.device, dtype=a.dtype)
-    plan = _keep(key, _Plan(a, b, c, bias, trace, config, activation, min(num_tiles, max_programs),
-                            bias_contiguous=bias_contiguous))
+    plan = _keep(key, _Plan(a, b, c, bias, trace, config, activation, min(num_tiles * splits, max_programs),
+                            bias_contiguous=bias_contiguous, splits=splits))
     return plan(a, b, bias, trace)
 
 
@@ -780,8 +806,8 @@ def matmul_ws(a, b, *, activation=None, bias=None, split_k=None):
     ``tiles.ws_default_tile`` picks for the shape (128 x 256 cooperative, or 64-row ping-pong
     tiles where M leaves a 128-row tile mostly padding or the tiles would leave most of a wave idle).
     When even those tiles would fill at most half the SMs (and M and N are both at least 128),
-    each tile's K loop is cut into pieces run as separate units and added by a second kernel
-    (``_SplitPlan``); ``split_k`` sets the pieces per tile (1: never split; default
+    each tile's K loop is cut into pieces run as separate units, the last of a tile's pieces
+    adding them (``_add_split_unit``); ``split_k`` sets the pieces per tile (1: never split; default
     ``tiles.ws_default_splits``).
 
     a: [M, K], b: [K, N], fp16 or bf16, each row- or column-major with 16-byte aligned base and

@@ -93,46 +93,6 @@ def _matmul_splitk_kernel(
         store_tile_masked(acc, c_ptr, pid_m * BLOCK_M, pid_n * BLOCK_N, M, N, stride_cm, stride_cn, BLOCK_M, BLOCK_N)
 
 
-@triton.jit
-def _add_pieces_kernel(pieces_ptr, c_ptr, bias_ptr, M, N, splits, piece_stride, stride_pm, stride_cm, stride_cn,
-                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr):
-    """The second kernel of a two-kernel split-K (``matmul_ws(split_k=...)``, as cuBLAS's
-    ``splitKreduce_kernel``): C's tile = act(sum of the ``splits`` fp32 pieces, in piece order, + bias).
-    Piece ``s`` of row ``m`` is at ``pieces_ptr + s * piece_stride + m * stride_pm`` (contiguous columns)."""
-    pid_m = tl.program_id(0)
-    pid_n = tl.program_id(1)
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
-    ptrs = pieces_ptr + offs_m[:, None].to(tl.int64) * stride_pm + offs_n[None, :]
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for s in range(0, splits):  # piece order: the same sum on every run
-        acc += tl.load(ptrs + s * piece_stride.to(tl.int64), mask=mask, other=0.0)
-    bias = load_bias(bias_ptr, pid_n * BLOCK_N, N, BLOCK_N, HAS_BIAS)
-    acc = bias_and_activation(acc, bias, HAS_BIAS, ACTIVATION)
-    store_tile_masked(acc, c_ptr, pid_m * BLOCK_M, pid_n * BLOCK_N, M, N, stride_cm, stride_cn, BLOCK_M, BLOCK_N)
-
-
-#: the adding kernel's tile: 16 rows make one program per 2048 outputs, enough programs for every
-#: SM on the few-tile problems that split (512 x 512: 128 programs); 4 warps read a row's 128 fp32
-#: columns as one 512-byte line
-ADD_PIECES_TILE = dict(BLOCK_M=16, BLOCK_N=128)
-
-
-def add_pieces_args(pieces, c, bias, splits, activation) -> dict:
-    """``_add_pieces_kernel``'s arguments by name: ``pieces`` is [splits * rows_per_piece, N']
-    fp32 with unit column stride (``rows_per_piece`` >= M; N' >= N), ``c`` the [M, N] output."""
-    M, N = c.shape
-    return dict(pieces_ptr=pieces, c_ptr=c, bias_ptr=c if bias is None else bias, M=M, N=N, splits=splits,
-                piece_stride=pieces.shape[0] // splits * pieces.stride(0), stride_pm=pieces.stride(0),
-                stride_cm=c.stride(0), stride_cn=c.stride(1), **ADD_PIECES_TILE, HAS_BIAS=bias is not None,
-                ACTIVATION=activation)
-
-
-def add_pieces_grid(M, N) -> tuple[int, int]:
-    return cdiv(M, ADD_PIECES_TILE["BLOCK_M"]), cdiv(N, ADD_PIECES_TILE["BLOCK_N"])
-
-
 _splitk_tuned = configs.TunedKernel(_matmul_splitk_kernel, configs.splitk_configs(),
                                    key=[*configs.SINGLE_GEMM_KEY, "split_request", "TMA_LOADS", "A_COL_MAJOR",
                                         "B_COL_MAJOR"])

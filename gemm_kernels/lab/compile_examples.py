@@ -181,11 +181,13 @@ def fp8_examples():
 
 
 def ws_example(*, dtype=torch.float16, schedule=matmul_ws.DEFAULT_SCHEDULE, a_col_major=False, b_col_major=False,
-               activation=None, has_bias=False, c_tma=True, trace=False, size=512, name=None) -> KernelExample:
+               activation=None, has_bias=False, c_tma=True, trace=False, size=512, splits=1,
+               name=None) -> KernelExample:
     """The warp-specialized Gluon kernel in tile ``schedule`` (a ``matmul_ws.CONFIGS`` name; by
     default the 128 x 256 cooperative tile ``matmul_ws`` runs where tiles fill the GPU) on
     ``size``-cubed inputs (sm_90 only: wgmma, TMA and mbarriers are Hopper's).  ``c_tma=False``: C's rows are not
-    16-byte aligned (N = size - 3), so the epilogue stores through pointers."""
+    16-byte aligned (N = size - 3), so the epilogue stores through pointers.  ``splits`` > 1: each
+    tile's K loop in that many units, the last of a tile's adding them (``matmul_ws(split_k=...)``)."""
     n = size if c_tma else size - 3  # 2 * (size - 3) bytes per row: not 16-byte aligned
     a = torch.zeros(size, size, dtype=dtype)
     b = torch.zeros(size, size, dtype=dtype)
@@ -194,12 +196,19 @@ def ws_example(*, dtype=torch.float16, schedule=matmul_ws.DEFAULT_SCHEDULE, a_co
     c = torch.zeros(size, n, dtype=dtype)
     bias = torch.zeros(n, dtype=dtype) if has_bias else None
     tr = torch.zeros(1, len(matmul_ws.TRACE_FIELDS), dtype=torch.int64) if trace else None
-    args = matmul_ws._kernel_args(a, b, c, bias, tr, matmul_ws.CONFIGS[schedule], activation=activation)
+    config = matmul_ws.CONFIGS[schedule]
+    workspace = None
+    if splits > 1:  # the kernel's view of matmul_ws._split_workspace (sizes do not enter the compile)
+        workspace = (torch.zeros(8, dtype=torch.float32), torch.zeros(8, dtype=torch.int32))
+        config = matmul_ws._fit_stages(config, a.element_size(), 0)
+    args = matmul_ws._kernel_args(a, b, c, bias, tr, config, activation=activation, splits=splits,
+                                  workspace=workspace)
     if name is None:
         layout = f"{'A^T' if a_col_major else 'A'}, {'B^T' if b_col_major else 'B'}"
         epilogue = "+".join(filter(None, [activation, "bias" if has_bias else None])) or "plain"
         name = f"matmul_ws[{str(dtype).replace('torch.', '').replace('float', 'fp').replace('bfp', 'bf')}, " \
-               f"{schedule}, {layout}, {epilogue}{'' if c_tma else ', pointer stores'}{', trace' if trace else ''}]"
+               f"{schedule}, {layout}, {epilogue}{'' if c_tma else ', pointer stores'}{', trace' if trace else ''}" \
+               f"{', split units' if splits > 1 else ''}]"
     return KernelExample(name, matmul_ws._matmul_ws_kernel, args, triton.Config({}, num_warps=4), targets=(90,),
                          expect={90: ("wgmma", "cp.async.bulk.tensor", "mbarrier")},
                          options={"maxnreg": matmul_ws.MAXNREG})
