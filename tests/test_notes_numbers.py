@@ -661,3 +661,45 @@ def test_entry_36_numbers_are_the_records():
     before, after = ratios("base"), ratios("new")
     for k in before:
         assert f"`{k}` {before[k]:.2f}x -> " in text and (f"-> **{after[k]:.2f}x**" in text or f"-> {after[k]:.2f}x" in text)
+
+
+def test_entry_37_numbers_are_the_records():
+    """PERF_NOTES 37 quotes its same-process A/B, host profile and ratios, and test logs (``images/bench/entry37``)."""
+    import statistics
+
+    text = _squash(PERF_NOTES.read_text())
+    run = BENCH / "entry37"
+    ab = json.loads((run / "split_ab.json").read_text())
+    for key, words in {"512x512x16384": "512 x 512 x 16384", "384x384x32768": "384 x 384 x 32768",
+                       "128x1024x16384 W.t()": "128 x 1024 x 16384", "1024x1024x8192 split_k=4": "1024 x 1024 x 8192 cut in 4",
+                       "256x256x256": "256³"}.items():
+        us = ab["gpu"][key]
+        assert f"{words} {us['fused4']:.2f} / {us['twokernel']:.2f} / {us['cuBLAS']:.2f}" in text, key
+    spread = [ab["gpu"][k]["fused4"] / ab["gpu"][k]["twokernel"] - 1 for k in ab["gpu"]]
+    assert f"within {min(spread):+.1%} to {max(spread):+.1%} of the two kernels' time" in text
+    us = ab["gpu"]["512x512x16384"]
+    assert (f"({us['cuBLAS'] / us['fused4']:.3f}x cuBLAS against {us['cuBLAS'] / us['twokernel']:.3f}x)" in text
+            and f"no better than one ({ab['gpu']['512x512x16384']['fused1']:.2f} µs at 512²)" in text)
+    assert all(v for k, v in ab["errors"].items() if k.endswith("bits equal"))  # "the two-kernel version's bits"
+    host = ab["host"]
+    assert (f"fused {host['fused4']['median_ratio']:.3f}x, two kernels {host['twokernel']['median_ratio']:.3f}x, "
+            f"the unsplit plan\n(`split_k=1`) {host['fused4 split_k=1']['median_ratio']:.3f}x".replace("\n", " ")) in text
+    assert f"`matmul_splitk` {host['matmul_splitk']['median_ratio']:.3f}x" in text
+    profile = json.loads((run / "host_profile_h200.json").read_text())["profile"]["matmul_ws"]
+    for part in ("__triton_launcher.launch", "torch.empty", "call_key"):
+        line = next(l for l in profile if part in l)
+        assert f"{float(line.split()[0]):.2f} µs" in text, part
+    ratios = {}
+    for path in sorted((run / "host_ints").glob("*.json")):
+        samples = json.loads(path.read_text())["samples"]
+        for k in ("matmul_ws", "matmul", "matmul_tma", "matmul_splitk"):
+            ratios.setdefault(k, []).extend(x / t for x, t in zip(samples[k], samples["torch.matmul"]))
+    assert len(ratios["matmul_ws"]) == 6 and f"`matmul_ws` **{statistics.median(ratios['matmul_ws']):.3f}x**" in text
+    assert (f"`matmul` {statistics.median(ratios['matmul']):.3f}x, `matmul_tma` {statistics.median(ratios['matmul_tma']):.3f}x, "
+            f"`matmul_splitk` {statistics.median(ratios['matmul_splitk']):.3f}x") in text
+    assert "137 passed" in (run / "tma_off_sm86_launches_dispatch_h200.log").read_text() and "137 passed and 5 failed" in text
+    assert "90 passed" in (run / "gpu_tests_split_h200.log").read_text() and "90 passed" in text
+    assert "40 checks, 0 bad" in (run / "memcheck_split_h200.log").read_text() and "40 checks, 0 errors" in text
+    assert "5 passed" in (run / "gpu_tests_sparse_graph_h200.log").read_text()
+    notebook = json.loads((run / "notebook05b_h200.json").read_text())["notebooks"][0]
+    assert notebook["passed"] and f"passed in {notebook['seconds']} s" in text
