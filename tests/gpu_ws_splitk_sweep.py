@@ -58,7 +58,8 @@ def main(path, quick=False, defaults_only=False):
                tiles.ws_default_tile(M, N, num_sms=sms))
         name = tiles.ws_default_tile(M, N, num_sms=sms)
         num_tiles = tiles.cdiv(M, tiles.WS_TILES[name][0]) * tiles.cdiv(N, tiles.WS_TILES[name][1])
-        splits = tiles.splitk_default_splits(num_tiles, tiles.cdiv(K, tiles.WS_BLOCK_K), sms)
+        splits = tiles.ws_default_splits(M, N, K, name, num_sms=sms)  # what matmul_ws runs (entry 37's CSVs
+        # and entry 36's took splitk_default_splits here: their 16- and 64-row "ws default" rows say 4, ran 1)
         record(layout, shape, "ws default", lambda: matmul_ws.matmul_ws(a, b), a, b, base, name, splits,
                num_tiles * splits)
         record(layout, shape, "auto", lambda: gk.matmul_auto(a, b), a, b, base, gk.pick_launcher(a, b)[1])

@@ -46,8 +46,8 @@ def _structure(view) -> dict:
         arrivals=count("atom.global.gpu.acq_rel.add"),
         count_resets=count("atom.global.gpu.relaxed.exch"),
         slot_loads=count("ld.global.cg"),
-        barriers_before_arrival=[l.split("bar.sync")[1].strip(" \t;") for l in
-                                 ptx.split("atom.global.gpu.acq_rel.add")[0].splitlines()[-12:] if "bar.sync" in l],
+        barriers_before_arrival=[[l.split("bar.sync")[1].strip(" \t;") for l in before.splitlines()[-12:] if "bar.sync" in l]
+                                 for before in ptx.split("atom.global.gpu.acq_rel.add")[:-1]],  # per arrival
         spill_bytes=view.spill_bytes,
     )
 
@@ -115,9 +115,12 @@ def test_split_units_add_their_pieces_in_the_kernel(compiled, name):
     past L1 (``.cg``: another SM wrote them).  No spills, in the largest accumulator tiles too."""
     info = compiled[name]
     assert info["arrivals"] == 2 and info["count_resets"] == 2  # one per consumer
-    assert info["barriers_before_arrival"] and all(b.endswith(", 128") for b in info["barriers_before_arrival"])
+    assert len(info["barriers_before_arrival"]) == 2  # one per consumer partition, each after its own barrier
+    assert all(bars and all(b.endswith(", 128") for b in bars) for bars in info["barriers_before_arrival"])
     assert info["slot_loads"] > 0
-    assert info["spill_bytes"] in (None, 0), info["spill_bytes"]
+    if info["spill_bytes"] is None:
+        pytest.skip("no cuobjdump beside ptxas: the compile view cannot count spills")
+    assert info["spill_bytes"] == 0, info["spill_bytes"]
 
 
 # ----------------------------------------------------------------------------- contract (CPU and GPU)
@@ -367,11 +370,11 @@ def test_gpu_split_units(shape, split_k, schedule):
 @needs_hopper
 @pytest.mark.parametrize("layout", ["b_t", "a_t", "both_t"])
 @pytest.mark.parametrize("activation", [None, "leaky_relu", "gelu"])
-@pytest.mark.parametrize("N", [1000, 1001])  # 1001: the workspace's rows padded past N to 16 bytes
+@pytest.mark.parametrize("N", [1000, 1001])  # 1001: C's rows not 16-byte aligned (the last piece stores them masked)
 @pytest.mark.usefixtures("seed")
 def test_gpu_split_units_epilogue_and_layouts(layout, activation, N):
     """Bias and activation run after the pieces are added; A or B read transposed (b = W.t())."""
-    M, K, dtype = 96, 8200, torch.float16  # C rows of 2000 or 2002 bytes: the adding kernel's masked stores
+    M, K, dtype = 96, 8200, torch.float16  # C rows of 2000 or 2002 bytes, a ragged last tile of columns
     a = random_matrix(M, K, dtype, transposed=layout in ("a_t", "both_t"))
     b = random_matrix(K, N, dtype, transposed=layout in ("b_t", "both_t"))
     if layout == "a_t":

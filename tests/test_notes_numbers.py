@@ -672,21 +672,28 @@ def test_entry_37_numbers_are_the_records():
     ab = json.loads((run / "split_ab.json").read_text())
     for key, words in {"512x512x16384": "512 x 512 x 16384", "384x384x32768": "384 x 384 x 32768",
                        "128x1024x16384 W.t()": "128 x 1024 x 16384", "1024x1024x8192 split_k=4": "1024 x 1024 x 8192 cut in 4",
-                       "256x256x256": "256³"}.items():
+                       "256x256x256": "256³, which does not\nsplit:"}.items():
         us = ab["gpu"][key]
-        assert f"{words} {us['fused4']:.2f} / {us['twokernel']:.2f} / {us['cuBLAS']:.2f}" in text, key
-    spread = [ab["gpu"][k]["fused4"] / ab["gpu"][k]["twokernel"] - 1 for k in ab["gpu"]]
-    assert f"within {min(spread):+.1%} to {max(spread):+.1%} of the two kernels' time" in text
+        assert f"{words} {us['fused4']:.2f} / {us['twokernel']:.2f} / {us['cuBLAS']:.2f}".replace("\n", " ") in text, key
+    split = [k for k in ab["gpu"] if k != "256x256x256"]  # 256^3 does not split (below): a control
+    from gemm_kernels.models import tiles
+    assert tiles.ws_default_splits(256, 256, 256, tiles.ws_default_tile(256, 256, num_sms=132), num_sms=132) == 1
+    assert "256³ does not split" in text and "(and 256³, which does not split:" in text
+    assert all(tiles.ws_default_splits(*map(int, k.split()[0].split("x")),
+                                       tiles.ws_default_tile(*map(int, k.split()[0].split("x")[:2]), num_sms=132),
+                                       num_sms=132) > 1 for k in split if "split_k" not in k)
+    spread = [ab["gpu"][k]["fused4"] / ab["gpu"][k]["twokernel"] - 1 for k in split]
+    assert len(split) == 5 and f"within {min(spread):+.1%} to {max(spread):+.1%} of the two kernels' time** on the five" in text
     us = ab["gpu"]["512x512x16384"]
     assert (f"({us['cuBLAS'] / us['fused4']:.3f}x cuBLAS against {us['cuBLAS'] / us['twokernel']:.3f}x)" in text
             and f"no better than one ({ab['gpu']['512x512x16384']['fused1']:.2f} µs at 512²)" in text)
     assert all(v for k, v in ab["errors"].items() if k.endswith("bits equal"))  # "the two-kernel version's bits"
     host = ab["host"]
     assert (f"fused {host['fused4']['median_ratio']:.3f}x, two kernels {host['twokernel']['median_ratio']:.3f}x, "
-            f"the unsplit plan\n(`split_k=1`) {host['fused4 split_k=1']['median_ratio']:.3f}x".replace("\n", " ")) in text
+            f"`split_k=1` {host['fused4 split_k=1']['median_ratio']:.3f}x") in text
     assert f"`matmul_splitk` {host['matmul_splitk']['median_ratio']:.3f}x" in text
     profile = json.loads((run / "host_profile_h200.json").read_text())["profile"]["matmul_ws"]
-    for part in ("__triton_launcher.launch", "torch.empty", "call_key"):
+    for part in ("__triton_launcher.launch", "torch.empty", "call_key", "launch (gemm_kernels/_triton_compat.py"):
         line = next(l for l in profile if part in l)
         assert f"{float(line.split()[0]):.2f} µs" in text, part
     ratios = {}
@@ -700,6 +707,8 @@ def test_entry_37_numbers_are_the_records():
     assert "137 passed" in (run / "tma_off_sm86_launches_dispatch_h200.log").read_text() and "137 passed and 5 failed" in text
     assert "90 passed" in (run / "gpu_tests_split_h200.log").read_text() and "90 passed" in text
     assert "40 checks, 0 bad" in (run / "memcheck_split_h200.log").read_text() and "40 checks, 0 errors" in text
-    assert "5 passed" in (run / "gpu_tests_sparse_graph_h200.log").read_text()
+    assert "5 passed" in (run / "gpu_tests_sparse_graph_h200.log").read_text() and "few-program split tests, 5 passed" in text
+    ptx = (run / "ptx_compare_b4d5b3a.log").read_text()
+    assert ptx.count("identical (") == 21 + 4 and ptx.count("DIFFERENT (") == 4  # 21 alike, 4 only in .param lines
     notebook = json.loads((run / "notebook05b_h200.json").read_text())["notebooks"][0]
     assert notebook["passed"] and f"passed in {notebook['seconds']} s" in text

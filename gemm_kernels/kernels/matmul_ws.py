@@ -388,8 +388,8 @@ def _add_split_unit(acc, ws_ptr, count_ptr, c_ptr, bias_ptr, piece, part_tile, p
             total = _activation(total, ACTIVATION)
             offs_m = off_m + r
             mask = (gl.expand_dims(offs_m, 1) < M) & (gl.expand_dims(offs_n, 0) < N)
-            gl.store(c_ptr + gl.expand_dims(offs_m, 1) * stride_cm + gl.expand_dims(offs_n, 0), total.to(dtype),
-                     mask=mask)
+            rows_at = gl.expand_dims(offs_m.to(gl.int64), 1) * stride_cm  # a forced split of M x N >= 2^31 too
+            gl.store(c_ptr + rows_at + gl.expand_dims(offs_n, 0), total.to(dtype), mask=mask)
 
 
 @gluon.jit
@@ -599,6 +599,9 @@ def _kernel_args(a, b, c, bias, trace, config, *, activation, group_size_m=GROUP
     ``(scale_a, scale_b, scaling, promote)`` (``fp8.scaled_mm``), None for fp16 and bf16.
     ``splits`` > 1: split-K units, ``workspace`` their ``(slots, counts)`` (``_split_workspace``);
     C is then stored with pointer stores."""
+    if (splits > 1) != (workspace is not None):
+        raise ValueError(f"split units need their workspace and only they take one (splits={splits}, "
+                         f"workspace {'given' if workspace is not None else 'missing'})")
     M, K = a.shape
     N = b.shape[1]
     a_col_major, stride_a = tma_layout(a, "a")

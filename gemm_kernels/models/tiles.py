@@ -258,8 +258,8 @@ def splitk_default_splits(num_tiles: int, k_tiles: int, num_sms: int) -> int:
 
 #: the smallest M and N that ``matmul_ws`` splits K for: with fewer rows (or columns) the product
 #: streams one operand (a decode's weight) at DRAM speed, and split units tied ``matmul_splitk`` on
-#: the GPU while costing a second launch on the host (PERF_NOTES 36: 16 x 4096 x 4096, 13.4 against
-#: 13.5 µs in CUDA graphs, 57.2 against 22.8 µs of host time); at 128 they won (16.2 against 19.1)
+#: the GPU while their host time was longer (PERF_NOTES 36, then two launches: 16 x 4096 x 4096, 13.4
+#: against 13.5 µs in CUDA graphs, 57.2 against 22.8 µs of host time); at 128 they won (16.2 against 19.1)
 WS_SPLIT_MIN_SIDE = 128
 #: the K block of every ``matmul_ws`` fp16/bf16 tile (its split rule counts K in these)
 WS_BLOCK_K = 64
@@ -344,8 +344,8 @@ def default_launcher(M: int, N: int, K: int, *, num_sms: int, tma: bool, wgmma: 
         splits = ws_default_splits(M, N, K, tile_name, num_sms=num_sms)
         if splits > 1:
             return "matmul_ws", (f"{few} ({tile_name}) would fill at most half of {num_sms} SMs: the "
-                                 f"warp-specialized kernel with each tile's K loop in {splits} pieces, then a "
-                                 "kernel that adds them")
+                                 f"warp-specialized kernel with each tile's K loop in {splits} pieces, the last "
+                                 "piece of each tile adding them")
     if 2 * tiles <= num_sms:
         return "matmul_splitk", (f"{few} would fill at most half of {num_sms} SMs: smaller tiles, and K cut into "
                                  "pieces if they alone leave SMs idle")
