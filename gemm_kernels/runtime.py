@@ -246,10 +246,7 @@ def stream_buffer(purpose: str, numel: int, dtype: torch.dtype, device_index: in
     while its work is pending whose handle a new stream then reuses.  ``zeroed``: a new buffer
     starts at zero (the kernels that ask for it leave it at zero).  :func:`stream_buffers` gets
     several at once."""
-    if torch._C._cuda_isCurrentStreamCapturing():
-        return _fresh_buffer(numel, dtype, device_index, zeroed)
-    # the raw handle, as Triton's launcher reads it (torch.cuda.current_stream is slower)
-    return _kept_buffer(device_index, torch._C._cuda_getCurrentRawStream(device_index), purpose, numel, dtype, zeroed)
+    return stream_buffers(device_index, ((purpose, numel, dtype, zeroed),))[0]
 
 
 def stream_buffers(device_index: int, requests) -> tuple:
@@ -258,7 +255,7 @@ def stream_buffers(device_index: int, requests) -> tuple:
     for all of them (a Stream-K or split-K call needs two buffers per launch)."""
     if torch._C._cuda_isCurrentStreamCapturing():
         return tuple([_fresh_buffer(numel, dtype, device_index, zeroed) for _, numel, dtype, zeroed in requests])
-    stream = torch._C._cuda_getCurrentRawStream(device_index)
+    stream = torch._C._cuda_getCurrentRawStream(device_index)  # as Triton's launcher reads it (faster than torch.cuda's)
     return tuple([_kept_buffer(device_index, stream, purpose, numel, dtype, zeroed)
                   for purpose, numel, dtype, zeroed in requests])
 
