@@ -188,11 +188,11 @@ def streamk_default_tiles(num_tiles: int, num_programs: int, k_tiles: int) -> in
     would keep at most half of the programs busy and each has at least
     :data:`STREAMK_MIN_K_TILES` K iterations (few tiles, long K), else none.
 
-    Measured on an H100 with 128x256 tiles, times from CUDA graphs (``images/bench/stream-k.csv``,
+    Measured on an H200 with 128x256 tiles, times from CUDA graphs (``images/bench/stream-k.csv``,
     "stream_k 128x256 tail split" against "tma 128x256"): splitting gains at 512 x 512 x 16384
-    (8 tiles of 256 iterations: 90.8 us against 148 unsplit) and 1024 x 1024 x 8192 (32 of 128:
-    58.2 against 78.4), loses at 1280^3 (50 of 20: 31.3 against 17.7), and splitting a multi-wave
-    problem's partial last wave loses too (4096^3, 116 of 512 tiles split: 248 against 212 us), so
+    (8 tiles of 256 iterations: 84.9 us against 152 unsplit) and 1024 x 1024 x 8192 (32 of 128:
+    52.9 against 80.7), loses at 1280^3 (50 of 20: 31.3 against 18.5), and splitting a multi-wave
+    problem's partial last wave loses too (4096^3, 116 of 512 tiles split: 232 against 215 us), so
     those are left to ``sk_tiles``.  ``tests/test_prose_numbers.py`` checks these numbers against
     the CSV."""
     return num_tiles if 2 * num_tiles <= num_programs and k_tiles >= STREAMK_MIN_K_TILES else 0
