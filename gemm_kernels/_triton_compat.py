@@ -54,16 +54,53 @@ def _give_up(name: str, err: BaseException) -> None:
 # ----------------------------------------------------------------------------- launches
 def ordered_arguments(kernel, args: Sequence = (), kwargs: dict | None = None) -> list:
     """Every parameter of ``kernel`` (a ``@triton.jit`` function), in signature order, defaults
-    filled in (public: ``inspect.signature`` of the Python function).  Launch options such as
-    ``num_warps`` are not parameters and must not be in ``kwargs``.  TypeError names the
-    parameter when an argument is missing or unknown."""
+    filled in (public: ``inspect.signature`` of the Python function, read once per function:
+    making the signature and binding through it cost most of a plan's first call, PERF_NOTES 38).
+    Launch options such as ``num_warps`` are not parameters and must not be in ``kwargs``.
+    TypeError names the parameter when an argument is missing or unknown, in ``inspect``'s words."""
+    kwargs = kwargs or {}
+    names, defaults = _parameters(kernel.fn)
+    if names is None:  # keyword-only or variadic parameters: bind the public way
+        return _bound_arguments(kernel.fn, args, kwargs)
+    if len(args) > len(names):
+        raise TypeError(f"{kernel.fn.__name__}: too many positional arguments")
+    arguments = list(args)
+    for name in names[len(args):]:
+        if name in kwargs:
+            arguments.append(kwargs[name])
+        elif name in defaults:
+            arguments.append(defaults[name])
+        else:
+            raise TypeError(f"{kernel.fn.__name__}: missing a required argument: {name!r}")
+    if len(kwargs) != sum(name in kwargs for name in names[len(args):]):
+        return _bound_arguments(kernel.fn, args, kwargs)  # an unknown or repeated keyword: inspect names it
+    return arguments
+
+
+_PARAMETERS: dict = {}  # Python function -> (parameter names, defaults), or (None, None)
+
+
+def _parameters(fn) -> tuple:
+    cached = _PARAMETERS.get(fn)
+    if cached is None:
+        import inspect
+
+        params = list(inspect.signature(fn).parameters.values())
+        if all(p.kind is p.POSITIONAL_OR_KEYWORD for p in params):
+            cached = (tuple(p.name for p in params), {p.name: p.default for p in params if p.default is not p.empty})
+        else:
+            cached = (None, None)
+        _PARAMETERS[fn] = cached
+    return cached
+
+
+def _bound_arguments(fn, args, kwargs) -> list:
     import inspect
 
-    signature = inspect.signature(kernel.fn)
     try:
-        bound = signature.bind(*args, **(kwargs or {}))
+        bound = inspect.signature(fn).bind(*args, **kwargs)
     except TypeError as exc:
-        raise TypeError(f"{kernel.fn.__name__}: {exc}") from None
+        raise TypeError(f"{fn.__name__}: {exc}") from None
     bound.apply_defaults()
     return list(bound.arguments.values())
 

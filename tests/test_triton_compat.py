@@ -53,6 +53,45 @@ def test_a_missing_or_unknown_argument_is_named(kwargs, pattern):
         ordered_arguments(_scale_kernel, (torch.zeros(1), torch.zeros(1)), kwargs)
 
 
+def test_arguments_match_inspect_for_every_kernel_and_argument_mix():
+    """The cached signature gives what ``inspect.signature(...).bind`` gives, positional and
+    keyword arguments mixed, for the package's launch kernels (the Gluon kernel among them)."""
+    import inspect
+
+    from gemm_kernels._triton_compat import _bound_arguments
+    from gemm_kernels.kernels import matmul_ws, persistent, streamk
+
+    for kernel in (_scale_kernel, grouped._grouped_matmul_kernel, persistent._matmul_tma_kernel,
+                   streamk._matmul_streamk_kernel, matmul_ws._matmul_ws_kernel):
+        params = list(inspect.signature(kernel.fn).parameters.values())
+        required = [p.name for p in params if p.default is p.empty]
+        for cut in (0, 1, len(required) // 2, len(required)):
+            values = {name: (name, i) for i, name in enumerate(required)}
+            args, kwargs = [values[n] for n in required[:cut]], {n: values[n] for n in required[cut:]}
+            assert ordered_arguments(kernel, args, kwargs) == _bound_arguments(kernel.fn, args, kwargs), (kernel, cut)
+
+
+@pytest.mark.parametrize("args, kwargs, pattern", [
+    ((1, 2), {"x_ptr": 1, "n": 5, "factor": 2.0, "BLOCK": 8}, r"_scale_kernel: multiple values for argument 'x_ptr'"),
+    ((1, 2, 3, 4, 5, 6, 7), {}, r"_scale_kernel: too many positional arguments"),
+    ((1, 2), {"n": 5, "factor": 2.0, "BLOCK": 8, "bogus": 1}, r"_scale_kernel: got an unexpected keyword argument 'bogus'"),
+])
+def test_a_repeated_or_extra_argument_is_named(args, kwargs, pattern):
+    with pytest.raises(TypeError, match=pattern):
+        ordered_arguments(_scale_kernel, args, kwargs)
+
+
+def test_keyword_only_parameters_bind_the_public_way():
+    from types import SimpleNamespace
+
+    def fn(a, *, b=2):
+        pass
+
+    assert ordered_arguments(SimpleNamespace(fn=fn), (1,), {}) == [1, 2]
+    with pytest.raises(TypeError, match="fn: too many positional arguments"):
+        ordered_arguments(SimpleNamespace(fn=fn), (1, 3), {})
+
+
 def test_grid_resolution():
     assert resolve_grid((7,), {}) == (7, 1, 1)
     assert resolve_grid(lambda meta: (meta["n"] // meta["BLOCK"], 2), {"n": 64, "BLOCK": 16}) == (4, 2, 1)
