@@ -819,6 +819,23 @@ def test_entry_38_numbers_are_the_records():
     assert f"takes {min(checked):.1f}-{max(checked):.1f}x torch's host time" in text
     scaled = ratio("scaled_mm, checked every call", "scaled_mm 256^3 row-wise", "torch._scaled_mm")
     assert f"`scaled_mm` {scaled:.1f}x ({host['scaled_mm 256^3 row-wise', 'scaled_mm, checked every call']:.1f} µs" in text
+    misses = json.loads((run / "host_misses_h200.json").read_text())
+    clocks = {}
+    for r in misses["clocks"]:
+        clocks.setdefault(r["run"], []).append(r)
+    for run_name, words in (("cuBLAS", "cuBLAS"), ("128x256 unsplit", "ours unsplit"), ("128x256 in 4 pieces", "in 4\npieces")):
+        us_ = " / ".join(f"{r['us']:.1f}" for r in clocks[run_name])
+        mhz = " / ".join(sorted({f"{r['sm_mhz']:.0f}" for r in clocks[run_name]}, reverse=True))
+        assert _squash(f"{words} {us_} µs at {mhz} MHz") in text, run_name
+    assert all(r["reasons"] == "sw power cap" for r in misses["clocks"])
+    cycles = {k: v[0]["us"] * v[0]["sm_mhz"] / 1e3 for k, v in clocks.items()}
+    assert (f"cuBLAS needs {cycles['cuBLAS']:.1f} thousand cycles (µs x MHz) where ours needs "
+            f"{cycles['128x256 unsplit']:.1f} thousand unsplit") in text
+    for name, words in (("grouped_mm fwd+bwd", "per step"), ("torch._grouped_mm fwd+bwd", "`torch._grouped_mm`'s"),
+                        ("matmul, first call of a key", "against"), ("torch.matmul", "`torch.matmul`'s"),
+                        ("scaled_mm, first call of a key", "against"), ("torch._scaled_mm", "`torch._scaled_mm`'s")):
+        low, high = min(misses["host_us"][name]), max(misses["host_us"][name])
+        assert f"{low:.1f}-{high:.1f}" in text, name
     assert "138 passed, 18 skipped" in (run / "tma_off_sm86_launches_dispatch_h200.log").read_text()
     assert "138 passed, 18 skipped, 0 failed" in text
     assert "85 passed" in (run / "gpu_tests_split_h200.log").read_text() and "85 passed" in text
