@@ -31,6 +31,7 @@ import os
 import sys
 import threading
 import warnings
+import weakref
 from collections.abc import Callable, Sequence
 
 #: set to 0 to take every public fallback below (tests do, to keep the fallbacks working)
@@ -60,24 +61,17 @@ def ordered_arguments(kernel, args: Sequence = (), kwargs: dict | None = None) -
     TypeError names the parameter when an argument is missing or unknown, in ``inspect``'s words."""
     kwargs = kwargs or {}
     names, defaults = _parameters(kernel.fn)
-    if names is None:  # keyword-only or variadic parameters: bind the public way
-        return _bound_arguments(kernel.fn, args, kwargs)
-    if len(args) > len(names):
-        raise TypeError(f"{kernel.fn.__name__}: too many positional arguments")
-    arguments = list(args)
-    for name in names[len(args):]:
-        if name in kwargs:
-            arguments.append(kwargs[name])
-        elif name in defaults:
-            arguments.append(defaults[name])
-        else:
-            raise TypeError(f"{kernel.fn.__name__}: missing a required argument: {name!r}")
-    if len(kwargs) != sum(name in kwargs for name in names[len(args):]):
-        return _bound_arguments(kernel.fn, args, kwargs)  # an unknown or repeated keyword: inspect names it
-    return arguments
+    rest = names[len(args):] if names is not None and len(args) <= len(names) else None
+    # every keyword a parameter after the positional ones, every such parameter given or defaulted
+    if rest is None or len(kwargs) != sum(name in kwargs for name in rest) or any(
+            name not in kwargs and name not in defaults for name in rest):
+        return _bound_arguments(kernel.fn, args, kwargs)  # inspect binds it, or names what is wrong
+    return [*args, *(kwargs[name] if name in kwargs else defaults[name] for name in rest)]
 
 
-_PARAMETERS: dict = {}  # Python function -> (parameter names, defaults), or (None, None)
+#: Python function -> (parameter names, defaults), or (None, None) for keyword-only or variadic
+#: parameters; weak keys, so kernels a notebook re-defines do not pile up
+_PARAMETERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _parameters(fn) -> tuple:

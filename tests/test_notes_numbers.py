@@ -427,10 +427,11 @@ def test_notes_quote_the_committed_numbers(path, phrase):
         f"{path.relative_to(ROOT)} should say (from the committed CSVs): {phrase!r}")
 
 
-def test_notebook_05_compares_the_two_gpus_where_the_launch_does_not_matter():
-    """05's reveal: at 4096³ each kernel's do_bench time (square suite) and graph time (stream-k
-    suite, another run) agree as closely as measuring.json's one run says ("within 8%"); at 1280³
-    matmul_tma's do_bench time is several times its graph time."""
+def test_the_square_and_streamk_runs_agree_where_the_launch_does_not_matter():
+    """The committed `square` (do_bench) and `stream-k` (CUDA graphs) runs, two runs on two
+    machines: at 4096³ the two readings of cuBLAS and of matmul_tma agree within 8% (the bound
+    measuring.json's one run gives, notebook 05's reveal); at 1280³ matmul_tma's do_bench reading
+    is more than 1.5x its graph time (the launch shows there, as notebook 05 says)."""
     from gemm_kernels.results import committed_us
 
     def both(case, provider):
@@ -773,6 +774,12 @@ def test_entry_38_numbers_are_the_records():
         return min(costs, key=costs.get)
 
     now, model = judged(rule), judged(fitted)
+    behind = []
+    for (part, M, N, K), part_rows in shapes.items():
+        ws = candidates(part_rows)
+        behind += [ws[rule(M, N, K)] / max(ws.values())] if ws[rule(M, N, K)] < 0.95 * max(ws.values()) else []
+    assert (f"on {len(behind)} of the {len(shapes)} shapes the best candidate was\n"
+            f"{round(100 * (1 / max(behind) - 1))}-{round(100 * (1 / min(behind) - 1))}% faster").replace("\n", " ") in text
     assert (f"{now['drawn'][0]:.3f}x (drawn) and {now['unseen'][0]:.3f}x (unseen), {now['drawn'][1]:.1%} and "
             f"{now['unseen'][1]:.1%} of the best candidate") in text
     assert (f"reaches {model['drawn'][0]:.3f}x and {model['unseen'][0]:.3f}x, and lowers the drawn minimum from "
@@ -836,6 +843,9 @@ def test_entry_38_numbers_are_the_records():
                         ("scaled_mm, first call of a key", "against"), ("torch._scaled_mm", "`torch._scaled_mm`'s")):
         low, high = min(misses["host_us"][name]), max(misses["host_us"][name])
         assert f"{low:.1f}-{high:.1f}" in text, name
+    bind = re.search(r"_matmul_ws_kernel \(37 parameters\): inspect ([\d.]+) us per call, cached ([\d.]+) us",
+                     (run / "bind_cost_cpu.txt").read_text())
+    assert f"{bind[1]} µs per call before, {bind[2]} after for the Gluon" in text
     assert "138 passed, 18 skipped" in (run / "tma_off_sm86_launches_dispatch_h200.log").read_text()
     assert "138 passed, 18 skipped, 0 failed" in text
     assert "85 passed" in (run / "gpu_tests_split_h200.log").read_text() and "85 passed" in text

@@ -81,6 +81,33 @@ def test_a_repeated_or_extra_argument_is_named(args, kwargs, pattern):
         ordered_arguments(_scale_kernel, args, kwargs)
 
 
+def test_arguments_and_errors_are_inspects_for_every_call_shape():
+    """Every mix of positional and keyword arguments (unknown, repeated, missing ones too) gives
+    inspect's result or inspect's TypeError."""
+    import itertools
+    from types import SimpleNamespace
+
+    from gemm_kernels._triton_compat import _bound_arguments
+
+    def fn(a, b, c=3, d=None):
+        pass
+
+    kernel = SimpleNamespace(fn=fn)
+
+    def outcome(call):
+        try:
+            return call()
+        except TypeError as exc:
+            return f"TypeError: {exc}"
+
+    names = ("a", "b", "c", "d", "e")
+    for n_args in range(6):
+        for chosen in itertools.chain.from_iterable(itertools.combinations(names, k) for k in range(6)):
+            args, kwargs = tuple(range(n_args)), {name: name for name in chosen}
+            assert outcome(lambda: ordered_arguments(kernel, args, kwargs)) == \
+                outcome(lambda: _bound_arguments(fn, args, kwargs)), (args, kwargs)
+
+
 def test_keyword_only_parameters_bind_the_public_way():
     from types import SimpleNamespace
 
