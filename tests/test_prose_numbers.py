@@ -672,3 +672,21 @@ def test_notebook_09b_kept_launches_reveal():
     assert 3.5 <= ratio("matmul, checked every call") <= 4.5
     kept = ("matmul", "matmul_persistent", "matmul_tma", "matmul_splitk", "matmul_ws")
     assert all(ratio(p) <= 1.2 for p in kept) and ratio("matmul_streamk") > 1.2  # the one, named by CLAIMS
+
+
+def test_notebook_09b_first_call_paragraph_reads_its_profile():
+    """09b: in a first call's profile "Triton's launch path carries more time than our checks and
+    the tuning key together, and more than the whole of a profiled `torch.matmul` call"."""
+    text = markdown_of("09b_measuring.ipynb")
+    assert _squash("Triton's launch path carries more time than our checks and the tuning key together, and more "
+                   "than the whole of a profiled `torch.matmul` call") in text
+    misses = json.loads((ROOT / "images/bench/entry38/host_misses_h200.json").read_text())
+
+    def cumulative(name, part):
+        line = next(l for l in misses["profile"][name] if part in l)
+        return float(line.split("us own,")[1].split()[0])
+
+    first = "matmul, first call of a key"
+    run = cumulative(first, "run (runtime/jit.py")
+    ours = cumulative(first, "check_matmul_inputs") + cumulative(first, "tuning_key")
+    assert run > ours and run > cumulative("torch.matmul", "<built-in method torch.matmul>")
