@@ -15,6 +15,7 @@ from triton.runtime.jit import JITFunction
 from _core_helper import zeros_like_triton
 
 import gemm_kernels as gk
+from gemm_kernels.lab import checked
 from gemm_kernels.lab.checked import checked_launches
 from gemm_kernels.viz.drawings import png_bytes
 
@@ -122,6 +123,25 @@ def test_pointer_arrays_need_the_tensors_they_reach():
     assert torch.equal(out[0, :5], a) and torch.equal(out[1, :5], b)
     with pytest.raises(gk.OutOfBounds, match=r"(?s)load through a .*element 5 \(a has 5 elements"):
         gk.run_checked(through_pointer_array, (2,), ptrs, out, 6, BLOCK=8, reachable={"a": a, "b": b})
+
+
+@pytest.fixture
+def as_on_a_gpu(monkeypatch):
+    """Checked runs copy every tensor to a twin, as they copy a GPU's: a pointer array then holds
+    addresses that are not the twins' (notebook 06's checks refused right answers on a GPU)."""
+    monkeypatch.setattr(checked._HostCopies, "copy_cpu_tensors", True)
+
+
+def test_pointer_arrays_reach_the_twins_of_device_tensors(as_on_a_gpu):
+    a, b = torch.randn(5), torch.randn(9)
+    ptrs = torch.tensor([a.data_ptr(), b[2:].data_ptr()], dtype=torch.int64)  # a view's address too
+    out = torch.zeros(2, 8)
+    gk.run_checked(through_pointer_array, (2,), ptrs, out, 5, BLOCK=8, reachable={"a": a, "b": b})
+    assert torch.equal(out[0, :5], a) and torch.equal(out[1, :5], b[2:7])  # read from the twins, written back
+    with pytest.raises(gk.OutOfBounds, match=r"(?s)load through a .*element 5 \(a has 5 elements"):
+        gk.run_checked(through_pointer_array, (2,), ptrs, out, 6, BLOCK=8, reachable={"a": a, "b": b})
+    with pytest.raises(gk.OutOfBounds, match="unknown origin"):  # a tensor the run was not given stays out of reach
+        gk.run_checked(through_pointer_array, (2,), ptrs, out, 5, BLOCK=8, reachable={"a": a})
 
 
 @triton.jit

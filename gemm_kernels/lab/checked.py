@@ -270,22 +270,33 @@ def _tensors_in(value):
 
 
 class _HostCopies:
-    """CPU twins of the tensors of a launch: one copy per storage, views rebuilt on it."""
+    """CPU twins of the tensors of a launch: one copy per storage, views rebuilt on it.
+
+    A pointer array holds the device addresses of the tensors it points to, not their twins':
+    :meth:`translate` maps an address inside a copied storage to the same byte of its twin, so a
+    kernel that loads a pointer from memory (``tl.load(ptrs + g).to(tl.pointer_type(...))``)
+    reaches the twin the checked run watches."""
+
+    #: tests set this to copy CPU tensors too (the GPU path's copying and address translation, on a CPU)
+    copy_cpu_tensors = False
 
     def __init__(self):
         self.storages: dict = {}  # storage data_ptr -> (device storage, cpu storage)
 
     def to_cpu(self, value):
         if isinstance(value, torch.Tensor):
-            if value.device.type == "cpu" and not value.requires_grad:
+            on_cpu = value.device.type == "cpu" and not self.copy_cpu_tensors
+            if on_cpu and not value.requires_grad:
                 return value
             with torch.no_grad():
                 t = value.detach()
-                if t.device.type == "cpu":
+                if on_cpu:
                     return t
                 key = t.untyped_storage().data_ptr()
                 if key not in self.storages:
-                    self.storages[key] = (t.untyped_storage(), t.untyped_storage().cpu())
+                    twin = torch.UntypedStorage(t.untyped_storage().nbytes())  # a copy of its own, also of a CPU storage
+                    twin.copy_(t.untyped_storage())
+                    self.storages[key] = (t.untyped_storage(), twin)
                 cpu = torch.empty(0, dtype=t.dtype)
                 cpu.set_(self.storages[key][1], t.storage_offset(), t.size(), t.stride())
                 return cpu
@@ -296,6 +307,18 @@ class _HostCopies:
 
             return dataclasses.replace(value, base=self.to_cpu(value.base))
         return value
+
+    def translate(self, addresses: np.ndarray) -> np.ndarray:
+        """``addresses`` with every one inside a copied storage moved to the same byte of its twin."""
+        if not self.storages:
+            return addresses
+        out = addresses.astype(np.int64)  # addresses are far below 2**63
+        for device_storage, cpu_storage in self.storages.values():
+            start, size = device_storage.data_ptr(), device_storage.nbytes()
+            inside = (out >= start) & (out < start + size)
+            if inside.any():
+                out = np.where(inside, out + (cpu_storage.data_ptr() - start), out)
+        return out.astype(addresses.dtype, copy=False)
 
     def copy_back(self):
         with torch.no_grad():
@@ -351,7 +374,7 @@ def run_checked(kernel, grid, *args, reachable: Sequence[torch.Tensor] | dict = 
     twin = compat.interpreted_twin(kernel)
     helpers = [fn.__name__ for fn in map(compat.jit_source_function, named.values())
                if fn is not None and watchdog.learner_file(fn.__code__.co_filename)]
-    monitor = _Monitor(builder, regions, _kernel_name(kernel), grid3, sys._getframe(), helpers)
+    monitor = _Monitor(builder, regions, _kernel_name(kernel), grid3, sys._getframe(), helpers, host)
     try:
         # one interpreted launch at a time (the builder holds the program id); the monitor acts in
         # this thread only, so other threads' launches (queued on the lock) run unchecked; the
@@ -459,8 +482,9 @@ class _Monitor:
     ones, and meters all of them (the watchdog's budgets for a kernel, see :meth:`meter`)."""
 
     def __init__(self, builder, regions: list[Region], kernel: str, grid: tuple = (1, 1, 1), outer=None,
-                 learner_functions: Sequence[str] = ()):
+                 learner_functions: Sequence[str] = (), host: _HostCopies | None = None):
         self.builder, self.regions, self.kernel = builder, regions, kernel
+        self.host = host  # the launch's CPU twins: device addresses loaded from memory are moved onto them
         self.learner_functions = list(learner_functions)  # the learner's @triton.jit helpers a check's kernel calls
         self.by_start: dict[int, tuple] = {}
         for i, r in enumerate(regions):
@@ -550,6 +574,15 @@ class _Monitor:
             if found is not None:
                 attr[_ORIGIN] = found
         return found
+
+    def _to_pointer(self, propagate):
+        """An integer made a pointer (a pointer array's entry): a device address becomes its twin's."""
+        def wrapper(method, src, *args, **kwargs):
+            result = propagate(method, src, *args, **kwargs)
+            if self.host is not None and not _is_pointer(src) and _is_pointer(result):
+                result.data = self.host.translate(result.data)
+            return result
+        return wrapper
 
     def _propagating(self, pointer_args: tuple[int, ...]):
         def wrapper(method, *args, **kwargs):
@@ -650,6 +683,8 @@ class _Monitor:
         }
         for name, args in _PROPAGATE.items():
             hooks[name] = self._propagating(args)
+        for name in ("create_int_to_ptr", "create_bitcast"):
+            hooks[name] = self._to_pointer(hooks[name])
         return hooks
 
 

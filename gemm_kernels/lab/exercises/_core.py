@@ -396,6 +396,7 @@ def exercise(title: str, *, hints: Hints, praise: str = "correct, well done.", b
         check.title = title
         check.hints = hints
         check.hint = hint
+        check.gpu_branch = None  # answer -> problems: what only a GPU runs, where the check has such a part
         return check
 
     return decorate

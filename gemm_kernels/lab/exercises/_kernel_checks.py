@@ -1129,7 +1129,10 @@ def kernel_exercise(title: str, *, hints, kind: str, praise: str = "correct, wel
                 verdict += " It ran on this GPU too."
             return CheckResult(title, CORRECT, f"{praise} {verdict}".strip())
 
-        return exercise(title, hints=hints, praise=praise)(checked)
+        check = exercise(title, hints=hints, praise=praise)(checked)
+        # the part of the check only a GPU runs, on its own (tests hold it to the solution and a mistake)
+        check.gpu_branch = None if gpu_case is None else functools.partial(_run_on_gpu, gpu_case)
+        return check
 
     return decorate
 

@@ -996,6 +996,9 @@ def check_consumer_mainloop(consumer_mainloop):
     return []
 
 
+check_consumer_mainloop.gpu_branch = lambda answer: _run_on_gpu(*_answer_module(answer))
+
+
 def _structure_only(counts: dict, why: str, directory: str, module: str, name: str):
     """The verdict when the trace cannot follow the loop: the compiled PTX's structure, never "correct"."""
     expected_wgmma = 2 * (CONFIG["WG_M"] // 64) * (CONFIG["BLOCK_K"] // 16)
