@@ -28,7 +28,7 @@ OLDEST_TRITON ?= 3.6.0
 OLDEST_VENV ?= .venv-triton36
 OLDEST_STAMP := $(OLDEST_VENV)/.installed
 
-.PHONY: setup lab lab-student lab-solutions test test-launch test-teach test-triton-oldest test-no-tma test-gpu test-gpu-fast test-gpu-notebooks sanitize sanitize-ws student grade images bench bench-quick clean
+.PHONY: setup lab lab-student lab-solutions test test-launch test-teach test-triton-oldest test-no-tma test-gpu test-gpu-fast test-gpu-smoke test-gpu-notebooks sanitize sanitize-ws student grade images bench bench-quick clean
 
 setup: $(STAMP)
 
@@ -81,15 +81,27 @@ test-triton-oldest: $(OLDEST_STAMP)  ## unit tests (no notebooks, no browser) on
 test-no-tma: $(STAMP)  ## every notebook and the switch's tests as an Ampere/Ada learner runs them (GEMM_KERNELS_ARCH=sm_86)
 	GEMM_KERNELS_ARCH=sm_86 $(BIN)/python -m pytest -n 2 --nbmake --nbmake-timeout=600 -p no:cacheprovider notebooks tests/test_arch_switch.py $(PYTEST_ARGS)
 
-test-gpu: $(STAMP)  ## the tests that need a CUDA GPU, with the default autotuning (what a learner runs)
-	GEMM_KERNELS_AUTOTUNE=1 $(BIN)/python -m pytest -m gpu tests $(PYTEST_ARGS)
+# The GPU targets' Python: the venv's, or one that already has CUDA torch and the test tools
+# (`make test-gpu-smoke GPU_PYTHON=python3` on a machine without a network, wheels on PYTHONPATH).
+GPU_PYTHON ?= $(BIN)/python
+GPU_DEPS := $(if $(filter $(BIN)/python,$(GPU_PYTHON)),$(STAMP))
+# `make test-gpu SHARD=2/4`: the second of four equal parts (each fits a 10-minute sitting)
+SHARD ?=
 
-test-gpu-fast: $(STAMP)  ## the same with autotuning off (each kernel's first config): quicker, not a substitute
-	GEMM_KERNELS_AUTOTUNE=0 $(BIN)/python -m pytest -m gpu tests $(PYTEST_ARGS)
+test-gpu: $(GPU_DEPS)  ## the tests that need a CUDA GPU, with the default autotuning (what a learner runs); SHARD=I/N for a part
+	GEMM_KERNELS_AUTOTUNE=1 $(GPU_PYTHON) -m pytest -m gpu tests $(if $(SHARD),--shard=$(SHARD)) $(PYTEST_ARGS)
 
-test-gpu-notebooks: $(STAMP)  ## each notebook alone on the GPU, cold Triton cache, timed: default mode, then an 8 GB card without TMA
-	$(BIN)/python -m gemm_kernels.bench.notebooks --json images/bench/notebook_times.json
-	$(BIN)/python -m gemm_kernels.bench.notebooks --arch sm_86 --memory-gb 8 --json images/bench/notebook_times_sm86.json
+test-gpu-fast: $(GPU_DEPS)  ## the same with autotuning off (each kernel's first config): quicker, not a substitute
+	GEMM_KERNELS_AUTOTUNE=0 $(GPU_PYTHON) -m pytest -m gpu tests $(if $(SHARD),--shard=$(SHARD)) $(PYTEST_ARGS)
+
+test-gpu-smoke: $(GPU_DEPS)  ## before any change lands (<= 10 min, one GPU): every notebook, every check's GPU tests, every launcher once; writes images/bench/gpu_smoke.json
+	$(GPU_PYTHON) -m gemm_kernels.bench.smoke --json images/bench/gpu_smoke.json
+
+test-gpu-notebooks: $(GPU_DEPS)  ## each notebook alone on the GPU, cold Triton cache, timed; then as learners' GPUs (T4, 8 GB RTX 30xx, RTX 40xx), pass/fail
+	$(GPU_PYTHON) -m gemm_kernels.bench.notebooks --json images/bench/notebook_times.json
+	$(GPU_PYTHON) -m gemm_kernels.bench.notebooks --jobs 4 --arch sm_75 --memory-gb 15 --json images/bench/notebook_times_sm75.json
+	$(GPU_PYTHON) -m gemm_kernels.bench.notebooks --jobs 4 --arch sm_86 --memory-gb 8 --json images/bench/notebook_times_sm86.json
+	$(GPU_PYTHON) -m gemm_kernels.bench.notebooks --jobs 4 --arch sm_89 --json images/bench/notebook_times_sm89.json
 
 sanitize: $(STAMP)  ## every kernel on ragged shapes under compute-sanitizer memcheck (needs a CUDA GPU)
 	GEMM_KERNELS_AUTOTUNE=0 compute-sanitizer --tool memcheck --error-exitcode 1 $(BIN)/python tests/sanitize_kernels.py

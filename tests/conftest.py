@@ -49,7 +49,27 @@ def poison_outputs(monkeypatch):
     yield
 
 
+def pytest_addoption(parser):
+    parser.addoption("--shard", default=None, metavar="I/N",
+                     help="run the I-th of N equal parts of the collected tests (1 <= I <= N): make test-gpu SHARD=I/N")
+
+
+def _shard(value: str) -> tuple[int, int]:
+    try:
+        i, n = (int(part) for part in value.split("/"))
+    except ValueError:
+        raise pytest.UsageError(f"--shard {value!r}: give I/N, e.g. 2/4") from None
+    if not 1 <= i <= n:
+        raise pytest.UsageError(f"--shard {value!r}: I must be between 1 and N")
+    return i, n
+
+
 def pytest_collection_modifyitems(config, items):
+    if config.getoption("--shard"):
+        i, n = _shard(config.getoption("--shard"))
+        # every N-th in collection order: each part gets a share of every file
+        config.hook.pytest_deselected(items=[item for k, item in enumerate(items) if k % n != i - 1])
+        items[:] = [item for k, item in enumerate(items) if k % n == i - 1]
     if runtime.on_gpu():
         return
     skip = pytest.mark.skip(reason=f"needs a CUDA GPU ({runtime.RUNTIME.reason})")

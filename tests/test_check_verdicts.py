@@ -66,13 +66,15 @@ def notebooks():
 
 
 _IDS = [f"{e.notebook[:3].rstrip('_')}-{e.title}" for e in EXERCISES]
+#: one xdist worker per notebook (``--dist loadgroup``): its Exercises section runs once
+_PARAMS = [pytest.param(e, id=i, marks=pytest.mark.xdist_group(e.notebook)) for e, i in zip(EXERCISES, _IDS)]
 
 
 def test_checks_are_discovered():
     assert len(EXERCISES) >= 36 and len({e.title for e in EXERCISES}) == len(EXERCISES)
 
 
-@pytest.mark.parametrize("exercise", EXERCISES, ids=_IDS)
+@pytest.mark.parametrize("exercise", _PARAMS)
 def test_every_check_has_a_mistake(exercise):
     assert exercise.title in MISTAKES, f"add a learner's mistake for check_{exercise.title} to tests/_mistakes.py"
     nb = nbformat.read(NOTEBOOKS / f"{exercise.notebook}.ipynb", as_version=4)
@@ -85,7 +87,7 @@ def test_no_mistake_for_a_check_that_does_not_exist():
     assert set(MISTAKES) <= {e.title for e in EXERCISES}
 
 
-@pytest.mark.parametrize("exercise", EXERCISES, ids=_IDS)
+@pytest.mark.parametrize("exercise", _PARAMS)
 def test_the_mistake_is_refused(exercise, notebooks):
     """On a CPU (interpreter) and on a GPU alike."""
     book = notebooks(exercise.notebook)
@@ -107,7 +109,7 @@ def test_solutions_reach_device_copies(notebook, monkeypatch):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("exercise", EXERCISES, ids=_IDS)
+@pytest.mark.parametrize("exercise", _PARAMS)
 def test_solution_is_correct_on_the_gpu(exercise, notebooks):
     book = notebooks(exercise.notebook)
     result = book.results[exercise.title]
@@ -122,7 +124,7 @@ def test_solution_is_correct_on_the_gpu(exercise, notebooks):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("exercise", EXERCISES, ids=_IDS)
+@pytest.mark.parametrize("exercise", _PARAMS)
 def test_gpu_branch_refuses_the_mistake(exercise, notebooks):
     check = _check(exercise)
     if check.gpu_branch is None:

@@ -32,7 +32,15 @@ def test_a_failing_notebook_is_recorded_with_its_output(tmp_path, monkeypatch):
     assert not row["passed"] and "broken on purpose" in row["tail"]
 
 
-@pytest.mark.parametrize("args", [["--arch", "sm_99"], ["--memory-gb", "0"], ["--timeout", "0"]])
+@pytest.mark.parametrize("args", [["--arch", "sm_99"], ["--memory-gb", "0"], ["--timeout", "0"], ["--jobs", "0"]])
 def test_bad_options_are_refused(args):
     with pytest.raises((SystemExit, ValueError)):
         notebooks.main([*args, "--only"])
+
+
+def test_notebooks_at_once_each_alone_in_its_process(tmp_path):
+    out = tmp_path / "times.json"
+    assert notebooks.main(["--only", "00_start_here", "01_pointer_arithmetic", "--jobs", "2", "--json", str(out)]) == 0
+    record = json.loads(out.read_text())
+    assert [r["notebook"] for r in record["notebooks"]] == ["00_start_here.ipynb", "01_pointer_arithmetic.ipynb"]
+    assert "2 notebooks at once" in record["timing"] and "not a timing" in record["timing"]

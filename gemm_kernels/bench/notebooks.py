@@ -42,6 +42,24 @@ def run_notebook(path: Path, env: dict, timeout: int) -> dict:
             **({} if passed else {"tail": tail})}
 
 
+def learner_env(arch: str | None = None, memory_gb: float | None = None) -> dict:
+    """This process's environment as a learner's notebook gets it: the default autotuning, and
+    ``arch`` / ``memory_gb`` (an older or smaller GPU) when given."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("GEMM_KERNELS_AUTOTUNE", runtime.ARCH_ENV, runtime.MEMORY_GB_ENV)}
+    if arch:
+        env[runtime.ARCH_ENV] = arch
+    if memory_gb is not None:
+        env[runtime.MEMORY_GB_ENV] = f"{memory_gb:g}"  # 8, not 8.0
+    return env
+
+
+def mode_name(env: dict) -> str:
+    """``GEMM_KERNELS_ARCH=sm_86, GEMM_KERNELS_MEMORY_GB=8``, or ``default``."""
+    mode = ", ".join(f"{name}={env[name]}" for name in (runtime.ARCH_ENV, runtime.MEMORY_GB_ENV) if name in env)
+    return mode or "default"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m gemm_kernels.bench.notebooks", description=__doc__.split("\n")[0])
     parser.add_argument("--arch", help="GEMM_KERNELS_ARCH for the runs, e.g. sm_86 (default: the GPU's own)")
@@ -49,38 +67,42 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="write the record here")
     parser.add_argument("--only", nargs="*", default=None, help="notebook names (stems) to run; default all")
     parser.add_argument("--timeout", type=int, default=600, help="seconds per notebook before it counts as failed")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="notebooks at once (default 1: a timing; more: pass/fail, each still alone in its process)")
     args = parser.parse_args(argv)
     if args.timeout < 1:
         parser.error("--timeout must be at least 1 second")
+    if args.jobs < 1:
+        parser.error("--jobs must be at least 1")
     if args.arch:
         runtime.parse_arch(args.arch)  # a bad name fails here, not in every notebook
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("GEMM_KERNELS_AUTOTUNE", runtime.ARCH_ENV, runtime.MEMORY_GB_ENV)}
-    if args.arch:
-        env[runtime.ARCH_ENV] = args.arch
-    if args.memory_gb is not None:
-        if args.memory_gb <= 0:
-            parser.error("--memory-gb must be above 0")
-        env[runtime.MEMORY_GB_ENV] = f"{args.memory_gb:g}"  # 8, not 8.0
-    mode = ", ".join(f"{name}={env[name]}" for name in (runtime.ARCH_ENV, runtime.MEMORY_GB_ENV) if name in env)
-    mode = mode or "default"
+    if args.memory_gb is not None and args.memory_gb <= 0:
+        parser.error("--memory-gb must be above 0")
+    env = learner_env(args.arch, args.memory_gb)
     paths = sorted(NOTEBOOKS_DIR.glob("*.ipynb"))
     if args.only is not None:
         paths = [p for p in paths if p.stem in args.only or p.name in args.only]
+    timing = (f"wall time of one notebook alone under nbmake, cold Triton cache; budget {BUDGET_S} s" if args.jobs == 1
+              else f"wall time under nbmake, cold Triton cache, {args.jobs} notebooks at once (each in its own "
+                   "process): a pass/fail record, not a timing")
     results = []
-    for path in paths:
-        results.append(run_notebook(path, env, args.timeout))
-        r = results[-1]
+
+    def done(r: dict) -> None:
+        results.append(r)
         print(f"{r['notebook']:36} {'passed' if r['passed'] else 'FAILED':7} {r['seconds']:7.1f} s", flush=True)
         if not r["passed"]:
             print(r["tail"], flush=True)
         if args.json:  # after every notebook: a run stopped half way keeps what it measured
             from .report import write_record
 
-            write_record(args.json, "notebooks", argv,
-                         mode=mode,
-                         timing=f"wall time of one notebook alone under nbmake, cold Triton cache; budget {BUDGET_S} s",
-                         notebooks=results)
+            write_record(args.json, "notebooks", argv, mode=mode_name(env), timing=timing,
+                         notebooks=sorted(results, key=lambda row: row["notebook"]))
+
+    from concurrent.futures import ThreadPoolExecutor, as_completed
+
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        for future in as_completed([pool.submit(run_notebook, path, env, args.timeout) for path in paths]):
+            done(future.result())
     return 0 if all(r["passed"] for r in results) else 1
 
 
