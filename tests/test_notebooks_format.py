@@ -97,6 +97,14 @@ def test_opens_with_objectives_and_prerequisites(path):
 
 
 @pytest.mark.parametrize("path", PATHS, ids=lambda p: p.name)
+def test_says_at_its_top_what_runs_live(path):
+    """One line under the title: what runs on the learner's machine, what comes from committed results."""
+    lines = read(path).cells[0].source.splitlines()
+    assert len(lines) > 2 and lines[1] == "" and lines[2].startswith("**Live on your machine:** "), \
+        f"{path.name}: the line after the title says what runs live (**Live on your machine:** ...)"
+
+
+@pytest.mark.parametrize("path", PATHS, ids=lambda p: p.name)
 def test_has_a_predict_then_measure_moment(path):
     nb = read(path)
     assert any(PREDICT in c.source for c in nb.cells if c.cell_type == "markdown"), (

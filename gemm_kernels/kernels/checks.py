@@ -18,7 +18,9 @@ SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 MAX_INDEX = 2**31 - 1
 
 
-def check_tensor(x, name: str, ndim: int, dtypes=SUPPORTED_DTYPES) -> None:
+def check_tensor(x, name: str, ndim: int, dtypes=SUPPORTED_DTYPES, *, runs_here: bool = True) -> None:
+    """``runs_here=False``: the kernel is only compiled (for another GPU, the compile view), so what
+    this GPU cannot run (bf16 on an sm_75) is no error."""
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
     if x.layout != torch.strided:  # sparse COO/CSR/CSC/BSR, mkldnn: no pointer + strides to read
@@ -30,7 +32,7 @@ def check_tensor(x, name: str, ndim: int, dtypes=SUPPORTED_DTYPES) -> None:
     if x.dtype not in dtypes:
         names = ", ".join(str(d).replace("torch.", "") for d in dtypes)
         raise TypeError(f"{name} has dtype {str(x.dtype).replace('torch.', '')}; supported: {names}")
-    if x.dtype == torch.bfloat16 and not runtime.supports_bf16():
+    if runs_here and x.dtype == torch.bfloat16 and not runtime.supports_bf16():
         raise TypeError(f"{name} is bfloat16, which this GPU ({runtime.arch_name()}) cannot multiply on its tensor "
                         "cores (bf16 needs sm_80 or newer): use float16, or the CPU interpreter "
                         "(GEMM_KERNELS_INTERPRET=1)")
@@ -162,8 +164,8 @@ def check_matmul_inputs(a, b, order, group_size_m, activation, bias):
     return bias, min(group_size_m, max(M, 1))
 
 
-def check_group_inputs(group_a, group_b):
-    """Validate the two lists; returns [(M, N, K), ...]."""
+def check_group_inputs(group_a, group_b, *, runs_here: bool = True):
+    """Validate the two lists; returns [(M, N, K), ...] (``runs_here``: as for :func:`check_tensor`)."""
     for name, group in (("group_a", group_a), ("group_b", group_b)):
         if isinstance(group, torch.Tensor) or not isinstance(group, Sequence):
             raise TypeError(f"{name} must be a list (or tuple) of 2-D tensors, got {type(group).__name__}")
@@ -176,8 +178,8 @@ def check_group_inputs(group_a, group_b):
         raise ValueError("grouped_matmul needs at least one problem, got two empty lists")
     shapes = []
     for i, (a, b) in enumerate(zip(group_a, group_b)):
-        check_tensor(a, f"group_a[{i}]", 2)
-        check_tensor(b, f"group_b[{i}]", 2)
+        check_tensor(a, f"group_a[{i}]", 2, runs_here=runs_here)
+        check_tensor(b, f"group_b[{i}]", 2, runs_here=runs_here)
         check_no_grad({f"group_a[{i}]": a, f"group_b[{i}]": b})
         if a.shape[1] != b.shape[0]:
             raise ValueError(

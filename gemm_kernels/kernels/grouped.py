@@ -216,12 +216,12 @@ def _autotune_key(shapes) -> dict:
     }
 
 
-def _prepare(group_a, group_b, tma, block_shapes):
+def _prepare(group_a, group_b, tma, block_shapes, *, runs_here: bool = True):
     """Validate, allocate the outputs, plan, and upload the metadata (one host-to-device copy).
 
     Returns (shapes, outputs, problems, tile_starts, constexpr facts, total tiles per block shape).
     Whether this GPU has TMA is the callers' check (the compile view builds TMA code anywhere)."""
-    shapes = checks.check_group_inputs(group_a, group_b)
+    shapes = checks.check_group_inputs(group_a, group_b, runs_here=runs_here)
     if not isinstance(tma, bool):
         raise TypeError(f"tma must be True or False, got {tma!r}")
     dtype, device = group_a[0].dtype, group_a[0].device

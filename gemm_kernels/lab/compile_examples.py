@@ -120,7 +120,8 @@ def grouped_examples():
                    torch.zeros(K, N, dtype=dtype, device=runtime.DEVICE) for _, N, K in sizes]
         config = configs.grouped_configs(gpu=True)[0]
         block_shape = (config.kwargs["BLOCK_M"], config.kwargs["BLOCK_N"])
-        shapes, _, problems, tile_starts, facts, _ = grouped._prepare(group_a, group_b, tma, [block_shape])
+        shapes, _, problems, tile_starts, facts, _ = grouped._prepare(group_a, group_b, tma, [block_shape],
+                                                                        runs_here=False)  # compiled only
         args = dict(problems_ptr=problems, tile_starts_ptr=tile_starts, trace_ptr=problems,
                     num_problems=len(shapes), **grouped._autotune_key(shapes), DTYPE=grouped.TL_DTYPES[dtype], STARTS_ROW=0,
                     USE_TMA=tma, **facts, WIDEN=False, TRACE=False)

@@ -140,8 +140,16 @@ def _wgrad_case(wgrad_tile, offs, T, num_pid_m, num_pid_n, group, case) -> list[
     return []
 
 
+def _wgrad_gpu_cases(wgrad_tile) -> list[str]:
+    """On a GPU: a grouped order that differs from row-major (3 x 5 tiles in groups of 2), then corrupt offsets."""
+    counts, T, num_pid_m, num_pid_n, group = LOOKUP_CASES[0]
+    return (_wgrad_case(wgrad_tile, np.cumsum(counts).tolist(), T, num_pid_m, num_pid_n, group,
+                        f"rows per expert {counts}, {num_pid_m}x{num_pid_n} tiles each, GROUP_SIZE_M={group}")
+            or _wgrad_case(wgrad_tile, *CLAMP_CASES[0], "corrupt offs"))
+
+
 @kc.kernel_exercise("wgrad_tile", kind="jit", forbid=(_package_wgrad_tile,),
-                    gpu_case=lambda answer: _wgrad_case(answer, *CLAMP_CASES[0], "corrupt offs"), hints=Hints(
+                    gpu_case=lambda answer: _wgrad_gpu_cases(answer), hints=Hints(
     nudge="every expert owns the same number of tiles here (dw[e] is K x N): a tile index splits into "
           "(expert, tile inside the expert) without a search",
     approach="divide by the tiles per expert; map the remainder to (pid_m, pid_n) with the package's grouped "
