@@ -4,7 +4,7 @@ parts of its record that need no GPU (junit counts, the checks' verdict lines) a
 import json
 
 from gemm_kernels import runtime
-from gemm_kernels.bench import smoke
+from gemm_kernels.bench import report, smoke
 
 
 def test_refuses_without_a_gpu(capsys):
@@ -36,4 +36,4 @@ def test_verdict_lines(tmp_path):
 
 def test_commit_from_the_environment(monkeypatch):
     monkeypatch.setenv("GEMM_KERNELS_COMMIT", "abc1234")
-    assert smoke.commit() == "abc1234"
+    assert report.current_commit() == "abc1234"

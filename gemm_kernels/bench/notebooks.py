@@ -93,9 +93,9 @@ def main(argv: list[str] | None = None) -> int:
         if not r["passed"]:
             print(r["tail"], flush=True)
         if args.json:  # after every notebook: a run stopped half way keeps what it measured
-            from .report import write_record
+            from .report import current_commit, write_record
 
-            write_record(args.json, "notebooks", argv, mode=mode_name(env), timing=timing,
+            write_record(args.json, "notebooks", argv, commit=current_commit(), mode=mode_name(env), timing=timing,
                          notebooks=sorted(results, key=lambda row: row["notebook"]))
 
     from concurrent.futures import ThreadPoolExecutor, as_completed

@@ -601,6 +601,21 @@ def merge_shards(sources: list[Path], suite: str) -> tuple[list[dict], dict]:
     return rows, merged
 
 
+def current_commit() -> str:
+    """The commit the source tree is at: GEMM_KERNELS_COMMIT (set it for a copy without .git, as on a
+    machine the tree was copied to), else git's HEAD, else "unknown"."""
+    import subprocess
+
+    given = os.environ.get("GEMM_KERNELS_COMMIT", "").strip()
+    if given:
+        return given
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parents[2],
+                              capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
 def write_record(path, tool: str, argv: list[str] | None, **fields) -> None:
     """A bench tool's ``--json`` record (``python -m gemm_kernels.bench.<tool>``): the command that
     made it, arguments quoted (``argv`` None: this process's), the GPU, date and versions, then

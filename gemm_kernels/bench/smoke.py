@@ -43,18 +43,6 @@ GROUPS = {
 }
 
 
-def commit() -> str:
-    """The commit the tree is at: GEMM_KERNELS_COMMIT (a copy without .git), else git's HEAD."""
-    given = os.environ.get("GEMM_KERNELS_COMMIT", "").strip()
-    if given:
-        return given
-    try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                              check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 def _counts(junit: Path) -> dict:
     try:
         root = ET.parse(junit).getroot()
@@ -146,9 +134,9 @@ def main(argv: list[str] | None = None) -> int:
     wall = round(time.perf_counter() - start, 1)
     print(f"smoke {'passed' if passed else 'FAILED'} in {wall} s", flush=True)
     if args.json:
-        from .report import write_record
+        from .report import current_commit, write_record
 
-        write_record(args.json, "smoke", argv, commit=commit(), mode=nb_runner.mode_name(env), passed=passed,
+        write_record(args.json, "smoke", argv, commit=current_commit(), mode=nb_runner.mode_name(env), passed=passed,
                      wall_seconds=wall,
                      timing=f"wall time; {args.jobs} notebooks at once beside the test groups, each notebook in its "
                             "own process and cold Triton cache (make test-gpu-notebooks times them one by one)",
