@@ -37,3 +37,47 @@ def test_verdict_lines(tmp_path):
 def test_commit_from_the_environment(monkeypatch):
     monkeypatch.setenv("GEMM_KERNELS_COMMIT", "abc1234")
     assert report.current_commit() == "abc1234"
+
+
+def _committed(name: str) -> dict:
+    from gemm_kernels.results import committed_record
+
+    return committed_record(name)
+
+
+def _notebook_names() -> list[str]:
+    from gemm_kernels.bench.notebooks import NOTEBOOKS_DIR
+
+    return sorted(p.name for p in NOTEBOOKS_DIR.glob("*.ipynb"))
+
+
+def test_committed_smoke_record_covers_every_notebook_check_and_launcher():
+    """images/bench/gpu_smoke.json (make test-gpu-smoke on a GPU): every notebook passed, every
+    discovered check called its solution correct and refused the learner's mistake, the part only
+    a GPU runs too, and every test group passed."""
+    import importlib
+
+    record = _committed("gpu_smoke")
+    assert record["passed"] and record["mode"] == "default" and ("H100" in record["device"] or "H200" in record["device"])
+    assert sorted(r["notebook"] for r in record["notebooks"]) == _notebook_names()
+    assert all(r["passed"] for r in record["notebooks"])
+    titles = {e.title for e in importlib.import_module("gemm_kernels.lab.progress").exercises()}
+    assert set(record["checks"]) == titles
+    for title, verdicts in record["checks"].items():
+        assert verdicts["solution"].startswith("correct") and verdicts["mistake"].startswith("wrong"), title
+        if "gpu_branch solution" in verdicts or "gpu_branch mistake" in verdicts:
+            assert verdicts["gpu_branch solution"] == "no problems", title
+            assert verdicts["gpu_branch mistake"] != "no problems", title
+    assert {t["group"] for t in record["tests"]} == set(smoke.GROUPS)
+    assert all(t["passed_all"] and t["passed"] > 0 for t in record["tests"])
+
+
+def test_committed_records_of_learners_gpus():
+    """Every notebook passed on a GPU as a T4 (sm_75, 15 GB), an 8 GB RTX 30xx (sm_86) and an RTX 40xx (sm_89)."""
+    for name, mode in (("notebook_times_sm75", "GEMM_KERNELS_ARCH=sm_75, GEMM_KERNELS_MEMORY_GB=15"),
+                       ("notebook_times_sm86", "GEMM_KERNELS_ARCH=sm_86, GEMM_KERNELS_MEMORY_GB=8"),
+                       ("notebook_times_sm89", "GEMM_KERNELS_ARCH=sm_89")):
+        record = _committed(name)
+        assert record["mode"] == mode and record["device"] != "CPU", name
+        assert sorted(r["notebook"] for r in record["notebooks"]) == _notebook_names(), name
+        assert all(r["passed"] for r in record["notebooks"]), name

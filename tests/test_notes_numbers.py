@@ -511,17 +511,18 @@ def test_entry_24_notebook_records():
         assert [r["notebook"] for r in rows] == ["05b_stream_k.ipynb"] and rows[0]["passed"]
         assert rows[0]["seconds"] <= BUDGET_S
     names = sorted(p.name for p in NOTEBOOKS_DIR.glob("*.ipynb") if p.name not in later)
+    # entry 25's sm_86 run, kept where the notes quote it (the current record is one of PERF_NOTES 39)
     for record, mode in (("notebook_times", "default"),
-                         ("notebook_times_sm86", "GEMM_KERNELS_ARCH=sm_86, GEMM_KERNELS_MEMORY_GB=8")):
-        data = committed_record(record)
+                         ("entry25/notebook_times_sm86", "GEMM_KERNELS_ARCH=sm_86, GEMM_KERNELS_MEMORY_GB=8")):
+        data = json.loads((bench / f"{record}.json").read_text())
         rows = data["notebooks"]
         assert data["mode"] == mode and ("H100" in data["device"] or "H200" in data["device"])
         assert sorted(r["notebook"] for r in rows) == names, f"{record}: a notebook was added since the run"
         assert all(r["passed"] and r["seconds"] <= BUDGET_S for r in rows)
     notes = (Path(__file__).resolve().parents[1] / "gemm_kernels/bench/PERF_NOTES.md").read_text()
     for record, words in (("notebook_times", "all {n} passed,\n  {lo}-{hi} s (budget 90 s)"),
-                          ("notebook_times_sm86", "all {n} passed, {lo}-{hi} s (09b")):
-        seconds = [r["seconds"] for r in committed_record(record)["notebooks"]]
+                          ("entry25/notebook_times_sm86", "all {n} passed, {lo}-{hi} s (09b")):
+        seconds = [r["seconds"] for r in json.loads((bench / f"{record}.json").read_text())["notebooks"]]
         assert words.format(n=len(seconds), lo=min(seconds), hi=max(seconds)) in notes, record
 
 
@@ -849,3 +850,23 @@ def test_entry_38_numbers_are_the_records():
     assert "138 passed, 18 skipped" in (run / "tma_off_sm86_launches_dispatch_h200.log").read_text()
     assert "138 passed, 18 skipped, 0 failed" in text
     assert "85 passed" in (run / "gpu_tests_split_h200.log").read_text() and "85 passed" in text
+
+
+def test_entry_39_numbers_are_the_records():
+    """PERF_NOTES 39 quotes the smoke record, the learners' GPU records and the shard's log."""
+    text = _squash(PERF_NOTES.read_text())
+    smoke = committed_record("gpu_smoke")
+    seconds = [r["seconds"] for r in smoke["notebooks"]]
+    assert _squash(f"{min(seconds)}-{max(seconds)} s each") in text
+    groups = {t["group"]: t for t in smoke["tests"]}
+    checks = groups["checks"]
+    assert _squash(f"{checks['passed']} passed, {checks['skipped']} skipped") in text
+    assert _squash(f"{groups['launchers']['passed']} passed. {smoke['wall_seconds']} s in all") in text
+    branches = sum("gpu_branch mistake" in v for v in smoke["checks"].values())
+    assert _squash(f"each of the {len(smoke['checks'])} discovered checks") in text and f"the {branches} GPU-only" in text
+    assert f"commit {smoke['commit'][:7]}" in text
+    shard = (BENCH / "entry39" / "test_gpu_shard1of4_h100.log").read_text()
+    found = re.search(r"(\d+) passed, (\d+) skipped.* in ([\d.]+)s", shard)
+    seconds_line = re.search(r"shard rc 0 in (\d+) s", shard)
+    assert found and seconds_line
+    assert _squash(f"{found.group(1)} passed, {found.group(2)} skipped in {seconds_line.group(1)} s") in text
