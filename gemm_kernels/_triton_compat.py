@@ -34,6 +34,8 @@ import warnings
 import weakref
 from collections.abc import Callable, Sequence
 
+import numpy as np
+
 #: set to 0 to take every public fallback below (tests do, to keep the fallbacks working)
 INTERNALS_ENV = "GEMM_KERNELS_TRITON_INTERNALS"
 
@@ -717,6 +719,76 @@ def index_scalars_for_new_numpy() -> None:
     interpreter._patch_lang_tensor = patch_lang_tensor
 
 
+def _is_bf16(handle) -> bool:
+    dtype = getattr(getattr(handle, "dtype", None), "scalar", None)
+    return getattr(dtype, "name", None) == "bf16"
+
+
+def _bf16_to_f32(bits: np.ndarray) -> np.ndarray:
+    """bf16 bit patterns (uint16) as float32: the same numbers, exactly."""
+    return (np.asarray(bits).astype(np.uint32) << 16).view(np.float32)
+
+
+def _f32_to_bf16(values: np.ndarray) -> np.ndarray:
+    """float32 rounded to bf16 bit patterns (uint16), to nearest even as a GPU does; NaN stays NaN."""
+    values = np.asarray(values, dtype=np.float32)
+    bits = values.view(np.uint32)
+    rounded = ((bits + np.uint32(0x7FFF) + ((bits >> 16) & np.uint32(1))) >> 16).astype(np.uint16)
+    return np.where(np.isnan(values), np.uint16(0x7FC0), rounded)
+
+
+def bf16_arithmetic_in_interpreter() -> None:
+    """Triton's interpreter keeps bf16 values as their raw 16-bit patterns (numpy has no bf16) and
+    does arithmetic on those integers: ``a * b`` or ``tl.dot(a, b)`` of bf16 blocks gives garbage
+    (triton-lang/triton#11584; errors of 1e10 and more), where a GPU computes.  Wrap the builder's
+    ``binary_op``, ``unary_op`` and ``create_dot`` so bf16 operands are widened to float32 (exact),
+    and a bf16 result is rounded back to bf16 as the GPU rounds it; ``cast_impl`` so that
+    ``x.to(tl.bfloat16)`` of fp32 rounds to nearest even, as the GPU does (it truncated).
+    Idempotent; each method is wrapped only where it exists."""
+    from triton.runtime import interpreter
+
+    builder = getattr(interpreter, "InterpreterBuilder", None)
+    handle_class = getattr(interpreter, "TensorHandle", None)
+    if builder is None or handle_class is None or getattr(builder, "_gemm_kernels_bf16", False):
+        return
+    import triton.language as tl
+
+    def widened(handle):
+        return handle_class(_bf16_to_f32(handle.data), tl.float32) if _is_bf16(handle) else handle
+
+    def narrowed(result, bf16):
+        data = getattr(result, "data", None)
+        if bf16 and isinstance(data, np.ndarray) and data.dtype == np.float32:
+            return handle_class(_f32_to_bf16(data), tl.bfloat16)
+        return result
+
+    binary_op, unary_op, create_dot, cast_impl = (getattr(builder, n, None) for n in
+                                                  ("binary_op", "unary_op", "create_dot", "cast_impl"))
+    if binary_op is not None:
+        def binary(self, lhs, rhs, op):
+            if not (_is_bf16(lhs) or _is_bf16(rhs)):
+                return binary_op(self, lhs, rhs, op)
+            return narrowed(binary_op(self, widened(lhs), widened(rhs), op), _is_bf16(lhs))
+        builder.binary_op = binary
+    if unary_op is not None:
+        def unary(self, arg, op):
+            if not _is_bf16(arg):
+                return unary_op(self, arg, op)
+            return narrowed(unary_op(self, widened(arg), op), True)
+        builder.unary_op = unary
+    if create_dot is not None:
+        def dot(self, a, b, d, *rest, **kwargs):  # the accumulator d is fp32 (or fp16): its type stays
+            return create_dot(self, widened(a), widened(b), d, *rest, **kwargs)
+        builder.create_dot = dot
+    if cast_impl is not None:
+        def cast(self, src, dst_type, *rest, **kwargs):  # x.to(tl.bfloat16): to nearest even (it truncated)
+            if getattr(dst_type.scalar, "name", None) == "bf16" and getattr(src.dtype.scalar, "name", None) == "fp32":
+                return handle_class(_f32_to_bf16(src.data), tl.bfloat16)
+            return cast_impl(self, src, dst_type, *rest, **kwargs)
+        builder.cast_impl = cast
+    builder._gemm_kernels_bf16 = True
+
+
 #: ``JITFunction.__call__`` (a ``@triton.jit`` helper called from a kernel) runs the helper's
 #: interpreted twin in a thread inside :class:`interpreting`
 _INTERPRETED_CALLS = ThreadLocalPatch(_jit_class, {"__call__": _interpreted_call})
@@ -737,6 +809,7 @@ class interpreting:
 
         interpreter_internals()
         index_scalars_for_new_numpy()
+        bf16_arithmetic_in_interpreter()
         self._lock = INTERPRETER_LOCK
         self._lock.acquire()
         try:

@@ -133,3 +133,20 @@ def test_gpu_branch_refuses_the_mistake(exercise, notebooks):
     problems = check.gpu_branch(wrong_answer(book.nb, book.namespace, exercise.title))
     _record(exercise, "mistake", "; ".join(problems) or "no problems", part="gpu_branch")
     assert problems, f"the GPU part of check_{exercise.title} accepted the mistake {MISTAKES[exercise.title]}"
+
+
+@pytest.mark.parametrize("exercise", _PARAMS)
+def test_a_missing_return_is_wrong_not_unattempted(exercise, notebooks):
+    """Every check whose answer is a plain function: one that computes and forgets `return` is a
+    wrong answer that says so, never "not attempted" (the stub of a student copy raises)."""
+    book = notebooks(exercise.notebook)
+    _, name = answer_name(book.nb, exercise.title)
+    if hasattr(book.namespace[name], "fn"):  # a @triton.jit / @gluon.jit answer: its own verdicts
+        pytest.skip("a kernel answer")
+
+    def no_return(*args, **kwargs):
+        args  # noqa: B018
+
+    result = _check(exercise)(no_return)
+    assert result.status == WRONG and result.attempted, str(result)
+    assert "no `return`" in str(result) or exercise.title == "promotion_interval", str(result)

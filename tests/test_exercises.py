@@ -185,14 +185,10 @@ def test_every_check_is_covered():
 
 # ----------------------------------------------------------------------------- not attempted
 @pytest.mark.parametrize("name", list(ALL_CHECKS))
-@pytest.mark.parametrize("answer", ["raises", "None", "Ellipsis", "returns None"])
+@pytest.mark.parametrize("answer", ["raises", "None", "Ellipsis"])
 def test_untouched_stub_is_not_attempted(name, answer):
     if answer == "raises":
         value = JIT_ANSWERS.get(name, stub)
-    elif answer == "returns None":
-        if name in JIT_ANSWERS:
-            pytest.skip("a @triton.jit answer returning None is a wrong answer, not a stub")
-        value = lambda *args: None  # noqa: E731
     else:
         value = {"None": None, "Ellipsis": ...}[answer]
     result = ALL_CHECKS[name](value)
@@ -200,6 +196,18 @@ def test_untouched_stub_is_not_attempted(name, answer):
     assert not result.attempted and not result.passed
     assert "not attempted yet" in str(result)
     assert "not attempted yet" in result._repr_html_()
+
+
+@pytest.mark.parametrize("name", [n for n in ALL_CHECKS if n not in JIT_ANSWERS])
+def test_a_missing_return_is_a_wrong_answer_not_a_stub(name):
+    """The learner replaced the stub but forgot `return`: wrong, and the feedback says so (never
+    "not attempted"); notebook 10's promotion_interval explains None in its own words."""
+    def no_return(*args):
+        args  # noqa: B018  (a body that computes and forgets to return)
+
+    result = ALL_CHECKS[name](no_return)
+    assert result.status == WRONG and result.attempted, str(result)
+    assert ("no `return`" in str(result)) or (name == "promotion_interval" and "'fast'" in str(result)), str(result)
 
 
 @pytest.mark.parametrize("name", ["launch_stats", "block_offsets", "activation_pass_bytes"])
@@ -1067,3 +1075,19 @@ def test_messages_count_in_the_singular_and_the_plural():
                                                                                   "3 idle lanes")
     assert compare_arrays(np.zeros(1), np.ones(1), "c")[0].startswith("c: 1 of 1 element wrong")
     assert compare_arrays(np.zeros(2), np.ones(2), "c")[0].startswith("c: 2 of 2 elements wrong")
+
+
+def test_a_verdict_shows_once_in_a_notebook_whatever_follows_it(monkeypatch):
+    """In Jupyter a check shows its verdict when it runs (a `print` after it in the cell hid it
+    before), and the same result as the cell's last expression is not shown twice."""
+    import IPython
+    import IPython.display
+
+    shown = []
+    monkeypatch.setattr(IPython, "get_ipython", lambda: object())
+    monkeypatch.setattr(IPython.display, "display", lambda obj, raw=False: shown.append(obj))
+    result = start_here.check_launch_stats(lambda n, block: (1, 0))
+    assert result.status == WRONG and len(shown) == 1
+    assert shown[0]["text/plain"] == str(result) and "launch_stats" in shown[0]["text/html"]
+    result._ipython_display_()  # the cell's last expression: already shown
+    assert len(shown) == 1

@@ -90,6 +90,9 @@ def block_scaled_variant(a_ptr, b_ptr, c_ptr, sa_ptr, sb_ptr, M, N, K, stride_am
             acc = tl.dot(a, b, acc) * (sa[:, None] * sb[None, :])
         elif MISTAKE == "scaled operands":
             acc = tl.dot(a.to(tl.float32) * sa[:, None], b.to(tl.float32) * sb[None, :], acc)
+        elif MISTAKE == "bf16 scaled operands":  # section 8's Hopper route, written in bf16
+            acc = tl.dot((a.to(tl.float32) * sa[:, None]).to(tl.bfloat16),
+                         (b.to(tl.float32) * sb[None, :]).to(tl.bfloat16), acc)
         elif MISTAKE == "no scales":
             acc += tl.dot(a, b)
         elif MISTAKE == "fp16 dot":
@@ -129,6 +132,14 @@ def test_block_scaled_loop_scaling_the_operands_is_right_in_numbers_but_not_fp8(
     """a * scale is fp32: the interpreter's sums agree, but the compiled dot is a tf32 wgmma."""
     assert_wrong(ex.check_block_scaled_loop(loop("scaled operands")), "compiles for a GPU", "tf32 x tf32",
                  "scale the block's product, not its operands")
+
+
+def test_block_scaled_loop_scaling_the_operands_in_bf16_gets_the_exercises_diagnosis():
+    """Triton's interpreter did arithmetic on bf16 bit patterns (triton#11584): this answer read
+    "relative error 2e+07"; with bf16 widened exactly (_triton_compat) the check explains it."""
+    result = ex.check_block_scaled_loop(loop("bf16 scaled operands"))
+    assert_wrong(result, "scale the block's product, not its operands")
+    assert "e+0" not in result.message, str(result)
 
 
 def test_block_scaled_loop_accumulating_in_fp16_is_refused():

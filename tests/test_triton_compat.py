@@ -480,3 +480,35 @@ def test_triton_interpret_changed_after_import_is_ignored_with_one_warning(tmp_p
     assert "TRITON_INTERPRET was" in message and "after `import gemm_kernels`" in message
     assert "ignored" in message and "before Python starts" in message
     assert state == "InterpretedFunction 1"
+
+
+@triton.jit
+def _bf16_arithmetic(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, N: tl.constexpr):
+    rows = tl.arange(0, N)
+    offsets = rows[:, None] * N + rows[None, :]
+    a, b = tl.load(a_ptr + offsets), tl.load(b_ptr + offsets)
+    tl.store(c_ptr + offsets, tl.maximum(a * b + a, b) - b * 3.0)  # bf16 arithmetic, rounded as it goes
+    tl.store(d_ptr + offsets, tl.dot(a, b))  # bf16 tensor-core product, fp32 accumulator
+    tl.store(e_ptr + offsets, (a.to(tl.float32) * 1.1).to(tl.bfloat16))  # rounded to nearest even
+
+
+@pytest.mark.skipif(runtime.on_gpu(), reason="the interpreter's arithmetic (a GPU computes bf16 itself)")
+def test_bf16_arithmetic_in_the_interpreter_is_the_gpus():
+    """triton#11584: the interpreter kept bf16 as raw bits and multiplied the integers (errors of
+    1e10 and more); _triton_compat.bf16_arithmetic_in_interpreter widens bf16 exactly and rounds
+    a bf16 result back to nearest even, as torch's bf16 operations on the CPU do."""
+    gen = torch.Generator().manual_seed(0)
+    a, b = (torch.randn(16, 16, generator=gen).to(torch.bfloat16) for _ in range(2))
+    c, d, e = torch.empty(16, 16, dtype=torch.bfloat16), torch.empty(16, 16), torch.empty(16, 16, dtype=torch.bfloat16)
+    _bf16_arithmetic[(1,)](a, b, c, d, e, N=16)
+    assert torch.equal(e, (a.float() * 1.1).to(torch.bfloat16))
+    assert torch.equal(c, torch.maximum(a * b + a, b) - b * 3.0)
+    assert torch.allclose(d, a.float() @ b.float(), rtol=1e-5, atol=1e-5)
+
+
+def test_bf16_rounding_is_to_nearest_even():
+    values = torch.tensor([1.0, -2.5, 1 + 2**-8, 1 + 3 * 2**-9, 3.4e38, float("inf"), float("nan"), 1e-40])
+    bits = _triton_compat._f32_to_bf16(values.numpy())
+    assert torch.equal(torch.from_numpy(bits.view("int16")).view(torch.bfloat16)[:-2], values.to(torch.bfloat16)[:-2])
+    assert torch.from_numpy(bits.view("int16")).view(torch.bfloat16)[-2].isnan()
+    assert (_triton_compat._bf16_to_f32(bits[:3]) == values[:3].to(torch.bfloat16).float().numpy()).all()

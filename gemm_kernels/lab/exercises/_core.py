@@ -124,6 +124,8 @@ class CheckResult:
     hint_level: int = 0
     #: a PNG picture of what went wrong (the block of lanes of an out-of-bounds access)
     picture: bytes | None = None
+    #: shown in the notebook already (the check shows its verdict itself: see :func:`_show`)
+    _shown: bool = field(default=False, repr=False, compare=False)
 
     @property
     def passed(self) -> bool:
@@ -165,6 +167,16 @@ class CheckResult:
 
     __repr__ = __str__
 
+    def _ipython_display_(self) -> None:
+        """Jupyter shows a verdict once: when the check ran (whatever follows it in the cell), not
+        again as the cell's last expression."""
+        if self._shown:
+            return
+        self._shown = True
+        from IPython.display import display
+
+        display({"text/plain": str(self), "text/html": self._repr_html_()}, raw=True)
+
     def _repr_html_(self) -> str:
         colour = _COLOURS[self.status]
         body = "<br>".join(html.escape(line).replace("    ", "&nbsp;" * 4) for line in self.lines())
@@ -190,6 +202,16 @@ class AnswerRaised(Exception):
     def __init__(self, what: str, exc: BaseException):
         self.what, self.exc = what, exc
         super().__init__(f"{what} raised {type(exc).__name__}: {_short(exc, 600)}{learner_location(exc)}")
+
+
+class ReturnedNone(AnswerRaised):
+    """The learner's function ran and returned None: a missing ``return``, not an untouched stub
+    (a student copy's stub raises NotImplementedError)."""
+
+    def __init__(self, what: str):
+        Exception.__init__(self, f"{what} returned None: your function has no `return` (or reaches its end "
+                                 "without one on this path); end it with `return ...`, as the exercise asks")
+        self.what, self.exc = what, self
 
 
 def learner_location(exc: BaseException) -> str:
@@ -326,8 +348,9 @@ def is_stub_error(exc: BaseException) -> bool:
     return False
 
 
-def call(answer, *args, what: str | None = None, **kwargs):
-    """Call the learner's ``answer``: a stub -> not attempted, an exception -> AnswerRaised."""
+def call(answer, *args, what: str | None = None, none_ok: bool = False, **kwargs):
+    """Call the learner's ``answer``: a stub -> not attempted, an exception -> AnswerRaised, None
+    -> :class:`ReturnedNone` (``none_ok``: returned, for a check that explains None itself)."""
     what = what or f"{getattr(answer, '__name__', 'your answer')}{_fmt_args(args)}"
     if not callable(answer):
         raise AnswerRaised(what, TypeError(f"expected a function, got {type(answer).__name__} {answer!r}"))
@@ -337,7 +360,9 @@ def call(answer, *args, what: str | None = None, **kwargs):
         if is_stub_error(exc):
             raise _NotAttempted from None
         raise AnswerRaised(what, exc) from None
-    if is_stub_value(value):
+    if value is None and not none_ok:
+        raise ReturnedNone(what)
+    if value is Ellipsis:  # a stub left as `...`
         raise _NotAttempted
     return value
 
@@ -386,6 +411,7 @@ def exercise(title: str, *, hints: Hints, praise: str = "correct, well done.", b
                 result.hints = hints
             from ..progress import record  # the latest verdict, kept on disk for gk.lab.progress() (never raises)
             record(body.__module__, title, result.status)
+            _show(result)
             return result
 
         def hint(level: int = 1) -> Hint:
@@ -400,6 +426,17 @@ def exercise(title: str, *, hints: Hints, praise: str = "correct, well done.", b
         return check
 
     return decorate
+
+
+def _show(result: CheckResult) -> None:
+    """In IPython (Jupyter, Colab), show the verdict now: a check followed by a ``print`` in its
+    cell is not the cell's value, and would otherwise show nothing."""
+    shell = sys.modules.get("IPython") and sys.modules["IPython"].get_ipython()
+    if shell:
+        try:
+            result._ipython_display_()
+        except Exception:  # noqa: BLE001  (showing is a courtesy: the returned result still says it)
+            pass
 
 
 class _ExamModule(types.ModuleType):

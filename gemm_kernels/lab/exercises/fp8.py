@@ -192,8 +192,24 @@ def _mistakes(a, b, sa, sb, block_n: int, block_k: int) -> dict:
             acc = (acc + part) * s if into_sum else acc + part * s
         return acc
 
+    def rounded_operands(dtype):
+        """Each K block's operands scaled, then rounded to ``dtype`` before the product."""
+        acc = torch.zeros(M, N, dtype=torch.float64)
+        for k0 in range(0, K, block_k):
+            kb = k0 // SCALE_BLOCK
+            a_scaled = (A[:, k0:k0 + block_k] * SA[:, kb, None]).to(dtype).double()
+            b_scaled = (B[k0:k0 + block_k] * sb_col[kb][None, :]).to(dtype).double()
+            acc += a_scaled @ b_scaled
+        return acc
+
     ones_m, ones_n = torch.ones(M, dtype=torch.float64), torch.ones(N, dtype=torch.float64)
     return {
+        "the operands were scaled and rounded to bf16 before tl.dot (8 bits of mantissa each): scale the block's "
+        "product, not its operands, acc += tl.dot(a, b) * scales, so the tensor cores multiply fp8 and the scales "
+        "are applied in fp32": rounded_operands(torch.bfloat16),
+        "the operands were scaled and rounded to fp16 before tl.dot: scale the block's product, not its operands, "
+        "acc += tl.dot(a, b) * scales, so the tensor cores multiply fp8 and the scales are applied in fp32":
+            rounded_operands(torch.float16),
         "no scales at all: each K block's product needs scale_a[rows, kb] * scale_b[kb, cols // 128]":
             blocks(lambda kb: ones_m, lambda kb: ones_n),
         "scale_b left out: each column's scale is scale_b[kb, column // 128]":
@@ -389,7 +405,7 @@ def check_promotion_interval(promotion_interval):
     for label, table, kind, K, budget in promotion_cases(load()["errors"]):
         expected = promotion_interval_ref(table, kind, K, budget)
         rows = [dict(r) for r in table]
-        got = call(promotion_interval, rows, kind, K, budget)
+        got = call(promotion_interval, rows, kind, K, budget, none_ok=True)  # None is explained below
         if not isinstance(got, (str, int)) or isinstance(got, bool) or got not in INTERVALS:
             why = (" (never promoting is the string 'fast', as use_fast_accum=True: a row's 'promote' None)"
                    if got is None or got == "None" else "")
