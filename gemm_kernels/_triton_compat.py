@@ -517,7 +517,7 @@ CHECKED_BUILDER_METHODS = (
     "create_masked_load", "create_masked_store", "create_atomic_rmw", "create_atomic_cas",
     "create_descriptor_load", "create_descriptor_store", "create_make_tensor_descriptor",
     "create_addptr", "create_splat", "create_broadcast", "create_expand_dims", "create_reshape",
-    "create_trans", "create_select", "create_cat", "create_join", "create_bitcast", "create_int_to_ptr",
+    "create_trans", "create_select", "create_cat", "create_join", "create_bitcast", "create_int_to_ptr", "create_ptr_to_int",
 )
 
 

@@ -3,6 +3,7 @@ outputs are poisoned with NaN so an element a kernel never wrote fails its compa
 
 import math
 import os
+import re
 
 import pytest
 import torch
@@ -55,6 +56,8 @@ def pytest_addoption(parser):
 
 
 def _shard(value: str) -> tuple[int, int]:
+    if not re.fullmatch(r"\s*[0-9]+/[0-9]+\s*", value):
+        raise pytest.UsageError(f"--shard {value!r}: give I/N, e.g. 2/4")
     try:
         i, n = (int(part) for part in value.split("/"))
     except ValueError:
@@ -64,9 +67,11 @@ def _shard(value: str) -> tuple[int, int]:
     return i, n
 
 
+@pytest.hookimpl(trylast=True)  # after -m and -k have deselected: equal parts of what runs
 def pytest_collection_modifyitems(config, items):
-    if config.getoption("--shard"):
-        i, n = _shard(config.getoption("--shard"))
+    shard = config.getoption("--shard")
+    if shard is not None:
+        i, n = _shard(shard)
         # every N-th in collection order: each part gets a share of every file
         config.hook.pytest_deselected(items=[item for k, item in enumerate(items) if k % n != i - 1])
         items[:] = [item for k, item in enumerate(items) if k % n == i - 1]

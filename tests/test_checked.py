@@ -145,6 +145,35 @@ def test_pointer_arrays_reach_the_twins_of_device_tensors(as_on_a_gpu):
 
 
 @triton.jit
+def end_pointer_back(ends, out_ptr, back, BLOCK: tl.constexpr):
+    p = tl.load(ends + tl.program_id(0)).to(tl.pointer_type(tl.float32)) - back  # one past the end, stepped back
+    offsets = tl.arange(0, BLOCK)
+    tl.store(out_ptr + tl.program_id(0) * BLOCK + offsets, tl.load(p + offsets, mask=offsets < back, other=0.0))
+
+
+@triton.jit
+def write_addresses(x_ptr, stride, ptrs_out, G: tl.constexpr):
+    g = tl.arange(0, G)
+    tl.store(ptrs_out + g, (x_ptr + g * stride).to(tl.int64, bitcast=True))
+
+
+def test_pointer_arrays_of_end_addresses_and_written_addresses(as_on_a_gpu):
+    """One past a tensor's end is its twin's end; an address a kernel stores is the device's, so a
+    pointer array built by one checked launch works in the next."""
+    a = torch.arange(10, dtype=torch.float32)
+    out = torch.full((16,), -1.0)
+    gk.run_checked(end_pointer_back, (1,), torch.tensor([a.data_ptr() + a.nbytes]), out, 8, BLOCK=16, reachable=a)
+    assert torch.equal(out[:8], a[-8:])
+    x = torch.arange(64, dtype=torch.float32).reshape(4, 16)
+    ptrs = torch.zeros(4, dtype=torch.int64)
+    gk.run_checked(write_addresses, (1,), x, 16, ptrs, G=4)
+    assert ptrs.tolist() == [x[i].data_ptr() for i in range(4)]
+    out = torch.full((64,), -1.0)
+    gk.run_checked(through_pointer_array, (4,), ptrs, out, 16, BLOCK=16, reachable=[x])
+    assert torch.equal(out, x.reshape(-1))
+
+
+@triton.jit
 def atomic_count(counts_ptr, index_ptr, n, BLOCK: tl.constexpr):
     offsets = tl.arange(0, BLOCK)
     index = tl.load(index_ptr + offsets, mask=offsets < n, other=0)

@@ -1091,3 +1091,23 @@ def test_a_verdict_shows_once_in_a_notebook_whatever_follows_it(monkeypatch):
     assert shown[0]["text/plain"] == str(result) and "launch_stats" in shown[0]["text/html"]
     result._ipython_display_()  # the cell's last expression: already shown
     assert len(shown) == 1
+
+
+def test_an_exit_or_the_learners_own_error_after_a_stub_is_wrong_not_unattempted():
+    """SystemExit from an answer is reported, never raised into the notebook; a learner's own error
+    raised while handling a stub's NotImplementedError is theirs (it read "not attempted")."""
+    import sys
+
+    def helper():
+        raise NotImplementedError("your turn")
+
+    def block_offsets(*args):
+        try:
+            return helper()
+        except NotImplementedError:
+            raise ValueError("my own bug")  # noqa: B904  (its context is the stub's error, as a learner writes it)
+
+    result = pointers.check_block_offsets(block_offsets)
+    assert result.status == WRONG and "my own bug" in str(result), str(result)
+    result = pointers.check_block_offsets(lambda *args: sys.exit(3))
+    assert result.status == WRONG and "SystemExit" in str(result), str(result)

@@ -2,6 +2,9 @@
 parts of its record that need no GPU (junit counts, the checks' verdict lines) are read right."""
 
 import json
+import re
+
+import pytest
 
 from gemm_kernels import runtime
 from gemm_kernels.bench import report, smoke
@@ -37,6 +40,12 @@ def test_verdict_lines(tmp_path):
 def test_commit_from_the_environment(monkeypatch):
     monkeypatch.setenv("GEMM_KERNELS_COMMIT", "abc1234")
     assert report.current_commit() == "abc1234"
+    for bad in ("HEAD", "abc", "$(true)", "a" * 41, "abc1234\nx"):
+        monkeypatch.setenv("GEMM_KERNELS_COMMIT", bad)
+        with pytest.raises(ValueError, match="GEMM_KERNELS_COMMIT"):
+            report.current_commit()
+    monkeypatch.delenv("GEMM_KERNELS_COMMIT")
+    assert re.fullmatch(r"[0-9a-f]{40}|unknown", report.current_commit())
 
 
 def _committed(name: str) -> dict:
@@ -81,3 +90,31 @@ def test_committed_records_of_learners_gpus():
         assert record["mode"] == mode and record["device"] != "CPU", name
         assert sorted(r["notebook"] for r in record["notebooks"]) == _notebook_names(), name
         assert all(r["passed"] for r in record["notebooks"]), name
+
+
+def test_missing_verdicts_are_named():
+    """A check whose GPU tests never ran (skipped, a crash) leaves no verdict: the smoke fails on it."""
+    import importlib
+
+    titles = [e.title for e in importlib.import_module("gemm_kernels.lab.progress").exercises()]
+    full = {t: {"solution": "correct", "mistake": "wrong"} for t in titles}
+    assert smoke._missing_verdicts(full) == []
+    del full[titles[3]]["mistake"]
+    assert smoke._missing_verdicts(full) == [titles[3]]
+
+
+def test_a_run_past_its_time_is_stopped_with_its_children(tmp_path):
+    """bench.notebooks.run_bounded kills the whole process group (nbmake's kernel, xdist's workers)."""
+    import sys
+    import time
+
+    from gemm_kernels.bench import notebooks
+
+    marker = tmp_path / "child_alive"
+    script = (f"import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', "
+              f"\"import time; time.sleep(3); open({str(marker)!r}, 'w').write('x')\"]); time.sleep(60)")
+    start = time.perf_counter()
+    status, out = notebooks.run_bounded([sys.executable, "-c", script], env=None, timeout=1)
+    assert status is None and "did not finish in 1 s" in out and time.perf_counter() - start < 30
+    time.sleep(4)
+    assert not marker.exists()  # the grandchild went with the group

@@ -1,12 +1,14 @@
 """Each notebook run alone, as a learner runs it, with its wall time: ``make test-gpu-notebooks``.
 
-    python -m gemm_kernels.bench.notebooks [--arch sm_86] [--memory-gb 8] [--json images/bench/notebook_times.json]
+    python -m gemm_kernels.bench.notebooks [--arch sm_86] [--memory-gb 8] [--jobs 1] [--json images/bench/notebook_times.json]
 
-Every notebook is executed by nbmake in a process of its own, one after another (never two at
-once: a timing next to another notebook measures both), from a cold Triton cache (a fresh
+Every notebook is executed by nbmake in a process of its own, from a cold Triton cache (a fresh
 ``TRITON_CACHE_DIR``: what a learner's first run compiles) and with the notebooks' own defaults
-(the small autotuning search).  ``--arch`` sets ``GEMM_KERNELS_ARCH`` (an H100 then takes an
-Ampere or Ada card's paths), ``--memory-gb`` caps the GPU memory (an 8 GB laptop card).  The record lists, per notebook, pass or fail and the seconds.
+(the small autotuning search).  By default one after another: a timing next to another notebook
+measures both; ``--jobs N`` runs N at once for a pass/fail record.  ``--arch`` sets
+``GEMM_KERNELS_ARCH`` (an H100 then takes a T4's, an Ampere or an Ada card's paths), ``--memory-gb``
+caps the GPU memory (an 8 GB laptop card).  The record lists, per notebook, pass or fail and the
+seconds, and the commit.
 """
 
 from __future__ import annotations
@@ -26,19 +28,38 @@ NOTEBOOKS_DIR = Path(__file__).resolve().parents[2] / "notebooks"
 BUDGET_S = 90
 
 
-def run_notebook(path: Path, env: dict, timeout: int) -> dict:
-    """One notebook under nbmake in a fresh process and a fresh Triton cache: passed, seconds, tail."""
-    with tempfile.TemporaryDirectory() as cache:
-        start = time.perf_counter()
+def run_bounded(command: list[str], *, env: dict, timeout: float, cwd=None) -> tuple[int | None, str]:
+    """``command``'s (exit status, output), in a process group of its own: past ``timeout`` seconds
+    the whole group is killed (nbmake's Jupyter kernel, xdist's workers), and the status is None."""
+    import signal
+
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=cwd,
+                            start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=max(timeout, 1))
+        return proc.returncode, out
+    except subprocess.TimeoutExpired:
         try:
-            out = subprocess.run([sys.executable, "-m", "pytest", "--nbmake", f"--nbmake-timeout={timeout}", "-q",
-                                  "-p", "no:cacheprovider", str(path)], capture_output=True, text=True,
-                                 env={**env, "TRITON_CACHE_DIR": cache}, timeout=timeout + 60)
-            passed, tail = out.returncode == 0, (out.stdout + out.stderr)[-1500:]
-        except subprocess.TimeoutExpired:
-            passed, tail = False, f"did not finish in {timeout + 60} s"
-        seconds = time.perf_counter() - start
-    return {"notebook": path.name, "passed": passed, "seconds": round(seconds, 1),
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        out, _ = proc.communicate()
+        return None, (out or "") + f"\n(stopped: did not finish in {timeout:.0f} s)"
+
+
+def run_notebook(path: Path, env: dict, timeout: int) -> dict:
+    """One notebook under nbmake in a fresh process and a fresh Triton cache: passed, seconds, tail.
+    ``timeout``: seconds for the whole run (nbmake's per-cell limit is the same)."""
+    start = time.perf_counter()
+    try:
+        with tempfile.TemporaryDirectory() as cache:
+            status, out = run_bounded([sys.executable, "-m", "pytest", "--nbmake", f"--nbmake-timeout={timeout}", "-q",
+                                       "-p", "no:cacheprovider", str(path)],
+                                      env={**env, "TRITON_CACHE_DIR": cache}, timeout=timeout)
+        passed, tail = status == 0, out[-1500:]
+    except Exception as exc:  # noqa: BLE001  (a runner that cannot start is this notebook's failure, not the run's)
+        passed, tail = False, f"could not run: {type(exc).__name__}: {exc}"
+    return {"notebook": path.name, "passed": passed, "seconds": round(time.perf_counter() - start, 1),
             **({} if passed else {"tail": tail})}
 
 
@@ -81,6 +102,9 @@ def main(argv: list[str] | None = None) -> int:
     env = learner_env(args.arch, args.memory_gb)
     paths = sorted(NOTEBOOKS_DIR.glob("*.ipynb"))
     if args.only is not None:
+        unknown = [n for n in args.only if not any(n in (p.stem, p.name) for p in paths)]
+        if unknown:
+            parser.error(f"--only: no notebook named {', '.join(unknown)} in {NOTEBOOKS_DIR}")
         paths = [p for p in paths if p.stem in args.only or p.name in args.only]
     timing = (f"wall time of one notebook alone under nbmake, cold Triton cache; budget {BUDGET_S} s" if args.jobs == 1
               else f"wall time under nbmake, cold Triton cache, {args.jobs} notebooks at once (each in its own "

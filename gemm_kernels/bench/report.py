@@ -602,16 +602,23 @@ def merge_shards(sources: list[Path], suite: str) -> tuple[list[dict], dict]:
 
 
 def current_commit() -> str:
-    """The commit the source tree is at: GEMM_KERNELS_COMMIT (set it for a copy without .git, as on a
-    machine the tree was copied to), else git's HEAD, else "unknown"."""
+    """The commit the source tree is at: ``GEMM_KERNELS_COMMIT`` (for a copy without ``.git``, as on a
+    machine the tree was copied to; 7 to 40 hex digits), else git's HEAD when this tree is the
+    repository's top (not a copy inside another repository), else "unknown"."""
     import subprocess
 
     given = os.environ.get("GEMM_KERNELS_COMMIT", "").strip()
     if given:
+        if not re.fullmatch(r"[0-9a-f]{7,40}", given):
+            raise ValueError(f"GEMM_KERNELS_COMMIT={given[:60]!r}: give the commit's hash, 7 to 40 hex digits")
         return given
+    root = Path(__file__).resolve().parents[2]
     try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).resolve().parents[2],
-                              capture_output=True, text=True, check=True).stdout.strip()
+        def git(*args):
+            return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=True).stdout.strip()
+        if Path(git("rev-parse", "--show-toplevel")).resolve() != root:
+            return "unknown"
+        return git("rev-parse", "HEAD")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
 

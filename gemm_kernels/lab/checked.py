@@ -17,6 +17,9 @@ tensor arguments and ``reachable``), else it may address any known tensor.
 
 **Tensors on a GPU** are copied to the CPU (one copy per storage, so views stay views), the kernel
 runs on the copies, and what it wrote is copied back, also when a violation stops it part way.
+An integer made a pointer is moved from the device's address to the copy's, and back the other
+way (:meth:`_HostCopies.translate`), so pointer arrays built on the GPU work.  Not modelled: two
+storages over the same memory (each gets its own copy).
 
 **Budgets.**  The interpreter's operations are counted per program and per launch, and the
 learner's lines sampled: a loop that never ends is stopped with
@@ -308,16 +311,23 @@ class _HostCopies:
             return dataclasses.replace(value, base=self.to_cpu(value.base))
         return value
 
-    def translate(self, addresses: np.ndarray) -> np.ndarray:
-        """``addresses`` with every one inside a copied storage moved to the same byte of its twin."""
+    def translate(self, addresses: np.ndarray, *, to_twin: bool = True) -> np.ndarray:
+        """``addresses`` with every one inside a copied storage (or one past its end, a C idiom)
+        moved to the same byte of its twin; ``to_twin=False``: back from twins to the device (a
+        pointer a kernel turns into an integer, to store it, holds the device's address)."""
         if not self.storages:
             return addresses
-        out = addresses.astype(np.int64)  # addresses are far below 2**63
-        for device_storage, cpu_storage in self.storages.values():
-            start, size = device_storage.data_ptr(), device_storage.nbytes()
-            inside = (out >= start) & (out < start + size)
-            if inside.any():
-                out = np.where(inside, out + (cpu_storage.data_ptr() - start), out)
+        pairs = [(d.data_ptr(), c.data_ptr(), d.nbytes()) for d, c in self.storages.values()]
+        if not to_twin:
+            pairs = [(twin, device, size) for device, twin, size in pairs]
+        src = addresses.astype(np.int64)  # addresses are far below 2**63
+        out, moved = src.copy(), np.zeros(src.shape, dtype=bool)
+        for inclusive_end in (False, True):  # inside a storage first: its end may be the next one's start
+            for start, target, size in pairs:
+                hit = ~moved & (src >= start) & ((src <= start + size) if inclusive_end else (src < start + size))
+                if hit.any():
+                    out = np.where(hit, src + (target - start), out)
+                    moved |= hit
         return out.astype(addresses.dtype, copy=False)
 
     def copy_back(self):
@@ -365,6 +375,8 @@ def run_checked(kernel, grid, *args, reachable: Sequence[torch.Tensor] | dict = 
     for name, value in cpu_named.items():
         for n, t in enumerate(_tensors_in(value)):
             regions.append(Region.of(name if n == 0 else f"{name}[{n}]", t))
+    if isinstance(reachable, torch.Tensor):  # one tensor, not its rows
+        reachable = [reachable]
     extra = reachable.items() if isinstance(reachable, dict) else ((f"reachable[{i}]", t) for i, t in enumerate(reachable))
     for name, t in extra:
         if not isinstance(t, torch.Tensor):
@@ -576,11 +588,12 @@ class _Monitor:
         return found
 
     def _to_pointer(self, propagate):
-        """An integer made a pointer (a pointer array's entry): a device address becomes its twin's."""
+        """An integer made a pointer (a pointer array's entry): a device address becomes its twin's;
+        a pointer made an integer (to be stored): a twin's address becomes the device's."""
         def wrapper(method, src, *args, **kwargs):
             result = propagate(method, src, *args, **kwargs)
-            if self.host is not None and not _is_pointer(src) and _is_pointer(result):
-                result.data = self.host.translate(result.data)
+            if self.host is not None and _is_pointer(src) != _is_pointer(result):
+                result.data = self.host.translate(result.data, to_twin=_is_pointer(result))
             return result
         return wrapper
 
@@ -683,7 +696,8 @@ class _Monitor:
         }
         for name, args in _PROPAGATE.items():
             hooks[name] = self._propagating(args)
-        for name in ("create_int_to_ptr", "create_bitcast"):
+        hooks["create_ptr_to_int"] = self._propagating(())
+        for name in ("create_int_to_ptr", "create_ptr_to_int", "create_bitcast"):
             hooks[name] = self._to_pointer(hooks[name])
         return hooks
 

@@ -344,7 +344,10 @@ def is_stub_error(exc: BaseException) -> bool:
             return True
         if any(quote in text for quote in _STUB_QUOTES) or text.rstrip().endswith("raise NotImplementedError"):
             return True
-        exc = exc.__cause__ or exc.__context__
+        # into what Triton wrapped (its errors chain the learner's), never past a learner's own error
+        # raised while handling a stub's (``except NotImplementedError: raise ValueError(...)``)
+        wrapper = type(exc).__module__.split(".")[0] == "triton"
+        exc = exc.__cause__ or (exc.__context__ if wrapper else None)
     return False
 
 
@@ -356,7 +359,7 @@ def call(answer, *args, what: str | None = None, none_ok: bool = False, **kwargs
         raise AnswerRaised(what, TypeError(f"expected a function, got {type(answer).__name__} {answer!r}"))
     try:
         value = answer(*args, **kwargs)
-    except Exception as exc:  # noqa: BLE001  (anything the learner's code does is reported, not raised)
+    except (Exception, SystemExit) as exc:  # noqa: BLE001  (anything the learner's code does is reported, not raised)
         if is_stub_error(exc):
             raise _NotAttempted from None
         raise AnswerRaised(what, exc) from None

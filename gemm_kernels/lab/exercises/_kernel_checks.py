@@ -1061,11 +1061,15 @@ def _refusal(answer, kind: str, title: str) -> Refused | None:
     if kind != "launcher" and is_package_object(answer):
         found = _package_answer(title, answer)
         return Refused(found.message, found.details)
-    if kind == "jit" and not is_jit(answer):
+    if (kind == "jit" and not is_jit(answer)) or (kind == "kernel" and not is_jit(answer)
+                                                  and not hasattr(answer, "__getitem__")):  # not launchable: kernel[grid]
         name = getattr(answer, "__name__", "your function")
-        return Refused(f"expected a @triton.jit function, got a plain Python function ({name}): the check calls it "
-                       "inside a kernel, where only @triton.jit code runs",
-                       [f"put @triton.jit on the line above `def {name}` (and use tl operations inside it)"])
+        role = "calls it inside a kernel" if kind == "jit" else "launches it as kernel[grid](...)"
+        fix = (f"put @triton.jit on the line above `def {name}`" if name.isidentifier() else
+               "write it with def, with @triton.jit on the line above")
+        return Refused(f"expected a @triton.jit {'function' if kind == 'jit' else 'kernel'}, got a plain Python "
+                       f"function ({name}): the check {role}, where only @triton.jit code runs",
+                       [f"{fix} (and use tl operations inside it)"])
     return None
 
 
