@@ -791,6 +791,27 @@ def persistent_past_the_last_tile(a_ptr, b_ptr, c_ptr, trace_ptr, M, N, K, strid
                                   stride_bk, stride_bn, stride_cm, stride_cn, BLOCK_M, BLOCK_N, BLOCK_K)
 
 
+@triton.jit
+def persistent_without_a_tile_bound(a_ptr, b_ptr, c_ptr, trace_ptr, M, N, K, stride_am, stride_ak, stride_bk,
+                                    stride_bn, stride_cm, stride_cn, NUM_PROGRAMS: tl.constexpr,
+                                    GROUP_SIZE_M: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                                    BLOCK_K: tl.constexpr):
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    for step in range(0, tl.cdiv(num_pid_m * num_pid_n, NUM_PROGRAMS)):  # every program takes as many steps
+        tile = tl.program_id(0) + step * NUM_PROGRAMS  # no `if tile < num_tiles`
+        pid_m, pid_n = tile_grouped(tile, num_pid_m, num_pid_n, GROUP_SIZE_M)
+        persistent_ex.matmul_tile(a_ptr, b_ptr, c_ptr, trace_ptr, tile, pid_m, pid_n, M, N, K, stride_am, stride_ak,
+                                  stride_bk, stride_bn, stride_cm, stride_cn, BLOCK_M, BLOCK_N, BLOCK_K)
+
+
+def test_persistent_loop_with_no_bound_on_the_tile_is_stopped():
+    """Unequal shares (6 tiles on 4 programs): the last steps run past the last tile, as the exercise
+    text promises the check stops (every case had tiles divisible by programs, so it passed)."""
+    assert_out_of_bounds(persistent_ex.check_persistent_loop(persistent_without_a_tile_bound),
+                         "store through trace_ptr", "trace_ptr is 6x4")
+
+
 def test_persistent_loop_past_the_last_tile_is_stopped_and_drawn():
     assert_out_of_bounds(persistent_ex.check_persistent_loop(persistent_past_the_last_tile),
                          "store through trace_ptr", "called from line", "of persistent_past_the_last_tile",
@@ -1111,3 +1132,69 @@ def test_an_exit_or_the_learners_own_error_after_a_stub_is_wrong_not_unattempted
     assert result.status == WRONG and "my own bug" in str(result), str(result)
     result = pointers.check_block_offsets(lambda *args: sys.exit(3))
     assert result.status == WRONG and "SystemExit" in str(result), str(result)
+
+
+def _order_by_the_package(num_pid_m, num_pid_n):
+    from gemm_kernels.models import tiles as model
+
+    return model.launch_order_grid(num_pid_m * 16, num_pid_n * 16, 16, 16, order="row_major")
+
+
+def _waves_by_the_package(M, N, bm, bn, sms):
+    from gemm_kernels.models.schedule import tile_schedule
+
+    s = tile_schedule(M, N, bm, bn, "grouped", programs_in_flight=sms)
+    return s.num_waves, s.num_waves * sms - s.num_tiles
+
+
+def _share_by_the_package(pid, num_tiles, k_tiles, num_programs, sk_tiles):
+    from gemm_kernels.models.tiles import streamk_segments
+
+    table = streamk_segments(num_tiles, k_tiles, num_programs, sk_tiles)
+    return [tuple(int(v) for v in r[1:]) for r in table if r[0] == pid and r[1] >= num_tiles - sk_tiles]
+
+
+def _walk_by_the_package(shapes, bm, bn, programs, pid):
+    from gemm_kernels.models.tiles import multi_problem_schedule
+
+    table = multi_problem_schedule(shapes, bm, bn, programs, "row_major")
+    return [tuple(int(v) for v in row) for row in table[table[:, 1] == pid][:, 3:6]]
+
+
+@pytest.mark.parametrize("check, answer, helper", [
+    (tiling.check_row_major_launch_order, _order_by_the_package, "launch_order_grid"),
+    (persistent_ex.check_waves_and_tail, _waves_by_the_package, "tile_schedule"),
+    (streamk_ex.check_streamk_share, _share_by_the_package, "streamk_segments"),
+    (grouped_ex.check_program_tiles, _walk_by_the_package, "multi_problem_schedule"),
+], ids=["02-launch-order", "05-waves", "05b-share", "06-program-tiles"])
+def test_an_answer_that_calls_the_packages_model_of_it_is_refused(check, answer, helper):
+    """Right numbers from the package's own model of the exercise are not the learner's work."""
+    result = check(answer)
+    assert result.status == WRONG and helper in str(result) and "computes this exercise's answer" in str(result)
+
+
+@triton.jit
+def column_major_matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, sam, sak, sbk, sbn, scm, scn, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    pid = tl.program_id(0)
+    num_pid_m = tl.cdiv(M, BM)
+    pid_m, pid_n = pid % num_pid_m, pid // num_pid_m   # column-major
+    rm = pid_m * BM + tl.arange(0, BM); rn = pid_n * BN + tl.arange(0, BN)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k0 in range(0, K, BK):
+        rk = k0 + tl.arange(0, BK)
+        a = tl.load(a_ptr + rm[:, None]*sam + rk[None, :]*sak, mask=(rm[:, None] < M) & (rk[None, :] < K), other=0.0)
+        b = tl.load(b_ptr + rk[:, None]*sbk + rn[None, :]*sbn, mask=(rk[:, None] < K) & (rn[None, :] < N), other=0.0)
+        acc = tl.dot(a, b, acc)
+    tl.store(c_ptr + rm[:, None]*scm + rn[None, :]*scn, acc.to(tl.float16), mask=(rm[:, None] < M) & (rn[None, :] < N))
+def column_major_matmul(a, b):
+    M, K = a.shape; N = b.shape[1]
+    c = torch.empty((M, N), dtype=torch.float16, device=a.device)
+    column_major_matmul_kernel[(triton.cdiv(M, 16) * triton.cdiv(N, 16),)](a, b, c, M, N, K, *a.stride(), *b.stride(), *c.stride(), BM=16, BN=16, BK=16)
+    return c
+
+
+def test_my_matmul_in_column_major_order_is_refused():
+    """Exercise 3 asks for row-major program order; C comes out right either way, so the order is
+    read from where each program's first store landed."""
+    result = tiling.check_my_matmul(column_major_matmul)
+    assert_wrong(result, "C is right, but your programs take the tiles in column-major", "row-major order")

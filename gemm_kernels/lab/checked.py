@@ -347,13 +347,16 @@ def _bind(kernel, args, kwargs) -> inspect.BoundArguments:
     return bound
 
 
-def run_checked(kernel, grid, *args, reachable: Sequence[torch.Tensor] | dict = (), **kwargs) -> None:
+def run_checked(kernel, grid, *args, reachable: Sequence[torch.Tensor] | dict = (), store_log: list | None = None,
+                **kwargs) -> None:
     """``kernel[grid](*args, **kwargs)`` in the interpreter, every load and store checked first.
 
     ``kernel``: a ``@triton.jit`` function.  ``grid``: 1 to 3 positive ints, or a function of the
     arguments by name returning them (as in ``kernel[grid]``).  ``reachable``: tensors the kernel
     reaches through pointers it loads from memory (pointer arrays), as a sequence or a
     ``{name: tensor}`` dict.  Launch options (``num_warps=...``) are accepted and ignored.
+    ``store_log``: a list that gets ``(program id, tensor name, element offset)`` of the first lane
+    of every store (which program wrote where: a check reads the launch order from it).
 
     Raises :class:`OutOfBounds` before an access outside its tensor; TypeError/ValueError for a
     non-kernel, arguments that do not fit its parameters, or a bad grid; an exception raised by the
@@ -387,6 +390,7 @@ def run_checked(kernel, grid, *args, reachable: Sequence[torch.Tensor] | dict = 
     helpers = [fn.__name__ for fn in map(compat.jit_source_function, named.values())
                if fn is not None and watchdog.learner_file(fn.__code__.co_filename)]
     monitor = _Monitor(builder, regions, _kernel_name(kernel), grid3, sys._getframe(), helpers, host)
+    monitor.store_log = store_log
     try:
         # one interpreted launch at a time (the builder holds the program id); the monitor acts in
         # this thread only, so other threads' launches (queued on the lock) run unchecked; the
@@ -497,6 +501,7 @@ class _Monitor:
                  learner_functions: Sequence[str] = (), host: _HostCopies | None = None):
         self.builder, self.regions, self.kernel = builder, regions, kernel
         self.host = host  # the launch's CPU twins: device addresses loaded from memory are moved onto them
+        self.store_log: list | None = None  # (program, tensor, element offset) of each store's first lane, if asked
         self.learner_functions = list(learner_functions)  # the learner's @triton.jit helpers a check's kernel calls
         self.by_start: dict[int, tuple] = {}
         for i, r in enumerate(regions):
@@ -626,6 +631,18 @@ class _Monitor:
         bad = active & ~inside
         if bad.any():
             raise OutOfBounds(self._access(kind, addr, active, bad, origin))
+        if kind == "store" and self.store_log is not None:
+            self._log_store(addr, active, candidates, nbytes)
+
+    def _log_store(self, addr, active, candidates, nbytes) -> None:
+        """(program id, tensor name, element offset) of the first lane this store writes."""
+        first = int(addr[tuple(np.argwhere(active)[0])]) if addr.ndim else int(addr)
+        for i in candidates:
+            region = self.regions[i]
+            if region.contains(np.array([first]), nbytes)[0]:
+                program = tuple(int(v) for v in getattr(self.builder, "grid_idx", (0, 0, 0)))
+                self.store_log.append((program, region.name, (first - region.start) // region.itemsize))
+                return
 
     def _access(self, kind, addr, active, bad, origin) -> _Access:
         (filename, line, function), extra = _access_site(self.kernel, self.outer)

@@ -149,6 +149,8 @@ class Launch:
     grid: tuple
     named: dict
     options: dict
+    #: (program id, tensor name, element offset) of each store's first lane, as the checked run saw it
+    stores: list = field(default_factory=list)
 
     @property
     def learner_kernel(self) -> bool:
@@ -238,7 +240,8 @@ class recording:
             self.log.skipped += 1
             return None
         with np.errstate(all="ignore"):  # numpy's overflow warnings from the interpreter: the check says what is wrong
-            return run_checked(kernel, grid, *args, reachable=self.reachable, **kwargs)
+            return run_checked(kernel, grid, *args, reachable=self.reachable,
+                               store_log=launch.stores if launch is not None else None, **kwargs)
 
     def __enter__(self) -> LaunchLog:
         if self.log is None:
@@ -1022,16 +1025,46 @@ def _package_answer(title: str, answer) -> CheckResult | None:
                        ["pass the function you wrote in the notebook"])
 
 
-def plain_exercise(title: str, *, hints, praise: str = "correct, well done."):
+@contextlib.contextmanager
+def learner_calls(functions):
+    """Within: the list this yields gets the name of each of ``functions`` (package functions) that
+    the learner's code calls, by whatever name or module it reached it (a profile hook on their
+    code objects, in this thread)."""
+    codes = {}
+    for fn in functions:
+        py = python_function(fn)
+        if py is not None:
+            codes[py.__code__] = qualified_name(py).replace("gemm_kernels.", "", 1)
+    seen: list = []
+    if not codes:
+        yield seen
+        return
+
+    def hook(frame, event, arg):
+        if event == "call" and frame.f_code in codes and frame.f_back is not None \
+                and _learner_caller(frame.f_back.f_code.co_filename):
+            seen.append(codes[frame.f_code])
+
+    previous = sys.getprofile()
+    sys.setprofile(hook)
+    try:
+        yield seen
+    finally:
+        sys.setprofile(previous)
+
+
+def plain_exercise(title: str, *, hints, praise: str = "correct, well done.", forbid=()):
     """:func:`_core.exercise` for an answer in plain Python, refusing the package's own functions
-    (the checks' ``*_ref`` references) passed as answers, and a right answer that got there by
-    calling one (a lambda around it)."""
+    (the checks' ``*_ref`` references) passed as answers, a right answer that got there by
+    calling one (a lambda around it), and one that calls a package function computing the
+    exercise's answer (``forbid``: those functions, or a function returning them)."""
 
     def decorate(body):
         @functools.wraps(body)
         def checked(answer, *args, **kwargs):
             _REFERENCE_CALLS.names = []
-            problems = body(answer, *args, **kwargs)
+            with learner_calls(forbid() if callable(forbid) else forbid) as helpers:
+                problems = body(answer, *args, **kwargs)
             used = list(dict.fromkeys(getattr(_REFERENCE_CALLS, "names", [])))
             _REFERENCE_CALLS.names = []
             if problems:  # wrong whoever wrote it
@@ -1044,6 +1077,11 @@ def plain_exercise(title: str, *, hints, praise: str = "correct, well done."):
                                    "compares your answer with it, so this says nothing about what you wrote",
                                    ["write the computation yourself (the notebook's text says what it has to "
                                     "return)"])
+            if helpers:  # right, through the package's own computation of it
+                return CheckResult(title, WRONG, f"your answer calls {helpers[0]}, which computes this exercise's "
+                                   "answer for you: the check cannot see your own reasoning in it",
+                                   ["write the computation yourself, with plain Python and numpy (the notebook's "
+                                    "text says what it has to return)"])
             return problems
 
         return exercise(title, hints=hints, praise=praise)(checked)

@@ -158,7 +158,15 @@ def _restarting_walk(shapes, block_m, block_n, num_programs, pid):
     return out
 
 
-@kc.plain_exercise("program_tiles", hints=Hints(
+def _grouped_models():
+    """The package's functions that compute a grouped walk: an answer calling one is refused."""
+    from .. import traces
+    from ...models import schedule
+
+    return multi_problem_schedule, schedule.grouped_gemm_schedule, traces.trace_grouped_schedule
+
+
+@kc.plain_exercise("program_tiles", forbid=lambda: _grouped_models(), hints=Hints(
     nudge="the programs do not start again at each problem: think of all the problems' tiles laid end to end",
     approach="number the tiles of every problem in one sequence (problem 0's first, each problem row-major); program "
              "pid takes every NUM_PROGRAMS-th of them from pid on; translate each global tile back into its problem "

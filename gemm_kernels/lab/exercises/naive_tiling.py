@@ -87,7 +87,15 @@ def check_one_program(one_program):
 LAUNCH_ORDER_CASES = [(3, 5), (5, 3), (1, 4), (4, 1), (9, 9)]
 
 
-@kc.plain_exercise("row_major_launch_order", hints=Hints(
+def _order_models():
+    """The package's functions that compute a launch order: an answer calling one is refused."""
+    from .. import traces
+    from ...models import schedule, tiles
+
+    return tiles.launch_order_grid, tiles.program_tiles, schedule.tile_schedule, traces.trace_program_tiles
+
+
+@kc.plain_exercise("row_major_launch_order", forbid=lambda: _order_models(), hints=Hints(
     nudge="row-major: the programs fill the first row of tiles, then the second...",
     approach="the answer is a num_pid_m x num_pid_n grid whose entry at (m, n) is the program that computes tile "
              "(m, n); count how many programs come before row m, then add the column",
@@ -159,14 +167,38 @@ def _matmul_case(my_matmul, M, N, K, layout, seed) -> list[str]:
                 "acc.to(tl.float16) at the store)"]
     ref = matmul_ref(a, b, out_dtype=torch.float64)
     err = rel_err(out, ref)
+    log = kc.current_log()
     if err <= TOLERANCES[torch.float16]:
-        return []
+        return _launch_order_problems(log.last_learner() if log is not None else None, out, case)
     lines = compare_arrays(ref.cpu(), out.double().cpu(), case, atol=1e-2, rtol=1e-2, index_names=("row", "col"))
     lines = lines or [f"{case}: relative error {err:.3g} > {TOLERANCES[torch.float16]:g}"]
-    log = kc.current_log()
     launch = log.last_learner() if log is not None else None
     found = _layout_diagnosis(a, b, out, ref, launch) or kc.tile_mapping_diagnosis(out, ref, launch)
     return lines + [f"diagnosis: {line}" for line in found]
+
+
+def _launch_order_problems(launch, out: torch.Tensor, case: str) -> list[str]:
+    """The exercise asks for one program per tile in row-major order: the tiles' top-left corners,
+    in the order the GPU starts the programs (program_id(0) fastest), must go along a row of tiles
+    first.  Read from where each program's first store into C landed (the checked run's log)."""
+    name = next((n for n, v in (launch.named.items() if launch is not None else ()) if v is out), None)
+    if name is None or out.dim() != 2:
+        return []
+    gx, gy, _ = launch.grid
+    s0, s1 = out.stride()
+    firsts: dict = {}
+    for program, tensor, offset in launch.stores:
+        if tensor == name:
+            firsts.setdefault(program[0] + program[1] * gx + program[2] * gx * gy, divmod(offset, s0))
+    corners = [firsts[p] for p in sorted(firsts)]
+    if len({r for r, _ in corners}) < 2 or len({c for _, c in corners}) < 2 or corners == sorted(corners):
+        return []
+    order = ("column-major (down a column of tiles first)" if corners == sorted(corners, key=lambda rc: (rc[1], rc[0]))
+             else "neither row-major nor column-major")
+    grid = "the 2-D grid's program_id(0) varies fastest" if gy > 1 else "pid_m = pid // num_pid_n"
+    return [f"{case}: C is right, but your programs take the tiles in {order} order: programs 0, 1, 2 start at "
+            f"(row, col) {', '.join(map(str, corners[:3]))}; the exercise asks for row-major order, along a row of "
+            f"tiles first ({grid}, pid_n = pid % num_pid_n)"]
 
 
 def _views(x: torch.Tensor, rows: int, cols: int):

@@ -40,7 +40,21 @@ def waves_ref(M: int, N: int, block_m: int, block_n: int, num_sms: int) -> tuple
     return waves, waves * num_sms - tiles
 
 
-@kc.plain_exercise("waves_and_tail", hints=Hints(
+def _schedule():
+    from ...models import schedule
+
+    return schedule
+
+
+def _persistent_models():
+    """The package's functions that compute a persistent walk: an answer calling one is refused."""
+    from .. import traces
+    from ...models import tiles
+
+    return persistent_schedule, tiles.persistent_tile_ids, _schedule().tile_schedule, traces.trace_persistent_tiles
+
+
+@kc.plain_exercise("waves_and_tail", forbid=lambda: (_schedule().tile_schedule,), hints=Hints(
     nudge="first count the tiles (ragged edges need tiles too), then think of the GPU running num_sms of them at "
           "a time",
     approach="tiles from cdiv in each dimension; waves is the tile count divided by num_sms, rounded up; the idle "
@@ -98,7 +112,7 @@ def _as_tiles(value, case, expected_tiles: int):
         return f"{case}: expected a list of (pid_m, pid_n) pairs, got {shown(value)}"
 
 
-@kc.plain_exercise("persistent_tiles", hints=Hints(
+@kc.plain_exercise("persistent_tiles", forbid=lambda: _persistent_models(), hints=Hints(
     nudge="a persistent program does not compute one tile: which tile indices does program pid take, and in which "
           "order do tile indices become (pid_m, pid_n)?",
     approach="walk the tile indices from pid in steps of NUM_PROGRAMS while they are below the tile count, and map "
@@ -257,8 +271,9 @@ def run_persistent(kernel, a: torch.Tensor, b: torch.Tensor, num_programs: int, 
 
 
 #: (M, N, K, programs, GROUP_SIZE_M): ragged everywhere, more programs than tiles, one tile, a
-#: short last group, groups of one row
-PERSISTENT_CASES = [(40, 56, 24, 4, 2), (16, 16, 16, 4, 2), (33, 17, 40, 3, 2), (70, 20, 16, 5, 4), (50, 50, 8, 4, 1)]
+#: short last group, groups of one row; the third and fourth give programs unequal shares (6 tiles
+#: on 4 programs, 10 on 3), where a loop with no bound on the tile index runs past the last tile
+PERSISTENT_CASES = [(40, 56, 24, 4, 2), (16, 16, 16, 4, 2), (33, 17, 40, 4, 2), (70, 20, 16, 3, 4), (50, 50, 8, 4, 1)]
 
 
 def compare_schedule(trace: np.ndarray, expected: np.ndarray, case: str, problem_names: bool = False) -> list[str]:

@@ -88,7 +88,13 @@ def _why_share(got, expected, pid, num_tiles, k_tiles, num_programs, sk_tiles) -
     return ""
 
 
-@kc.plain_exercise("streamk_share", hints=Hints(
+def _traces():
+    from .. import traces
+
+    return traces
+
+
+@kc.plain_exercise("streamk_share", forbid=lambda: (streamk_segments, _traces().trace_streamk_segments), hints=Hints(
     nudge="number the split tiles' K iterations one after another (tile after tile); which stretch of those numbers "
           "belongs to program pid, and where do tile edges cut it?",
     approach="the stretch is an even split of sk_tiles * k_tiles iterations handed out from the last program down "
