@@ -160,18 +160,43 @@ def show_committed(suite: str, directory: str | Path | None = None) -> dict | No
     return found
 
 
+def _inline_html(text: str) -> str:
+    """Escaped text with results.md's inline marks rendered: **bold** and `code`."""
+    import html as _html
+    import re as _re
+
+    text = _html.escape(text.strip())
+    text = _re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", text)
+    return _re.sub(r"`(.+?)`", r"<code>\1</code>", text)
+
+
 def _markdown_table_html(table: str) -> str:
-    """A pipe-table from results.md as an HTML table (Markdown is not rendered inside <details>)."""
+    """The pipe-tables and notes of a results.md section as HTML (Markdown is not rendered inside
+    <details>): each run of table lines its own table (fp16, then bf16), each other line a note."""
     import html as _html
 
-    lines = [line.strip() for line in table.strip().splitlines() if line.strip().startswith("|")]
-    notes = [line.strip() for line in table.strip().splitlines() if line.strip() and not line.strip().startswith("|")]
-    if len(lines) < 2:
+    blocks: list[tuple[str, list[str]]] = []  # ("table" | "note", lines)
+    for line in (ln.strip() for ln in table.strip().splitlines()):
+        if not line:
+            continue
+        kind = "table" if line.startswith("|") else "note"
+        if blocks and blocks[-1][0] == kind == "table":
+            blocks[-1][1].append(line)
+        else:
+            blocks.append((kind, [line]))
+    if not any(kind == "table" and len(lines) >= 2 for kind, lines in blocks):
         return f"<pre>{_html.escape(table)}</pre>"
-    cells = [[_html.escape(c.strip()) for c in line.strip("|").split("|")] for line in lines]
-    head, body = cells[0], cells[2:]
-    return ("".join(f"<p>{_html.escape(note)}</p>" for note in notes) + "<table><thead><tr>" + "".join(f"<th>{c}</th>" for c in head) + "</tr></thead><tbody>"
-            + "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in body) + "</tbody></table>")
+    out = []
+    for kind, lines in blocks:
+        if kind == "note" or len(lines) < 2:
+            out += [f"<p>{_inline_html(line)}</p>" for line in lines]
+            continue
+        cells = [[_inline_html(c) for c in line.strip("|").split("|")] for line in lines]
+        head, body = cells[0], cells[2:]  # cells[1] is the |---| rule
+        out.append("<table><thead><tr>" + "".join(f"<th>{c}</th>" for c in head) + "</tr></thead><tbody>"
+                   + "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in body)
+                   + "</tbody></table>")
+    return "".join(out)
 
 
 # ------------------------------------------------------------------------------ single numbers

@@ -1215,3 +1215,16 @@ def test_fp8_targets_speed_models_and_accuracy():
     assert accuracy["status"] == "MISSED" and "14 of 15 rows; worse: block M=1000" in accuracy["measured"]
     fewer = {x["target"]: x for x in report.targets({"fp8-moe": moe_rows[:10]})}["fp8-moe scaled_grouped_mm"]
     assert fewer["status"] == "MISSED"  # five models
+
+
+def test_committed_tables_render_as_tables_with_their_marks():
+    """A section with two tables (square: fp16 then bf16) becomes two HTML tables, not one whose
+    second header is a data row; **bold** and `code` render instead of showing their marks."""
+    from gemm_kernels import results
+
+    text = results.load_committed("square")["table"]
+    html = results._markdown_table_html(text)
+    assert html.count("<table>") == sum(line.startswith("|---") for line in text.splitlines()) == 2
+    assert "**" not in html and "`" not in html
+    assert "<b>1.00x</b>" in html and "<code>nvjet_" in html
+    assert "<td>case</td>" not in html  # no header row among the data

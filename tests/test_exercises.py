@@ -1198,3 +1198,39 @@ def test_my_matmul_in_column_major_order_is_refused():
     read from where each program's first store landed."""
     result = tiling.check_my_matmul(column_major_matmul)
     assert_wrong(result, "C is right, but your programs take the tiles in column-major", "row-major order")
+
+
+@triton.jit
+def column_grouped_with_tl_min(pid, num_pid_m, num_pid_n, GROUP_SIZE_N: tl.constexpr):
+    num_pid_in_group = GROUP_SIZE_N * num_pid_m
+    first_pid_n = (pid // num_pid_in_group) * GROUP_SIZE_N
+    group_size_n = tl.min(num_pid_n - first_pid_n, GROUP_SIZE_N)  # a reduction, not the smaller of two
+    pid_in_group = pid % num_pid_in_group
+    return pid_in_group // group_size_n, first_pid_n + pid_in_group % group_size_n
+
+
+def test_tl_min_of_two_values_is_named_as_the_reduction_it_is():
+    assert_wrong(ordering.check_column_grouped_triton(column_grouped_with_tl_min),
+                 "of column_grouped_with_tl_min: tl.min(x, axis) is a reduction", "tl.minimum(a, b)")
+
+
+def _walk_with_floor_division(shapes, block_m, block_n, num_programs, pid):
+    laid_out = []
+    for problem, (M, N) in enumerate(shapes):
+        num_pid_n = N // block_n
+        for local in range((M // block_m) * num_pid_n):
+            laid_out.append((problem, local // num_pid_n, local % num_pid_n))
+    return laid_out[pid::num_programs]
+
+
+def test_program_tiles_with_floor_division_names_the_partial_tiles():
+    assert_wrong(grouped_ex.check_program_tiles(_walk_with_floor_division),
+                 "partial tiles at the problems' edges are left out", "cdiv(M, block_m)")
+
+
+def test_hints_name_the_exercises_own_parameters():
+    """03's hint 3 said GROUP_SIZE where the exercise has GROUP_SIZE_N; 02's solution hint padded
+    and sliced where the exercise says "no slicing shortcuts"."""
+    assert "GROUP_SIZE_N" in ordering.check_column_grouped_triton.hint(3).text
+    assert "GROUP_SIZE " not in ordering.check_column_grouped_triton.hint(3).text
+    assert "pad" not in tiling.check_one_program.hint(3).text and "np.where" in tiling.check_one_program.hint(3).text

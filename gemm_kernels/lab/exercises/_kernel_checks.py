@@ -1249,7 +1249,40 @@ def _raised(title, raised: AnswerRaised | None, err, log, diagnose):
         return result
     if raised is None:
         raise err
+    lines += [f"diagnosis: {line}" for line in _safe(api_confusions, err, log)]
     return CheckResult(title, WRONG, _raised_text(raised), lines)
+
+
+#: tl functions a learner takes for another: (name, what the error says, the line that explains it)
+_CONFUSED = (
+    ("min", "axis", "tl.min(x, axis) is a reduction over an axis of one block; the smaller of two values is "
+                    "tl.minimum(a, b)"),
+    ("max", "axis", "tl.max(x, axis) is a reduction over an axis of one block; the larger of two values is "
+                    "tl.maximum(a, b)"),
+)
+
+
+def api_confusions(err, log) -> list[str]:
+    """Lines for a ``tl`` call in the learner's @triton.jit code that the error points at: two
+    values given to a reduction (``tl.min(a, b)`` for ``tl.minimum``)."""
+    text = str(err) + "".join(str(getattr(e, "args", "")) for e in (err.__cause__, err.__context__) if e)
+    found = []
+    for launch in (log.learner_launches() if log is not None else []):
+        for fn in [launch.kernel] * launch.learner_kernel + launch.learner_functions:
+            py = compat.jit_source_function(fn)
+            try:
+                tree = ast.parse(textwrap.dedent(inspect.getsource(py)))
+            except (OSError, TypeError, SyntaxError):
+                continue
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                        and isinstance(node.func.value, ast.Name) and node.func.value.id == "tl" \
+                        and len(node.args) == 2 and not node.keywords:
+                    for name, word, line in _CONFUSED:
+                        if node.func.attr == name and word in text:
+                            found.append(f"line {py.__code__.co_firstlineno + node.lineno - 1} of {py.__name__}: "
+                                         f"{line}")
+    return list(dict.fromkeys(found))
 
 
 def _raised_text(raised: AnswerRaised) -> str:

@@ -191,8 +191,13 @@ def check_program_tiles(program_tiles):
                 return [f"{case}: expected a list of (problem, pid_m, pid_n) triples, got {shown(answer)}"]
             if got != expected:
                 wrong.append((pid, expected, got))
+        floored = [(M - M % bm, N - N % bn) for M, N in shapes]  # what floor division counts: whole tiles only
         for pid, expected, got in wrong[:2]:
-            if got == _restarting_walk(shapes, bm, bn, programs, pid):
+            if floored != list(shapes) and got == program_tiles_ref(floored, bm, bn, programs, pid):
+                problems.append(f"{case}: program {pid}: the partial tiles at the problems' edges are left out: "
+                                "M // block_m counts whole tiles only; a problem has cdiv(M, block_m) * "
+                                "cdiv(N, block_n) tiles (triton.cdiv, or -(-M // block_m))")
+            elif got == _restarting_walk(shapes, bm, bn, programs, pid):
                 problems.append(f"{case}: program {pid}: your walk starts every problem again at program 0; the "
                                 "tiles are laid end to end, so a problem's first tile goes to program "
                                 "(its global index) % NUM_PROGRAMS")

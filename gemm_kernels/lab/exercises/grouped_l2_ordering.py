@@ -215,8 +215,8 @@ def _column_grouped_case(column_grouped_triton, num_pid_m, num_pid_n, group) -> 
     nudge="you wrote this mapping in Python already: what has to change for it to run inside a kernel?",
     approach="the same integer arithmetic on pid, num_pid_m and num_pid_n; Python's min becomes tl.minimum; return "
              "the pair (pid_m, pid_n). A tile outside the grid is stopped by the checked run, with its lanes drawn",
-    solution="in_group = GROUP_SIZE * num_pid_m; first_n = (pid // in_group) * GROUP_SIZE; "
-             "cols = tl.minimum(num_pid_n - first_n, GROUP_SIZE); pid_n = first_n + (pid % in_group) % cols; "
+    solution="in_group = GROUP_SIZE_N * num_pid_m; first_n = (pid // in_group) * GROUP_SIZE_N; "
+             "cols = tl.minimum(num_pid_n - first_n, GROUP_SIZE_N); pid_n = first_n + (pid % in_group) % cols; "
              "pid_m = (pid % in_group) // cols; return pid_m, pid_n"))
 def check_column_grouped_triton(column_grouped_triton):
     problems = []

@@ -45,8 +45,10 @@ def one_program_ref(A: np.ndarray, B: np.ndarray, pid: int, block_m: int, block_
     nudge="first find which tile program pid owns (row-major order), then think of the K loop one block at a time",
     approach="turn pid into (pid_m, pid_n); start a BLOCK_M x BLOCK_N zero accumulator; for each K block take the "
              "A and B blocks, with every element outside the matrices read as 0 (zero-pad them), and add their product",
-    solution="pid_m, pid_n = pid // cdiv(N, BLOCK_N), pid % cdiv(N, BLOCK_N); pad A and B with zeros to whole blocks; "
-             "acc = sum over k0 in range(0, K, BLOCK_K) of A_pad[rows, k0:k0+BLOCK_K] @ B_pad[k0:k0+BLOCK_K, cols]"))
+    solution="pid_m, pid_n = pid // cdiv(N, BLOCK_N), pid % cdiv(N, BLOCK_N); rows = pid_m * BLOCK_M + "
+             "np.arange(BLOCK_M), cols likewise; acc = zeros; for k in range(0, K, BLOCK_K): ks = k + "
+             "np.arange(BLOCK_K); a = np.where((rows[:, None] < M) & (ks[None, :] < K), A[np.minimum(rows, M - 1)][:, "
+             "np.minimum(ks, K - 1)], 0.0); b likewise with (ks, cols); acc += a @ b"))
 def check_one_program(one_program):
     problems = []
     rng = np.random.default_rng(2)
