@@ -99,9 +99,9 @@ test-gpu-smoke: $(GPU_DEPS)  ## before any change lands (<= 10 min, one GPU): ev
 
 test-gpu-notebooks: $(GPU_DEPS)  ## each notebook alone on the GPU, cold Triton cache, timed; then as learners' GPUs (T4, 8 GB RTX 30xx, RTX 40xx), pass/fail
 	$(GPU_PYTHON) -m gemm_kernels.bench.notebooks --json images/bench/notebook_times.json
-	$(GPU_PYTHON) -m gemm_kernels.bench.notebooks --jobs 3 --timeout 400 --arch sm_75 --memory-gb 15 --json images/bench/notebook_times_sm75.json
-	$(GPU_PYTHON) -m gemm_kernels.bench.notebooks --jobs 3 --timeout 400 --arch sm_86 --memory-gb 8 --json images/bench/notebook_times_sm86.json
-	$(GPU_PYTHON) -m gemm_kernels.bench.notebooks --jobs 3 --timeout 400 --arch sm_89 --json images/bench/notebook_times_sm89.json
+	$(GPU_PYTHON) -m gemm_kernels.bench.notebooks --jobs 3 --timeout 300 --arch sm_75 --memory-gb 15 --json images/bench/notebook_times_sm75.json
+	$(GPU_PYTHON) -m gemm_kernels.bench.notebooks --jobs 3 --timeout 300 --arch sm_86 --memory-gb 8 --json images/bench/notebook_times_sm86.json
+	$(GPU_PYTHON) -m gemm_kernels.bench.notebooks --jobs 3 --timeout 300 --arch sm_89 --json images/bench/notebook_times_sm89.json
 
 sanitize: $(STAMP)  ## every kernel on ragged shapes under compute-sanitizer memcheck (needs a CUDA GPU)
 	GEMM_KERNELS_AUTOTUNE=0 compute-sanitizer --tool memcheck --error-exitcode 1 $(BIN)/python tests/sanitize_kernels.py
