@@ -97,13 +97,18 @@ def answer_cell(nb, title: str) -> tuple[int, str]:
 
 def wrong_answer(nb, namespace: dict, title: str):
     """The answer with :data:`MISTAKES`' mistake, defined in a copy of the notebook's namespace."""
-    old, new = MISTAKES[title]
+    return edited_answer(nb, namespace, title, *MISTAKES[title])
+
+
+def edited_answer(nb, namespace: dict, title: str, old: str, new: str, label: str = "mistake"):
+    """The answer check_<title> is given, from its cell with ``old`` replaced by ``new`` (every
+    occurrence), defined in a copy of the notebook's namespace."""
     index, name = answer_cell(nb, title)
     source = nb.cells[index].source
     if old not in source:
-        raise LookupError(f"the answer cell of {title} no longer holds {old!r}: update tests/_mistakes.py")
+        raise LookupError(f"the answer cell of {title} no longer holds {old!r}: update the test's edit")
     mutated = source.replace(old, new)
-    filename = f"<mistake {title}>"
+    filename = f"<{label} {title} {abs(hash((old, new))) % 10**8}>"
     linecache.cache[filename] = (len(mutated), None, mutated.splitlines(keepends=True), filename)
     scope = copy.copy(namespace)
     exec(compile(ast.parse(mutated, filename), filename, "exec"), scope)  # noqa: S102  (our notebooks' cells)
