@@ -86,6 +86,10 @@ MISTAKES = [
      "row_end = tl.load(offs_ptr + expert + 1)", "the next expert's end"),
     ("07_moe_grouped_mm", "expert_rows_kernel", "w_ptr + expert * stride_we + ", "w_ptr + ",
      "every expert multiplies expert 0's weights"),
+    pytest.param("07_moe_grouped_mm", "expert_rows_kernel", "mask=expert > 0, other=0)", "mask=expert > 0)",
+                 "expert 0's start from a masked load with no other=: undefined on a GPU",
+                 marks=pytest.mark.xfail(strict=True, reason="the interpreter gives masked-off lanes 0, so the check "
+                                                             "sees the right start (issue 47, a newcomer's read)")),
     # 09: the weight gradient's work and lookup
     ("09_moe_training", "wgrad_work", "[tiles_per_expert] * len(counts)",
      "[tiles_per_expert if c else 0 for c in counts]", "no tiles for an empty expert (its gradient must be zeroed)"),
