@@ -107,6 +107,36 @@ def test_masked_off_lanes_may_hold_any_address():
 
 
 @triton.jit
+def loads_without_other(x_ptr, offs_ptr, out_ptr, start_out_ptr, n, BLOCK: tl.constexpr, GIVE_OTHER: tl.constexpr):
+    offsets = tl.arange(0, BLOCK)
+    if GIVE_OTHER:
+        x = tl.load(x_ptr + offsets, mask=offsets < n, other=0.0)
+        start = tl.load(offs_ptr + tl.program_id(0) - 1, mask=tl.program_id(0) > 0, other=0)
+    else:
+        x = tl.load(x_ptr + offsets, mask=offsets < n)
+        start = tl.load(offs_ptr + tl.program_id(0) - 1, mask=tl.program_id(0) > 0)
+    tl.store(out_ptr + offsets, x)
+    tl.store(start_out_ptr + tl.program_id(0), start)
+
+
+def test_a_masked_load_without_other_reads_what_a_gpu_leaves_undefined():
+    """Masked-off lanes of a load with no other= are undefined on a GPU: a checked run gives them
+    NaN (floats) or 0x5A bytes (ints), the scalar load too, and logs the learner's line; other=0
+    (a block or a scalar, which the interpreter's builder sees as no other at all) gives 0."""
+    x, offs = torch.arange(6, dtype=torch.float32), torch.tensor([7, 9], dtype=torch.int32)
+    for give_other in (True, False):
+        out, starts, log = torch.zeros(8), torch.zeros(2, dtype=torch.int32), []
+        gk.run_checked(loads_without_other, (2,), x, offs, out, starts, 6, BLOCK=8, GIVE_OTHER=give_other,
+                       undefined_log=log)
+        assert torch.equal(out[:6], x) and starts[1] == 7
+        if give_other:
+            assert out[6:].tolist() == [0.0, 0.0] and starts[0] == 0 and log == []
+        else:
+            assert out[6:].isnan().all() and starts[0] == 0x5A5A5A5A
+            assert [site.split(" of ")[1] for site in log] == ["loads_without_other"] * 2
+
+
+@triton.jit
 def through_pointer_array(ptrs, out_ptr, n, BLOCK: tl.constexpr):
     p = tl.load(ptrs + tl.program_id(0)).to(tl.pointer_type(tl.float32))
     offsets = tl.arange(0, BLOCK)

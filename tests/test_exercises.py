@@ -551,15 +551,15 @@ def _share(pid, num_tiles, k_tiles, num_programs, sk_tiles):
 
 def test_streamk_share_handed_out_from_program_0_up():
     result = streamk_ex.check_streamk_share(lambda pid, nt, kt, p, sk: _share(p - 1 - pid, nt, kt, p, sk))
-    assert_wrong(result, "6 tiles of 8 K iterations, 4 programs, sk_tiles=2: program 0: expected tile 5: K 4..7; "
-                 "got tile 4: K 0..3", "handed out from the *last* program down")
+    assert_wrong(result, "6 tiles of 8 K iterations, 4 programs, sk_tiles=2: program 0: expected (5, 4, 8); "
+                 "got (4, 0, 4)", "handed out from the *last* program down")
 
 
 def test_streamk_share_numbering_split_tiles_from_zero():
     def from_zero(pid, nt, kt, p, sk):
         return [(t - (nt - sk), k0, k1) for t, k0, k1 in _share(pid, nt, kt, p, sk)]
 
-    assert_wrong(streamk_ex.check_streamk_share(from_zero), "program 0: expected tile 5: K 4..7; got tile 1: K 4..7",
+    assert_wrong(streamk_ex.check_streamk_share(from_zero), "program 0: expected (5, 4, 8); got (1, 4, 8)",
                  "tile numbers start at 4")
 
 
@@ -570,8 +570,8 @@ def test_streamk_share_not_cut_at_the_tile_edge():
         return [(nt - sk + it // kt, it % kt, it % kt + end - it)] if end > it else []
 
     result = streamk_ex.check_streamk_share(uncut)
-    assert_wrong(result, "32 tiles of 128 K iterations, 132 programs, sk_tiles=32: program 4: expected tile 30: "
-                 "K 100..127, tile 31: K 0..2; got tile 30: K 100..130", "every segment lies inside one tile")
+    assert_wrong(result, "32 tiles of 128 K iterations, 132 programs, sk_tiles=32: program 4: expected (30, 100, 128), "
+                 "(31, 0, 3); got (30, 100, 131)", "every segment lies inside one tile")
     assert "6 tiles of 8" not in str(result)  # shares of 4 there never cross a tile edge
 
 
@@ -601,8 +601,9 @@ def streamk_loop_variant(a_ptr, b_ptr, c_ptr, partial_ptr, flag_ptr, trace_ptr, 
             k_end = k_tiles + 0 * it
         else:
             k_end = tl.minimum(k_tiles, k_first + (end - it))
+        tile = t if MISTAKE == "split tiles from 0" else dp_tiles + t
         streamk_ex.run_segment(a_ptr, b_ptr, c_ptr, partial_ptr, flag_ptr, trace_ptr, M, N, K, sk_tiles,
-                               dp_tiles + t, k_first, k_end, NUM_PROGRAMS, BLOCK_M, BLOCK_N, BLOCK_K)
+                               tile, k_first, k_end, NUM_PROGRAMS, BLOCK_M, BLOCK_N, BLOCK_K)
         if MISTAKE != "never moves on":
             it += k_end - k_first
 
@@ -620,14 +621,43 @@ def test_streamk_loop_that_never_moves_on_is_stopped_and_drawn():
 
 def test_streamk_loop_running_to_the_tiles_end_names_the_programs():
     assert_wrong(streamk_ex.check_streamk_loop(_Bound(streamk_loop_variant, MISTAKE="to the tile's end")),
-                 "M=40, N=20, K=72: 6 tiles of 5 K iterations, 4 programs, sk_tiles=2: program 1 ran tile 1: K 0..4, "
-                 "tile 5: K 0..4; expected tile 1: K 0..4, tile 5: K 0..1")
+                 "M=40, N=20, K=72: 6 tiles of 5 K iterations, 4 programs, sk_tiles=2: program 1 ran (tile, k_first, "
+                 "k_end) (1, 0, 5), (5, 0, 5); expected (1, 0, 5), (5, 0, 2)")
+
+
+def test_streamk_loop_split_tiles_numbered_from_0_is_named_first():
+    result = streamk_ex.check_streamk_loop(_Bound(streamk_loop_variant, MISTAKE="split tiles from 0"))
+    assert_wrong(result, "a Stream-K segment ran on tile 0 (K iterations 0 to 1), one of the 4 data-parallel tiles",
+                 "the t-th split tile is tile dp_tiles + t")
+    assert str(result).index("dp_tiles + t") < str(result).index("program 0 ran")
 
 
 def test_streamk_loop_from_program_0_up_names_the_programs():
     assert_wrong(streamk_ex.check_streamk_loop(_Bound(streamk_loop_variant, MISTAKE="from program 0 up")),
-                 "sk_tiles=2: program 0 ran tile 0: K 0..4, tile 4: K 0..1; expected tile 0: K 0..4, tile 5: K 2..4",
+                 "sk_tiles=2: program 0 ran (tile, k_first, k_end) (0, 0, 5), (4, 0, 2); expected (0, 0, 5), (5, 2, 5)",
                  "each program ran the Stream-K share of program NUM_PROGRAMS - 1 - pid")
+
+
+def test_streamk_share_one_short_k_end_is_named():
+    def inclusive(pid, nt, kt, p, sk):
+        return [(t, k0, k1 - 1) for t, k0, k1 in _share(pid, nt, kt, p, sk)]
+
+    result = streamk_ex.check_streamk_share(inclusive)
+    assert_wrong(result, "expected (5, 4, 8); got (5, 4, 7)", "each k_end is one short")
+    assert "runs 4 iterations" not in str(result)  # not blamed on the share
+
+
+def test_streamk_share_one_segment_too_many_shows_no_false_more():
+    result = streamk_ex.check_streamk_share(lambda *a: _share(*a) + _share(*a)[-1:])
+    assert_wrong(result, "got (5, 4, 8), (5, 4, 8) (program 0 runs 4 iterations")
+    assert "more)" not in str(result)  # every segment the answer has is shown
+
+
+def test_streamk_share_an_endless_answer_says_perhaps_more():
+    import itertools
+
+    result = streamk_ex.check_streamk_share(lambda *a: itertools.repeat((5, 4, 8)))
+    assert_wrong(result, "(5, 4, 8), (5, 4, 8), ... (perhaps more)")
 
 
 # ----------------------------------------------------------------------------- notebook 06

@@ -3,9 +3,8 @@ least tried): plausible mistakes that must be refused, and right answers in anot
 loops, ``tl.where`` for a mask, other names) that must be accepted.  Each is the notebook's own
 solution cell with one edit (``tests/_mistakes.py``'s ``edited_answer``), checked on the CPU.
 
-A check that misjudges one is a defect: it is marked ``xfail(strict=True)`` with the reason, so
-the corpus stays honest about what the checks do today and a fix turns the mark into a failure
-to remove."""
+A check that misjudges one is a defect (mark it ``xfail(strict=True)`` with the reason until
+it is fixed, so the corpus stays honest about what the checks do today)."""
 
 from __future__ import annotations
 
@@ -20,10 +19,6 @@ from gemm_kernels.lab.student import exercise_results
 from _mistakes import edited_answer
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
-
-#: defects found by this corpus, not fixed yet (a check calls these wrong answers right)
-_SQUARE_BLOCKS = pytest.mark.xfail(strict=True, reason="the check's cases use square blocks only (BLOCK_M == BLOCK_N), "
-                                                       "so BLOCK_M for BLOCK_N is not seen (issue 47)")
 
 # (notebook, check title, old, new, why): each must be refused
 MISTAKES = [
@@ -56,13 +51,12 @@ MISTAKES = [
      "return laid_out[pid * num_programs:(pid + 1) * num_programs]", "contiguous chunks, not every N-th tile"),
     ("06_grouped_gemm", "program_tiles", "laid_out.append((problem, local // num_pid_n, local % num_pid_n))",
      "laid_out.append((problem, local % num_pid_n, local // num_pid_n))", "pid_m and pid_n swapped"),
-    pytest.param("06_grouped_gemm", "program_tiles", "num_pid_n = triton.cdiv(N, block_n)",
-                 "num_pid_n = triton.cdiv(N, block_m)", "BLOCK_M for BLOCK_N", marks=_SQUARE_BLOCKS),
+    ("06_grouped_gemm", "program_tiles", "num_pid_n = triton.cdiv(N, block_n)",
+     "num_pid_n = triton.cdiv(N, block_m)", "BLOCK_M for BLOCK_N"),
     ("06_grouped_gemm", "program_tiles", "for problem, (M, N) in enumerate(shapes):",
      "for problem, (M, N) in enumerate(s for s in shapes if s[0] > 0):", "empty problems dropped, the rest renumbered"),
-    pytest.param("06_grouped_gemm", "find_tile", "num_pid_n = tl.cdiv(tl.load(sizes_ptr + 3 * problem + 1), BLOCK_N)",
-                 "num_pid_n = tl.cdiv(tl.load(sizes_ptr + 3 * problem + 1), BLOCK_M)", "BLOCK_M for BLOCK_N",
-                 marks=_SQUARE_BLOCKS),
+    ("06_grouped_gemm", "find_tile", "num_pid_n = tl.cdiv(tl.load(sizes_ptr + 3 * problem + 1), BLOCK_N)",
+     "num_pid_n = tl.cdiv(tl.load(sizes_ptr + 3 * problem + 1), BLOCK_M)", "BLOCK_M for BLOCK_N"),
     ("06_grouped_gemm", "find_tile", "tl.load(sizes_ptr + 3 * problem + 1)", "tl.load(sizes_ptr + 3 * problem)",
      "M read for N"),
     ("06_grouped_gemm", "find_tile", "return problem, local // num_pid_n, local % num_pid_n",
@@ -86,10 +80,8 @@ MISTAKES = [
      "row_end = tl.load(offs_ptr + expert + 1)", "the next expert's end"),
     ("07_moe_grouped_mm", "expert_rows_kernel", "w_ptr + expert * stride_we + ", "w_ptr + ",
      "every expert multiplies expert 0's weights"),
-    pytest.param("07_moe_grouped_mm", "expert_rows_kernel", "mask=expert > 0, other=0)", "mask=expert > 0)",
-                 "expert 0's start from a masked load with no other=: undefined on a GPU",
-                 marks=pytest.mark.xfail(strict=True, reason="the interpreter gives masked-off lanes 0, so the check "
-                                                             "sees the right start (issue 47, a newcomer's read)")),
+    ("07_moe_grouped_mm", "expert_rows_kernel", "mask=expert > 0, other=0)", "mask=expert > 0)",
+     "expert 0's start from a masked load with no other=: undefined on a GPU"),
     # 09: the weight gradient's work and lookup
     ("09_moe_training", "wgrad_work", "[tiles_per_expert] * len(counts)",
      "[tiles_per_expert if c else 0 for c in counts]", "no tiles for an empty expert (its gradient must be zeroed)"),

@@ -34,6 +34,7 @@ brings z3, pyarrow, flask and cairo, too heavy for a teaching install.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import inspect
 import linecache
 import math
@@ -348,7 +349,7 @@ def _bind(kernel, args, kwargs) -> inspect.BoundArguments:
 
 
 def run_checked(kernel, grid, *args, reachable: Sequence[torch.Tensor] | dict = (), store_log: list | None = None,
-                **kwargs) -> None:
+                undefined_log: list | None = None, **kwargs) -> None:
     """``kernel[grid](*args, **kwargs)`` in the interpreter, every load and store checked first.
 
     ``kernel``: a ``@triton.jit`` function.  ``grid``: 1 to 3 positive ints, or a function of the
@@ -357,6 +358,9 @@ def run_checked(kernel, grid, *args, reachable: Sequence[torch.Tensor] | dict = 
     ``{name: tensor}`` dict.  Launch options (``num_warps=...``) are accepted and ignored.
     ``store_log``: a list that gets ``(program id, tensor name, element offset)`` of the first lane
     of every store (which program wrote where: a check reads the launch order from it).
+    ``undefined_log``: a list that gets the learner's lines whose masked load has no ``other=``;
+    such a load's masked-off lanes read NaN (floats) or 0x5A bytes here, as a GPU leaves them
+    undefined.
 
     Raises :class:`OutOfBounds` before an access outside its tensor; TypeError/ValueError for a
     non-kernel, arguments that do not fit its parameters, or a bad grid; an exception raised by the
@@ -390,14 +394,14 @@ def run_checked(kernel, grid, *args, reachable: Sequence[torch.Tensor] | dict = 
     helpers = [fn.__name__ for fn in map(compat.jit_source_function, named.values())
                if fn is not None and watchdog.learner_file(fn.__code__.co_filename)]
     monitor = _Monitor(builder, regions, _kernel_name(kernel), grid3, sys._getframe(), helpers, host)
-    monitor.store_log = store_log
+    monitor.store_log, monitor.undefined_log = store_log, undefined_log
     try:
         # one interpreted launch at a time (the builder holds the program id); the monitor acts in
         # this thread only, so other threads' launches (queued on the lock) run unchecked; the
         # watchdog's line tracing is off in here (it would double the time): the monitor meters
         # the kernel by its operations instead
-        with compat.interpreting(), _MONITORS.active(monitor), _CALLS.active(monitor), watchdog.suspended(), \
-                _kernel_deadline(monitor):
+        with compat.interpreting(), _MONITORS.active(monitor), _CALLS.active(monitor), _LOADS.active(monitor), \
+                watchdog.suspended(), _kernel_deadline(monitor):
             twin.run(grid=grid3, warmup=False, **cpu_named)
     except interpreter_error as err:
         cause = err
@@ -502,6 +506,8 @@ class _Monitor:
         self.builder, self.regions, self.kernel = builder, regions, kernel
         self.host = host  # the launch's CPU twins: device addresses loaded from memory are moved onto them
         self.store_log: list | None = None  # (program, tensor, element offset) of each store's first lane, if asked
+        self.undefined_log: list | None = None  # the learner's lines whose masked load has no other=, if asked
+        self.no_other = False  # inside a tl.load given a mask and no other= (the builder cannot tell: see _LOADS)
         self.learner_functions = list(learner_functions)  # the learner's @triton.jit helpers a check's kernel calls
         self.by_start: dict[int, tuple] = {}
         for i, r in enumerate(regions):
@@ -634,6 +640,32 @@ class _Monitor:
         if kind == "store" and self.store_log is not None:
             self._log_store(addr, active, candidates, nbytes)
 
+    def undefined_lanes(self, ptrs):
+        """What a masked load with no ``other=`` gives its masked-off lanes here: NaN for floats,
+        the bytes 0x5A for integers.  A GPU leaves them undefined (Triton's docs); the
+        interpreter's zeros would let an answer that relies on them pass.  The learner's line is
+        kept in ``undefined_log`` for the check's diagnosis."""
+        from triton.runtime.interpreter import TensorHandle, _get_np_dtype
+
+        element = ptrs.get_element_ty()
+        np_dtype = np.dtype(_get_np_dtype(element))
+        shape = ptrs.data.shape
+        if element.is_floating() and np_dtype.kind == "f":
+            data = np.full(shape, np.nan, np_dtype)
+        elif element.is_floating():  # bf16 and the fp8 formats, held as their bits: a NaN pattern
+            data = np.full(shape, {1: 0x7F, 2: 0x7FC0}[np_dtype.itemsize], np_dtype)
+        elif np_dtype.kind == "b":
+            data = np.ones(shape, np_dtype)
+        else:
+            data = np.full(shape + (np_dtype.itemsize,), 0x5A, np.uint8).view(np_dtype).reshape(shape)
+        if self.undefined_log is not None:
+            (filename, line, function), extra = _access_site(self.kernel, self.outer)
+            if filename is not None and extra.get("learner", True):
+                site = f"line {line} of {function}"
+                if site not in self.undefined_log:
+                    self.undefined_log.append(site)
+        return TensorHandle(data, element)
+
     def _log_store(self, addr, active, candidates, nbytes) -> None:
         """(program id, tensor name, element offset) of the first lane this store writes."""
         first = int(addr[tuple(np.argwhere(active)[0])]) if addr.ndim else int(addr)
@@ -675,6 +707,8 @@ class _Monitor:
 
         def masked_load(original, ptrs, mask, other, *rest, **kw):
             monitor.check("load", ptrs, mask.data)
+            if monitor.no_other and not np.all(mask.data):
+                other = monitor.undefined_lanes(ptrs)
             return original(ptrs, mask, other, *rest, **kw)
 
         def masked_store(original, ptrs, value, mask, *rest, **kw):
@@ -833,6 +867,25 @@ def _guarded_call(original):
 #: ``InterpretedFunction.__call__`` (a ``@triton.jit`` helper called from an interpreted kernel),
 #: counting how deep each helper calls itself, in the thread of a checked run only
 _CALLS = compat.ThreadLocalPatch(lambda: compat.interpreter_internals()[1], {"__call__": _guarded_call})
+
+
+def _semantic_load(original):
+    def load(semantic, ptr, mask=None, other=None, *rest, **kwargs):
+        monitor = _MONITORS.current()
+        if monitor is None or mask is None or other is not None:
+            return original(semantic, ptr, mask, other, *rest, **kwargs)
+        monitor.no_other = True
+        try:
+            return original(semantic, ptr, mask, other, *rest, **kwargs)
+        finally:
+            monitor.no_other = False
+    return load
+
+
+#: ``tl.load``'s semantic step, in the thread of a checked run only: it says whether the load was
+#: given ``other=`` (the interpreter's builder gets None for a scalar ``other=0`` as well)
+_LOADS = compat.ThreadLocalPatch(lambda: importlib.import_module("triton.language.semantic").TritonSemantic,
+                                 {"load": _semantic_load})
 
 
 def _is_pointer(handle) -> bool:

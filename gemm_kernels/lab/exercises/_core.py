@@ -577,6 +577,13 @@ class AnswerItems(list):
             return f"{self.length:,}"
         return f"more than {len(self) - 1}" if self.more else str(len(self))
 
+    def unread_text(self) -> str:
+        """``", ... (N more)"`` after the items shown, when the answer has items that were not read
+        (``", ... (perhaps more)"`` when its length is unknown); empty when every item was read."""
+        if self.length is not None:
+            return f", ... ({self.length - len(self):,} more)" if self.length > len(self) else ""
+        return ", ... (perhaps more)" if self.more else ""
+
     def mapped(self, fn) -> AnswerItems:
         """``fn`` of every item, keeping what is known of the answer's length."""
         out = AnswerItems(fn(item) for item in self)

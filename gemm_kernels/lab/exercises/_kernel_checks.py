@@ -151,6 +151,8 @@ class Launch:
     options: dict
     #: (program id, tensor name, element offset) of each store's first lane, as the checked run saw it
     stores: list = field(default_factory=list)
+    #: the learner's lines whose masked load has no ``other=`` and masked-off lanes (undefined on a GPU)
+    undefined: list = field(default_factory=list)
 
     @property
     def learner_kernel(self) -> bool:
@@ -241,7 +243,8 @@ class recording:
             return None
         with np.errstate(all="ignore"):  # numpy's overflow warnings from the interpreter: the check says what is wrong
             return run_checked(kernel, grid, *args, reachable=self.reachable,
-                               store_log=launch.stores if launch is not None else None, **kwargs)
+                               store_log=launch.stores if launch is not None else None,
+                               undefined_log=launch.undefined if launch is not None else None, **kwargs)
 
     def __enter__(self) -> LaunchLog:
         if self.log is None:
@@ -1227,12 +1230,23 @@ def _run_on_gpu(gpu_case, answer) -> list[str]:
 
 
 def _diagnoses(diagnose, log, failure) -> list[str]:
+    lines = [f"diagnosis: {line}" for line in undefined_loads(log)]
     if diagnose is None:
-        return []
+        return lines
     try:
-        return [f"diagnosis: {line}" for line in diagnose(log, failure) or []]
+        return [f"diagnosis: {line}" for line in diagnose(log, failure) or []] + lines
     except Exception:  # noqa: BLE001  (a diagnosis is a bonus: never the reason a check fails)
-        return []
+        return lines
+
+
+def undefined_loads(log) -> list[str]:
+    """A line per load of the learner's whose mask left lanes off with no ``other=``: a GPU gives
+    those lanes no defined value, so the checked run gave them NaN (or 0x5A bytes)."""
+    sites = dict.fromkeys(site for launch in (log.learner_launches() if log is not None else [])
+                          for site in launch.undefined)
+    return [f"{site}: a masked load with no other= leaves its masked-off lanes undefined on a GPU (the check "
+            "reads NaN, or 0x5A bytes for integers, there); if those values are used, give other=0 (or the value "
+            "they should have)" for site in sites]
 
 
 def _raised(title, raised: AnswerRaised | None, err, log, diagnose):

@@ -130,13 +130,14 @@ def _views(group_a, group_b, group_c) -> dict:
 
 # ----------------------------------------------------------------------------- exercise 2
 #: (problem shapes (M, N), BLOCK_M, BLOCK_N, NUM_PROGRAMS): the seed tutorial's first table in
-#: 128-tiles on 16 programs, ragged problems with an empty one, one problem, many small ones
+#: 128-tiles on 16 programs, ragged problems with an empty one in the middle, one problem, many
+#: small ones; blocks that are not square, both ways, so BLOCK_M taken for BLOCK_N shows
 WALK_CASES = [
     ([(128, 128), (256, 256), (512, 512), (1024, 1024)], 128, 128, 16),
-    ([(40, 64), (0, 32), (64, 50), (20, 36)], 32, 32, 4),
+    ([(40, 64), (0, 32), (64, 50), (20, 36)], 32, 16, 4),
     ([(100, 100)], 32, 32, 3),
     ([(32, 32)] * 10, 32, 32, 4),
-    ([(96, 64), (32, 160)], 32, 32, 5),
+    ([(96, 64), (32, 160)], 16, 64, 5),
 ]
 
 
@@ -214,8 +215,9 @@ def check_program_tiles(program_tiles):
 
 
 # ----------------------------------------------------------------------------- exercise 3: the lookup inside the kernel
-#: block sizes of the grouped kernel the learner's lookup runs in
-LOOKUP_BLOCKS = {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16}
+#: block sizes of the grouped kernel the learner's lookup runs in (not square: BLOCK_M taken for
+#: BLOCK_N shows)
+LOOKUP_BLOCKS = {"BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 16}
 
 
 @triton.jit

@@ -27,10 +27,11 @@ from ._core import Hints, call, compare_arrays, read_items, shown
 
 
 def _segments_text(segments) -> str:
-    """[(tile, k_first, k_end), ...] as 'tile 4: K 0..2, tile 5: K 0..7' (K ranges inclusive)."""
+    """[(tile, k_first, k_end), ...] as '(4, 0, 3), (5, 0, 8)': the triples the learner returns
+    (k_end one past the last iteration), so an off-by-one shows as it was written."""
     if not segments:
         return "none"
-    return ", ".join(f"tile {t}: K {k0}..{k1 - 1}" for t, k0, k1 in segments)
+    return ", ".join(f"({t}, {k0}, {k1})" for t, k0, k1 in segments)
 
 
 @kc.reference
@@ -79,6 +80,9 @@ def _why_share(got, expected, pid, num_tiles, k_tiles, num_programs, sk_tiles) -
                 "higher pid than the ones it waits for)")
     if dp_tiles and got == [(t - dp_tiles, k0, k1) for t, k0, k1 in expected]:
         return f" (the split tiles come after the {dp_tiles} data-parallel ones: tile numbers start at {dp_tiles})"
+    if len(got) == len(expected) and got == [(t, k0, k1 - 1) for t, k0, k1 in expected]:
+        return (" (each k_end is one short: k_end is one past the segment's last iteration, as in "
+                "range(k_first, k_end), so a whole tile is (tile, 0, k_tiles))")
     if any(k1 > k_tiles or k0 < 0 or k1 <= k0 for _, k0, k1 in got):
         return f" (every segment lies inside one tile: 0 <= k_first < k_end <= k_tiles = {k_tiles})"
     total = sum(k1 - k0 for _, k0, k1 in expected)
@@ -122,7 +126,7 @@ def check_streamk_share(streamk_share):
             if wrong <= 2:
                 why = _why_share(got, expected, pid, num_tiles, k_tiles, num_programs, sk_tiles)
                 problems.append(f"{case}: program {pid}: expected {_segments_text(expected)}; "
-                                f"got {_segments_text(got)}{', ... (more)' if got.more else ''}{why}")
+                                f"got {_segments_text(got)}{got.unread_text()}{why}")
         if wrong > 2:
             problems.append(f"{case}: {wrong - 2} more programs with the wrong share")
         if problems:
@@ -230,8 +234,15 @@ def compare_segments(trace: np.ndarray, expected: np.ndarray, num_programs: int,
         rows = table[dp_tiles:] if split_only else table
         return [tuple(r[1:]) for r in rows.tolist() if r[0] == p]
 
-    lines = [f"{case}: program {p} ran {_segments_text(pieces(trace, p))}; expected {_segments_text(pieces(expected, p))}"
+    lines = [f"{case}: program {p} ran (tile, k_first, k_end) {_segments_text(pieces(trace, p))}; expected "
+             f"{_segments_text(pieces(expected, p))}"
              for p in range(num_programs) if pieces(trace, p) != pieces(expected, p)]
+    k_tiles = max((int(r[3]) for r in expected.tolist()), default=0)
+    split_as_dp = [r for r in trace[:dp_tiles].tolist() if r[0] >= 0 and (r[2] > 0 or r[3] < k_tiles)]
+    if lines and split_as_dp:  # a Stream-K segment recorded in a data-parallel tile's row: its tile number is low
+        lines = [f"{case}: a Stream-K segment ran on tile {split_as_dp[0][1]} (K iterations {split_as_dp[0][2]} "
+                 f"to {split_as_dp[0][3] - 1}), one of the {dp_tiles} data-parallel tiles: the split tiles come "
+                 "after them, so the t-th split tile is tile dp_tiles + t"] + lines[:3]
     reversed_shares = num_programs > 1 and all(
         pieces(trace, p, True) == pieces(expected, num_programs - 1 - p, True) for p in range(num_programs))
     if lines and reversed_shares:
