@@ -14,8 +14,8 @@ Suites (``--suite``, comma-separated or ``all``):
   Mistral-Small-24B and DeepSeek-V3, ``x @ W^T``, fp16 and bf16, with the cuBLAS kernel's name.
 
 Every cell is checked against a float64 reference once and, on a CUDA GPU, timed (``do_bench``
-median: CUDA events around each call, an L2-flushing write queued before it, so host time shows
-only where it outlasts that write; ``stream-k`` replays CUDA graphs) and the vendor baseline's
+median: CUDA events around each call, an L2-flushing write queued before it, which hides host
+time only up to about a 60 µs wait, notebook 09b; ``stream-k`` replays CUDA graphs) and the vendor baseline's
 kernel named (``torch.profiler``).  Outputs in ``--out`` (default ``bench-results/``): CSV, plot,
 ``results.md``, ``meta.json``; ``--commit`` copies them to ``images/bench/``, ``--publish DIR...``
 copies (and merges the ``--shard I/N`` parts of) earlier runs there; ``--resume`` continues a run
