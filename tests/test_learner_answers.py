@@ -173,6 +173,32 @@ def books():
     return lambda name: cache.setdefault(name, _Book(name))
 
 
+#: (notebook, check title, old, new, what the feedback must say, what it must not): mistakes whose
+#: feedback once pointed at another cause (issue 47)
+FEEDBACK = [
+    ("05b_stream_k", "streamk_loop", "dp_tiles + t, k_first", "t, k_first",
+     "the t-th split tile is tile dp_tiles + t", None),
+    ("05b_stream_k", "streamk_share", "segments.append((num_tiles - sk_tiles + t, k_first, k_end))",
+     "segments.append((num_tiles - sk_tiles + t, k_first, k_end - 1))", "each k_end is one short", "runs 4 iterations"),
+    ("06_grouped_gemm", "program_tiles", "laid_out.append((problem, local // num_pid_n, local % num_pid_n))",
+     "laid_out.append((problem, local % triton.cdiv(M, block_m), local // triton.cdiv(M, block_m)))",
+     "numbered down the columns (column-major)", None),
+    ("07_moe_grouped_mm", "tiles_per_expert", "triton.cdiv(c, block_m) * triton.cdiv(N, block_n)",
+     "triton.cdiv(c, block_m)", "only the tile rows are counted", "rounded down"),
+    ("07_moe_grouped_mm", "expert_rows_kernel", "mask = (rows[:, None] < row_end) & (cols[None, :] < N)",
+     "mask = (cols[None, :] < N) & (rows[:, None] >= 0)", "row_end = offs[expert]", "rows[:, None] < 60"),
+    ("07_moe_grouped_mm", "expert_rows_kernel", "mask=expert > 0, other=0)", "mask=expert > 0)",
+     "right only if masked-off lanes read 0: line 8 of moe_tile_kernel", None),
+    ("10_fp8", "block_scaled_loop", "kb = ki * BLOCK_K // 128", "kb = ki", "kb = ki * BLOCK_K // 128, not ki",
+     "need the mask"),
+    ("10_fp8", "block_scaled_loop", "(offs_n // 128) * stride_sbn, mask=offs_n < N, other=0.0)",
+     "(offs_n // 128) * stride_sbn)", "need the mask (offs_n < N)", "not ki"),
+    ("01_pointer_arithmetic", "transpose", "tl.store(out_ptr + cols[None, :] * stride_om + rows[:, None] * stride_on",
+     "tl.store(out_ptr + rows[:, None] * stride_om + cols[None, :] * stride_on", "x[i, j] goes to out[j, i]",
+     "masked load with no other="),
+]
+
+
 def _check(notebook: str, title: str):
     module = importlib.import_module(f"gemm_kernels.lab.exercises.{notebook.split('_', 1)[1]}")
     return getattr(module, f"check_{title}")
@@ -202,3 +228,12 @@ def test_a_right_answer_in_another_style_is_accepted(books, notebook, title, old
     book = books(notebook)
     result = _check(notebook, title)(edited_answer(book.nb, book.namespace, title, old, new, label="variant"))
     assert result.status == CORRECT, f"{style}: {result}"
+
+
+@pytest.mark.parametrize("notebook, title, old, new, says, never", FEEDBACK,
+                         ids=[f"{row[0][:3].rstrip('_')}-{row[1]}-{n}" for n, row in enumerate(FEEDBACK)])
+def test_the_feedback_names_the_mistake(books, notebook, title, old, new, says, never):
+    book = books(notebook)
+    result = _check(notebook, title)(edited_answer(book.nb, book.namespace, title, old, new))
+    assert result.status == WRONG and says in str(result), str(result)
+    assert never is None or never not in str(result), str(result)

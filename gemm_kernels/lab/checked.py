@@ -40,6 +40,7 @@ import linecache
 import math
 import numbers
 import sys
+import threading
 import time
 import types
 from collections.abc import Mapping, Sequence
@@ -707,7 +708,7 @@ class _Monitor:
 
         def masked_load(original, ptrs, mask, other, *rest, **kw):
             monitor.check("load", ptrs, mask.data)
-            if monitor.no_other and not np.all(mask.data):
+            if monitor.no_other and not np.all(mask.data) and not getattr(_ZERO_FILL, "on", False):
                 other = monitor.undefined_lanes(ptrs)
             return original(ptrs, mask, other, *rest, **kw)
 
@@ -867,6 +868,21 @@ def _guarded_call(original):
 #: ``InterpretedFunction.__call__`` (a ``@triton.jit`` helper called from an interpreted kernel),
 #: counting how deep each helper calls itself, in the thread of a checked run only
 _CALLS = compat.ThreadLocalPatch(lambda: compat.interpreter_internals()[1], {"__call__": _guarded_call})
+
+
+_ZERO_FILL = threading.local()
+
+
+@contextlib.contextmanager
+def undefined_as_zero():
+    """Checked runs in this thread give a masked load's masked-off lanes 0 when it has no
+    ``other=`` (as Triton's interpreter does), not NaN: a check asks whether an answer is right
+    only because of those lanes."""
+    before, _ZERO_FILL.on = getattr(_ZERO_FILL, "on", False), True
+    try:
+        yield
+    finally:
+        _ZERO_FILL.on = before
 
 
 def _semantic_load(original):

@@ -1139,12 +1139,14 @@ def kernel_exercise(title: str, *, hints, kind: str, praise: str = "correct, wel
             except Refused as exc:
                 return CheckResult(title, WRONG, exc.message, exc.details)
             except AnswerRaised as exc:
-                return _raised(title, exc, exc.exc, log, diagnose)
+                return _right_only_with_zeros(title, _raised(title, exc, exc.exc, log, diagnose), log, body, answer,
+                                              args, kwargs)
             except Exception as exc:
                 from ..checked import OutOfBounds
 
                 if isinstance(exc, OutOfBounds):
-                    return _raised(title, None, exc, log, diagnose)
+                    return _right_only_with_zeros(title, _raised(title, None, exc, log, diagnose), log, body, answer,
+                                                  args, kwargs)
                 raise
             if isinstance(problems, CheckResult):
                 return problems
@@ -1159,7 +1161,8 @@ def kernel_exercise(title: str, *, hints, kind: str, praise: str = "correct, wel
                                     "with kernel[grid](...)", *problems])
             if problems:
                 extra = [line for line in _diagnoses(diagnose, log, problems) if line not in problems]
-                return CheckResult(title, WRONG, f"not yet: {_count(problems)}", problems + extra)
+                return _right_only_with_zeros(title, CheckResult(title, WRONG, f"not yet: {_count(problems)}",
+                                                                 problems + extra), log, body, answer, args, kwargs)
             try:
                 verdict = _compile_verdict(title, mine, forbid, fp32_dot, compiled, stages)
             except Refused as exc:
@@ -1230,23 +1233,41 @@ def _run_on_gpu(gpu_case, answer) -> list[str]:
 
 
 def _diagnoses(diagnose, log, failure) -> list[str]:
-    lines = [f"diagnosis: {line}" for line in undefined_loads(log)]
     if diagnose is None:
-        return lines
+        return []
     try:
-        return [f"diagnosis: {line}" for line in diagnose(log, failure) or []] + lines
+        return [f"diagnosis: {line}" for line in diagnose(log, failure) or []]
     except Exception:  # noqa: BLE001  (a diagnosis is a bonus: never the reason a check fails)
-        return lines
+        return []
 
 
-def undefined_loads(log) -> list[str]:
-    """A line per load of the learner's whose mask left lanes off with no ``other=``: a GPU gives
-    those lanes no defined value, so the checked run gave them NaN (or 0x5A bytes)."""
-    sites = dict.fromkeys(site for launch in (log.learner_launches() if log is not None else [])
-                          for site in launch.undefined)
-    return [f"{site}: a masked load with no other= leaves its masked-off lanes undefined on a GPU (the check "
-            "reads NaN, or 0x5A bytes for integers, there); if those values are used, give other=0 (or the value "
-            "they should have)" for site in sites]
+def _undefined_sites(log) -> list[str]:
+    return list(dict.fromkeys(site for launch in (log.learner_launches() if log is not None else [])
+                              for site in launch.undefined))
+
+
+def _right_only_with_zeros(title, result, log, body, answer, args, kwargs):
+    """``result`` (wrong), or, when the answer's masked loads with no ``other=`` read undefined
+    lanes and the answer passes once those lanes read 0 (as the interpreter gives them), a verdict
+    that names those loads: on a GPU the lanes hold whatever the registers held."""
+    from ..checked import undefined_as_zero
+
+    sites = _undefined_sites(log)
+    if not sites:
+        return result
+    try:
+        with undefined_as_zero(), recording():
+            again = body(answer, *args, **kwargs)
+    except Exception:  # noqa: BLE001  (wrong either way: the first verdict stands)
+        return result
+    if isinstance(again, CheckResult) or list(again or []):
+        return result
+    return CheckResult(title, WRONG, f"right only if masked-off lanes read 0: {sites[0]} loads with a mask and no "
+                       "other=, and uses lanes the mask switched off",
+                       [f"on a GPU a masked load leaves its masked-off lanes undefined (whatever the registers held); "
+                        "the interpreter happens to give 0, so the check gave them NaN (0x5A bytes for integers) "
+                        "and your answer went wrong", "give the load other=0 (or the value those lanes should "
+                        "have)", *(f"also {site}" for site in sites[1:])])
 
 
 def _raised(title, raised: AnswerRaised | None, err, log, diagnose):
@@ -1256,7 +1277,10 @@ def _raised(title, raised: AnswerRaised | None, err, log, diagnose):
 
     lines = _diagnoses(diagnose, log, err)
     if isinstance(err, OutOfBounds):
-        lines += [f"diagnosis: {line}" for line in _safe(access_diagnosis, err, log)]
+        # the check's own diagnosis knows the exercise (an expert's end row, not the tensor's last
+        # row): when it explains the access, the generic one, which knows only tensors, stays out
+        if diagnose is None or not _safe(diagnose, log, err):
+            lines += [f"diagnosis: {line}" for line in _safe(access_diagnosis, err, log)]
         result = out_of_bounds_result(title, err, raised.what if raised is not None else None)
         if lines:
             result.details = lines + [d for d in result.details if "check the offsets and loop bounds" not in d]

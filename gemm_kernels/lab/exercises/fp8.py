@@ -20,13 +20,16 @@ block-scaled K loop of a kernel (:func:`check_block_scaled_loop`, launched by
 
 from __future__ import annotations
 
+import ast
+import inspect
 import math
 import random
 import re
+import textwrap
 
 import torch
 
-from ... import runtime
+from ... import _triton_compat as compat, runtime
 from ...kernels.fp8 import SCALE_BLOCK, quantize_fp8, scaled_mm_ref
 from ...models.tiles import cdiv
 from ...testing import rel_err
@@ -275,16 +278,32 @@ def fp8_wgmma(outcomes: list[dict]) -> list[str]:
     return []
 
 
+def _masked_loads(log, pointer: str) -> bool:
+    """Whether every ``tl.load`` of ``pointer`` in the learner's kernel source is given a mask."""
+    loads = []
+    for launch in log.learner_launches() if log is not None else []:
+        try:
+            tree = ast.parse(textwrap.dedent(inspect.getsource(compat.jit_source_function(launch.kernel))))
+        except (OSError, TypeError, SyntaxError):
+            return False
+        loads += [node for node in ast.walk(tree) if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                  and node.func.attr == "load" and node.args and pointer in ast.unparse(node.args[0])]
+    return bool(loads) and all(any(k.arg == "mask" for k in node.keywords) or len(node.args) > 1 for node in loads)
+
+
 def _loop_diagnosis(log, failure) -> list[str]:
+    """For a scale load out of bounds: the mask when the learner's load of that scale has none,
+    else the K block's scale index (kb), the one other way out of a scale tensor."""
     pointer = getattr(failure, "pointer", None)
-    shared = ("with BLOCK_K = 64 two K blocks share one scale (one per 128 values of K): kb = ki * BLOCK_K // 128, "
-              "not ki")
-    if pointer == "sa_ptr":
-        return [f"sa_ptr: {shared}; and the rows of a ragged last tile past M need the mask (offs_m < M)"]
-    if pointer == "sb_ptr":
-        return ["sb_ptr: scale_b has one column per 128 columns of C, so the columns of a ragged last tile past N "
-                f"need the mask (offs_n < N) on this load too; and {shared}"]
-    return []
+    if pointer not in ("sa_ptr", "sb_ptr"):
+        return []
+    if not _masked_loads(log, pointer):
+        return ["sa_ptr: the rows of a ragged last tile past M need the mask (offs_m < M) on this load too"
+                if pointer == "sa_ptr" else
+                "sb_ptr: scale_b has one column per 128 columns of C, so the columns of a ragged last tile past "
+                "N need the mask (offs_n < N) on this load too"]
+    return [f"{pointer}: with BLOCK_K = 64 two K blocks share one scale (one per 128 values of K): "
+            "kb = ki * BLOCK_K // 128, not ki"]
 
 
 @kc.kernel_exercise("block_scaled_loop", kind="kernel", fp32_dot=True, compiled=fp8_wgmma,

@@ -159,6 +159,15 @@ def _restarting_walk(shapes, block_m, block_n, num_programs, pid):
     return out
 
 
+def _column_major_walk(shapes, block_m, block_n, num_programs, pid):
+    """The other common mistake: each problem's tiles numbered down the columns."""
+    laid_out = []
+    for g, (M, N) in enumerate(shapes):
+        num_pid_m = -(-M // block_m)
+        laid_out += [(g, local % num_pid_m, local // num_pid_m) for local in range(num_pid_m * -(-N // block_n))]
+    return laid_out[pid::num_programs]
+
+
 def _grouped_models():
     """The package's functions that compute a grouped walk: an answer calling one is refused."""
     from .. import traces
@@ -202,6 +211,11 @@ def check_program_tiles(program_tiles):
                 problems.append(f"{case}: program {pid}: your walk starts every problem again at program 0; the "
                                 "tiles are laid end to end, so a problem's first tile goes to program "
                                 "(its global index) % NUM_PROGRAMS")
+            elif got == _column_major_walk(shapes, bm, bn, programs, pid):
+                problems.append(f"{case}: program {pid}: your tiles inside each problem are numbered down the "
+                                "columns (column-major); the teaching kernel numbers them along the rows: local "
+                                "tile t of a problem is (t // num_pid_n, t % num_pid_n), with num_pid_n = "
+                                "cdiv(N, block_n)")
             elif len(got) != len(expected):
                 problems.append(f"{case}: program {pid}: expected {len(expected)} tiles, got {got.count_text()}")
             else:
@@ -211,6 +225,8 @@ def check_program_tiles(program_tiles):
                                 f"problem {e[0]} tile ({e[1]}, {e[2]}), got problem {g[0]} tile ({g[1]}, {g[2]})")
         if len(wrong) > 2:
             problems.append(f"{case}: {len(wrong) - 2} more programs walk the wrong tiles")
+        if problems:
+            break  # one case at a time: the next one after this one passes
     return problems
 
 

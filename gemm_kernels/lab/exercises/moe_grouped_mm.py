@@ -103,17 +103,31 @@ def check_tiles_per_expert(tiles_per_expert):
                 continue
             e = int(bad[0])
             c = counts[e]
-            why = ""
-            if c == 0 and got[e] > 0:
+            why = next((why for formula, why in _TILE_MISTAKES
+                        if all(got[i] == formula(counts[i], N, bm, bn) for i in range(len(counts)))), "")
+            if not why and c == 0 and got[e] > 0:
                 why = ": an expert with no rows has no tiles"
-            elif got[e] == (c // bm) * cdiv(N, bn) or got[e] == (c // bm) * (N // bn):
-                why = f": rounded down, but its last {c % bm} rows need a tile too" if c % bm else ": N rounded down"
-            elif got[e] == cdiv(c, bm) * (N // bn):
-                why = ": the last tile column (N is not a multiple of BLOCK_N) counts too"
             problems.append(f"{case}: expert {e} ({c} rows): expected {expected[e]} tiles = cdiv({c}, {bm}) x "
                             f"cdiv({N}, {bn}), got {got[e]}{why}"
                             + (f" ({len(bad) - 1} more experts wrong)" if len(bad) > 1 else ""))
     return problems
+
+
+#: (the count a common mistake gives for an expert of c rows, why): matched against every expert
+#: of a case at once, so a formula that agrees with the right one on some experts is not blamed
+_TILE_MISTAKES = (
+    (lambda c, N, bm, bn: cdiv(c, bm), ": only the tile rows are counted: each tile row has cdiv(N, BLOCK_N) tiles "
+                                       "across the N columns"),
+    (lambda c, N, bm, bn: cdiv(c, bm) * cdiv(N, bm), ": the tile columns are counted with BLOCK_M: N is cut in "
+                                                    "BLOCK_N-wide tiles"),
+    (lambda c, N, bm, bn: cdiv(c, bn) * cdiv(N, bn), ": the tile rows are counted with BLOCK_N: an expert's rows "
+                                                    "are cut in BLOCK_M-high tiles"),
+    (lambda c, N, bm, bn: (c // bm) * cdiv(N, bn), ": the rows are rounded down, but an expert's last partial "
+                                                  "tile row needs tiles too (cdiv, not //)"),
+    (lambda c, N, bm, bn: cdiv(c, bm) * (N // bn), ": the last tile column (N is not a multiple of BLOCK_N) "
+                                                  "counts too (cdiv, not //)"),
+    (lambda c, N, bm, bn: max(1, cdiv(c, bm)) * cdiv(N, bn), ": an expert with no rows has no tiles"),
+)
 
 
 # ----------------------------------------------------------------------------- exercise 3
@@ -208,7 +222,20 @@ def _expert_case(kernel, counts, N, K, seed) -> list[str]:
     return problems
 
 
-@kc.kernel_exercise("expert_rows_kernel", kind="kernel",
+def _expert_rows_diagnosis(log, failure) -> list[str]:
+    """A store past ``out``'s last row comes from a row limit that is not the expert's own end."""
+    from ..checked import OutOfBounds
+
+    if not isinstance(failure, OutOfBounds) or failure.access.kind != "store" or failure.access.pointer != "out_ptr":
+        return []
+    if not any("row limit" in line for line in kc.access_diagnosis(failure, log)):
+        return []  # not the rows (the columns, say): the generic diagnosis says which
+    return ["rows past the last expert's end are stored: the store's row limit is this expert's own end, "
+            "row_end = offs[expert] (rows[:, None] < row_end), not out's row count: rows past an expert's end "
+            "belong to the next expert, and past the last expert's, to no one"]
+
+
+@kc.kernel_exercise("expert_rows_kernel", kind="kernel", diagnose=_expert_rows_diagnosis,
                     gpu_case=lambda kernel: _expert_case(kernel, *EXPERT_CASES[0], seed=7), hints=Hints(
     nudge="program_id(0) is the expert: where do its rows start and end in x and out, given offs?",
     approach="offs[e] is the row after expert e's last row, so its rows are [offs[e - 1], offs[e]) with 0 before "
