@@ -108,8 +108,10 @@ def test_tuned_kernel_remembers_the_choice_and_then_skips_the_autotuner(monkeypa
         tuned[grid](**args)
         assert len(autotuner_runs) == runs
         assert_close(c, matmul_ref(a, b, activation=activation, out_dtype=torch.float64), dtype)
-    # Same keys as Triton's own cache, and the same choice for each: the faster candidate.
-    assert tuned.chosen == tuned.autotuner.cache
+    # Triton's own cache's keys with M bucketed (configs.row_bucket), and the same choice for
+    # each: the faster candidate.
+    assert tuned.chosen == {(configs.row_bucket(key[0], tuned.row_granule), *key[1:]): config
+                            for key, config in tuned.autotuner.cache.items()}
     assert len(tuned.chosen) == 3 and len(timed) == 6
     assert all(config.kwargs["BLOCK_K"] == 16 for config in tuned.chosen.values())
 

@@ -211,13 +211,21 @@ class TunedKernel:
     and the autotuner is never asked.  (Triton 3.6 and 3.7's autotuner would still time a list
     pruned to one config.)
 
+    The key's ``M`` (the token count, which changes call to call) is bucketed by
+    :func:`row_bucket`, with the smallest BLOCK_M of the list as its granule: a new M in a known
+    bucket launches the bucket's pick, with no tuning.  Picks are also kept on disk
+    (``tuning_cache``), so a new process with the same Triton, GPU and kernel source reuses them.
+
     Used like the autotuner: ``tuned[grid](*args, **kwargs)``.  ``fn`` is the kernel, ``keys``
-    the key names, ``autotuner`` Triton's object, ``chosen`` the memory; ``do_bench`` times one
-    candidate (:func:`time_candidate` by default).
+    the key names, ``autotuner`` Triton's object, ``chosen`` the memory, ``disk`` the kept
+    picks; ``do_bench`` times one candidate (:func:`time_candidate` by default).  ``variant``
+    names a second JIT object of the same kernel in the disk cache's file name.
     """
 
-    def __init__(self, kernel, config_list, key, do_bench=None):
+    def __init__(self, kernel, config_list, key, do_bench=None, variant: str = ""):
         import inspect
+
+        from .tuning_cache import DiskPicks
 
         self.fn = kernel
         self.configs = list(config_list)
@@ -226,32 +234,39 @@ class TunedKernel:
         self.autotuner = triton.autotune(configs=self.configs, key=self.keys, prune_configs_by=PRUNE,
                                          do_bench=do_bench or time_candidate)(kernel)
         self.chosen: dict = {}
+        self.row_granule = min(c.kwargs["BLOCK_M"] for c in self.configs) if "M" in self.keys else None
+        self.disk = DiskPicks(kernel, self.configs, variant)
 
     def tuning_key(self, *args, **kwargs) -> tuple:
-        """The tuning key of these launch arguments (positional ones by name)."""
+        """The tuning key of these launch arguments (positional ones by name), M bucketed."""
         named = {**dict(zip(self.arg_names, args)), **kwargs}
+        if self.row_granule is not None and "M" in named:
+            named["M"] = row_bucket(named["M"], self.row_granule)
         return (*(named[k] for k in self.keys if k in named),
                 *(str(v.dtype) for v in named.values() if hasattr(v, "dtype")))
 
     def _only_config(self, key, args, kwargs):
-        """The config of this launch when pruning leaves just one (remembered under ``key``), else None."""
+        """The config of this launch when pruning leaves just one, or the pick kept on disk for
+        ``key`` when it is still a candidate (remembered under ``key``); else None."""
         fitted = fit_to_device(self.configs, {**dict(zip(self.arg_names, args)), **kwargs})
-        if len(fitted) != 1:
-            return None
-        self.chosen[key] = fitted[0]
-        return fitted[0]
+        config = fitted[0] if len(fitted) == 1 else self.disk.get(key, fitted)
+        if config is not None:
+            self.chosen[key] = config
+        return config
 
     def _known_config(self, key, args, kwargs):
-        """The remembered config of ``key``, or the only one that fits; None when there is a choice to make."""
+        """The remembered config of ``key``, the only one that fits, or the one kept on disk; None
+        when there is a choice to make."""
         return self.chosen.get(key) or self._only_config(key, args, kwargs)
 
     def _tune(self, grid, key, args, kwargs):
-        """Launch through the autotuner (tuning this key) and remember its choice; None when the
-        choice cannot be read."""
+        """Launch through the autotuner (tuning this key) and remember its choice, in memory and
+        on disk; None when the choice cannot be read."""
         self.autotuner[grid](*args, **kwargs)
         config = _triton_compat.chosen_config(self.autotuner)
         if config is not None:
             self.chosen[key] = config
+            self.disk.put(key, config)
         return config
 
     def config_for(self, grid, *args, **kwargs):
@@ -296,10 +311,53 @@ class _AutotunedLaunch:
         self._call()
 
 
+#: kernel arguments a kernel need not specialise on: Triton compiles a kernel anew for an int
+#: argument that turns divisible by 16, or 1.  M (the token count) only bounds the tile rows of
+#: the TMA kernels and of pointer loads along K, so those kernels take ``do_not_specialize=ROWS``:
+#: a new M reuses the compiled kernel (their compile-view PTX is the same either way, PERF_NOTES 40).
+ROWS = ("M",)
+
+
+def rows_specialised(kernel):
+    """A second JIT object of a pointer kernel (declared with ``do_not_specialize=ROWS``) that
+    does specialise on M: where A is column-major its loads run along M, and 16-byte loads need
+    M divisible by 16 (``(pid_m * BLOCK_M + arange) % M`` is contiguous only then)."""
+    fn = kernel
+    while not isinstance(fn, type(rows_specialised)):
+        fn = fn.fn
+    return triton.jit(fn)
+
+
+def column_major_rows(a) -> bool:
+    """Whether A's loads run along M (unit stride between rows): the launch then needs the
+    kernel that specialises on M (:func:`rows_specialised`)."""
+    return a.stride(0) == 1 and a.shape[0] > 1
+
+
+#: buckets of the tuning key's M per doubling of M, once a granule is at most 1/8 of M
+ROW_BUCKETS_PER_OCTAVE = 4
+
+
+def row_bucket(M: int, granule: int) -> int:
+    """The M a tuning key holds for ``M`` rows: the top of M's bucket.
+
+    The configs a kernel tunes over differ in tile shape, warps and stages; pruning
+    (:func:`fit_to_device`) looks at the dtype, never at M, so M changes the timing only through
+    the rows of tiles, ``cdiv(M, BLOCK_M)`` for each BLOCK_M of the list.  All of them are
+    multiples of the smallest, ``granule``: up to ``8 * granule`` rows a bucket is one granule
+    (every config's count of tile rows is the same across it, so its timing is the same but for
+    the rows' own work); above, ``ROW_BUCKETS_PER_OCTAVE`` buckets per doubling, so within a
+    bucket the rows change by at most a quarter.  N and K stay exact: they are a model's weight
+    shapes, a few per model, where M is the token count of each call."""
+    step = max(granule, triton.next_power_of_2(M) // (2 * ROW_BUCKETS_PER_OCTAVE))
+    return -(-M // step) * step
+
+
 #: Autotune key of the single-GEMM kernels: the sizes, the tile order and the epilogue (never
 #: pointers: a pointer key would re-tune on every call).  The epilogue is in it because the
 #: best config for a plain product can be a poor one once a GELU's registers join the tile's
-#: (measured: a config tuned on leaky_relu ran fused GELU 6x slower at 8192^3, PERF_NOTES.md).  Triton adds the arguments' dtypes itself.
+#: (measured: a config tuned on leaky_relu ran fused GELU 6x slower at 8192^3, PERF_NOTES.md).  Triton adds the arguments' dtypes itself;
+#: ``TunedKernel`` buckets M (:func:`row_bucket`).
 SINGLE_GEMM_KEY = ["M", "N", "K", "GROUPED", "HAS_BIAS", "ACTIVATION"]
 
 

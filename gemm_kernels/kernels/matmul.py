@@ -43,7 +43,7 @@ def k_loop_pointers(a_ptr, b_ptr, offs_m, offs_n, K, stride_am, stride_ak, strid
     return acc
 
 
-@triton.jit
+@triton.jit(do_not_specialize=configs.ROWS)  # column-major A: _matmul_tuned_rows_specialised
 def _matmul_kernel(
     a_ptr, b_ptr, c_ptr, bias_ptr, trace_ptr,
     M, N, K,
@@ -78,6 +78,9 @@ def _matmul_kernel(
 
 
 _matmul_tuned = configs.TunedKernel(_matmul_kernel, configs.matmul_configs(), key=configs.SINGLE_GEMM_KEY)
+_matmul_tuned_rows_specialised = configs.TunedKernel(configs.rows_specialised(_matmul_kernel),
+                                                configs.matmul_configs(), key=configs.SINGLE_GEMM_KEY,
+                                                variant="-rows")
 
 
 def matmul(a, b, *, order="grouped", group_size_m=8, activation=None, bias=None):
@@ -130,7 +133,8 @@ def _matmul_forward(a, b, order, group_size_m, activation, bias):
         HAS_BIAS=bias is not None, ACTIVATION=activation,
         WIDEN=widen_for_dot(a.dtype), TRACE=False,
     )
-    launches.launch_and_keep(_KEPT, key, _matmul_tuned, grid, args, c, POINTER_SOURCES)
+    tuned = _matmul_tuned_rows_specialised if configs.column_major_rows(a) else _matmul_tuned
+    launches.launch_and_keep(_KEPT, key, tuned, grid, args, c, POINTER_SOURCES)
     return c
 
 

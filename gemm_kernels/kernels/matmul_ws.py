@@ -472,7 +472,7 @@ def _consumer(c_desc, a_bufs, b_bufs, c_bufs, s_bufs, ready_bars, empty_bars, tu
         tma.store_wait(0)
 
 
-@gluon.jit
+@gluon.jit(do_not_specialize=["M"])  # M only bounds TMA's tiles and the masked stores (configs.ROWS)
 def _matmul_ws_kernel(a_desc, b_desc, c_desc, c_ptr, bias_ptr, trace_ptr, sa_ptr, sb_ptr, ws_ptr, count_ptr,
                       M, N, K, stride_cm,
                       stride_sam, stride_sak, stride_sbk, stride_sbn, splits,

@@ -66,7 +66,7 @@ def _matmul_persistent_kernel(
 
 
 # ----------------------------------------------------------------------------- persistent, TMA
-@triton.jit
+@triton.jit(do_not_specialize=configs.ROWS)  # M only bounds TMA's tiles
 def _matmul_tma_kernel(
     a_ptr, b_ptr, c_ptr, bias_ptr, trace_ptr,
     M, N, K,

@@ -35,7 +35,7 @@ from .matmul import k_loop_pointers, matmul
 from .tiles import tile_coords
 
 
-@triton.jit
+@triton.jit(do_not_specialize=configs.ROWS)  # column-major A: _splitk_tuned_rows_specialised
 def _matmul_splitk_kernel(
     a_ptr, b_ptr, c_ptr, bias_ptr,
     partial_ptr,  # fp32 [tiles * S * BLOCK_M * BLOCK_N]: one slot per piece
@@ -96,6 +96,8 @@ def _matmul_splitk_kernel(
 _splitk_tuned = configs.TunedKernel(_matmul_splitk_kernel, configs.splitk_configs(),
                                    key=[*configs.SINGLE_GEMM_KEY, "split_request", "TMA_LOADS", "A_COL_MAJOR",
                                         "B_COL_MAJOR"])
+_splitk_tuned_rows_specialised = configs.TunedKernel(configs.rows_specialised(_matmul_splitk_kernel),
+                                                    configs.splitk_configs(), key=_splitk_tuned.keys, variant="-rows")
 
 
 def _splits(M, N, K, block_m, block_n, block_k, split_k) -> int:
@@ -160,7 +162,9 @@ def matmul_splitk(a, b, *, split_k=None, activation=None, bias=None, order="grou
         partials, counts = _workspace(slots, tiles_max, device)
         return {"partial_ptr": partials, "count_ptr": counts}
 
-    launches.launch_and_keep(_KEPT, key, _splitk_tuned, grid, args, c,
+    rows_specialised = layouts is None and configs.column_major_rows(a)  # pointer loads along M
+    tuned = _splitk_tuned_rows_specialised if rows_specialised else _splitk_tuned
+    launches.launch_and_keep(_KEPT, key, tuned, grid, args, c,
                              {"a_ptr": "a", "b_ptr": "b", "c_ptr": "out", "bias_ptr": "bias"},
                              config_kwargs=config_kwargs, uses_tma=layouts is not None, workspace=workspace)
     return c

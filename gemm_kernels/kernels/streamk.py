@@ -111,7 +111,7 @@ def _take_ticket(flag_ptr, error_ptr, NUM_PROGRAMS: tl.constexpr, SYSTEM_FENCE: 
 
 
 # ----------------------------------------------------------------------------- kernel
-@triton.jit
+@triton.jit(do_not_specialize=configs.ROWS)  # M only bounds TMA's tiles
 def _matmul_streamk_kernel(
     a_ptr, b_ptr, c_ptr, bias_ptr, trace_ptr, partial_ptr,
     flag_ptr,  # int32 [NUM_PROGRAMS + 1], zero, left zero: a flag per share, then the ticket counter

@@ -1,0 +1,166 @@
+"""Tuned picks kept on disk, so a new process launches with them instead of tuning again.
+
+:class:`~gemm_kernels.kernels.configs.TunedKernel` asks here when its key (bucketed rows,
+``configs.row_bucket``) has no pick in memory, and writes here after a tuning run.  One JSON
+file per kernel, named by a hash of what makes a pick stale: Triton's version, the GPU's name
+and capability, the kernel's source (Triton's ``JITFunction.cache_key``, which covers the
+functions it calls) and its config list.  Inside: ``"picks"``, the chosen config's
+``all_kwargs()`` by search mode and tuning key.  A pick is used only if it is still one of the
+configs that fit the launch (``configs.fit_to_device``), so a changed list or limit cannot
+launch a config the kernel no longer offers.
+
+Where: ``GEMM_KERNELS_TUNING_CACHE`` (a directory, or ``off``), else
+``$XDG_CACHE_HOME/gemm_kernels/tuning`` (``~/.cache/...``) on a GPU; off in the interpreter
+(nothing is timed there).  A file that cannot be read or parsed is named in a warning, ignored,
+and replaced at the next write; a directory that cannot be written is named once, then left.
+Writes go through a temporary file and ``os.replace``: a reader never sees half a file, and two
+processes tuning at once lose at most one pick (tuned again later).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import os
+import warnings
+from pathlib import Path
+
+from .. import runtime
+
+ENV = "GEMM_KERNELS_TUNING_CACHE"
+_OFF = ("off", "0", "no", "none")
+#: a file of picks is a few kB; a larger one at its place is not ours (and is never read whole)
+MAX_BYTES = 1 << 20
+
+
+def cache_directory() -> Path | None:
+    """The directory of the tuning files, or None when the cache is off."""
+    value = os.environ.get(ENV)
+    if value is not None and value.strip():
+        return None if value.strip().lower() in _OFF else Path(value.strip()).expanduser()
+    if not runtime.on_gpu():
+        return None
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "gemm_kernels" / "tuning"
+
+
+def kernel_source_hash(kernel) -> str:
+    """Triton's hash of the kernel's source and the jit functions it calls; the Python source
+    where the object has none (the interpreter's stand-in)."""
+    key = getattr(kernel, "cache_key", None)
+    if isinstance(key, str):
+        return key
+    fn = getattr(kernel, "fn", kernel)
+    return hashlib.sha256(inspect.getsource(fn).encode()).hexdigest()
+
+
+def _identity(kernel, config_list, variant: str) -> dict:
+    import triton
+
+    return {
+        "kernel": getattr(kernel, "__name__", None) or getattr(getattr(kernel, "fn", None), "__name__", "kernel"),
+        "variant": variant,
+        "triton": triton.__version__,
+        "gpu": runtime.gpu_name(),
+        "capability": list(runtime.RUNTIME.capability or ()),
+        "source": kernel_source_hash(kernel),
+        "configs": [str(sorted(c.all_kwargs().items())) for c in config_list],
+    }
+
+
+def _pick_name(mode: str, key: tuple) -> str:
+    return f"{mode} {key!r}"  # ints, bools, strings and None: a stable repr
+
+
+class DiskPicks:
+    """The picks of one kernel on disk: :meth:`get` a config among candidates, :meth:`put` one."""
+
+    def __init__(self, kernel, config_list, variant: str = ""):
+        self._kernel, self._configs, self._variant = kernel, list(config_list), variant
+        self._path: Path | None | bool = False  # False: not worked out yet
+        self._picks: dict = {}
+        self._stamp = None  # (mtime_ns, size) of the file as last read
+        self._warned: set = set()
+
+    def path(self) -> Path | None:
+        """This kernel's file (None when the cache is off)."""
+        if self._path is False:
+            directory = cache_directory()
+            if directory is None:
+                self._path = None
+            else:
+                identity = _identity(self._kernel, self._configs, self._variant)
+                digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:20]
+                self._path = directory / f"{identity['kernel']}{self._variant}-{digest}.json"
+        return self._path
+
+    def _warn(self, what: str, message: str) -> None:
+        if what not in self._warned:
+            self._warned.add(what)
+            warnings.warn(message, RuntimeWarning, stacklevel=4)
+
+    def _read(self, path: Path) -> dict:
+        """The file's picks ({} when there is no file; a warning naming it when it is unreadable)."""
+        try:
+            stat = path.stat()
+        except OSError:
+            return {}
+        self._stamp = (stat.st_mtime_ns, stat.st_size)
+        try:
+            if stat.st_size > MAX_BYTES:
+                raise ValueError(f"{stat.st_size} bytes, more than a tuning file holds ({MAX_BYTES})")
+            data = json.loads(path.read_text(encoding="utf-8"))
+            picks = data["picks"]
+            if not isinstance(picks, dict) or not all(isinstance(v, dict) for v in picks.values()):
+                raise ValueError("'picks' is not a mapping of configs")
+            return picks
+        except (OSError, ValueError, KeyError, TypeError, UnicodeDecodeError) as err:
+            self._warn(f"read {path}", f"gemm_kernels: ignoring the tuning cache file {path} ({err}); "
+                                       "shapes it held are tuned again and the file is rewritten")
+            return {}
+
+    def _refresh(self, path: Path) -> None:
+        """Read the file again when it changed since the last read (another process tuned)."""
+        try:
+            stat = path.stat()
+            stamp = (stat.st_mtime_ns, stat.st_size)
+        except OSError:
+            stamp = None
+        if stamp != self._stamp:
+            self._picks = self._read(path) if stamp is not None else {}
+            self._stamp = stamp
+
+    def get(self, key: tuple, candidates):
+        """The kept pick of ``key`` (this search mode) if it is one of ``candidates``, else None."""
+        path = self.path()
+        if path is None:
+            return None
+        self._refresh(path)
+        kept = self._picks.get(_pick_name(runtime.autotune_mode(), key))
+        if kept is None:
+            return None
+        return next((c for c in candidates if c.all_kwargs() == kept), None)
+
+    def put(self, key: tuple, config) -> None:
+        """Keep ``config`` as the pick of ``key``: merged into the file as it is now, written whole."""
+        path = self.path()
+        if path is None:
+            return
+        self._refresh(path)
+        self._picks[_pick_name(runtime.autotune_mode(), key)] = config.all_kwargs()
+        data = {**_identity(self._kernel, self._configs, self._variant), "picks": self._picks}
+        temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            temporary.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+            os.replace(temporary, path)
+            stat = path.stat()
+            self._stamp = (stat.st_mtime_ns, stat.st_size)
+        except (OSError, TypeError, ValueError) as err:  # read-only home, full disk, an unserialisable value
+            self._warn(f"write {path}", f"gemm_kernels: cannot write the tuning cache file {path} ({err}); "
+                                        f"picks stay in memory only (set {ENV} to another directory, or off)")
+            try:
+                temporary.unlink()
+            except OSError:
+                pass
