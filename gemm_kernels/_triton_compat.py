@@ -786,6 +786,10 @@ def bf16_arithmetic_in_interpreter() -> None:
                 return handle_class(_f32_to_bf16(src.data), tl.bfloat16)
             return cast_impl(self, src, dst_type, *rest, **kwargs)
         builder.cast_impl = cast
+    if getattr(builder, "get_bf16", None) is None:  # Triton 3.6: a bf16 block times a Python float
+        def get_bf16(self, value):
+            return handle_class(_f32_to_bf16(np.array([value], dtype=np.float32)), tl.bfloat16)
+        builder.get_bf16 = get_bf16
     builder._gemm_kernels_bf16 = True
 
 

@@ -310,7 +310,7 @@ import warnings
 warnings.simplefilter("error", RuntimeWarning)
 import torch
 import gemm_kernels as gk
-from gemm_kernels.lab.compile_view import registered_examples
+from gemm_kernels.lab.compile_examples import registered_examples
 a, b = torch.randn(40, 24).to(gk.DEVICE), torch.randn(24, 56).to(gk.DEVICE)
 for _ in range(2):
     torch.testing.assert_close(gk.matmul(a, b), a @ b, atol=1e-2, rtol=1e-2)
@@ -483,13 +483,14 @@ def test_triton_interpret_changed_after_import_is_ignored_with_one_warning(tmp_p
 
 
 @triton.jit
-def _bf16_arithmetic(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, N: tl.constexpr):
+def _bf16_arithmetic(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, f_ptr, N: tl.constexpr):
     rows = tl.arange(0, N)
     offsets = rows[:, None] * N + rows[None, :]
     a, b = tl.load(a_ptr + offsets), tl.load(b_ptr + offsets)
     tl.store(c_ptr + offsets, tl.maximum(a * b + a, b) - b * b)  # bf16 arithmetic, rounded as it goes
     tl.store(d_ptr + offsets, tl.dot(a, b))  # bf16 tensor-core product, fp32 accumulator
     tl.store(e_ptr + offsets, (a.to(tl.float32) * 1.1).to(tl.bfloat16))  # rounded to nearest even
+    tl.store(f_ptr + offsets, a * 0.5 + 1.25)  # a bf16 block and Python floats (Triton 3.6 had no get_bf16)
 
 
 @pytest.mark.skipif(runtime.on_gpu(), reason="the interpreter's arithmetic (a GPU computes bf16 itself)")
@@ -500,7 +501,9 @@ def test_bf16_arithmetic_in_the_interpreter_is_the_gpus():
     gen = torch.Generator().manual_seed(0)
     a, b = (torch.randn(16, 16, generator=gen).to(torch.bfloat16) for _ in range(2))
     c, d, e = torch.empty(16, 16, dtype=torch.bfloat16), torch.empty(16, 16), torch.empty(16, 16, dtype=torch.bfloat16)
-    _bf16_arithmetic[(1,)](a, b, c, d, e, N=16)
+    f = torch.empty(16, 16, dtype=torch.bfloat16)
+    _bf16_arithmetic[(1,)](a, b, c, d, e, f, N=16)
+    assert torch.equal(f, a * 0.5 + 1.25)
     assert torch.equal(e, (a.float() * 1.1).to(torch.bfloat16))
     assert torch.equal(c, torch.maximum(a * b + a, b) - b * b)
     assert torch.allclose(d, a.float() @ b.float(), rtol=1e-5, atol=1e-5)

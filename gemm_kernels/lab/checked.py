@@ -6,9 +6,8 @@ mask leaves active: its address must lie inside the tensor its pointer was deriv
 that tensor's own elements, for a strided view too).  A violation raises :class:`OutOfBounds`
 *before* the access, naming the kernel, the pointer argument, load or store, the learner's line,
 the program id and the first offending element; ``err.picture()`` draws the bad lanes.  Without
-it a missing mask reads or writes whatever the process has there (garbage, a crash, a corrupted
-heap; on a GPU, silent corruption or an illegal address), so learner code runs only through here
-(every exercise check does: :func:`checked_launches`).
+it a missing mask reads or writes whatever the process has there (a crash, a corrupted heap; on a
+GPU, an illegal address), so learner code runs only through here (:func:`checked_launches`).
 
 **Which tensor a pointer belongs to.**  A pointer is followed from the kernel argument it starts
 as through every pointer operation of the interpreter.  A pointer made from an integer (a pointer
@@ -17,14 +16,13 @@ tensor arguments and ``reachable``), else it may address any known tensor.
 
 **Tensors on a GPU** are copied to the CPU (one copy per storage, so views stay views), the kernel
 runs on the copies, and what it wrote is copied back, also when a violation stops it part way.
-An integer made a pointer is moved from the device's address to the copy's, and back the other
-way (:meth:`_HostCopies.translate`), so pointer arrays built on the GPU work.  Not modelled: two
-storages over the same memory (each gets its own copy).
+An integer made a pointer is moved from the device's address to the copy's, and back
+(:meth:`_HostCopies.translate`).  Not modelled: two storages over the same memory.
 
-**Budgets.**  The interpreter's operations are counted per program and per launch, and the
-learner's lines sampled: a loop that never ends is stopped with
-:class:`gemm_kernels.lab.watchdog.NeverEnded`, naming that loop.  An access in a package helper is
-reported at the learner's line that called it.
+**Budgets.**  Operations are counted per program and per launch, the learner's lines sampled: a
+loop that never ends is stopped with :class:`gemm_kernels.lab.watchdog.NeverEnded`, naming it.
+**Undefined lanes.**  A masked load with no ``other=`` reads NaN (0x5A bytes for integers) in its
+masked-off lanes, as a GPU leaves them undefined (:func:`undefined_as_zero` gives them 0).
 
 Cost: 0.9x to 1.2x a plain interpreted launch on the exercises' sizes.  triton-viz's sanitizer was
 considered instead: its 3.0 release does not import with Triton 3.9, and its symbolic checker
