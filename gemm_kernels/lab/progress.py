@@ -5,7 +5,9 @@ Every check records its latest verdict (``record``, called by the ``exercise`` d
 closed notebook:
 
 * ``$GEMM_KERNELS_PROGRESS`` when set (a file path; ``off`` records nothing), else
-* ``$XDG_CACHE_HOME/gemm_kernels/progress.json`` (``~/.cache/gemm_kernels/progress.json``).
+* ``.gemm_kernels_progress.json`` in the working directory, the folder of the notebooks a kernel
+  runs (Jupyter starts it there): each copy of the course keeps its own, so two learners on one
+  machine, or a fresh copy, never see checks they did not run.
 
 Writes are atomic (a temporary file renamed over the old one, under a lock), so two notebooks
 checking at once lose nothing.  A file that is not a progress record is set aside as
@@ -29,6 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ENV = "GEMM_KERNELS_PROGRESS"
+#: the file's name in the notebooks' folder, when ``GEMM_KERNELS_PROGRESS`` is not set
+DEFAULT_NAME = ".gemm_kernels_progress.json"
 #: the course's notebooks in order; each one's checks live in ``exercises/<name without NN_>.py``
 NOTEBOOKS = ("00_start_here", "01_pointer_arithmetic", "02_naive_tiling", "03_grouped_l2_ordering",
              "04_kernel_fusion", "05_persistent_tma", "05b_stream_k", "06_grouped_gemm", "07_moe_grouped_mm",
@@ -56,8 +60,7 @@ def progress_path() -> Path | None:
     if value is not None:
         value = value.strip()
         return None if value.lower() in ("", "off", "0", "no", "none") else Path(value).expanduser()
-    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(cache) / "gemm_kernels" / "progress.json"
+    return Path.cwd() / DEFAULT_NAME
 
 
 def recording() -> bool:
@@ -239,7 +242,8 @@ class Progress:
 
     @property
     def passed(self) -> int:
-        return sum(status == "correct" for _, status, _, _ in self.rows)
+        """Exercises passed, now or before (a later try that went wrong does not undo a pass)."""
+        return sum(status == "correct" or bool(passed) for _, status, _, passed in self.rows)
 
     def status(self, notebook: str, title: str) -> str:
         """The latest status of one exercise (``"not attempted"`` when never checked)."""
@@ -249,9 +253,7 @@ class Progress:
         raise KeyError(f"no exercise {title!r} in notebook {notebook!r}")
 
     def _head(self) -> str:
-        before = sum(status != "correct" and bool(passed) for _, status, _, passed in self.rows)
-        more = f" ({before} more passed before)" if before else ""
-        return f"{self.passed} of {len(self.rows)} exercises passed{more}"
+        return f"{self.passed} of {len(self.rows)} exercises passed"
 
     def _foot(self) -> str:
         if self.path is None:
@@ -264,8 +266,8 @@ class Progress:
 
     @staticmethod
     def _shown(status: str, passed: str | None) -> str:
-        if status != "correct" and passed:
-            return f"{status} (passed on {passed[:10]})"
+        if status != "correct" and passed:  # it passed once: that stands; the later try is news
+            return f"passed on {passed[:10]}; your latest try: {status}"
         return status
 
     def lines(self) -> list[str]:
@@ -274,10 +276,10 @@ class Progress:
         for ex, status, updated, passed in self.rows:
             if ex.notebook != current:
                 current = ex.notebook
-                done = sum(s == "correct" for e, s, _, _ in self.rows if e.notebook == current)
+                done = sum(s == "correct" or bool(p) for e, s, _, p in self.rows if e.notebook == current)
                 total = sum(e.notebook == current for e, *_ in self.rows)
                 out.append(f"{current}  ({done}/{total})")
-            mark = _MARKS.get(status, "[?]")
+            mark = _MARKS["correct"] if passed else _MARKS.get(status, "[?]")
             when = f"  {updated[:16].replace('T', ' ')}" if updated else ""
             heading = f" - {ex.heading}" if ex.heading else ""
             out.append(f"  {mark:<4} {ex.number}. check_{ex.title}{heading}: {self._shown(status, passed)}{when}")
