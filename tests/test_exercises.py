@@ -606,6 +606,8 @@ def streamk_loop_variant(a_ptr, b_ptr, c_ptr, partial_ptr, flag_ptr, trace_ptr, 
                                tile, k_first, k_end, NUM_PROGRAMS, BLOCK_M, BLOCK_N, BLOCK_K)
         if MISTAKE != "never moves on":
             it += k_end - k_first
+    if MISTAKE == "raises its own flag":  # the output stays right; the next launch would see a stale flag
+        tl.atomic_xchg(flag_ptr + pid, 1)
 
 
 def test_streamk_loop_solution_shape_passes_as_a_variant():
@@ -623,6 +625,34 @@ def test_streamk_loop_running_to_the_tiles_end_names_the_programs():
     assert_wrong(streamk_ex.check_streamk_loop(_Bound(streamk_loop_variant, MISTAKE="to the tile's end")),
                  "M=40, N=20, K=72: 6 tiles of 5 K iterations, 4 programs, sk_tiles=2: program 1 ran (tile, k_first, "
                  "k_end) (1, 0, 5), (5, 0, 5); expected (1, 0, 5), (5, 0, 2)")
+
+
+def test_streamk_loop_leaving_a_flag_raised_is_refused():
+    result = streamk_ex.check_streamk_loop(_Bound(streamk_loop_variant, MISTAKE="raises its own flag"))
+    assert_wrong(result, "left its flag raised after the launch")
+
+
+def test_streamk_loop_running_past_its_share_is_named():
+    @triton.jit
+    def past_the_end(a_ptr, b_ptr, c_ptr, partial_ptr, flag_ptr, trace_ptr, M, N, K, sk_tiles,
+                     NUM_PROGRAMS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+        pid = tl.program_id(0)
+        k_tiles = tl.cdiv(K, BLOCK_K)
+        dp_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N) - sk_tiles
+        for tile in range(pid, dp_tiles, NUM_PROGRAMS):
+            streamk_ex.run_segment(a_ptr, b_ptr, c_ptr, partial_ptr, flag_ptr, trace_ptr, M, N, K, sk_tiles,
+                                   tile, 0, k_tiles, NUM_PROGRAMS, BLOCK_M, BLOCK_N, BLOCK_K)
+        it, end = streamk_range(pid, sk_tiles * k_tiles, NUM_PROGRAMS)
+        while it <= end:
+            t = it // k_tiles
+            k_first = it - t * k_tiles
+            k_end = tl.minimum(k_tiles, k_first + (end - it))
+            streamk_ex.run_segment(a_ptr, b_ptr, c_ptr, partial_ptr, flag_ptr, trace_ptr, M, N, K, sk_tiles,
+                                   dp_tiles + t, k_first, k_end, NUM_PROGRAMS, BLOCK_M, BLOCK_N, BLOCK_K)
+            it += k_end - k_first  # at it == end: an empty segment, again and again
+
+    assert_out_of_bounds(streamk_ex.check_streamk_loop(past_the_end), "store through trace_ptr",
+                         "ran more Stream-K segments than its share holds")
 
 
 def test_streamk_loop_split_tiles_numbered_from_0_is_named_first():

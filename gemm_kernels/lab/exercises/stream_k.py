@@ -55,6 +55,7 @@ SHARE_CASES = [
     (5, 3, 4, 4),
     (3, 1, 4, 1),
     (7, 10, 3, 3),
+    (2, 5, 8, 1),  # 5 iterations on 8 programs: empty shares in the middle of the order, not only at its end
 ]
 
 
@@ -205,8 +206,8 @@ STREAMK_BLOCKS = {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16}
 
 def run_streamk(kernel, a: torch.Tensor, b: torch.Tensor, num_programs: int, sk_tiles: int):
     """Launch ``kernel`` (the notebook's ``my_streamk_kernel`` signature) on ``num_programs``
-    programs; returns ``(c, trace)``, trace an int32 CPU tensor of ``streamk_segments``' shape
-    (-1: not recorded)."""
+    programs; returns ``(c, trace, flags)``, trace an int32 CPU tensor of ``streamk_segments``'
+    shape (-1: not recorded), flags each program's hand-over flag after the launch (0: consumed)."""
     M, K = a.shape
     N = b.shape[1]
     bm, bn = STREAMK_BLOCKS["BLOCK_M"], STREAMK_BLOCKS["BLOCK_N"]
@@ -217,13 +218,14 @@ def run_streamk(kernel, a: torch.Tensor, b: torch.Tensor, num_programs: int, sk_
     flags = torch.zeros(2 * num_programs, dtype=torch.int32, device=a.device)  # flags, then call counts
     kernel[(num_programs,)](a, b, c, partials, flags, trace, M, N, K, sk_tiles, NUM_PROGRAMS=num_programs,
                             **STREAMK_BLOCKS)
-    return c, trace.cpu()
+    return c, trace.cpu(), flags[:num_programs].cpu()
 
 
 #: (M, N, K, programs, sk_tiles) in 16 x 16 x 16 blocks: shares crossing tile edges with a ragged
 #: K, one split tile for more programs than its iterations (empty shares), nothing split, every
-#: tile split, one data-parallel tile before the split ones
-LOOP_CASES = [(40, 20, 72, 4, 2), (16, 16, 48, 4, 1), (33, 17, 40, 2, 0), (48, 16, 160, 5, 3), (32, 32, 128, 3, 3)]
+#: tile split, one data-parallel tile before the split ones, empty shares between busy ones
+LOOP_CASES = [(40, 20, 72, 4, 2), (16, 16, 48, 4, 1), (33, 17, 40, 2, 0), (48, 16, 160, 5, 3), (32, 32, 128, 3, 3),
+              (32, 16, 80, 8, 1)]
 
 
 def compare_segments(trace: np.ndarray, expected: np.ndarray, num_programs: int, dp_tiles: int,
@@ -252,7 +254,17 @@ def compare_segments(trace: np.ndarray, expected: np.ndarray, num_programs: int,
     return lines[:4]
 
 
-@kc.kernel_exercise("streamk_loop", kind="kernel", hints=Hints(
+def _loop_diagnosis(log, failure) -> list[str]:
+    """A store past the trace's rows: a program ran a third Stream-K segment (run_segment records a
+    program's n-th piece in its own two rows)."""
+    if getattr(failure, "pointer", None) != "trace_ptr":
+        return []
+    return ["a program ran more Stream-K segments than its share holds (a share of at most one tile's K "
+            "iterations meets at most two tiles): the loop went on past the share's end (while it < end, "
+            "not <=) or did not move it on by the iterations it ran"]
+
+
+@kc.kernel_exercise("streamk_loop", kind="kernel", diagnose=_loop_diagnosis, hints=Hints(
     nudge="this is Exercise 1 inside the kernel: which iterations does streamk_range give this program, and where "
           "do tile edges cut them?",
     approach="get [it, end) from streamk_range(pid, sk_tiles * k_tiles, NUM_PROGRAMS); while it < end, find the "
@@ -273,9 +285,14 @@ def check_streamk_loop(kernel):
         num_tiles, k_tiles = cdiv(M, bm) * cdiv(N, bn), cdiv(K, bk)
         case = (f"M={M}, N={N}, K={K}: {num_tiles} tiles of {k_tiles} K iterations, {programs} programs, "
                 f"sk_tiles={sk_tiles}")
-        c, trace = call(run_streamk, kernel, a, b, programs, sk_tiles, what=f"your kernel ({case})")
+        c, trace, flags = call(run_streamk, kernel, a, b, programs, sk_tiles, what=f"your kernel ({case})")
         expected = streamk_segments(num_tiles, k_tiles, programs, sk_tiles)
         problems += compare_segments(trace.numpy(), expected, programs, num_tiles - sk_tiles, case)
+        raised = [p for p in range(programs) if int(flags[p]) != 0]
+        if raised and not problems:  # the output may be right, but the next launch would read a stale flag
+            problems.append(f"{case}: program {raised[0]} left its flag raised after the launch: it handed over a "
+                            "partial sum that no program added (a segment with no iterations, k_first == k_end, or "
+                            "one past its share); run_segment only for k_first < k_end")
         ref = matmul_ref(a, b, out_dtype=torch.float64)
         if not problems and not rel_err(c, ref) <= TOLERANCES[dtype]:
             problems += compare_arrays(ref.cpu(), c.double().cpu(), case, atol=1e-2, rtol=1e-2,
