@@ -8,8 +8,9 @@ the rule (shape, SM count, what the GPU and the layouts allow; no per-shape tabl
 differentiable launcher (``matmul_tma``, else ``matmul``); under ``torch.compile`` it is
 ``matmul``, the custom op the compiler traces.
 
-The pick of a repeated call is kept by its call key (``launches.call_key``), as the launchers
-keep their launches, so a repeated call pays one key and one look-up before the launcher's own.
+A repeated call is kept by its call key (``launches.call_key``): the first call listens for the
+kept launch its launcher runs or keeps (``launches.kept_during``), and the next calls with that key
+run it straight, so they pay one key and one look-up, not the launcher's own as well.
 """
 
 from __future__ import annotations
@@ -59,7 +60,18 @@ def pick_launcher(a, b, bias=None) -> tuple[str, str]:
     return default_launcher(M, b.shape[1], K, num_sms=runtime.num_sms(), tma=tma, wgmma=wgmma)
 
 
-_PICKS = launches.LaunchCache()  # call key -> launcher: a bounded dict
+_PICKS = launches.LaunchCache()  # call key -> what a repeated call runs (``_direct``): a bounded dict
+
+
+def _direct(launch, launcher, activation):
+    """What a repeated call of a key runs: the kept launch its first call ran or kept (a
+    ``KeptLaunch`` or a ``matmul_ws`` plan, which the same checks and key made), or the
+    launcher itself when that call kept none."""
+    if isinstance(launch, launches.KeptLaunch):
+        return lambda a, b, bias: launch(a=a, b=b, bias=bias)
+    if launch is not None:  # matmul_ws's plan: (a, b, bias, trace)
+        return lambda a, b, bias: launch(a, b, bias, None)
+    return lambda a, b, bias: launcher(a, b, activation=activation, bias=bias)
 
 
 def matmul_auto(a, b, *, activation=None, bias=None):
@@ -69,8 +81,12 @@ def matmul_auto(a, b, *, activation=None, bias=None):
     if torch.compiler.is_compiling():  # matmul is the custom op torch.compile traces without a break
         return matmul(a, b, activation=activation, bias=bias)
     key = launches.call_key((a, b, bias), (activation,)) if launches.keeping() else None
-    launcher = _PICKS.get(key)
-    if launcher is None:
-        launcher = _launcher(pick_launcher(a, b, bias)[0])
-        _PICKS.keep(key, launcher)
-    return launcher(a, b, activation=activation, bias=bias)
+    kept = _PICKS.get(key)
+    if kept is not None:
+        return kept(a, b, bias)
+    launcher = _launcher(pick_launcher(a, b, bias)[0])
+    if key is None:
+        return launcher(a, b, activation=activation, bias=bias)
+    out, launch = launches.kept_during(lambda: launcher(a, b, activation=activation, bias=bias))
+    _PICKS.keep(key, _direct(launch, launcher, activation))
+    return out

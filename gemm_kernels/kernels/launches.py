@@ -20,6 +20,7 @@ turns keeping off (the ``host`` bench suite's "checked every call" rows).  Measu
 from __future__ import annotations
 
 import os
+import threading
 
 import torch
 
@@ -90,6 +91,8 @@ class KeptLaunch:
         self.addresses = getattr(self.bound, "takes_addresses", False)
 
     def __call__(self, **tensors) -> torch.Tensor:
+        if _HEARD.listening:
+            _HEARD.launches.append(self)
         bias = tensors.get("bias")
         if bias is not None and bias.stride(0) != 1:
             tensors["bias"] = bias.contiguous()
@@ -120,6 +123,36 @@ class KeptLaunch:
         return out
 
 
+class _Listening(threading.local):
+    """The kept launches a call ran or kept, while :func:`kept_during` listens (per thread)."""
+
+    listening = False
+    launches: list | None = None
+
+
+_HEARD = _Listening()
+
+
+def heard(launch) -> None:
+    """Tell a listening :func:`kept_during` that this call ran or kept ``launch`` (a
+    :class:`KeptLaunch`, or ``matmul_ws``'s plan)."""
+    if _HEARD.listening:
+        _HEARD.launches.append(launch)
+
+
+def kept_during(fn):
+    """``(fn(), launch)``: ``launch`` is the one kept launch ``fn`` ran or kept, None when it ran
+    none or several.  ``matmul_auto`` keeps it, so a repeated call goes to it straight."""
+    outer = _HEARD.listening, _HEARD.launches
+    _HEARD.listening, _HEARD.launches = True, []
+    try:
+        result = fn()
+        launches = _HEARD.launches
+    finally:
+        _HEARD.listening, _HEARD.launches = outer
+    return result, (launches[0] if len(launches) == 1 else None)
+
+
 class LaunchCache:
     """Kept launches of one launcher by call key; at most ``size`` (then it starts over)."""
 
@@ -144,6 +177,7 @@ class LaunchCache:
         if len(self._launches) >= self.size:  # many shapes (e.g. M changing every call): start over
             self._launches.clear()
         self._launches[key] = launch
+        heard(launch)
 
     def clear(self) -> None:
         self._launches.clear()

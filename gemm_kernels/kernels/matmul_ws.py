@@ -472,7 +472,7 @@ def _consumer(c_desc, a_bufs, b_bufs, c_bufs, s_bufs, ready_bars, empty_bars, tu
         tma.store_wait(0)
 
 
-@gluon.jit(do_not_specialize=["M"])  # M only bounds TMA's tiles and the masked stores (configs.ROWS)
+@gluon.jit
 def _matmul_ws_kernel(a_desc, b_desc, c_desc, c_ptr, bias_ptr, trace_ptr, sa_ptr, sb_ptr, ws_ptr, count_ptr,
                       M, N, K, stride_cm,
                       stride_sam, stride_sak, stride_sbk, stride_sbn, splits,
@@ -527,6 +527,13 @@ def _matmul_ws_kernel(a_desc, b_desc, c_desc, c_ptr, bias_ptr, trace_ptr, sa_ptr
                      BLOCK_SCALES, s_bufs, sa_ptr, sb_ptr, stride_sam, stride_sak, stride_sbk, stride_sbn,
                      SPLIT, splits)),
     ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
+
+
+#: the same kernel, not specialised on M: an unsplit fp16/bf16 launch reads and stores rows only
+#: through TMA and masks, so a new M reuses its compiled code (the compile view's PTX is the same).
+#: Split units and fp8 block scales keep M specialised (with Triton 3.9 the split units' code
+#: spills 8 bytes without it, tests/test_matmul_ws.py).
+_matmul_ws_kernel_any_m = gluon.jit(_matmul_ws_kernel.fn, do_not_specialize=["M"])
 
 
 # ----------------------------------------------------------------------------- configs
@@ -685,9 +692,10 @@ class _Plan:
         workspace = _split_workspace(a.shape[0], b.shape[1], config, splits, a.device) if splits > 1 else None
         named = _kernel_args(a, b, c, bias, trace, config, activation=activation, scales=scales, splits=splits,
                              workspace=workspace)
-        self.launch = _triton_compat.SpecializedLaunch(_matmul_ws_kernel, (programs,), (), named,
+        kernel = _matmul_ws_kernel_any_m if splits == 1 and scales is None else _matmul_ws_kernel
+        self.launch = _triton_compat.SpecializedLaunch(kernel, (programs,), (), named,
                                                        {"num_warps": 4, "maxnreg": MAXNREG})
-        self.arguments = _triton_compat.ordered_arguments(_matmul_ws_kernel, (), named)
+        self.arguments = _triton_compat.ordered_arguments(kernel, (), named)
         # descriptors expanded here, their CUtensorMaps kept per address (None: Triton's launcher does it)
         self.descriptors = _triton_compat.DescriptorArguments.make(self.launch, self.arguments)
         self.moved = _triton_compat.descriptor_mover()  # chosen once: no environment look-up per call
@@ -746,6 +754,7 @@ def _keep(key, plan):
         if len(_PLANS) >= MAX_PLANS:
             _PLANS.pop(next(iter(_PLANS)))
         _PLANS[key] = plan
+        launches.heard(plan)
     return plan
 
 
@@ -766,6 +775,7 @@ def _launch(a, b, *, activation=None, bias=None, schedule=None, num_programs=Non
     except TypeError:  # something unhashable (a bad activation): the checks below say what is wrong
         key = plan = None
     if plan is not None:
+        launches.heard(plan)
         return plan(a, b, bias, trace)
 
     if config is None and schedule is not None and not (isinstance(schedule, str) and schedule in CONFIGS):
