@@ -112,13 +112,16 @@ def _in_notebook() -> bool:
     return shell is not None and hasattr(shell, "kernel")
 
 
-def known_result_sets() -> list:
-    """The names :func:`show_committed` knows: every benchmark suite (``python -m
-    gemm_kernels.bench``) and ``l2`` (the L2 model beside Nsight Compute, ``python -m
-    gemm_kernels.bench.l2 --run``)."""
-    from .bench.suites import SUITES
+#: every benchmark suite's name (``python -m gemm_kernels.bench``), in ``bench.suites.SUITES``' order;
+#: named here, below ``bench``, so that reading committed results needs no harness (tests/test_layers.py)
+SUITE_NAMES = ("square", "order", "fusion", "stream-k", "seed-grouped", "moe", "llm", "llm-linear", "fp8", "fp8-moe",
+               "host")
 
-    return [*SUITES, "l2"]
+
+def known_result_sets() -> list:
+    """The names :func:`show_committed` knows: every benchmark suite (:data:`SUITE_NAMES`) and
+    ``l2`` (the L2 model beside Nsight Compute, ``python -m gemm_kernels.bench.l2 --run``)."""
+    return [*SUITE_NAMES, "l2"]
 
 
 def show_committed(suite: str, directory: str | Path | None = None) -> dict | None:
@@ -266,12 +269,27 @@ def dispatch_picks(directory: str | Path | None = None) -> dict:
             "worst": f"{worst[0]} × {worst[1]} × {worst[2]} with b {worst[3]}", "vs_cublas_geo": geomean(vs_cublas)}
 
 
+#: Nsight Compute's units -> base units (bytes, ns, %), long names (CSV) and short ones (text output)
+_UNIT_SCALE = {"byte": 1, "kbyte": 1e3, "mbyte": 1e6, "gbyte": 1e9, "tbyte": 1e12,
+               "nsecond": 1, "usecond": 1e3, "msecond": 1e6, "second": 1e9,
+               "ns": 1, "us": 1e3, "ms": 1e6, "%": 1, "": 1}
+
+
+def metric_value(row: dict) -> float | None:
+    """An Nsight Compute metric row's value in base units (bytes, ns, %): thousands separators
+    removed, scaled units (Kbyte, Mbyte, usecond...) converted; None when the value is not a number.
+    Here, below ``bench``, because committed counters are read with it too."""
+    try:
+        value = float(row["Metric Value"].replace(",", "").strip())
+    except ValueError:
+        return None
+    return value * _UNIT_SCALE.get(row.get("Metric Unit", "").strip().lower(), 1)
+
+
 def cluster_probe_counters(directory: str | Path | None = None) -> dict:
     """Nsight Compute's counters of the cluster probe at 4096³ fp16, with and without the multicast
     of B (``entry33/ncu_probe_*.txt``, ``tests/gpu_cluster_probe/ncu_probe.py``): ``{True: {...},
     False: {...}}``, each metric in base units (bytes, ns, %; sectors counted as 32 bytes)."""
-    from .bench.l2 import metric_value
-
     out = {}
     for multicast, name in ((True, "ncu_probe_multicast.txt"), (False, "ncu_probe_no_multicast.txt")):
         text = (Path(directory or BENCH_DIR) / "entry33" / name).read_text()

@@ -30,7 +30,11 @@ def snapshot(directory: pathlib.Path) -> None:
     import gemm_kernels
 
     if (pathlib.Path(gemm_kernels.__file__).parent / "lab" / "compile_view.py").exists():
-        from gemm_kernels.lab.compile_view import compile_many, registered_examples
+        from gemm_kernels.lab.compile_view import compile_many
+        try:
+            from gemm_kernels.lab.compile_examples import registered_examples
+        except ImportError:  # commits where compile_view still imported the examples
+            from gemm_kernels.lab.compile_view import registered_examples
         examples = [(ex, cap) for ex in registered_examples() for cap in ex.targets]
         views = compile_many([ex.request(cap) for ex, cap in examples])
     else:  # the flat layout before gemm_kernels/lab existed

@@ -14,7 +14,7 @@ import sys
 import torch
 
 import gemm_kernels as gk
-from gemm_kernels.kernels import moe_wgrad
+from gemm_kernels.kernels import moe
 from gemm_kernels.testing import rel_err, TOLERANCES
 
 T, K, N, E = 96, 64, 48, 4
@@ -49,7 +49,7 @@ def unchecked() -> int:
                         wrong += 1
                         print(f"BAD {name} {wname} tma={tma}: expert 0 rel err {err}", flush=True)
         for tma in (False, None):
-            moe_wgrad.grouped_mm_wgrad(x, dy, offs, tma=tma)
+            moe.grouped_mm_wgrad(x, dy, offs, tma=tma)
     if dev.type == "cuda":
         torch.cuda.synchronize()
     print(f"{len(BAD)} bad offs, unchecked path and weight gradient: {wrong} wrong", flush=True)

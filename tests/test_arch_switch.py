@@ -42,7 +42,7 @@ if runtime.RUNTIME.capability < (8, 0):
         assert "bfloat16" in str(e) and "float16" in str(e) and arch in str(e), e
     else:
         raise AssertionError("bf16 ran on sm_75")
-    from gemm_kernels.lab.compile_view import registered_examples
+    from gemm_kernels.lab.compile_examples import registered_examples
     assert any("bf16" in e.name for e in registered_examples())  # compiled for sm_90 only: no bf16 gate
 else:
     assert_close(gk.matmul(a16, a16.t().contiguous()), gk.matmul_ref(a16, a16.t(), out_dtype=torch.float64),

@@ -9,9 +9,10 @@ import torch
 import triton
 
 import gemm_kernels
-from gemm_kernels.lab import compile_view
+from gemm_kernels.lab import compile_examples, compile_view
 from gemm_kernels import _triton_compat
-from gemm_kernels.lab.compile_view import HIGHLIGHTS, compile_for, compile_many, parse_target, registered_examples
+from gemm_kernels.lab.compile_examples import registered_examples
+from gemm_kernels.lab.compile_view import HIGHLIGHTS, compile_for, compile_many, parse_target
 
 #: largest shared memory one program may use (opt-in maximum per block): H100 227 KiB, A100 163 KiB
 MAX_SHARED = {90: 232448, 89: 101376, 80: 166912}
@@ -152,7 +153,7 @@ def test_compile_all_kernels_skips_tma_for_ampere(monkeypatch):
         return [r["name"] for r in requests]
 
     monkeypatch.setattr(compile_view, "compile_many", fake_compile_many)
-    views = compile_view.compile_all_kernels("sm_80")
+    views = compile_examples.compile_all_kernels("sm_80")
     assert all(80 in ex.targets for ex in EXAMPLES if ex.name in views)
     assert not any(name.startswith("matmul_tma[") for name in views)
     assert {n for n, _ in compiled} == set(views) and {t for _, t in compiled} == {80}

@@ -410,7 +410,7 @@ def test_strides_whose_products_pass_2_to_the_31_are_read_right(tmp_path):
     assert_close(grouped_mm(x, w, offs, tma=False), ref, torch.float16)
     # and the weight gradient, reading x transposed through the same strides
     dy = torch.randn(T, N, generator=torch.Generator().manual_seed(2)).half()
-    assert_close(moe_wgrad.grouped_mm_wgrad(x, dy, offs, tma=False).flatten(0, 1),
+    assert_close(moe.grouped_mm_wgrad(x, dy, offs, tma=False).flatten(0, 1),
                  moe_wgrad.grouped_mm_wgrad_ref(x.contiguous(), dy, offs).flatten(0, 1), torch.float16)
 
 
@@ -424,7 +424,7 @@ def test_wgrad_matches_float64(counts, tail, dtype, tma):
     x, _, offs = make_inputs(counts + [tail], 40, 24, dtype)
     offs = offs[:-1].contiguous()
     dy = torch.randn(x.shape[0], 24, generator=torch.Generator().manual_seed(5)).to(DEVICE, dtype)
-    dw = moe_wgrad.grouped_mm_wgrad(x, dy, offs, tma=tma)
+    dw = moe.grouped_mm_wgrad(x, dy, offs, tma=tma)
     assert dw.shape == (len(counts), 40, 24) and dw.dtype == dtype
     assert_close(dw.flatten(0, 1), moe_wgrad.grouped_mm_wgrad_ref(x, dy, offs).flatten(0, 1), dtype)
     for e, c in enumerate(counts):
@@ -444,7 +444,7 @@ def test_wgrad_repeated_shape_reads_each_calls_tensors_and_keeps_none(tma):
         x, _, offs = make_inputs(counts + [0], 48, 32, torch.bfloat16)
         offs = offs[:-1].contiguous()
         dy = torch.randn(x.shape[0], 32, generator=torch.Generator().manual_seed(seed)).to(DEVICE, torch.bfloat16)
-        dw = moe_wgrad.grouped_mm_wgrad(x, dy, offs, tma=tma)
+        dw = moe.grouped_mm_wgrad(x, dy, offs, tma=tma)
         assert_close(dw.flatten(0, 1), moe_wgrad.grouped_mm_wgrad_ref(x, dy, offs).flatten(0, 1), torch.bfloat16)
         refs = [weakref.ref(t) for t in (x, dy, offs, dw)]
         del x, dy, offs, dw

@@ -11,7 +11,7 @@ import torch
 
 from gemm_kernels import (DEVICE, GroupedMatmulPlan, grouped_matmul, grouped_matmul_ref, grouped_mm, grouped_mm_ref,
                           matmul, matmul_persistent, matmul_ref, matmul_tma, runtime)
-from gemm_kernels.kernels import moe_wgrad
+from gemm_kernels.kernels import moe, moe_wgrad
 from gemm_kernels.kernels.checks import resolve_lazy_views
 from gemm_kernels.kernels.tma import tma_aligned
 from gemm_kernels.lab.moe_training import grouped_mm_torch
@@ -125,7 +125,7 @@ def test_grouped_mm_wgrad_reads_a_negated_x_or_dy_by_its_values(negated):
     x, dy = _randn(20, 16, seed=4), _randn(20, 8, seed=5)
     x, dy = (_negated(x), dy) if negated == "x" else (x, _negated(dy))
     offs = torch.tensor([6, 20], dtype=torch.int32, device=DEVICE)
-    dw = moe_wgrad.grouped_mm_wgrad(x, dy, offs, tma=False)
+    dw = moe.grouped_mm_wgrad(x, dy, offs, tma=False)
     ref = moe_wgrad.grouped_mm_wgrad_ref(x.resolve_neg(), dy.resolve_neg(), offs)
     assert_close(dw.flatten(0, 1), ref.flatten(0, 1), torch.float32)
 
@@ -179,7 +179,7 @@ def test_grouped_mm_wgrad_is_differentiable():
     x, dy = _leaves(_randn(20, 8, seed=12), _randn(20, 6, seed=13))
     offs = torch.tensor([9, 17], dtype=torch.int32, device=DEVICE)
     g = _randn(2, 8, 6, seed=14)
-    moe_wgrad.grouped_mm_wgrad(x, dy, offs).backward(g)
+    moe.grouped_mm_wgrad(x, dy, offs).backward(g)
     x64, dy64 = _leaves(x.double(), dy.double())
     moe_wgrad.grouped_mm_wgrad_ref(x64, dy64, offs).backward(g.double())
     assert_close(x.grad, x64.grad, torch.float32, what="dx")

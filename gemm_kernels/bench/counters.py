@@ -175,7 +175,9 @@ def _moe_row(name: str) -> CounterCase | None:
 
 def build_call(case: CounterCase, provider: str):
     """The provider's call on this case's inputs (made on the GPU), as a no-argument function."""
-    from .. import matmul_splitk, matmul_streamk, matmul_tma
+    from ..kernels.persistent import matmul_tma
+    from ..kernels.splitk import matmul_splitk
+    from ..kernels.streamk import matmul_streamk
     from ..kernels import matmul_ws, moe
     from . import suites
 

@@ -45,7 +45,7 @@ from pathlib import Path
 import torch
 
 from .. import runtime
-from ..results import BENCH_DIR, section_heading
+from ..results import BENCH_DIR, metric_value, section_heading  # noqa: F401  (metric_value: counters reads it here)
 from .core import positive_int
 
 #: (M, N, K), fp16.  2048^2: A and B fit in L2 (both orders should hit alike); 4096^2: B is 32 MiB;
@@ -70,9 +70,6 @@ METRICS = (
 FALLBACK_METRICS = ("lts__t_sector_hit_rate.pct", "dram__bytes_read.sum")
 KERNEL_REGEX = "regex:_matmul_kernel"
 WORKER_TAG = "L2WORKER_JSON "
-_UNIT_SCALE = {"byte": 1, "kbyte": 1e3, "mbyte": 1e6, "gbyte": 1e9, "tbyte": 1e12,
-               "nsecond": 1, "usecond": 1e3, "msecond": 1e6, "second": 1e9,
-               "ns": 1, "us": 1e3, "ms": 1e6, "%": 1, "": 1}  # the short names: ncu's text output
 
 
 # ------------------------------------------------------------------------------ worker
@@ -219,16 +216,6 @@ def ncu_metric_rows(text: str):
             continue
         if len(row) >= len(header):
             yield dict(zip(header, row))
-
-
-def metric_value(row: dict) -> float | None:
-    """A metric row's value in base units (bytes, ns, %): thousands separators removed, scaled
-    units (Kbyte, Mbyte, usecond...) converted; None when the value is not a number."""
-    try:
-        value = float(row["Metric Value"].replace(",", "").strip())
-    except ValueError:
-        return None
-    return value * _UNIT_SCALE.get(row.get("Metric Unit", "").strip().lower(), 1)
 
 
 def parse_ncu_csv(text: str) -> dict[str, float]:

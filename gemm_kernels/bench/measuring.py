@@ -221,11 +221,12 @@ def two_ways(sizes=TWO_WAYS_SIZES, dtype=torch.float16) -> list[dict]:
     CUDA graph and host µs per call, so notebooks 02 and 05 compare the two timings from one GPU."""
     from triton.testing import do_bench, do_bench_cudagraph
 
-    import gemm_kernels as gk
+    from ..kernels.matmul import matmul
+    from ..kernels.persistent import matmul_tma
 
-    kernels = {"cuBLAS": torch.matmul, "matmul row_major": lambda a, b: gk.matmul(a, b, order="row_major")}
+    kernels = {"cuBLAS": torch.matmul, "matmul row_major": lambda a, b: matmul(a, b, order="row_major")}
     if runtime.supports_tma():
-        kernels["matmul_tma"] = gk.matmul_tma
+        kernels["matmul_tma"] = matmul_tma
     rows = []
     for n in sizes:
         a = torch.randn(n, n, device="cuda", dtype=dtype)

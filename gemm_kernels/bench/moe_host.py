@@ -33,10 +33,9 @@ def parts(x, w, offs, repeats: int = 5) -> dict:
 
     import triton
 
-    import gemm_kernels as gk
     from gemm_kernels.kernels import moe
 
-    gk.grouped_mm(x, w, offs)  # makes the bound launch
+    moe.grouped_mm(x, w, offs)  # makes the bound launch
     launch = moe._LAUNCHES.get(moe._launch_key(x, w, offs, None, None))
     bound, shape = launch.bound, launch.out_shape
 
@@ -59,8 +58,8 @@ def parts(x, w, offs, repeats: int = 5) -> dict:
         "launch only, fresh descriptor scratch": run(out_alloc=False, fresh=True),
         "+ torch.empty(out)": run(),
         "+ the check before (a flag's torch.ones, torch._assert_async)": run(old_check=True),
-        "grouped_mm(check_offs=False)": lambda: gk.grouped_mm(x, w, offs, check_offs=False),
-        "grouped_mm default": lambda: gk.grouped_mm(x, w, offs),
+        "grouped_mm(check_offs=False)": lambda: moe.grouped_mm(x, w, offs, check_offs=False),
+        "grouped_mm default": lambda: moe.grouped_mm(x, w, offs),
         "torch._grouped_mm": lambda: torch._grouped_mm(x, w, offs=offs),
     }
     times = {name: [] for name in variants}
@@ -102,8 +101,10 @@ def training_step(case_name: str, steps: int = 200) -> dict:
 def main(argv=None) -> None:
     import argparse
 
-    import gemm_kernels as gk
     from triton.testing import do_bench, do_bench_cudagraph
+
+    from .. import runtime
+    from ..kernels import moe
 
     from .report import write_record
 
@@ -118,7 +119,7 @@ def main(argv=None) -> None:
 
         for name in args.step:
             counters.case_named(name)  # fail before timing anything
-    if not gk.on_gpu():
+    if not runtime.on_gpu():
         raise SystemExit("moe_host measures host time on a CUDA GPU; none here")
     if args.step:
         for name in args.step:
@@ -128,9 +129,9 @@ def main(argv=None) -> None:
     w = torch.randn(8, 256, 256, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
     offs = torch.tensor([64 * (i + 1) for i in range(8)], device="cuda", dtype=torch.int32)
     calls = {
-        "grouped_mm default": lambda: gk.grouped_mm(x, w, offs),
-        "grouped_mm check_offs=False": lambda: gk.grouped_mm(x, w, offs, check_offs=False),
-        "grouped_mm check_offs=True": lambda: gk.grouped_mm(x, w, offs, check_offs=True),
+        "grouped_mm default": lambda: moe.grouped_mm(x, w, offs),
+        "grouped_mm check_offs=False": lambda: moe.grouped_mm(x, w, offs, check_offs=False),
+        "grouped_mm check_offs=True": lambda: moe.grouped_mm(x, w, offs, check_offs=True),
         "torch.ops.gemm_kernels.grouped_mm": lambda: torch.ops.gemm_kernels.grouped_mm(x, w, offs, None, None),
         "torch._grouped_mm": lambda: torch._grouped_mm(x, w, offs=offs),
     }

@@ -1155,6 +1155,7 @@ def _host_moe_case(experts, per_expert, K, N, backward, seed) -> Case:
                 {"experts": experts, "rows": rows, "K": K, "N": N}, host=True)
 
 
+#: the suites by name: results.SUITE_NAMES, which reads committed results without this module (a test checks they agree)
 SUITES = {
     "square": square_suite,
     "order": order_suite,

@@ -40,7 +40,7 @@ import triton.language as tl
 
 from .. import runtime
 from ..runtime import ensure_tma_allocator
-from . import checks, configs, launches, moe_wgrad, tma  # noqa: F401  (moe_wgrad registers the wgrad op)
+from . import checks, configs, launches, moe_wgrad, tma  # moe_wgrad defines the wgrad op; its autograd is below
 from .autograd import grad_enabled_for
 from .epilogue import output_values, widen_for_dot
 from .grouped import USE_POINTER_PATH
@@ -471,6 +471,39 @@ def _differentiable_grads(x, w, offs, dy, tma, needs_input_grad) -> tuple:
 
 
 _grouped_mm_op.register_autograd(_backward, setup_context=_setup_backward)
+
+
+def _setup_wgrad_backward(ctx, inputs, output):
+    x, dy, offs, tma = inputs
+    ctx.save_for_backward(x, dy, offs)
+    ctx.tma = tma
+
+
+def _wgrad_backward(ctx, g):
+    """Of ``dw[e] = x_eᵀ dy_e`` (``moe_wgrad``'s op): ``dx_e = dy_e g[e]ᵀ`` and ``ddy_e = x_e g[e]``,
+    both ``grouped_mm`` (rows past offs[-1] get zeros).  What makes ``grouped_mm``'s double backward;
+    registered here, where ``grouped_mm`` lives, so that ``moe_wgrad`` needs nothing from this module."""
+    x, dy, offs = ctx.saved_tensors
+    gx = grouped_mm(dy, g.transpose(1, 2), offs, tma=ctx.tma, check_offs=False) if ctx.needs_input_grad[0] else None
+    gdy = grouped_mm(x, g, offs, tma=ctx.tma, check_offs=False) if ctx.needs_input_grad[1] else None
+    return gx, gdy, None, None
+
+
+moe_wgrad._wgrad_op.register_autograd(_wgrad_backward, setup_context=_setup_wgrad_backward)
+
+
+def grouped_mm_wgrad(x, dy, offs, *, tma=None):
+    """``dw[e] = x[offs[e-1]:offs[e]]ᵀ @ dy[offs[e-1]:offs[e]]`` for every expert e: ``[E, K, N]``
+    in x's dtype (fp32 accumulation).  Rows past ``offs[-1]`` take no part; an expert with no rows
+    gets zeros.  ``offs`` is trusted as in ``grouped_mm(check_offs=False)``: clamped into x,
+    never checked (the forward pass checked it).  ``tma``: None uses TMA where x and dy allow it and
+    experts average ``moe_wgrad.TMA_MIN_ROWS_PER_EXPERT`` rows or more, else pointer loads."""
+    moe_wgrad._check(x, dy, offs)
+    if tma is not None and not isinstance(tma, bool):
+        raise TypeError(f"tma must be None, True or False, got {tma!r}")
+    if grad_enabled_for(x, dy):  # differentiable through the op (its backward is grouped_mm)
+        return torch.ops.gemm_kernels.grouped_mm_wgrad(x, dy, offs, tma)
+    return moe_wgrad.launch(x, dy, offs, tma)
 
 
 class _GroupedMMFunction(torch.autograd.Function):

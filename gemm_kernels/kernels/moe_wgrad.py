@@ -32,7 +32,6 @@ import triton.language as tl
 from .. import runtime
 from ..runtime import ensure_tma_allocator
 from . import checks, configs, launches, tma
-from .autograd import grad_enabled_for
 from .epilogue import store_tile_masked, widen_for_dot
 from .matmul import k_loop_pointers
 from .tma import tma_strides
@@ -194,42 +193,12 @@ def _(x, dy, offs, tma):
     return x.new_empty((offs.shape[0], x.shape[1], dy.shape[1]))
 
 
-def _setup_backward(ctx, inputs, output):
-    x, dy, offs, tma = inputs
-    ctx.save_for_backward(x, dy, offs)
-    ctx.tma = tma
-
-
-def _backward(ctx, g):
-    """Of ``dw[e] = x_eᵀ dy_e``: ``dx_e = dy_e g[e]ᵀ`` and ``ddy_e = x_e g[e]``, both ``grouped_mm``
-    (rows past offs[-1] get zeros).  What makes ``grouped_mm``'s double backward."""
-    from .moe import grouped_mm  # moe imports this module
-
-    x, dy, offs = ctx.saved_tensors
-    gx = grouped_mm(dy, g.transpose(1, 2), offs, tma=ctx.tma, check_offs=False) if ctx.needs_input_grad[0] else None
-    gdy = grouped_mm(x, g, offs, tma=ctx.tma, check_offs=False) if ctx.needs_input_grad[1] else None
-    return gx, gdy, None, None
-
-
-_wgrad_op.register_autograd(_backward, setup_context=_setup_backward)
-
-
-def grouped_mm_wgrad(x, dy, offs, *, tma=None):
-    """``dw[e] = x[offs[e-1]:offs[e]]ᵀ @ dy[offs[e-1]:offs[e]]`` for every expert e: ``[E, K, N]``
-    in x's dtype (fp32 accumulation).  Rows past ``offs[-1]`` take no part; an expert with no rows
-    gets zeros.  ``offs`` is trusted as in ``grouped_mm(check_offs=False)``: clamped into x,
-    never checked (the forward pass checked it).  ``tma``: None uses TMA where x and dy allow it and
-    experts average ``TMA_MIN_ROWS_PER_EXPERT`` rows or more, else pointer loads."""
-    _check(x, dy, offs)
-    if tma is not None and not isinstance(tma, bool):
-        raise TypeError(f"tma must be None, True or False, got {tma!r}")
-    if grad_enabled_for(x, dy):  # differentiable through the op (its backward is grouped_mm)
-        return torch.ops.gemm_kernels.grouped_mm_wgrad(x, dy, offs, tma)
-    return launch(x, dy, offs, tma)
+# The differentiable grouped_mm_wgrad and this op's backward (grouped_mm's forward) live in moe.py,
+# which imports this module: never the reverse.
 
 
 def grouped_mm_wgrad_ref(x, dy, offs) -> torch.Tensor:
-    """float64 reference of :func:`grouped_mm_wgrad` (a loop over experts)."""
+    """float64 reference of :func:`~gemm_kernels.kernels.moe.grouped_mm_wgrad` (a loop over experts)."""
     ends = offs.tolist()
     dw = torch.zeros((len(ends), x.shape[1], dy.shape[1]), dtype=torch.float64, device=x.device)
     start = 0

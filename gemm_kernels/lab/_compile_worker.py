@@ -125,7 +125,7 @@ def _describe(err: BaseException) -> str:
 
 
 def main(job_path: str, result_path: str) -> None:
-    import gemm_kernels  # noqa: F401  (compile-only mode: kernels stay JITFunctions)
+    import gemm_kernels.runtime  # noqa: F401  (decides first: compile-only mode, kernels stay JITFunctions)
 
     results = []
     for request in json.loads(open(job_path).read()):

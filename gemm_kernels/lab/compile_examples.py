@@ -1,4 +1,4 @@
-"""One representative launch per kernel, for the compile view (``compile_view.registered_examples``).
+"""One representative launch per kernel, for the compile view (:func:`registered_examples`).
 
 Each example is built with the launcher's own argument builder where it has one, on small CPU
 tensors whose sizes are multiples of 16 (like a real 4096-sized launch, so the compiled code is
@@ -14,7 +14,8 @@ import triton
 
 from .. import runtime
 from ..kernels import configs, fp8, grouped, matmul, matmul_ws, moe, persistent, splitk, streamk
-from .compile_view import KernelExample
+from . import compile_view
+from .compile_view import CompileView, KernelExample, parse_target
 
 
 def matmul_examples():
@@ -35,7 +36,7 @@ def matmul_examples():
 
 
 def persistent_examples():
-    """Representative launches for ``compile_view.compile_all_kernels`` (see its registry protocol).
+    """Representative launches for :func:`compile_all_kernels`.
 
     Built from the launchers' own argument builders on small CPU tensors whose sizes are
     multiples of 16, so the compiled code is specialised like a real 4096-sized launch."""
@@ -71,7 +72,7 @@ def persistent_examples():
 
 
 def streamk_examples():
-    """Representative launch for ``compile_view.compile_all_kernels``."""
+    """Representative launch for :func:`compile_all_kernels`."""
     a = torch.zeros(256, 256, dtype=torch.float16)
     b_t = torch.zeros(256, 256, dtype=torch.float16).t()
     c = torch.zeros(256, 256, dtype=torch.float16)
@@ -105,7 +106,7 @@ def splitk_examples():
 
 
 def grouped_examples():
-    """Representative launches for ``gemm_kernels.lab.compile_view`` (see its registry protocol):
+    """Representative launches for :func:`compile_all_kernels`:
     the pointer path (Hopper and Ampere) and the TMA path with transposed B (Hopper)."""
     examples = []
     for name, dtype, tma, targets, expect in [
@@ -130,7 +131,7 @@ def grouped_examples():
 
 
 def moe_examples():
-    """Representative launches for ``gemm_kernels.lab.compile_view`` (see its registry protocol):
+    """Representative launches for :func:`compile_all_kernels`:
     pointer loads (Hopper and Ampere) and TMA with w a transposed view of [E, N, K] (Hopper)."""
     T, K, N, E = 512, 256, 256, 8  # multiples of 16, like real MoE sizes
     examples = []
@@ -246,3 +247,18 @@ def all_examples() -> list[KernelExample]:
     """Every kernel's examples, in teaching order."""
     return [*matmul_examples(), *persistent_examples(), *streamk_examples(), *splitk_examples(), *grouped_examples(), *moe_examples(),
             *fp8_examples(), *ws_examples(), ws_fp8_example(), ws_fp8_example("block")]
+
+
+def registered_examples() -> list[KernelExample]:
+    """Every ``KernelExample`` of the package's kernels (this module's; compile_view knows none)."""
+    return all_examples()
+
+
+def compile_all_kernels(target="sm_90") -> dict[str, CompileView]:
+    """Compile every registered example that supports ``target`` (one worker process); name -> CompileView.
+
+    Raises RuntimeError naming the example when one does not compile."""
+    capability = parse_target(target)
+    examples = [ex for ex in registered_examples() if capability in ex.targets]
+    views = compile_view.compile_many([ex.request(capability) for ex in examples])
+    return {ex.name: view for ex, view in zip(examples, views)}

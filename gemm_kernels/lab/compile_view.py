@@ -358,20 +358,3 @@ class KernelExample:
 
     def compile(self, target) -> CompileView:
         return compile_many([self.request(target)])[0]
-
-
-def registered_examples() -> list[KernelExample]:
-    """Every ``KernelExample`` of the package's kernels (``compile_examples.py``)."""
-    from .compile_examples import all_examples
-
-    return all_examples()
-
-
-def compile_all_kernels(target="sm_90") -> dict[str, CompileView]:
-    """Compile every registered example that supports ``target`` (one worker process); name -> CompileView.
-
-    Raises RuntimeError naming the example when one does not compile."""
-    capability = parse_target(target)
-    examples = [ex for ex in registered_examples() if capability in ex.targets]
-    views = compile_many([ex.request(capability) for ex in examples])
-    return {ex.name: view for ex, view in zip(examples, views)}

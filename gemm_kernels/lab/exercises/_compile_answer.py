@@ -61,7 +61,7 @@ def serve() -> None:
     channel = os.fdopen(os.dup(1), "w")  # answers go here; fd 1 becomes stderr (ptxas, prints)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
-    import gemm_kernels  # noqa: F401  (compile-only mode: kernels stay JITFunctions)
+    import gemm_kernels.runtime  # noqa: F401  (decides first: compile-only mode, kernels stay JITFunctions)
 
     channel.write(json.dumps({"ready": True}) + "\n")
     channel.flush()
