@@ -657,7 +657,7 @@ def test_the_package_own_loop_is_refused():
     from gemm_kernels.kernels import matmul_ws as ws
 
     result = ex.check_consumer_mainloop(ws._mainloop)
-    assert result.status == WRONG and "gemm_kernels' own _mainloop" in str(result), str(result)
+    assert result.status == WRONG and "gemm_kernels' own kernels.matmul_ws._mainloop" in str(result), str(result)
 
 
 # ----------------------------------------------------------------------------- exercise 1: the reference is refused

@@ -1029,24 +1029,30 @@ def _package_answer(title: str, answer) -> CheckResult | None:
 
 
 @contextlib.contextmanager
-def learner_calls(functions):
+def learner_calls(functions=None):
     """Within: the list this yields gets the name of each of ``functions`` (package functions) that
     the learner's code calls, by whatever name or module it reached it (a profile hook on their
-    code objects, in this thread)."""
+    code objects, in this thread); ``functions=None``: every function of the package the
+    learner's code calls (named ``lab.exercises.fp8.quantize_ref``, say)."""
     codes = {}
-    for fn in functions:
+    for fn in functions or ():
         py = python_function(fn)
         if py is not None:
             codes[py.__code__] = qualified_name(py).replace("gemm_kernels.", "", 1)
     seen: list = []
-    if not codes:
+    if functions is not None and not codes:
         yield seen
         return
 
     def hook(frame, event, arg):
-        if event == "call" and frame.f_code in codes and frame.f_back is not None \
-                and _learner_caller(frame.f_back.f_code.co_filename):
-            seen.append(codes[frame.f_code])
+        if event != "call" or frame.f_back is None or not _learner_caller(frame.f_back.f_code.co_filename):
+            return
+        code = frame.f_code
+        if code in codes:
+            seen.append(codes[code])
+        elif functions is None and os.path.abspath(code.co_filename).startswith(_PACKAGE_DIR):
+            module = os.path.splitext(os.path.relpath(os.path.abspath(code.co_filename), _PACKAGE_DIR))[0]
+            seen.append(f"{module.replace(os.sep, '.')}.{getattr(code, 'co_qualname', code.co_name)}")
 
     previous = sys.getprofile()
     sys.setprofile(hook)

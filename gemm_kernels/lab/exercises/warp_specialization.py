@@ -31,8 +31,6 @@ from __future__ import annotations
 
 import ast
 import builtins
-import contextlib
-import functools
 import hashlib
 import inspect
 import json
@@ -53,6 +51,7 @@ from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
 from ... import runtime
 from ...kernels import matmul_ws as ws
 from ...models import ws_timeline as wt
+from . import _kernel_checks as kc
 from ._core import (CORRECT, STRUCTURE_ONLY, AnswerRaised, CheckResult, Hints, _NotAttempted, call, exercise,
                     is_stub_error, read_items, shown)
 
@@ -62,19 +61,6 @@ _PACKAGE_DIR = os.path.join(str(Path(__file__).resolve().parents[2]), "")
 
 def _package_code(filename: str) -> bool:
     return os.path.abspath(filename).startswith(_PACKAGE_DIR)
-
-
-@functools.lru_cache(maxsize=None)
-def _library_dirs() -> tuple[str, ...]:
-    import sysconfig
-
-    paths = sysconfig.get_paths()
-    return tuple(os.path.join(paths[k], "") for k in ("stdlib", "platstdlib", "purelib", "platlib") if paths.get(k))
-
-
-def _library_code(filename: str) -> bool:
-    """Python's own modules and installed packages (contextlib resuming a generator, say)."""
-    return filename.startswith("<frozen") or os.path.abspath(filename).startswith(_library_dirs())
 
 
 def _package_function(answer):
@@ -91,32 +77,14 @@ def _package_function(answer):
     return None
 
 
-@contextlib.contextmanager
-def _package_calls():
-    """Inside the block, the list this yields gets the code object of the first package function
-    that code outside the package called (the learner's answer calling ``ring_phases_ref``)."""
-    called: list = []
-
-    def hook(frame, event, arg):
-        if event == "call" and not called and _package_code(frame.f_code.co_filename):
-            back = frame.f_back
-            if back is not None and not (_package_code(back.f_code.co_filename)
-                                         or _library_code(back.f_code.co_filename)):
-                called.append(frame.f_code)
-
-    previous = sys.getprofile()
-    sys.setprofile(hook)
-    try:
-        yield called
-    finally:
-        sys.setprofile(previous)
+def _not_yours(name: str, what: str) -> str:
+    whose = "the reference's table" if name.endswith("ring_phases_ref") else "the package's result"
+    return f"your answer runs gemm_kernels' own {name}: this returns {whose}, not yours. {what}"
 
 
-def _not_yours(code, what: str) -> str:
-    name = code.co_qualname if hasattr(code, "co_qualname") else code.co_name
-    where = os.path.relpath(code.co_filename, os.path.dirname(_PACKAGE_DIR.rstrip(os.sep)))
-    whose = "the reference's table" if name == "ring_phases_ref" else "the package's result"
-    return f"your answer runs gemm_kernels' own {name} ({where}): this returns {whose}, not yours. {what}"
+def _code_name(code) -> str:
+    module = os.path.splitext(os.path.relpath(code.co_filename, _PACKAGE_DIR))[0].replace(os.sep, ".")
+    return f"{module}.{getattr(code, 'co_qualname', code.co_name)}"
 
 
 # ----------------------------------------------------------------------------- exercise 1: phases
@@ -154,8 +122,8 @@ def check_ring_phases(slot_and_phases):
     own = "Write the slot and the two parities with your own arithmetic (section 2 explains laps and parities)."
     code = _package_function(slot_and_phases)
     if code is not None:
-        return [_not_yours(code, own)]
-    with _package_calls() as called:
+        return [_not_yours(_code_name(code), own)]
+    with kc.learner_calls() as called:
         problems = _ring_phase_problems(slot_and_phases)
         table = [] if problems else _ring_table(slot_and_phases)
     if called:
@@ -968,7 +936,7 @@ def _protocol_problems(fn) -> list[str]:
 def check_consumer_mainloop(consumer_mainloop):
     code = _package_function(consumer_mainloop)
     if code is not None:
-        return [_not_yours(code, "Write the consumer's main loop yourself, in the cell of the exercise.")]
+        return [_not_yours(_code_name(code), "Write the consumer's main loop yourself, in the cell of the exercise.")]
     fn = _python_function(consumer_mainloop)
     if fn is None or fn.__name__ == "<lambda>":
         return ["expected your @gluon.jit function consumer_mainloop, written with def, got "
