@@ -377,6 +377,19 @@ def matmul_configs():
     ])
 
 
+#: the one config of the batch-invariant mode (``matmul_auto(..., batch_invariant=True)``): one tile
+#: shape and one BLOCK_K for every M, so each output row sums its K products in the same order,
+#: in the same instructions, whatever the batch (no tuning key can pick another per M)
+BATCH_INVARIANT_BLOCKS = (128, 128, 64)
+
+
+def batch_invariant_configs():
+    """The single config of the batch-invariant launches (the interpreter's own on a CPU)."""
+    if runtime.interpreted():
+        return _interpreter()
+    return [_cfg(*BATCH_INVARIANT_BLOCKS, 3, 8)]
+
+
 def splitk_configs(gpu: bool | None = None):
     """Configs for ``matmul_splitk``: smaller tiles first (it serves few-tile problems, where
     more tiles mean more SMs busy before any split).  64x128x128 and 128x128x64 with 4 warps led

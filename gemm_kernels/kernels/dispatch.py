@@ -11,6 +11,11 @@ differentiable launcher (``matmul_tma``, else ``matmul``); under ``torch.compile
 A repeated call is kept by its call key (``launches.call_key``): the first call listens for the
 kept launch its launcher runs or keeps (``launches.kept_during``), and the next calls with that key
 run it straight, so they pay one key and one look-up, not the launcher's own as well.
+
+The pick depends on M (the tile, the split of K, the tuned config), so a row of C can change its
+bits when other rows join the batch.  ``batch_invariant=True`` runs every M through one kernel in
+one config (``configs.batch_invariant_configs``: fixed tiles and BLOCK_K, K never split), so a
+row's reduction order, and its bits, do not depend on M (``tests/test_batch_invariance.py``).
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from .. import runtime
 from ..models.tiles import default_launcher
 from . import launches
 from .autograd import grad_enabled_for
-from .matmul import matmul
+from .matmul import _matmul_forward, matmul
 from .persistent import matmul_tma
 from .splitk import matmul_splitk
 from .tma import tma_layout
@@ -45,11 +50,14 @@ def _tma_readable(x) -> bool:
     return True
 
 
-def pick_launcher(a, b, bias=None) -> tuple[str, str]:
-    """``(launcher name, reason)`` for ``matmul_auto(a, b, bias=bias)``.  Inputs that are not 2-D
-    tensors go to ``matmul``, whose checks name what is wrong."""
+def pick_launcher(a, b, bias=None, *, batch_invariant=False) -> tuple[str, str]:
+    """``(launcher name, reason)`` for ``matmul_auto(a, b, bias=bias, batch_invariant=...)``.
+    Inputs that are not 2-D tensors go to ``matmul``, whose checks name what is wrong."""
     if not all(isinstance(x, torch.Tensor) and x.dim() == 2 and x.layout == torch.strided for x in (a, b)):
         return "matmul", "not two dense matrices: matmul's checks say what is wrong"
+    if batch_invariant:
+        return "matmul", ("batch-invariant: one config for every M (BLOCK_K fixed, no split of K), so a row's "
+                          "bits do not depend on the batch")
     needs_grad = grad_enabled_for(a, b, bias)
     tma = runtime.supports_tma() and _tma_readable(a) and _tma_readable(b)
     if needs_grad:
@@ -74,10 +82,24 @@ def _direct(launch, launcher, activation):
     return lambda a, b, bias: launcher(a, b, activation=activation, bias=bias)
 
 
-def matmul_auto(a, b, *, activation=None, bias=None):
+def matmul_auto(a, b, *, activation=None, bias=None, batch_invariant=False):
     """``activation(a @ b + bias)`` by the launcher ``pick_launcher`` names: the course's answer
     to "which kernel should I call?".  Same contract as :func:`gemm_kernels.matmul` (any
-    strides, fp16/bf16/fp32, differentiable); the picked launcher's checks and errors apply."""
+    strides, fp16/bf16/fp32, differentiable); the picked launcher's checks and errors apply.
+
+    ``batch_invariant=True``: each row of the result has the same bits whatever M (the rows of
+    ``a`` beside it), at a cost in speed: ``matmul``'s kernel in one config for every M.  Forward
+    only (inference, where a batch mixes requests): a call that needs gradients is a ValueError."""
+    if not isinstance(batch_invariant, bool):
+        raise TypeError(f"batch_invariant must be True or False, got {batch_invariant!r}")
+    if batch_invariant:
+        if torch.compiler.is_compiling():
+            raise NotImplementedError("batch_invariant=True calls its launcher directly: torch.compile cannot "
+                                      "trace it (call it outside the compiled region)")
+        if grad_enabled_for(a, b, bias):
+            raise ValueError("batch_invariant=True runs the forward pass only: call it under torch.no_grad() "
+                             "(or on tensors that do not require grad)")
+        return _matmul_forward(a, b, "grouped", 8, activation, bias, batch_invariant=True)
     if torch.compiler.is_compiling():  # matmul is the custom op torch.compile traces without a break
         return matmul(a, b, activation=activation, bias=bias)
     key = launches.call_key((a, b, bias), (activation,)) if launches.keeping() else None

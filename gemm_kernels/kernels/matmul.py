@@ -81,6 +81,12 @@ _matmul_tuned = configs.TunedKernel(_matmul_kernel, configs.matmul_configs(), ke
 _matmul_tuned_rows_specialised = configs.TunedKernel(configs.rows_specialised(_matmul_kernel),
                                                 configs.matmul_configs(), key=configs.SINGLE_GEMM_KEY,
                                                 variant="-rows")
+#: the batch-invariant launches (``_matmul_forward(..., batch_invariant=True)``): one config for every M
+_matmul_fixed = configs.TunedKernel(_matmul_kernel, configs.batch_invariant_configs(), key=configs.SINGLE_GEMM_KEY,
+                                    variant="-batch-invariant")
+_matmul_fixed_rows_specialised = configs.TunedKernel(configs.rows_specialised(_matmul_kernel),
+                                                     configs.batch_invariant_configs(), key=configs.SINGLE_GEMM_KEY,
+                                                     variant="-batch-invariant-rows")
 
 
 def matmul(a, b, *, order="grouped", group_size_m=8, activation=None, bias=None):
@@ -106,8 +112,12 @@ _KEPT = launches.LaunchCache()
 POINTER_SOURCES = {"a_ptr": "a", "b_ptr": "b", "c_ptr": "out", "bias_ptr": "bias", "trace_ptr": "out"}
 
 
-def _matmul_forward(a, b, order, group_size_m, activation, bias):
-    key = launches.call_key((a, b, bias), (order, group_size_m, activation)) if launches.keeping() else None
+def _matmul_forward(a, b, order, group_size_m, activation, bias, batch_invariant=False):
+    """The forward launch.  ``batch_invariant``: the single config of
+    :func:`configs.batch_invariant_configs` instead of the tuned list, so a row of C has the same
+    bits whatever M (``matmul_auto(..., batch_invariant=True)``)."""
+    key = launches.call_key((a, b, bias), (order, group_size_m, activation, batch_invariant)) \
+        if launches.keeping() else None
     out = _KEPT.run(key, a=a, b=b, bias=bias)  # checked before with this key: launch
     if out is not None:
         return out
@@ -133,7 +143,10 @@ def _matmul_forward(a, b, order, group_size_m, activation, bias):
         HAS_BIAS=bias is not None, ACTIVATION=activation,
         WIDEN=widen_for_dot(a.dtype), TRACE=False,
     )
-    tuned = _matmul_tuned_rows_specialised if configs.column_major_rows(a) else _matmul_tuned
+    if batch_invariant:
+        tuned = _matmul_fixed_rows_specialised if configs.column_major_rows(a) else _matmul_fixed
+    else:
+        tuned = _matmul_tuned_rows_specialised if configs.column_major_rows(a) else _matmul_tuned
     launches.launch_and_keep(_KEPT, key, tuned, grid, args, c, POINTER_SOURCES)
     return c
 

@@ -1,0 +1,70 @@
+"""What batch invariance costs, measured (GPU only): ``python tests/gpu_batch_invariance.py OUT.csv [--quick]``.
+
+For each weight shape (N x K, ``x @ W.t()`` as in a linear layer, and W row-major) and each token
+count M: ``torch.matmul`` (cuBLAS), ``matmul_auto`` by default and ``matmul_auto(...,
+batch_invariant=True)``, each checked against float64 first, then timed from a CUDA graph
+(``do_bench_cudagraph``, median of back-to-back calls: the GPU's time alone).  Each row also says
+whether its first rows have the same bits as the same rows computed at the largest M
+(``same_bits_as_largest_m``): for the batch-invariant mode always, for the others where it happens.
+The CSV is written after every shape; ``PERF_NOTES`` and a notebook may quote it once committed.
+"""
+
+import sys
+import time
+
+import torch
+
+import gemm_kernels as gk
+from gemm_kernels.kernels.dispatch import matmul_auto, pick_launcher
+from gpu_sweep_rows import timed_row, write_rows
+
+ROWS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
+WEIGHTS = ((4096, 4096), (14336, 4096), (4096, 14336))  # N x K: Llama-3-8B's O/QKV-sized, gate/up, down
+FIELDS = ["dtype", "layout", "M", "N", "K", "provider", "launcher", "ms", "tflops", "vs_cublas", "rel_err",
+          "same_bits_as_largest_m", "error"]
+
+
+def main(path, quick=False):
+    if not gk.on_gpu():
+        raise SystemExit("gpu_batch_invariance.py times a CUDA GPU; none here")
+    rows, started = [], time.time()
+    weights = WEIGHTS[:1] if quick else WEIGHTS
+    ms_list = ROWS[::2] if quick else ROWS
+    dtypes = [torch.float16] + ([torch.bfloat16] if gk.supports_bf16() else [])
+    torch.manual_seed(0)
+    for dtype in dtypes:
+        for N, K in weights:
+            x_all = torch.randn(max(ms_list), K, device="cuda", dtype=dtype)
+            w = torch.randn(N, K, device="cuda", dtype=dtype)
+            for layout, b in (("W.t()", w.t()), ("row-major", w.t().contiguous())):
+                providers = {
+                    "cuBLAS": lambda a: torch.matmul(a, b),
+                    "matmul_auto": lambda a: matmul_auto(a, b),
+                    "matmul_auto batch_invariant": lambda a: matmul_auto(a, b, batch_invariant=True),
+                }
+                with torch.no_grad():
+                    largest = {name: fn(x_all) for name, fn in providers.items()}
+                    for M in ms_list:
+                        a = x_all[:M]
+                        base_ms = None
+                        for name, fn in providers.items():
+                            launcher = "cuBLAS" if name == "cuBLAS" else pick_launcher(
+                                a, b, batch_invariant=name.endswith("batch_invariant"))[0]
+                            row = dict(dtype=str(dtype).replace("torch.", ""), layout=layout, M=M, N=N, K=K,
+                                       provider=name, launcher=launcher,
+                                       same_bits_as_largest_m=bool(torch.equal(fn(a), largest[name][:M])))
+                            ms = timed_row(row, lambda: fn(a), a, b, base_ms)
+                            base_ms = ms if name == "cuBLAS" else base_ms
+                            rows.append(row)
+                            print(row, flush=True)
+                write_rows(path, FIELDS, rows)
+    invariant = [r for r in rows if r["provider"].endswith("batch_invariant")]
+    assert all(r["same_bits_as_largest_m"] for r in invariant), "batch_invariant=True changed bits"
+    print(f"{len(rows)} rows in {time.time() - started:.0f} s -> {path}")
+
+
+if __name__ == "__main__":
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    if len(args) != 1:
+        raise SystemExit(__doc__.splitlines()[0])
+    main(args[0], quick="--quick" in sys.argv)
