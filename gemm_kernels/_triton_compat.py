@@ -36,6 +36,8 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from ._env import flag
+
 #: set to 0 to take every public fallback below (tests do, to keep the fallbacks working)
 INTERNALS_ENV = "GEMM_KERNELS_TRITON_INTERNALS"
 
@@ -44,7 +46,7 @@ _disabled: set = set()  # internals that failed once in this process
 
 def internals_enabled(name: str) -> bool:
     """Whether the internal fast path ``name`` may be used (env switch, and not failed before)."""
-    return os.environ.get(INTERNALS_ENV, "1").strip() != "0" and name not in _disabled
+    return flag(INTERNALS_ENV, True) and name not in _disabled
 
 
 def _give_up(name: str, err: BaseException) -> None:

@@ -32,6 +32,8 @@ from dataclasses import dataclass
 
 import torch
 
+from . import _env
+
 #: Environment variable that forces the interpreter on a GPU machine.
 FORCE_INTERPRET_ENV = "GEMM_KERNELS_INTERPRET"
 #: Set by the compile view's worker process (``gemm_kernels.lab.compile_view``): no GPU, but kernels
@@ -57,6 +59,7 @@ INTERPRETER_NUM_SMS = 4
 
 
 def _truthy(value: str | None) -> bool:
+    """``TRITON_INTERPRET`` read as Triton reads it (Triton's variable: an odd value is Triton's to judge)."""
     return (value or "").strip().lower() in {"1", "true", "yes", "on"}
 
 
@@ -107,11 +110,11 @@ def _with_arch(decided: Runtime) -> Runtime:
 
 
 def _decide() -> Runtime:
-    if _truthy(os.environ.get(COMPILE_ONLY_ENV)):
+    if _env.flag(COMPILE_ONLY_ENV, False):
         os.environ.pop("TRITON_INTERPRET", None)
         return Runtime(True, torch.device("cpu"), "CPU (compile only)", None, INTERPRETER_NUM_SMS,
                        "compile-only worker: kernels are built for a GPU target, never run")
-    forced = _truthy(os.environ.get(FORCE_INTERPRET_ENV)) or _truthy(os.environ.get("TRITON_INTERPRET"))
+    forced = _env.flag(FORCE_INTERPRET_ENV, False) or _truthy(os.environ.get("TRITON_INTERPRET"))
     if forced:
         reason = f"interpreter forced by {FORCE_INTERPRET_ENV}/TRITON_INTERPRET"
     elif not _cuda_usable():
@@ -134,7 +137,7 @@ def _decide() -> Runtime:
 def _check_interpreter_numpy(decided: Runtime) -> Runtime:
     """Triton 3.6 and 3.7's interpreter breaks with numpy >= 2.4 (a scalar's ``__index__``; 3.8
     fixed it): there, fix it now, before any kernel runs (``_triton_compat.index_scalars_for_new_numpy``)."""
-    if not decided.interpreted or _truthy(os.environ.get(COMPILE_ONLY_ENV)):
+    if not decided.interpreted or _env.flag(COMPILE_ONLY_ENV, False):
         return decided
     from importlib.metadata import PackageNotFoundError, version
 
@@ -194,7 +197,7 @@ def prepare_interpreter() -> None:
     CPU, set on a GPU machine) is put back, with one warning, and Triton's knob is pinned when
     interpreting (``_triton_compat.keep_interpret_decision``); kernels defined afterwards would
     otherwise be of the other kind and every launch fail ("0 active drivers")."""
-    if _truthy(os.environ.get(COMPILE_ONLY_ENV)):
+    if _env.flag(COMPILE_ONLY_ENV, False):
         return
     from . import _triton_compat
 
@@ -402,10 +405,17 @@ AUTOTUNE_MODES = ("full", "small", "off")
 
 
 def autotune_mode() -> str:
-    """``"full"`` (the default), ``"small"`` (``GEMM_KERNELS_AUTOTUNE=small``: a few tile shapes,
-    shorter timing; what the notebooks ask for) or ``"off"`` (``=0``: each kernel's first config)."""
-    value = os.environ.get(AUTOTUNE_ENV, "1").strip().lower()
-    return "off" if value in ("0", "off") else "small" if value == "small" else "full"
+    """``"full"`` (the default, or any yes value: ``1``, ``true``, ...), ``"small"``
+    (``GEMM_KERNELS_AUTOTUNE=small``: a few tile shapes, shorter timing; what the notebooks ask
+    for) or ``"off"`` (``0``, ``false``, ``no``, ``off``: each kernel's first config); any other
+    value is a ValueError naming the variable (``_env.parse_flag``)."""
+    value = os.environ.get(AUTOTUNE_ENV, "")
+    if value.strip().lower() == "small":
+        return "small"
+    try:
+        return "full" if _env.parse_flag(value, AUTOTUNE_ENV, True) else "off"
+    except ValueError as exc:
+        raise ValueError(f"{exc}; or small (a short search)") from None
 
 
 def set_autotune(mode: str) -> None:

@@ -19,12 +19,11 @@ turns keeping off (the ``host`` bench suite's "checked every call" rows).  Measu
 
 from __future__ import annotations
 
-import os
 import threading
 
 import torch
 
-from .. import _triton_compat, runtime
+from .. import _env, _triton_compat, runtime
 
 KEEP_ENV = "GEMM_KERNELS_KEEP_LAUNCHES"
 _KEYABLE = (torch.Tensor, torch.nn.Parameter)
@@ -186,8 +185,9 @@ class LaunchCache:
         return len(self._launches)
 
 
-#: launches are kept on a GPU unless GEMM_KERNELS_KEEP_LAUNCHES=0 at import; ``set_keeping`` changes it
-_keep = os.environ.get(KEEP_ENV, "1").strip() != "0"
+#: launches are kept on a GPU unless GEMM_KERNELS_KEEP_LAUNCHES is off (0, false, no) at import;
+#: ``set_keeping`` changes it
+_keep = _env.flag(KEEP_ENV, True)
 
 
 def keeping() -> bool:

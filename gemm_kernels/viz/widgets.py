@@ -39,6 +39,7 @@ import ipywidgets as widgets
 import numpy as np
 
 from . import drawings
+from .._env import flag
 from ..models.l2model import H100_L2_BYTES, H100_NUM_SMS, ReuseProfile, reuse_profile
 from ..models.schedule import grouped_gemm_schedule, tile_schedule
 from ..models.tiles import cdiv
@@ -133,7 +134,7 @@ class _Explorer(widgets.VBox):
 
     def _repr_mimebundle_(self, **kwargs):
         """The widget, as always; under ``GEMM_KERNELS_STATIC_WIDGETS=1`` its static picture is displayed first."""
-        if os.environ.get(STATIC_PICTURE_ENV, "").strip() == "1":
+        if flag(STATIC_PICTURE_ENV, False):
             from IPython.display import display
 
             display(self.static_picture(), raw=True)
