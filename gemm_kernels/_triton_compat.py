@@ -795,6 +795,35 @@ def bf16_arithmetic_in_interpreter() -> None:
     builder._gemm_kernels_bf16 = True
 
 
+def fp8_nan_in_interpreter() -> None:
+    """Triton's interpreter widens fp8 bit patterns as if every format had IEEE infinities and
+    NaNs (``interpreter._convert_float``); e4m3fn has none but its NaN, S.1111.111, which it so
+    decodes as +-480, and a NaN in ``tl.dot``'s fp8 operand came back finite where a GPU and
+    float64 give NaN.  Wrap the converter so that pattern becomes the output format's NaN.
+    Idempotent; nothing where the converter is gone."""
+    from triton.runtime import interpreter
+
+    original = getattr(interpreter, "_convert_float", None)
+    if original is None or getattr(original, "_gemm_kernels_fp8_nan", False):
+        return
+
+    def convert(input, input_dtype, output_dtype, *rest, **kwargs):
+        output = original(input, input_dtype, output_dtype, *rest, **kwargs)
+        if getattr(input_dtype, "name", None) != "fp8e4nv" or not output_dtype.is_floating():
+            return output
+        nan_in = (np.frombuffer(np.ascontiguousarray(input).tobytes(), dtype=np.uint8) & 0x7F) == 0x7F
+        if not nan_in.any():
+            return output
+        width, mantissa = output_dtype.primitive_bitwidth, output_dtype.fp_mantissa_width
+        quiet_nan = ((1 << (width - 1 - mantissa)) - 1) << mantissa | 1 << (mantissa - 1)
+        flat = output.reshape(-1).copy()
+        flat[nan_in] = quiet_nan
+        return flat.reshape(output.shape)
+
+    convert._gemm_kernels_fp8_nan = True
+    interpreter._convert_float = convert
+
+
 #: ``JITFunction.__call__`` (a ``@triton.jit`` helper called from a kernel) runs the helper's
 #: interpreted twin in a thread inside :class:`interpreting`
 _INTERPRETED_CALLS = ThreadLocalPatch(_jit_class, {"__call__": _interpreted_call})
@@ -816,6 +845,7 @@ class interpreting:
         interpreter_internals()
         index_scalars_for_new_numpy()
         bf16_arithmetic_in_interpreter()
+        fp8_nan_in_interpreter()
         self._lock = INTERPRETER_LOCK
         self._lock.acquire()
         try:

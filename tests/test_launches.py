@@ -118,7 +118,7 @@ def test_the_call_key_is_each_tensors_key_then_the_options(monkeypatch):
     grad mode read once per key, only when a tensor requires grad."""
     a, b, bias = torch.randn(8, 16), torch.randn(16, 8).t(), torch.randn(8)[1:]
     assert launches.call_key((a, b, bias, None), ("gelu", 8)) == (
-        launches.tensor_key(a), launches.tensor_key(b), launches.tensor_key(bias), None, "gelu", 8)
+        launches.tensor_key(a), launches.tensor_key(b), launches.tensor_key(bias), None, "gelu", 8, str, int)
     w = torch.nn.Parameter(torch.randn(8, 16))
     assert launches.call_key((a, w), ()) is None
     with torch.no_grad():

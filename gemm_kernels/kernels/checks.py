@@ -21,12 +21,7 @@ MAX_INDEX = 2**31 - 1
 def check_tensor(x, name: str, ndim: int, dtypes=SUPPORTED_DTYPES, *, runs_here: bool = True) -> None:
     """``runs_here=False``: the kernel is only compiled (for another GPU, the compile view), so what
     this GPU cannot run (bf16 on an sm_75) is no error."""
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    if x.layout != torch.strided:  # sparse COO/CSR/CSC/BSR, mkldnn: no pointer + strides to read
-        layout = str(x.layout).replace("torch.", "").lstrip("_")
-        raise TypeError(f"{name} is a {layout} tensor, but the kernels read dense (strided) memory: "
-                        f"pass {name}.to_dense()")
+    check_strided(x, name)
     if x.dim() != ndim:
         raise ValueError(f"{name} must be {ndim}-D, got shape {tuple(x.shape)} ({x.dim()}-D)")
     if x.dtype not in dtypes:
@@ -42,6 +37,29 @@ def check_tensor(x, name: str, ndim: int, dtypes=SUPPORTED_DTYPES, *, runs_here:
             f"{name} is on {x.device} but kernels run {where}: move it to {runtime.DEVICE} "
             f"(gemm_kernels.DEVICE)"
         )
+
+
+def check_strided(x, name: str) -> None:
+    """TypeError unless ``x`` is a tensor of plain strided memory (a pointer and strides, which is
+    what a kernel reads): a sparse (COO/CSR/CSC/BSR) or mkldnn tensor is named with the way out."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if x.layout != torch.strided:
+        layout = str(x.layout).replace("torch.", "").lstrip("_")
+        raise TypeError(f"{name} is a {layout} tensor, but the kernels read dense (strided) memory: "
+                        f"pass {name}.to_dense()")
+
+
+def check_span(t: torch.Tensor, name: str) -> None:
+    """ValueError when the elements ``t`` reaches lie further apart than 32-bit kernel offsets
+    address (a row-sliced view of a huge tensor: ``index * stride`` would wrap)."""
+    if t.numel() == 0:
+        return
+    span = sum((size - 1) * abs(stride) for size, stride in zip(t.shape, t.stride()))
+    if span > MAX_INDEX:
+        raise ValueError(f"{name} spans {span + 1} elements (shape {list(t.shape)}, strides {list(t.stride())}): "
+                         f"more than 32-bit kernel offsets address (at most {MAX_INDEX + 1}); pass "
+                         f"{name}.contiguous() or split the product")
 
 
 def resolve_lazy_views(*tensors):
@@ -69,15 +87,29 @@ def resolved_copy(t: torch.Tensor) -> torch.Tensor:
     accepted (``resolve_neg()`` alone makes a row-padded view contiguous, its rows then not
     16-byte aligned for TMA).  A dense ``t`` keeps its strides; any other is copied dense in
     its dimension order, the unit-stride dimension padded to 16 bytes (``tma.tma_aligned``)."""
+    if t.is_neg() and t.dtype in _ONE_BYTE_FLOATS:  # torch has no neg kernel for fp8: flip the sign bits
+        out = _empty_like_layout(t)
+        out.view(torch.uint8).copy_(torch._neg_view(t).view(torch.uint8) ^ 0x80)  # _neg_view: the memory
+        return out
     if t.dim() < 2 or t.numel() == 0 or _dense(t):
         return t.resolve_neg().resolve_conj()  # torch keeps a dense tensor's strides
+    return _empty_like_layout(t).copy_(t)  # copy_ applies the negation (and conjugation)
+
+
+_ONE_BYTE_FLOATS = tuple(getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz",
+                                                     "float8_e5m2fnuz") if hasattr(torch, n))
+
+
+def _empty_like_layout(t: torch.Tensor) -> torch.Tensor:
+    """Fresh memory for ``t``'s values in ``t``'s layout (:func:`resolved_copy`)."""
+    if t.dim() < 2 or t.numel() == 0 or _dense(t):
+        return torch.empty_like(t)  # a dense t's strides kept (torch.preserve_format)
     order = sorted(range(t.dim()), key=t.stride, reverse=True)  # outermost dimension first
     shape = [t.shape[d] for d in order]
     inner = shape[-1]
     shape[-1] = runtime.tma_row_length(inner, t.element_size())
-    out = torch.empty(shape, dtype=t.dtype, device=t.device)[..., :inner].permute(
+    return torch.empty(shape, dtype=t.dtype, device=t.device)[..., :inner].permute(
         [order.index(d) for d in range(t.dim())])
-    return out.copy_(t)  # copy_ applies the negation (and conjugation)
 
 
 def check_no_lazy_views(tensors: dict) -> None:
@@ -149,11 +181,8 @@ def check_matmul_inputs(a, b, order, group_size_m, activation, bias):
         if bias.shape[0] != b.shape[1]:
             raise ValueError(f"bias must have shape [N] = [{b.shape[1]}], got {list(bias.shape)}")
         check_same({"a": a, "bias": bias}, "device")
-    for name, t in (("a", a), ("b", b)):
-        (rows, cols), (row_stride, col_stride) = t.shape, t.stride()
-        span = (rows - 1) * abs(row_stride) + (cols - 1) * abs(col_stride) if rows and cols else 0
-        if span > MAX_INDEX:
-            raise ValueError(f"{name} spans {span + 1} elements: more than 32-bit kernel offsets address")
+    check_span(a, "a")
+    check_span(b, "b")
     check_no_grad({"a": a, "b": b, "bias": bias})
     M, N = a.shape[0], b.shape[1]
     if M * N - 1 > MAX_INDEX:

@@ -25,7 +25,7 @@ runs ``matmul_ws``'s warp-specialized kernel: one consumer warpgroup adds while 
 run (PERF_NOTES 34).  Otherwise (Ada, the interpreter, ``promote_every`` 32 or 64) it runs
 ``_scaled_mm_kernel`` below, one program per tile, TMA or pointer loads.  ``scaled_mm_ref`` is
 the float64 reference; ``quantize_fp8`` saturates (no inf, no NaN from a finite input) and gives
-an all-zero block the scale 1.
+an all-zero block the scale 1; a NaN or inf affects its own element only.
 """
 
 from __future__ import annotations
@@ -136,7 +136,17 @@ def _check_fp8(x, name: str) -> None:
     checks.check_tensor(x, name, 2, dtypes=FP8_DTYPES)
 
 
-def check_scaled_mm_inputs(a, b, scale_a, scale_b, out_dtype, bias, promote_every) -> str:
+def _check_accumulation(use_fast_accum, promote_every) -> None:
+    """``use_fast_accum`` a bool and ``promote_every`` an int of PROMOTE_CHOICES (128.0 compares
+    equal to 128 but would reach the kernel as a float constexpr)."""
+    if not isinstance(use_fast_accum, bool):
+        raise TypeError(f"use_fast_accum must be True or False, got {use_fast_accum!r}")
+    if checks.require_int(promote_every, "promote_every") not in PROMOTE_CHOICES:
+        raise ValueError(f"promote_every must be one of {PROMOTE_CHOICES} (K elements per tensor-core partial sum), "
+                         f"got {promote_every!r}")
+
+
+def check_scaled_mm_inputs(a, b, scale_a, scale_b, out_dtype, bias, promote_every, use_fast_accum=False) -> str:
     """Every check of ``scaled_mm``; returns the scaling its scales' shapes ask for."""
     _check_fp8(a, "a")
     _check_fp8(b, "b")
@@ -157,9 +167,7 @@ def check_scaled_mm_inputs(a, b, scale_a, scale_b, out_dtype, bias, promote_ever
         raise ValueError(f"K = {K} must be a multiple of 16 (16-byte rows of fp8, as torch._scaled_mm requires)")
     if out_dtype not in OUT_DTYPES:
         raise TypeError(f"out_dtype must be one of {', '.join(map(_name, OUT_DTYPES))}, got {out_dtype}")
-    if promote_every not in PROMOTE_CHOICES:
-        raise ValueError(f"promote_every must be one of {PROMOTE_CHOICES} (K elements per tensor-core partial sum), "
-                         f"got {promote_every!r}")
+    _check_accumulation(use_fast_accum, promote_every)
     scaling = _scaling_of(scale_a, scale_b, M, N, K)
     checks.check_same({"a": a, "scale_a": scale_a, "scale_b": scale_b}, "device")
     if bias is not None:
@@ -167,7 +175,9 @@ def check_scaled_mm_inputs(a, b, scale_a, scale_b, out_dtype, bias, promote_ever
         if bias.shape[0] != N:
             raise ValueError(f"bias must have shape [N] = [{N}], got {list(bias.shape)}")
         checks.check_same({"a": a, "bias": bias}, "device")
-    checks.check_no_grad({"scale_a": scale_a, "scale_b": scale_b, "bias": bias})
+    checks.check_no_grad({"a": a, "b": b, "scale_a": scale_a, "scale_b": scale_b, "bias": bias})
+    for name, t in (("a", a), ("b", b), ("scale_a", scale_a), ("scale_b", scale_b)):
+        checks.check_span(t, name)
     if M * N - 1 > checks.MAX_INDEX or max(M, N) * K - 1 > checks.MAX_INDEX:
         raise ValueError(f"{M}x{N}x{K} needs offsets past 32 bits; split the product")
     return scaling
@@ -178,6 +188,7 @@ def _scaling_of(scale_a, scale_b, M, N, K) -> str:
     for name, s in (("scale_a", scale_a), ("scale_b", scale_b)):
         if not isinstance(s, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor of float32 scales, got {type(s).__name__}")
+        checks.check_strided(s, name)
         if s.dtype != torch.float32:
             raise TypeError(f"{name} must be float32 (the dequantization scale: x = q * scale), got {_name(s.dtype)}")
     kb, nb = triton.cdiv(K, SCALE_BLOCK), triton.cdiv(N, SCALE_BLOCK)
@@ -229,7 +240,9 @@ def scaled_mm(a, b, scale_a, scale_b, *, out_dtype=torch.bfloat16, bias=None, us
         if out is not None:
             return out
     require_fp8("scaled_mm")
-    scaling = check_scaled_mm_inputs(a, b, scale_a, scale_b, out_dtype, bias, promote_every)
+    # the kernels read memory, not torch's lazy negation (z.conj().imag): every tensor argument
+    a, b, scale_a, scale_b, bias = checks.resolve_lazy_views(a, b, scale_a, scale_b, bias)
+    scaling = check_scaled_mm_inputs(a, b, scale_a, scale_b, out_dtype, bias, promote_every, use_fast_accum)
     strided_bias = bias is not None and bias.stride(0) != 1
     if strided_bias:  # the kernel reads bias_ptr + n
         bias = bias.contiguous()
@@ -286,10 +299,19 @@ def _block_shape(granularity, shape) -> tuple[int, int]:
     return tuple(granularity)
 
 
+def _scale_grid(granularity, shape) -> tuple[int, int]:
+    """The scales' 2-D shape: one per block, and for a named granularity the shape it promises
+    even when ``shape`` is empty ([1, 1] tensor-wise, [M, 1] row-wise, [1, N] column-wise)."""
+    bm, bk = _block_shape(granularity, shape)
+    rows, cols = shape
+    named = {"tensor": (1, 1), "row": (rows, 1), "column": (1, cols)}
+    return named[granularity] if isinstance(granularity, str) else (triton.cdiv(rows, bm), triton.cdiv(cols, bk))
+
+
 def expand_scale(scale: torch.Tensor, shape, granularity) -> torch.Tensor:
     """The per-element scale of a ``shape`` tensor quantized with ``granularity``."""
     bm, bk = _block_shape(granularity, shape)
-    full = scale.reshape(triton.cdiv(shape[0], bm), triton.cdiv(shape[1], bk))
+    full = scale.reshape(_scale_grid(granularity, shape))
     return full.repeat_interleave(bm, 0).repeat_interleave(bk, 1)[: shape[0], : shape[1]]
 
 
@@ -299,21 +321,30 @@ def quantize_fp8(x, granularity="tensor", *, dtype=torch.float8_e4m3fn):
     granularity: ``"tensor"`` (scale of shape [1]... a 0-d tensor), ``"row"`` ([M, 1]),
     ``"column"`` ([1, N]: per output channel of a [K, N] b), or a block ``(rows, cols)``:
     ``(1, 128)`` for activations, ``(128, 128)`` for weights (scale [ceil(M/rows), ceil(N/cols)]).
-    Each block's largest magnitude maps to the format's maximum; values are clamped there
-    (saturation, never inf) and rounded to nearest even.  An all-zero block gets the scale 1.
-    Plain torch ops (quantization is memory-bound and not this course's subject); NaN stays NaN."""
+    Each block's largest finite magnitude maps to the format's maximum; values are clamped there
+    (saturation: a finite value never becomes inf or NaN) and rounded to nearest even.  An
+    all-zero (or empty) block gets the scale 1; a scale never underflows to 0 (it is at least
+    float32's smallest normal number).  A NaN or inf changes only its own element: NaN stays NaN,
+    inf stays inf in e5m2 and becomes NaN in e4m3fn, which has no inf (torch's cast saturates it).
+    Plain torch ops (quantization is memory-bound and not this course's subject)."""
     _check_any_device(x, "x", 2)
     if dtype not in FP8_DTYPES:
         raise TypeError(f"dtype must be one of {', '.join(map(_name, FP8_DTYPES))}, got {dtype}")
     bm, bk = _block_shape(granularity, x.shape)
+    grid = _scale_grid(granularity, x.shape)
     rows, cols = x.shape
-    xf = x.float()
-    padded = torch.nn.functional.pad(xf, (0, (-cols) % bk, 0, (-rows) % bm))
-    blocks = padded.reshape(padded.shape[0] // bm, bm, padded.shape[1] // bk, bk)
-    amax = blocks.abs().amax(dim=(1, 3))
+    xf = x.double() if x.dtype == torch.float64 else x.float()  # float64 values past float32's range stay finite
+    padded = torch.nn.functional.pad(xf, (0, grid[1] * bk - cols, 0, grid[0] * bm - rows))
+    blocks = padded.reshape(grid[0], bm, grid[1], bk)
+    finite = torch.where(torch.isfinite(blocks), blocks.abs(), torch.zeros_like(blocks))
+    amax = finite.amax(dim=(1, 3))
     fmax = fp8_max(dtype)
-    scale = torch.where(amax > 0, amax / fmax, torch.ones_like(amax))
-    q = (xf / expand_scale(scale, x.shape, (bm, bk))).clamp(-fmax, fmax)
+    f32 = torch.finfo(torch.float32)
+    scale = torch.where(amax > 0, (amax / fmax).clamp(f32.tiny, f32.max), torch.ones_like(amax)).float()
+    q = xf / expand_scale(scale.to(xf.dtype), x.shape, granularity)
+    q = torch.where(torch.isfinite(xf), q.clamp(-fmax, fmax), xf)  # saturate finite values only
+    if dtype == torch.float8_e4m3fn:  # no inf: torch's cast would saturate it to 448, hiding it
+        q = torch.where(torch.isinf(xf), torch.full_like(q, float("nan")), q)
     out = torch.empty_like(x, dtype=dtype)  # keeps x's layout (a column-major b stays column-major)
     out.copy_(q)
     if granularity == "tensor":
@@ -335,6 +366,7 @@ def granularities(scaling: str) -> tuple:
 def scaled_mm_ref(a, b, scale_a, scale_b, *, out_dtype=torch.bfloat16, bias=None):
     """Plain-torch reference: dequantize to float64, multiply, add the bias; ``out_dtype``
     (``torch.float64`` keeps full precision for error measurements)."""
+    a, b, scale_a, scale_b, bias = checks.resolve_lazy_views(a, b, scale_a, scale_b, bias)  # torch cannot negate fp8
     scaling = _scaling_of(scale_a, scale_b, a.shape[0], b.shape[1], a.shape[1])
     ga, gb = granularities(scaling)
     acc = dequantize(a, scale_a, ga) @ dequantize(b, scale_b, gb)
@@ -372,6 +404,8 @@ def scaled_grouped_mm(x, w, scale_x, scale_w, offs, *, out_dtype=torch.bfloat16,
     if check_offs is not None and not isinstance(check_offs, bool):
         raise TypeError(f"check_offs must be None, True or False, got {check_offs!r}")
     moe._check_shapes(x, w, offs, dtypes=FP8_DTYPES)
+    x, w, scale_x, scale_w = checks.resolve_lazy_views(x, w, scale_x, scale_w)  # as scaled_mm
+    fp8 = (scale_x, scale_w, out_dtype, promote)
     T, K = x.shape
     E, _, N = w.shape
     if x.stride(1) != 1 and K > 1:
@@ -384,11 +418,11 @@ def scaled_grouped_mm(x, w, scale_x, scale_w, offs, *, out_dtype=torch.bfloat16,
         raise ValueError(f"K = {K} must be a multiple of 16 (16-byte rows of fp8, as torch._scaled_grouped_mm requires)")
     if out_dtype not in OUT_DTYPES:
         raise TypeError(f"out_dtype must be one of {', '.join(map(_name, OUT_DTYPES))}, got {out_dtype}")
-    if promote_every not in PROMOTE_CHOICES:
-        raise ValueError(f"promote_every must be one of {PROMOTE_CHOICES}, got {promote_every!r}")
+    _check_accumulation(use_fast_accum, promote_every)
     for name, s, shape in (("scale_x", scale_x, [T]), ("scale_w", scale_w, [E, N])):
         if not isinstance(s, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor of float32 scales, got {type(s).__name__}")
+        checks.check_strided(s, name)
         if s.dtype != torch.float32:
             raise TypeError(f"{name} must be float32, got {_name(s.dtype)}")
         if list(s.shape) != shape:
@@ -398,12 +432,13 @@ def scaled_grouped_mm(x, w, scale_x, scale_w, offs, *, out_dtype=torch.bfloat16,
         if s.numel() and s.stride(-1) != 1:
             raise ValueError(f"{name} must be contiguous in its last dimension, got strides {tuple(s.stride())}")
     checks.check_same({"x": x, "scale_x": scale_x, "scale_w": scale_w}, "device")
-    checks.check_no_grad({"scale_x": scale_x, "scale_w": scale_w})
+    checks.check_no_grad({"x": x, "w": w, "scale_x": scale_x, "scale_w": scale_w})
     return moe._forward(x, w, offs, tma, check_offs, fp8=fp8)
 
 
 def scaled_grouped_mm_ref(x, w, scale_x, scale_w, offs, *, out_dtype=torch.bfloat16):
     """Plain-torch reference: dequantize to float64, then one product per expert."""
+    x, w, scale_x, scale_w = checks.resolve_lazy_views(x, w, scale_x, scale_w)  # torch cannot negate fp8
     out = torch.zeros((x.shape[0], w.shape[2]), dtype=torch.float64, device=x.device)
     xd = x.double() * scale_x.double()[:, None]
     start = 0

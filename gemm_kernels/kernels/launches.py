@@ -60,7 +60,8 @@ def call_key(tensors, options) -> tuple | None:
         hash(options)
     except TypeError:  # e.g. a bad activation passed as a list: the checks name it
         return None
-    return (*keys, *options)
+    # each option's type too: 8.0 == 8 and True == 1 hash alike, but only one of each pair passes the checks
+    return (*keys, *options, *map(type, options))
 
 
 class KeptLaunch:

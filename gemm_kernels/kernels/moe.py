@@ -211,6 +211,7 @@ def _check_shapes(x, w, offs, dtypes=checks.SUPPORTED_DTYPES) -> None:
     checks.check_same({"x": x, "w": w}, "dtype")
     if not isinstance(offs, torch.Tensor):
         raise TypeError(f"offs must be a torch.Tensor (int32 [E]), got {type(offs).__name__}")
+    checks.check_strided(offs, "offs")
     checks.check_same({"x": x, "w": w, "offs": offs}, "device")
     if offs.dtype != torch.int32:
         raise TypeError(f"offs must be int32 (like torch._grouped_mm), got {str(offs.dtype).replace('torch.', '')}")
@@ -294,10 +295,11 @@ def _launch_key(x, w, offs, tma, check_offs, fp8=None) -> tuple:
     addresses (of which only the 16-byte alignment matters): equal keys, equal launches.
     ``fp8``: ``(scale_x, scale_w, out_dtype, promote)`` of a scaled call."""
     scaled = () if fp8 is None else (*((t.shape, t.stride(), t.dtype, t.device, t.data_ptr() % 16)
-                                       for t in fp8[:2]), *fp8[2:])
+                                       for t in fp8[:2]), *fp8[2:], *map(type, fp8[2:]))
+    # the options' types too (launches.call_key): tma=1 equals tma=True, but only True passes the checks
     return (x.shape, x.stride(), w.shape, w.stride(), x.dtype, w.dtype, offs.dtype, offs.shape, offs.stride(),
             x.device, w.device, offs.device, x.data_ptr() % 16, w.data_ptr() % 16, offs.data_ptr() % 16, tma,
-            check_offs, scaled)
+            check_offs, type(tma), type(check_offs), scaled)
 
 
 class _Launch(NamedTuple):
@@ -317,8 +319,9 @@ def _forward(x, w, offs, tma, check_offs, fp8=None):
     (:func:`scaled_grouped_mm`, which has checked everything but offs' values)."""
     if _errors.raised():  # an earlier call's kernel found a bad offs
         raise_pending_offs_error()
-    if not (isinstance(x, torch.Tensor) and isinstance(w, torch.Tensor) and isinstance(offs, torch.Tensor)):
-        _check_shapes(x, w, offs)  # a TypeError naming the argument, before any attribute is read
+    if not (isinstance(x, torch.Tensor) and isinstance(w, torch.Tensor) and isinstance(offs, torch.Tensor)) or (
+            x.layout is not torch.strided or w.layout is not torch.strided or offs.layout is not torch.strided):
+        _check_shapes(x, w, offs)  # a TypeError naming the argument, before any attribute (a stride) is read
     if x.is_neg() or w.is_neg() or x.is_conj() or w.is_conj():  # the memory holds the values before it
         x, w = checks.resolve_lazy_views(x, w)
     sx, sw, out_dtype, promote = fp8 if fp8 is not None else (offs, offs, x.dtype, None)  # offs: unused pointers

@@ -75,7 +75,8 @@ def _matmul_splitk_kernel(
 
     tile_offsets = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
     if num_splits > 1:
-        slots = partial_ptr + tile * num_splits * (BLOCK_M * BLOCK_N)
+        # 64-bit: tiles x splits x BLOCK_M x BLOCK_N floats pass 2^31 (e.g. 8256^2 in 32 pieces, 8.7 GB)
+        slots = partial_ptr + tile.to(tl.int64) * num_splits * (BLOCK_M * BLOCK_N)
         tl.store(slots + split * (BLOCK_M * BLOCK_N) + tile_offsets, acc)
         tl.debug_barrier()  # every thread's stores are issued before the count goes up...
         arrived = tl.atomic_add(count_ptr + tile, 1, sem="acq_rel", scope="gpu")  # ...and visible with it
