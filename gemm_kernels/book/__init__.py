@@ -19,13 +19,13 @@ import re
 #: ``${{ github.repository }}`` in GitHub Actions)
 DEFAULT_REPO = "gemm-kernels/gemm-kernels"
 REPO_ENV = "GEMM_KERNELS_REPO"
-_REPO = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
+_REPO = re.compile(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+")  # whole strings only (fullmatch: `$` takes a final newline)
 
 
 def github_repo(repo: str | None = None) -> str:
     """``repo``, else ``$GEMM_KERNELS_REPO``, else :data:`DEFAULT_REPO`; ValueError unless OWNER/NAME."""
     value = repo or os.environ.get(REPO_ENV) or DEFAULT_REPO
-    if not _REPO.match(value):
+    if not isinstance(value, str) or not _REPO.fullmatch(value):
         source = "repo" if repo else REPO_ENV
         raise ValueError(f"{source} must be a GitHub repository as OWNER/NAME (e.g. {DEFAULT_REPO}), got {value!r}")
     return value

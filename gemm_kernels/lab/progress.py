@@ -10,8 +10,9 @@ closed notebook:
   machine, or a fresh copy, never see checks they did not run.
 
 Writes are atomic (a temporary file renamed over the old one, under a lock), so two notebooks
-checking at once lose nothing.  A file that is not a progress record is set aside as
-``progress.json.corrupt`` with a warning, and a new one is started.  Nothing is recorded by
+checking at once lose nothing.  A damaged file (not UTF-8 or JSON, nested too deeply, hand-edited)
+is set aside as ``progress.json.corrupt`` (``.corrupt-2``, ... beside earlier ones) with a warning
+naming it, and a new one is started from its entries that are still readable.  Nothing is recorded by
 checks run under pytest (CI, ``make test``) or from the solved notebooks in ``notebooks/``,
 unless ``GEMM_KERNELS_PROGRESS`` names a file: the table is the learner's.
 """
@@ -86,10 +87,23 @@ def _empty() -> dict:
     return {"version": VERSION, "exercises": {}}
 
 
+def _valid_entry(key, entry) -> bool:
+    return isinstance(key, str) and isinstance(entry, dict) and isinstance(entry.get("status"), str)
+
+
 def _valid(data) -> bool:
     return (isinstance(data, dict) and data.get("version") == VERSION and isinstance(data.get("exercises"), dict)
-            and all(isinstance(k, str) and isinstance(v, dict) and isinstance(v.get("status"), str)
-                    for k, v in data["exercises"].items()))
+            and all(_valid_entry(k, v) for k, v in data["exercises"].items()))
+
+
+def _salvaged(data) -> dict:
+    """The entries of a damaged record that are still entries (a hand-edited status, one entry
+    of the wrong shape, a missing version): a bad part loses only itself."""
+    exercises = data.get("exercises") if isinstance(data, dict) and data.get("version") in (VERSION, None) else None
+    record = _empty()
+    if isinstance(exercises, dict):
+        record["exercises"] = {k: v for k, v in exercises.items() if _valid_entry(k, v)}
+    return record
 
 
 def _read(path: Path, *, repair: bool) -> dict:
@@ -105,23 +119,29 @@ def _read(path: Path, *, repair: bool) -> dict:
         return _empty()
     try:
         data = json.loads(raw.decode("utf-8")) if len(raw) <= _MAX_BYTES else None
-    except ValueError:  # not UTF-8, not JSON
+    except (ValueError, RecursionError):  # not UTF-8, not JSON, nested past Python's recursion limit
         data = None
     if _valid(data):
         return data
+    kept = _salvaged(data)
+    saved = f"{len(kept['exercises'])} entries still readable" if kept["exercises"] else "nothing readable"
     if not repair:
-        _warn_once(f"corrupt {path}", f"gk.lab.progress: {path} is not a progress record; the next check "
-                   "replaces it (and keeps it as .corrupt)")
-        return _empty()
+        _warn_once(f"corrupt {path}", f"gk.lab.progress: {path} is not a progress record ({saved}); the next "
+                   "check replaces it with what is readable (and keeps the old file as .corrupt)")
+        return kept
     aside = path.with_name(path.name + ".corrupt")
+    n = 1
+    while aside.exists():  # an earlier damaged file is kept too
+        n += 1
+        aside = path.with_name(f"{path.name}.corrupt-{n}")
     try:
         os.replace(path, aside)
         where = f"the old file is kept as {aside.name}"
     except OSError:
         where = "the old file could not be moved aside"
-    warnings.warn(f"gk.lab.progress: {path} was not a progress record; starting a new one ({where})",
-                  RuntimeWarning, stacklevel=3)
-    return _empty()
+    warnings.warn(f"gk.lab.progress: {path} was not a progress record; starting a new one from what is "
+                  f"readable ({saved}; {where})", RuntimeWarning, stacklevel=3)
+    return kept
 
 
 @contextlib.contextmanager
@@ -200,12 +220,15 @@ def _headings(notebook: str) -> list[str]:
     path = REPO_ROOT / "notebooks" / f"{notebook}.ipynb"
     try:
         cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
         return []
     found = []
     for cell in cells:
         if isinstance(cell, dict) and cell.get("cell_type") == "markdown":
-            source = "".join(cell.get("source", ""))
+            source = cell.get("source", "")
+            source = "".join(source) if isinstance(source, list) and all(isinstance(x, str) for x in source) else source
+            if not isinstance(source, str):
+                continue
             found += re.findall(r"^###\s*Exercise\s*\d+\s*:\s*(.+?)\s*$", source, flags=re.MULTILINE)
     return found
 

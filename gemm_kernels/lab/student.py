@@ -227,10 +227,25 @@ def source_hash(nb) -> str:
     return _digest([[c.cell_type, c.get("id"), c.source] for c in nb.cells])
 
 
+def copy_record(nb) -> dict | None:
+    """The copy's :data:`RECORD`, or None when it has none or one a hand (or another tool) broke:
+    not a dict, or without its ``cells`` ([id, hash] pairs) and ``answers`` (ids).  Such a copy
+    is treated as one made before copies kept a record: compared with a fresh copy, never merged."""
+    record = nb.metadata.get(RECORD)
+    if not isinstance(record, dict):
+        return None
+    cells, answers = record.get("cells"), record.get("answers")
+    if not (isinstance(cells, list) and isinstance(answers, list) and all(isinstance(a, str) for a in answers)
+            and all(isinstance(c, list) and len(c) == 2 and all(isinstance(v, str) for v in c) for c in cells)):
+        return None
+    return record
+
+
 def untouched(copy_nb, fresh) -> bool:
     """True when the copy's cells are exactly those it was written with, none run (no outputs); a copy
-    made before copies recorded that is compared with ``fresh``, the copy the course writes now."""
-    written = copy_nb.metadata.get(RECORD, fresh.metadata[RECORD])["cells"]
+    made before copies recorded that (or whose record is broken) is compared with ``fresh``, the
+    copy the course writes now."""
+    written = (copy_record(copy_nb) or fresh.metadata[RECORD])["cells"]
     return ([[c.get("id"), cell_hash(c)] for c in copy_nb.cells] == written
             and not any(c.get("outputs") or c.get("execution_count") for c in copy_nb.cells))
 
@@ -249,7 +264,7 @@ def course_changes(copy_nb, fresh) -> list[str] | None:
     """What the course changed since ``copy_nb`` was made, as the fresh copy ``fresh`` shows it: one
     line per cell added, changed or removed, named by its nearest heading (None for a copy made
     before copies recorded their source)."""
-    record = copy_nb.metadata.get(RECORD)
+    record = copy_record(copy_nb)
     if record is None:
         return None
     before, answers = dict(record["cells"]), set(record["answers"])
@@ -274,7 +289,9 @@ def merge_copy(copy_nb, fresh):
     answer cells, their own cells and their edits of cells the course did not change stay as they are;
     cells the course added, changed or removed are added, replaced or removed (where the learner edited
     one the course changed too, the course's wins: the caller keeps a backup).  Cells are matched by id."""
-    record = copy_nb.metadata[RECORD]
+    record = copy_record(copy_nb)
+    if record is None:
+        raise ValueError("this copy has no record of the cells it was made with: it cannot be merged")
     before = dict(record["cells"])
     answers = set(record["answers"]) | set(fresh.metadata[RECORD]["answers"])
     mine = {c.get("id"): c for c in copy_nb.cells}
@@ -314,6 +331,8 @@ class StudentCopies:
     backed_up: list = field(default_factory=list)   # (copy, backup) pairs made by force=True or merge=True
     #: copy -> what the course changed since it was made (course_changes), for the kept and merged ones
     changes: dict = field(default_factory=dict)
+    #: copy -> why it is no notebook this tool can read (not UTF-8, not JSON, ...): kept, never merged
+    unreadable: dict = field(default_factory=dict)
 
     def __iter__(self):  # the copies now on disk, as write_student_copies returned before
         return iter(sorted(self.written + self.kept + self.merged))
@@ -349,12 +368,18 @@ def _backup_path(target: Path) -> Path:
     return target.with_name(f"{target.name}.bak-{n}")
 
 
-def _read_copy(target: Path):
-    """The copy at ``target`` as a notebook, or None when it is not one (the learner's file all the same)."""
+def _read_copy(target: Path, raw: bytes):
+    """The copy at ``target`` (its bytes ``raw``) as a notebook, or the reason it is not one (a
+    string): the learner's file all the same, kept as it is."""
     try:
-        return nbformat.reads(target.read_text(encoding="utf-8"), as_version=4)
-    except Exception:  # noqa: BLE001  (whatever is there, it is kept)
-        return None
+        nb = nbformat.reads(raw.decode("utf-8"), as_version=4)
+        nbformat.validate(nb)
+        return nb
+    except RecursionError:
+        return "nested too deeply to read"
+    except Exception as exc:  # noqa: BLE001  (not UTF-8, not JSON, not a notebook: whatever is there, it is kept)
+        reason = " ".join(str(exc).split()) or type(exc).__name__
+        return f"{type(exc).__name__}: {reason[:150]}"
 
 
 def write_student_copies(src_dir: Path | str | None = None, dest_dir: Path | str | None = None, *,
@@ -377,8 +402,12 @@ def write_student_copies(src_dir: Path | str | None = None, dest_dir: Path | str
     for path in paths:
         target = dest / path.name
         text = texts[path]
-        if target.exists() and target.read_text(encoding="utf-8") != text:
-            mine, fresh = _read_copy(target), nbformat.reads(text, as_version=4)
+        raw = target.read_bytes() if target.exists() else None
+        if raw is not None and raw != text.encode("utf-8"):
+            mine, fresh = _read_copy(target, raw), nbformat.reads(text, as_version=4)
+            if isinstance(mine, str):
+                done.unreadable[target] = mine
+                mine = None
             if mine is not None and untouched(mine, fresh):
                 done.refreshed.append(target)
             else:
@@ -491,7 +520,8 @@ def main(argv=None) -> int:
         else:
             print(f"wrote {path}")
     for path, backup in done.backed_up:
-        print(f"backed up your copy {path.name} as {backup.name}")
+        print(f"backed up your copy {path.name} as {backup.name}"
+              + (f" (it was not a readable notebook: {done.unreadable[path]})" if path in done.unreadable else ""))
     for path in done.merged:
         print(f"merged the course's changes into your copy {path} (your answers are as they were):")
         print("".join(f"  {line}\n" for line in done.changes[path]), end="")
@@ -501,6 +531,9 @@ def main(argv=None) -> int:
         else:
             print(f"kept {path}: it differs from a fresh copy (your work); `make student FORCE=1` backs it up "
                   "and writes a fresh one")
+        if path in done.unreadable:
+            print(f"  {path} is not a notebook this tool can read ({done.unreadable[path]}): fix or move it "
+                  "to get a fresh copy")
         if path in done.changes:
             print(f"  the course changed {src.name}/{path.name} since your copy was made:")
             print("".join(f"    {line}\n" for line in done.changes[path]), end="")
@@ -517,12 +550,14 @@ if __name__ == "__main__":
 
 # ----------------------------------------------------------------------------- running the exercises
 EXERCISES_HEADING = "## Exercises"
+#: the heading as a learner may leave it: any level, any case, words after it ("## Exercises (my answers)")
+_EXERCISES_LINE = re.compile(r"\s*#{1,6}\s*exercises\b.*", re.IGNORECASE)
 
 
 def exercises_heading(nb) -> int | None:
-    """Index of the markdown cell holding the ``## Exercises`` heading (None when there is none)."""
+    """Index of the markdown cell holding the ``## Exercises`` heading, however edited (None when there is none)."""
     return next((i for i, c in enumerate(nb.cells) if c.cell_type == "markdown"
-                 and any(line.strip() == EXERCISES_HEADING for line in c.source.splitlines())), None)
+                 and any(_EXERCISES_LINE.fullmatch(line) for line in c.source.splitlines())), None)
 
 
 def exercise_cells(nb) -> list[int]:
