@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 import json
 import math
 import os
@@ -47,6 +48,59 @@ RESULTS_MD = "results.md"
 META_JSON = "meta.json"
 
 
+class ResultsFileError(ValueError):
+    """A results file that cannot be read as what it should be (not UTF-8, not JSON, nested too
+    deeply, truncated, hand-edited into another shape): the message names the file."""
+
+
+def read_text(path: Path) -> str:
+    """``path``'s text (UTF-8); ResultsFileError naming it when it is not text."""
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ResultsFileError(f"{path} is not UTF-8 text ({exc.reason} at byte {exc.start}): restore it "
+                               "(git checkout) or rerun the command that writes it") from None
+
+
+def read_json(path: Path, kind=dict):
+    """``path`` parsed as JSON, a ``kind`` at the top; ResultsFileError naming the file otherwise."""
+    text = read_text(path)
+    try:
+        data = json.loads(text)
+    except RecursionError:
+        raise ResultsFileError(f"{path} is nested too deeply to be a results record") from None
+    except ValueError as exc:
+        raise ResultsFileError(f"{path} is not valid JSON ({exc}): restore it (git checkout) or rerun the "
+                               "command that writes it") from None
+    if not isinstance(data, kind):
+        raise ResultsFileError(f"{path} holds a JSON {type(data).__name__}, not the {kind.__name__} a results "
+                               "record is")
+    return data
+
+
+def read_csv(path: Path) -> list[dict]:
+    """``path``'s rows as dicts of strings; ResultsFileError naming the file when a row is not one
+    (not UTF-8, a row longer or shorter than the header: truncated or hand-edited)."""
+    rows = list(csv.DictReader(io.StringIO(read_text(path), newline="")))
+    for number, row in enumerate(rows, start=2):
+        if None in row or None in row.values():
+            raise ResultsFileError(f"{path}, line {number}: {len(row) - (None in row)} cells where the header "
+                                   "names another number (truncated or hand-edited?)")
+    return rows
+
+
+def _warned_read(read, path: Path, instead):
+    """``read(path)``, or ``instead`` with a warning naming the file: one damaged file of a suite
+    does not hide the others (the plot and the CSV still show)."""
+    try:
+        return read(path)
+    except (ResultsFileError, OSError) as exc:
+        import warnings
+
+        warnings.warn(f"gemm_kernels.results: {exc}; shown without it", RuntimeWarning, stacklevel=3)
+        return instead
+
+
 def section_heading(suite: str) -> str:
     """The heading that opens a suite's section in results.md (the bench writer uses it too)."""
     return f"## {suite}"
@@ -66,7 +120,8 @@ def extract_section(markdown: str, suite: str) -> str | None:
 def suite_meta(meta: dict, suite: str) -> dict:
     """Provenance of one suite: ``meta["suites"][suite]`` where present, else the top level."""
     per_suite = meta.get("suites", {})
-    return per_suite.get(suite) or {k: v for k, v in meta.items() if k != "suites"}
+    found = per_suite.get(suite) if isinstance(per_suite, dict) else None
+    return found if isinstance(found, dict) else {k: v for k, v in meta.items() if k != "suites"}
 
 
 def provenance_line(info: dict) -> str:
@@ -85,8 +140,9 @@ def load_committed(suite: str, directory: str | Path | None = None) -> dict | No
     directory = Path(directory) if directory is not None else BENCH_DIR
     png, csv = directory / f"{suite}.png", directory / f"{suite}.csv"
     meta_path, md_path = directory / META_JSON, directory / RESULTS_MD
-    table = extract_section(md_path.read_text(), suite) if md_path.is_file() else None
-    meta = suite_meta(json.loads(meta_path.read_text()), suite) if meta_path.is_file() else {}
+    text = _warned_read(read_text, md_path, None) if md_path.is_file() else None
+    table = extract_section(text, suite) if text is not None else None
+    meta = suite_meta(_warned_read(read_json, meta_path, {}), suite) if meta_path.is_file() else {}
     found = {
         "suite": suite,
         "png": png if png.is_file() else None,
@@ -208,8 +264,7 @@ def _markdown_table_html(table: str) -> str:
 def committed_rows(suite: str, directory: str | Path | None = None) -> list[dict]:
     """The rows of ``<suite>.csv`` as dicts of strings (FileNotFoundError when it is not committed)."""
     path = (Path(directory) if directory is not None else BENCH_DIR) / f"{suite}.csv"
-    with path.open(newline="") as f:
-        return list(csv.DictReader(f))
+    return read_csv(path)
 
 
 def committed_value(suite: str, column: str = "time_ms", directory: str | Path | None = None, **where):
@@ -254,11 +309,10 @@ def dispatch_picks(directory: str | Path | None = None) -> dict:
     shape and layout; the candidates: the six tiles the sweep ran ``matmul_ws``'s kernel in, and
     ``matmul_splitk``).  The number of shapes, the geometric means and the worst shape."""
     times = {}
-    with open(Path(directory or BENCH_DIR) / "entry33" / "ws_tiles.csv", newline="") as f:
-        for r in csv.DictReader(f):
-            if r["ms"] and r["part"] == "unseen":
-                name = f"ws {r['config']}" if r["provider"] == "ws" else r["provider"]
-                times.setdefault((int(r["M"]), int(r["N"]), int(r["K"]), r["layout"]), {})[name] = float(r["ms"])
+    for r in read_csv(Path(directory or BENCH_DIR) / "entry33" / "ws_tiles.csv"):
+        if r["ms"] and r["part"] == "unseen":
+            name = f"ws {r['config']}" if r["provider"] == "ws" else r["provider"]
+            times.setdefault((int(r["M"]), int(r["N"]), int(r["K"]), r["layout"]), {})[name] = float(r["ms"])
     of_best, vs_cublas = {}, []
     for shape, t in times.items():
         if "auto" in t:
@@ -292,7 +346,7 @@ def cluster_probe_counters(directory: str | Path | None = None) -> dict:
     False: {...}}``, each metric in base units (bytes, ns, %; sectors counted as 32 bytes)."""
     out = {}
     for multicast, name in ((True, "ncu_probe_multicast.txt"), (False, "ncu_probe_no_multicast.txt")):
-        text = (Path(directory or BENCH_DIR) / "entry33" / name).read_text()
+        text = read_text(Path(directory or BENCH_DIR) / "entry33" / name)
         out[multicast] = {}
         for m in re.finditer(r"^\s+([a-z0-9_]+__\S+)\s+(\S*?)\s+([\d,.]+)$", text, re.M):
             unit = m.group(2)
@@ -384,7 +438,7 @@ def committed_record(name: str, directory: str | Path | None = None) -> dict:
     path = Path(directory or BENCH_DIR) / f"{name}.json"
     if not path.is_file():
         raise FileNotFoundError(f"no committed record {path}: run the command in PERF_NOTES.md that makes it")
-    return json.loads(path.read_text())
+    return read_json(path)
 
 
 def two_ways_table(kernels=("cuBLAS", "matmul_tma"), sizes=(1280, 2048, 4096),

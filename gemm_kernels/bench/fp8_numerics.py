@@ -109,7 +109,9 @@ def timings(rounds: int = 3) -> list[dict]:
 
 def load(path: Path = COMMITTED) -> dict:
     """The committed measurement (``errors``, ``timings``, and where it ran)."""
-    return json.loads(Path(path).read_text())
+    from ..results import read_json
+
+    return read_json(Path(path))
 
 
 def main(argv=None) -> None:

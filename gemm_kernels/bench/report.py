@@ -460,6 +460,8 @@ def read_meta(directory: Path) -> dict:
         meta = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         problem = f"not JSON: {exc}"
+    except RecursionError:
+        problem = "nested too deeply to be a record"
     else:
         suites = meta.get("suites") if isinstance(meta, dict) else None
         bad = [s for s, entry in suites.items() if not isinstance(entry, dict)] if isinstance(suites, dict) else None

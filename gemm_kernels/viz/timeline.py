@@ -11,7 +11,6 @@ trace as the measured half.
 
 from __future__ import annotations
 
-import csv
 import html
 from pathlib import Path
 
@@ -19,7 +18,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from ..models import ws_timeline as wt
-from ..results import BENCH_DIR
+from ..results import BENCH_DIR, ResultsFileError, read_csv
 from .drawings import cycle_colors, fade, png_bytes
 
 #: the committed H100 trace (``python tests/gpu_ws_host.py OUT trace``), found like every committed result
@@ -31,18 +30,22 @@ def load_trace(path: Path | str = TRACE_CSV) -> dict:
     """The committed trace as {(trace, schedule): int64 array of [program, step, consumer, start_ns,
     mainloop_end_ns, end_ns]}; :func:`trace_meta` gives each trace's sizes."""
     out: dict = {}
-    with Path(path).open() as f:
-        for r in csv.DictReader(f):
-            out.setdefault((r["trace"], r["schedule"]), []).append(
-                [int(r[c]) for c in ("program", "step", "consumer", "start_ns", "mainloop_end_ns", "end_ns")])
+    columns = ("program", "step", "consumer", "start_ns", "mainloop_end_ns", "end_ns")
+    for line, r in enumerate(read_csv(Path(path)), start=2):
+        try:
+            out.setdefault((r["trace"], r["schedule"]), []).append([int(r[c]) for c in columns])
+        except (KeyError, ValueError) as exc:
+            raise ResultsFileError(f"{path}, line {line}: not a trace row ({type(exc).__name__}: {exc})") from None
     return {k: np.array(v, dtype=np.int64) for k, v in out.items()}
 
 
 def trace_meta(path: Path | str = TRACE_CSV) -> dict:
     """{(trace, schedule): {M, N, K, num_programs, epilogue}} of the committed trace."""
-    with Path(path).open() as f:
+    try:
         return {(r["trace"], r["schedule"]): {k: r[k] for k in ("M", "N", "K", "num_programs", "epilogue")}
-                for r in csv.DictReader(f)}
+                for r in read_csv(Path(path))}
+    except KeyError as exc:
+        raise ResultsFileError(f"{path} has no column {exc}: not a trace") from None
 
 
 def _bars(ax, lane: int, rows: np.ndarray, scale: float, alpha: float = 1.0) -> None:
