@@ -135,12 +135,18 @@ def test_05b_the_sparse_tail_case_from_the_schedule_and_the_run():
     split = split[split[:, 0] >= 0]
     makers = {t: {p for p, tt, *_ in split if tt == t} for t in set(split[:, 1])}
     assert {len(m) for m in makers.values()} == {6}
-    big_tail = 512 % P
+    big_tail, big_k = 512 % P, 4096 // 64
+    big = tiles.streamk_segments(512, big_k, P, sk_tiles=big_tail)
+    big_work = [0] * P
+    for p, _t, first, end in big[big[:, 0] >= 0]:
+        big_work[p] += end - first
+    saved = tiles.cdiv(512, P) * big_k - max(big_work)
     split_us, unsplit_us = (committed_us("stream-k", case="3072x3072x3072", dtype="fp16", provider=p)
                             for p in ("stream_k 128x256 tail split", "tma 128x256"))
     assert split_us > unsplit_us
     text = markdown("05b_stream_k")
-    for phrase in (f"its last wave has {big_tail} tiles for {P} SMs",
+    for phrase in (f"its last wave has {big_tail} tiles for {P} SMs, so splitting saves {saved} of "
+                   f"{tiles.cdiv(512, P) * big_k} K iterations",
                    f"{num} tiles, two full waves and {tail} tiles, so the busiest SM runs {tiles.cdiv(num, P) * k} K "
                    f"iterations where an even share is {max(work)}",
                    f"It still lost, {split_us:.1f} against {unsplit_us:.1f} µs",
