@@ -336,6 +336,19 @@ def test_a_kept_launch_is_not_reused_for_an_option_of_another_type(monkeypatch):
         gk.matmul(a, b, group_size_m=8.0)  # before: the kept launch answered this too
 
 
+@pytest.mark.parametrize("launcher", ["matmul", "matmul_tma", "matmul_auto"])
+@pytest.mark.parametrize("option, value, error", [("group_size_m", True, TypeError), ("group_size_m", 8.0, TypeError),
+                                                  ("order", None, ValueError), ("activation", "RELU", ValueError)])
+def test_an_input_that_requires_grad_does_not_skip_the_option_checks(launcher, option, value, error):
+    """Found by tests/test_fuzz.py: matmul sent such a call straight to its custom op, whose schema
+    turned group_size_m=True into 1 (accepted) and named no argument for 8.0 or order=None."""
+    if launcher == "matmul_auto" and option != "activation":
+        pytest.skip("matmul_auto takes no order or group_size_m")
+    a, b = torch.randn(8, 16, device=DEVICE, requires_grad=True), torch.randn(16, 8, device=DEVICE)
+    with pytest.raises(error, match=f"^{option} must be"):
+        getattr(gk, launcher)(a, b, **{option: value})
+
+
 # ----------------------------------------------------------------------------- environment booleans
 @pytest.mark.parametrize("value, expected", [
     *((v, True) for v in ("1", "true", "TRUE", " Yes ", "on", "On")),

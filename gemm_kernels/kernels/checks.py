@@ -158,6 +158,16 @@ def check_num_programs(num_programs) -> int:
     return check_int(num_programs, "num_programs")
 
 
+def check_options(order, group_size_m, activation) -> int:
+    """The single-GEMM options' checks; returns ``group_size_m`` as an int.  Run before a custom
+    op too: its schema would turn ``group_size_m=True`` into 1 and name no argument for ``8.0``."""
+    if order not in ORDERS:
+        raise ValueError(f"order must be one of {ORDERS}, got {order!r}")
+    group_size_m = check_int(group_size_m, "group_size_m")
+    check_activation(activation)
+    return group_size_m
+
+
 def check_matmul_inputs(a, b, order, group_size_m, activation, bias):
     """Every single-GEMM launcher's checks; returns ``(bias, group_size_m)`` as the kernels take
     them: the bias contiguous (the kernels read ``bias_ptr + n``) and the group no taller than M
@@ -172,10 +182,7 @@ def check_matmul_inputs(a, b, order, group_size_m, activation, bias):
         )
     check_same({"a": a, "b": b}, "dtype")
     check_same({"a": a, "b": b}, "device")
-    if order not in ORDERS:
-        raise ValueError(f"order must be one of {ORDERS}, got {order!r}")
-    group_size_m = check_int(group_size_m, "group_size_m")
-    check_activation(activation)
+    group_size_m = check_options(order, group_size_m, activation)
     if bias is not None:
         check_tensor(bias, "bias", 1)
         if bias.shape[0] != b.shape[1]:

@@ -103,6 +103,7 @@ def matmul(a, b, *, order="grouped", group_size_m=8, activation=None, bias=None)
     ``torch.compile`` traces without a graph break.
     """
     if grad_enabled_for(a, b, bias):
+        checks.check_options(order, group_size_m, activation)  # before the op's schema coerces them
         return torch.ops.gemm_kernels.matmul(a, b, order, group_size_m, activation, bias)
     return _matmul_forward(a, b, order, group_size_m, activation, bias)
 
