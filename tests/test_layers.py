@@ -1,5 +1,8 @@
 """The package's layers (see gemm_kernels/__init__.py): arrows point down only.
 
+* every import inside the package (at any depth, in functions too) goes from a higher layer of
+  :data:`LAYERS` to a lower one, or stays in its layer without a cycle; nothing imports the
+  package's top (``gemm_kernels``'s own ``__init__``: the public API, which loads the layers);
 * kernels/ never imports lab/, viz/ or bench/;
 * models/ imports no Triton (nor anything that does): plain numpy, importable without Triton;
 * every public name of ``gemm_kernels`` resolves.
@@ -37,6 +40,126 @@ def _imports(path: pathlib.Path) -> set[str]:
 
 def _modules(folder: str):
     return sorted((PACKAGE / folder).rglob("*.py"))
+
+
+#: the package's layers, bottom up: a module may import from its own layer (without a cycle) and
+#: from the layers below it.  ``results`` reads committed data, below ``viz``, ``bench`` and ``lab``
+#: that show it; ``bench`` measures, below ``lab`` (whose views print its records); ``book`` builds
+#: the website from the lab's student copies.  The package's ``__init__`` (the public API) is above all.
+LAYERS = ("_env", "_triton_compat", "runtime", "models", "testing", "kernels", "results", "viz", "bench", "lab",
+          "book")
+
+
+def _module_name(path: pathlib.Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imported_modules(path: pathlib.Path, modules) -> set[str]:
+    """The package's modules ``path`` imports at any depth: ``from pkg import module`` is the module,
+    ``from module import name`` the module, relative imports resolved."""
+    module = _module_name(path)
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*parts, *([base] if base else [])])
+            names = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base for alias in node.names]
+        else:
+            continue
+        for name in names:
+            while name and name not in modules:  # a name inside a module: the module
+                name = name.rpartition(".")[0]
+            if name.startswith("gemm_kernels") and name != module:
+                found.add(name)
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the package's modules it imports."""
+    paths = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+    return {name: _imported_modules(path, paths) for name, path in paths.items()}
+
+
+def layer_of(module: str) -> str:
+    """``gemm_kernels.kernels.moe`` -> ``kernels``; the package itself -> ``gemm_kernels``."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "gemm_kernels"
+
+
+def upward_arrows(graph) -> list[str]:
+    rank = {layer: i for i, layer in enumerate(LAYERS)}
+    rank["gemm_kernels"] = len(LAYERS)
+    unknown = sorted({layer_of(m) for m in graph} - set(rank))
+    assert not unknown, f"modules outside LAYERS: {unknown}: place them in tests/test_layers.py's LAYERS"
+    return sorted(f"{a} -> {b}" for a, targets in graph.items() for b in targets
+                  if rank[layer_of(b)] > rank[layer_of(a)] or b == "gemm_kernels")
+
+
+def import_cycles(graph) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm)."""
+    index, low, stack, on_stack, cycles = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return cycles
+
+
+def test_no_import_cycle_in_the_package():
+    cycles = import_cycles(import_graph())
+    assert not cycles, f"import cycles: {cycles}: one module of each must stop importing the other"
+
+
+def test_imports_point_down_the_layers():
+    up = upward_arrows(import_graph())
+    assert not up, f"imports that point up the layers {LAYERS} (or at the package's own __init__): {up}"
+
+
+def test_the_checks_see_what_they_check():
+    """The graph finds a cycle, an upward arrow and an import of the top where one is made up."""
+    made_up = {"gemm_kernels.kernels.a": {"gemm_kernels.kernels.b"}, "gemm_kernels.kernels.b": {"gemm_kernels.kernels.a"},
+               "gemm_kernels.results": {"gemm_kernels.bench.l2"}, "gemm_kernels.bench.l2": {"gemm_kernels"}}
+    assert import_cycles(made_up) == [["gemm_kernels.kernels.a", "gemm_kernels.kernels.b"]]
+    assert upward_arrows(made_up) == ["gemm_kernels.bench.l2 -> gemm_kernels",
+                                      "gemm_kernels.results -> gemm_kernels.bench.l2"]
+    graph = import_graph()  # imports inside functions count, as the ones this issue removed were
+    assert "gemm_kernels.kernels.moe_wgrad" in graph["gemm_kernels.kernels.moe"]
+    assert "gemm_kernels.lab.compile_view" in graph["gemm_kernels.lab.compile_examples"]
+
+
+def test_suite_names_match_the_harness():
+    """results names the suites without importing the harness: the same names, in the same order."""
+    from gemm_kernels.bench.suites import SUITES
+    from gemm_kernels.results import SUITE_NAMES
+
+    assert tuple(SUITES) == SUITE_NAMES
 
 
 @pytest.mark.parametrize("path", _modules("kernels"), ids=lambda p: p.name)

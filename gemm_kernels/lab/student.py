@@ -27,7 +27,7 @@ open, and add ``--allow-root`` only when run as root.
 
 Every copy opens with a banner (with an Open in Colab badge) and the set-up cell :data:`SETUP`, so
 the same copy works in Colab, on Binder and after ``make lab``.  The book's workflow publishes
-the copies to the ``student-copies`` branch, which Colab opens (:func:`gemm_kernels.book.colab_url`).
+the copies to the ``student-copies`` branch, which Colab opens (:func:`.published.colab_url`).
 """
 
 from __future__ import annotations
@@ -178,16 +178,16 @@ def solution_cells(nb) -> list[int]:
 
 
 def setup_source(repo: str | None = None) -> str:
-    """:data:`SETUP` installing from ``repo`` (:func:`gemm_kernels.book.github_repo`: so forks install their own)."""
-    from ..book import github_repo
+    """:data:`SETUP` installing from ``repo`` (:func:`.published.github_repo`: so forks install their own)."""
+    from .published import github_repo
 
     return SETUP.replace("{repo}", github_repo(repo))
 
 
 def student_notebook(nb, name: str = "the notebook", repo: str | None = None):
     """A copy of ``nb`` without solutions, outputs or execution counts, with the banner and the set-up
-    cell on top (``repo``: the GitHub repository they name, :func:`gemm_kernels.book.github_repo`)."""
-    from ..book import colab_url
+    cell on top (``repo``: the GitHub repository they name, :func:`.published.github_repo`)."""
+    from .published import colab_url
 
     source = nb
     nb = copy.deepcopy(nb)
