@@ -28,7 +28,7 @@ OLDEST_TRITON ?= 3.6.0
 OLDEST_VENV ?= .venv-triton36
 OLDEST_STAMP := $(OLDEST_VENV)/.installed
 
-.PHONY: setup lab lab-student lab-solutions test test-launch test-teach test-triton-oldest test-no-tma test-gpu test-gpu-fast test-gpu-smoke test-gpu-notebooks sanitize sanitize-ws student grade images bench bench-quick clean
+.PHONY: setup lab lab-student lab-solutions test fuzz test-launch test-teach test-triton-oldest test-no-tma test-gpu test-gpu-fast test-gpu-smoke test-gpu-notebooks sanitize sanitize-ws student grade images bench bench-quick clean
 
 setup: $(STAMP)
 
@@ -54,6 +54,15 @@ lab-solutions: $(STAMP)  ## JupyterLab on notebooks/, the solved notebooks: for 
 
 test: $(STAMP)  ## unit tests + every notebook (nbmake), on the CPU interpreter unless a GPU is present
 	$(BIN)/python -m pytest -n 2 --nbmake --nbmake-timeout=600 -p no:cacheprovider -m "not launch and not teach" $(PYTEST_ARGS)
+
+# `make fuzz FUZZ_EXAMPLES=2000`: inputs per entry point (tests/test_fuzz.py; `make test` runs a few of each)
+FUZZ_EXAMPLES ?= 300
+
+fuzz: $(STAMP)  ## the property-based fuzzer (Hypothesis) at length: random shapes, layouts, dtypes, options and non-finite values at every public entry point, each answer against float64 or a clear error
+	@mkdir -p build && rm -f build/fuzz_counts.txt
+	GEMM_KERNELS_FUZZ=long GEMM_KERNELS_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) GEMM_KERNELS_FUZZ_REPORT=build/fuzz_counts.txt \
+	  $(BIN)/python -m pytest -n 2 -p no:cacheprovider tests/test_fuzz.py $(PYTEST_ARGS)
+	@cat build/fuzz_counts.txt
 
 test-launch: $(STAMP)  ## the ways in without make, each in a fresh venv (PyPI): a student copy's set-up cell as in Colab, .binder/ as Binder builds it, a plain pip install
 	$(BIN)/python -m pytest -n 2 -p no:cacheprovider -m launch tests/test_launch.py $(PYTEST_ARGS)
@@ -117,9 +126,9 @@ sanitize-ws: $(STAMP)  ## matmul_ws under memcheck, racecheck and synccheck (nee
 student: $(STAMP)  ## student copies of the notebooks (solutions removed) in student/; refreshes untouched ones, keeps a copy you changed and says what the course changed since
 	$(BIN)/python -m gemm_kernels.lab.student $(if $(FORCE),--force) $(if $(MERGE),--merge)
 
-grade: $(STAMP)  ## grade a folder of submissions with the package's checks, in exam mode: make grade SUBMISSIONS=DIR (grades.csv, grades.json)
+grade: $(STAMP)  ## grade a folder of submissions with the package's judge, in exam mode: make grade SUBMISSIONS=DIR [ROSTER=csv GRADE_CONFIG=json CANVAS=csv JOBS=2] (grades.csv, gradebook.csv, grades.json)
 	@test -n "$(SUBMISSIONS)" || { echo "make grade SUBMISSIONS=DIR: the folder of submitted notebooks"; exit 2; }
-	$(BIN)/python -m gemm_kernels.lab.grade $(SUBMISSIONS) --out grades.csv --json grades.json
+	$(BIN)/python -m gemm_kernels.lab.grade $(SUBMISSIONS) --out grades.csv --json grades.json --gradebook gradebook.csv $(if $(ROSTER),--roster $(ROSTER)) $(if $(GRADE_CONFIG),--config $(GRADE_CONFIG)) $(if $(CANVAS),--canvas $(CANVAS)) $(if $(JOBS),--jobs $(JOBS))
 
 images: $(STAMP)  ## regenerate the schedule/pointer pictures images/*.png from gemm_kernels.viz.drawings (deterministic)
 	$(BIN)/python -m gemm_kernels.viz.images

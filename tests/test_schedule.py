@@ -93,7 +93,7 @@ def test_tail_group_and_tail_wave():
 def test_bad_arguments_raise_readable_errors():
     with pytest.raises(ValueError, match="order"):
         tile_schedule(64, 64, 16, 16, "diagonal", programs_in_flight=4)
-    with pytest.raises(ValueError, match="BLOCK_M must be >= 1"):
+    with pytest.raises(ValueError, match="block_m must be >= 1"):
         tile_schedule(64, 64, 0, 16, programs_in_flight=4)
     with pytest.raises(ValueError, match="programs_in_flight"):
         tile_schedule(64, 64, 16, 16, programs_in_flight=0)

@@ -214,7 +214,8 @@ def tile_schedule(M: int, N: int, block_m: int, block_n: int, order: str = "grou
     """
     if order not in SCHEDULE_ORDERS:
         raise ValueError(f"order must be one of {SCHEDULE_ORDERS}, got {order!r}")
-    for value, name in ((M, "M"), (N, "N"), (block_m, "BLOCK_M"), (block_n, "BLOCK_N"), (group_size_m, "GROUP_SIZE_M")):
+    for value, name in ((M, "M"), (N, "N"), (block_m, "block_m"), (block_n, "block_n"),
+                        (group_size_m, "group_size_m")):  # named as the caller named them
         check_int(value, name)
     if programs_in_flight is None:
         from ..runtime import num_sms
@@ -246,7 +247,7 @@ def grouped_gemm_schedule(problem_shapes, block_m: int, block_n: int, num_progra
     them; wave ``w`` is step ``w`` of every program.  ``None``: ``runtime.num_sms()``.
     Raises ``ValueError`` when no problem has a tile.
     """
-    for value, name in ((block_m, "BLOCK_M"), (block_n, "BLOCK_N"), (group_size_m, "GROUP_SIZE_M")):
+    for value, name in ((block_m, "block_m"), (block_n, "block_n"), (group_size_m, "group_size_m")):  # as called
         check_int(value, name)
     if num_programs is None:
         from ..runtime import num_sms
