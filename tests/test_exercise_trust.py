@@ -276,7 +276,7 @@ def test_a_launcher_that_returns_torch_numbers_after_its_launch_is_refused():
                          "the tile row"]),
     ("num_pid_n floor", 32, ["reaches came out right: num_pid_n rounded down (N // BLOCK_N = 1, but 2 tile columns "
                              "cover N = 48: tl.cdiv(N, BLOCK_N))"]),
-    ("no K mask", 32, ["load through a_ptr", "past a's last column: K = 1 columns) are active",
+    ("no K mask", 32, ["load through a_ptr", "past a's last column: K = 1 column) are active",
                        "has no K limit: the last K block runs past K"]),
     ("b strides swapped", 32, ["load through b_ptr", "the two strides are swapped (stride_bk and stride_bn)"]),
     ("transposed store mask", 32, ["store through c_ptr", "the mask of this store is transposed",
@@ -532,9 +532,10 @@ def moe_variant(x_ptr, w_ptr, out_ptr, offs_ptr, N, K, stride_xt, stride_xk, str
 
 
 def test_expert_store_without_the_row_limit_is_named():
-    assert_wrong(moe_ex.check_expert_rows_kernel(Bound(moe_variant, MISTAKE="no row limit")), "store through out_ptr",
-                 "diagnosis: lanes of rows 60..67 (past out's last row: 60 rows) are active: the mask of this store "
-                 "needs the row limit too (`rows[:, None] < 60`)")
+    result = moe_ex.check_expert_rows_kernel(Bound(moe_variant, MISTAKE="no row limit"))
+    assert_wrong(result, "store through out_ptr", "the store's row limit is this expert's own end, row_end = "
+                 "offs[expert] (rows[:, None] < row_end), not out's row count")
+    assert "rows[:, None] < 60" not in str(result)  # out's rows are not the limit an expert's tile needs
 
 
 # ----------------------------------------------------------------------------- more mistakes, across the exercises

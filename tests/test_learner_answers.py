@@ -196,6 +196,8 @@ FEEDBACK = [
     ("01_pointer_arithmetic", "transpose", "tl.store(out_ptr + cols[None, :] * stride_om + rows[:, None] * stride_on",
      "tl.store(out_ptr + rows[:, None] * stride_om + cols[None, :] * stride_on", "x[i, j] goes to out[j, i]",
      "masked load with no other="),
+    ("01_pointer_arithmetic", "transpose", "mask = (rows[:, None] < M) & (cols[None, :] < N)",
+     "mask = (rows[:, None] < M)", "past x's last column: 1 column)", "1 columns"),
 ]
 
 

@@ -59,7 +59,7 @@ import torch
 from ... import _triton_compat as compat
 from ... import runtime
 from .. import exam
-from ._core import CORRECT, WRONG, AnswerRaised, CheckResult, _count, exercise
+from ._core import CORRECT, WRONG, AnswerRaised, CheckResult, _count, exercise, plural
 
 _PACKAGE_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "")
 _TRITON_DIR = os.path.join(os.path.dirname(os.path.abspath(__import__("triton").__file__)), "")
@@ -1441,15 +1441,26 @@ def access_diagnosis(err, log: LaunchLog | None = None) -> list[str]:
         if not past.any():
             continue
         what = ("column", "columns", "cols[None, :]") if axis else ("row", "rows", "rows[:, None]")
-        limit = dims[axis] if dims else None
+        limit = dims[axis] if dims else _size_param(launch, shape[axis])
         last = int(index[past.any(1 - axis)].max())
         head = (f"lanes of {what[1]} {shape[axis]}..{last} (past {label}'s last {what[0]}: "
-                f"{f'{limit} = ' if limit else ''}{shape[axis]} {what[1]}) are active: the mask of this {a.kind} ")
+                f"{f'{limit} = ' if limit else ''}{plural(shape[axis], what[0])}) are active: the mask of this {a.kind} ")
         if limit == "K":
             lines.append(head + "has no K limit: the last K block runs past K, so the mask needs `k < K` too")
         else:
             lines.append(head + f"needs the {what[0]} limit too (`{what[2]} < {limit or shape[axis]}`)")
     return lines
+
+
+def _size_param(launch, size: int) -> str | None:
+    """The one integer parameter of the launch whose value is ``size`` (``N``), so a limit is named
+    as the learner's kernel names it; None when none or several are."""
+    if launch is None:
+        return None
+    names = [name for name, v in launch.named.items()
+             if isinstance(v, int) and not isinstance(v, bool) and v == size and "stride" not in name.lower()
+             and not name.upper().startswith(("BLOCK", "GROUP", "NUM_"))]
+    return names[0] if len(names) == 1 else None
 
 
 #: the dimension names of the matmul's tensors, by the first letter of their parameter

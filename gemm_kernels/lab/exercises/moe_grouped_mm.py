@@ -228,7 +228,7 @@ def _expert_rows_diagnosis(log, failure) -> list[str]:
 
     if not isinstance(failure, OutOfBounds) or failure.access.kind != "store" or failure.access.pointer != "out_ptr":
         return []
-    if not any("row limit" in line for line in kc.access_diagnosis(failure, log)):
+    if not any("needs the row limit" in line for line in kc.access_diagnosis(failure, log)):
         return []  # not the rows (the columns, say): the generic diagnosis says which
     return ["rows past the last expert's end are stored: the store's row limit is this expert's own end, "
             "row_end = offs[expert] (rows[:, None] < row_end), not out's row count: rows past an expert's end "
