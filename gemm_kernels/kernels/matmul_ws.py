@@ -712,6 +712,9 @@ class _Plan:
         self.splits = splits
         self.workspace = (a.shape[0], b.shape[1], config, splits, a.device) if splits > 1 else None
         self.tile = (_tile_m(config), config["BLOCK_N"], config["SCHEDULE"])  # what ran, for tests and notes
+        # pointer parameters as addresses: the C launcher then asks the driver about none of them
+        # (seven per call, most of them C: launches.KeptLaunch does the same)
+        self.addresses = self.launch.takes_addresses
 
     def __call__(self, a, b, bias, trace, scale_a=None, scale_b=None):
         c = torch.empty(self.c_rows, self.c_cols, device=a.device, dtype=self.c_dtype)
@@ -723,9 +726,22 @@ class _Plan:
             bias = bias if self.bias_dtype in (None, bias.dtype) else bias.to(self.bias_dtype)
             bias = bias if self.bias_contiguous else bias.contiguous()
         args = list(self.arguments)
-        args[_C_PTR], args[_BIAS], args[_TRACE] = c, c if bias is None else bias, c if trace is None else trace
-        args[_SA], args[_SB] = (c, c) if scale_a is None else (scale_a, scale_b)
-        args[_WS], args[_COUNT] = (c, c) if self.workspace is None else _split_workspace(*self.workspace)
+        workspace = None if self.workspace is None else _split_workspace(*self.workspace)  # held until launched
+        if self.addresses:
+            c_address = c.data_ptr()
+            args[_C_PTR] = args[_SA] = args[_SB] = args[_WS] = args[_COUNT] = args[_BIAS] = args[_TRACE] = c_address
+            if bias is not None:
+                args[_BIAS] = bias.data_ptr()
+            if trace is not None:
+                args[_TRACE] = trace.data_ptr()
+            if scale_a is not None:
+                args[_SA], args[_SB] = scale_a.data_ptr(), scale_b.data_ptr()
+            if workspace is not None:
+                args[_WS], args[_COUNT] = workspace[0].data_ptr(), workspace[1].data_ptr()
+        else:
+            args[_C_PTR], args[_BIAS], args[_TRACE] = c, c if bias is None else bias, c if trace is None else trace
+            args[_SA], args[_SB] = (c, c) if scale_a is None else (scale_a, scale_b)
+            args[_WS], args[_COUNT] = (c, c) if workspace is None else workspace
         if self.descriptors is not None:
             if self.descriptors.launch(args, [(a, b, c)[i] for i in self.descriptors.indices]):
                 return c
@@ -854,16 +870,18 @@ def tma_readable(a, b) -> bool:
     return True
 
 
-def scaled_mm_ws(a, b, scale_a, scale_b, scaling, *, out_dtype, bias, use_fast_accum, key=None, strided_bias=False):
+def scaled_mm_ws(a, b, scale_a, scale_b, scaling, *, out_dtype, bias, use_fast_accum, key=None, strided_bias=False,
+                 tile=None):
     """``fp8.scaled_mm`` on Hopper, for inputs ``fp8.check_scaled_mm_inputs`` passed (a row-major,
     b column-major, both TMA-readable): the same warp-specialized kernel, with fp8 operands, the
     promotion every 128 (``_mainloop_promoted``; block scales always promote) and the scales.
     Keeps the plan under ``key`` (``fp8.scaled_mm``'s call key) for ``run_kept_scaled_mm``;
-    ``strided_bias``: the caller's bias was strided (``bias`` is its contiguous copy)."""
+    ``strided_bias``: the caller's bias was strided (``bias`` is its contiguous copy); ``tile``: an
+    FP8_CONFIGS name for every M (the batch-invariant mode), else the waves rule's pick for this M."""
     _require_hopper()
     M, N = a.shape[0], b.shape[1]
     c = torch.empty((M, N), device=a.device, dtype=out_dtype)
-    config, promote = fp8_config(M, N, scaling, use_fast_accum=use_fast_accum, out_bytes=c.element_size())
+    config, promote = fp8_config(M, N, scaling, use_fast_accum=use_fast_accum, out_bytes=c.element_size(), tile=tile)
     num_tiles = cdiv(M, _tile_m(config)) * cdiv(N, config["BLOCK_N"])
     plan = _keep(None if key is None else ("scaled_mm", *key),
                  _Plan(a, b, c, bias, None, config, None, min(num_tiles, runtime.num_sms()),
