@@ -6,6 +6,7 @@ batch_invariant=True)``, each checked against float64 first, then timed from a C
 (``do_bench_cudagraph``, median of back-to-back calls: the GPU's time alone).  Each row also says
 whether its first rows have the same bits as the same rows computed at the largest M
 (``same_bits_as_largest_m``): for the batch-invariant mode always, for the others where it happens.
+Then ``scaled_mm`` (e4m3, row/column scales) against ``torch._scaled_mm`` the same way, where fp8 runs.
 The CSV is written after every shape; ``PERF_NOTES`` and a notebook may quote it once committed.
 """
 
@@ -58,9 +59,42 @@ def main(path, quick=False):
                             rows.append(row)
                             print(row, flush=True)
                 write_rows(path, FIELDS, rows)
+    if gk.supports_fp8():
+        rows += fp8_rows(path, rows, weights, ms_list)
     invariant = [r for r in rows if r["provider"].endswith("batch_invariant")]
     assert all(r["same_bits_as_largest_m"] for r in invariant), "batch_invariant=True changed bits"
     print(f"{len(rows)} rows in {time.time() - started:.0f} s -> {path}")
+
+
+def fp8_rows(path, rows, weights, ms_list):
+    """``scaled_mm`` the same way: e4m3, per-row and per-column scales, bf16 out, against
+    ``torch._scaled_mm``; the reference is the float64 product of the dequantized operands."""
+    from gemm_kernels.kernels import fp8
+
+    out = []
+    for N, K in weights:
+        x, w = torch.randn(max(ms_list), K, device="cuda"), torch.randn(N, K, device="cuda")
+        a_all, sa_all = fp8.quantize_fp8(x, "row")
+        b, sb = fp8.quantize_fp8(w.t(), "column")
+        providers = {
+            "torch._scaled_mm": lambda a, sa: torch._scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16),
+            "scaled_mm": lambda a, sa: fp8.scaled_mm(a, b, sa, sb),
+            "scaled_mm batch_invariant": lambda a, sa: fp8.scaled_mm(a, b, sa, sb, batch_invariant=True),
+        }
+        largest = {name: fn(a_all, sa_all) for name, fn in providers.items()}
+        for M in ms_list:
+            a, sa = a_all[:M], sa_all[:M]
+            deq_a, deq_b = a.double() * sa.double(), b.double() * sb.double()
+            base_ms = None
+            for name, fn in providers.items():
+                row = dict(dtype="e4m3 row-wise", layout="W.t()", M=M, N=N, K=K, provider=name, launcher=name,
+                           same_bits_as_largest_m=bool(torch.equal(fn(a, sa), largest[name][:M])))
+                ms = timed_row(row, lambda: fn(a, sa), deq_a, deq_b, base_ms)
+                base_ms = ms if name == "torch._scaled_mm" else base_ms
+                out.append(row)
+                print(row, flush=True)
+            write_rows(path, FIELDS, rows + out)
+    return out
 
 
 if __name__ == "__main__":

@@ -78,6 +78,45 @@ def test_batch_invariant_mode_refuses_what_it_cannot_do():
             matmul_auto(a, b[:10], batch_invariant=True)
 
 
+def fp8_operands(M, N, K, scaling, seed=0):
+    """e4m3 a [M, K] and b [K, N] (``W.t()``) with per-tensor or per-row/column scales."""
+    from gemm_kernels.kernels import fp8
+
+    gen = torch.Generator().manual_seed(seed)
+    x, w = torch.randn(M, K, generator=gen).to(gk.DEVICE), torch.randn(N, K, generator=gen).to(gk.DEVICE)
+    a, sa = fp8.quantize_fp8(x, "tensor" if scaling == "tensor" else "row")
+    b, sb = fp8.quantize_fp8(w.t(), "tensor" if scaling == "tensor" else "column")
+    return a, b, sa, sb
+
+
+def scaled_rows(a, b, sa, sb, M, scaling, **kw):
+    from gemm_kernels.kernels import fp8
+
+    return fp8.scaled_mm(a[:M], b, sa if scaling == "tensor" else sa[:M], sb, out_dtype=torch.float32, **kw)
+
+
+@pytest.mark.skipif(gk.on_gpu() or not gk.supports_fp8(), reason="interpreter sizes; the GPU test covers a GPU's")
+def test_scaled_mm_batch_invariant_rows_keep_their_bits():
+    a, b, sa, sb = fp8_operands(100, 32, 256, "tensor")
+    full = scaled_rows(a, b, sa, sb, 100, "tensor", batch_invariant=True)
+    for M in (1, 3, 17, 64, 100):
+        assert rows_that_differ(scaled_rows(a, b, sa, sb, M, "tensor", batch_invariant=True), full[:M]) == 0, M
+    with pytest.raises(TypeError, match="batch_invariant must be True or False"):
+        scaled_rows(a, b, sa, sb, 4, "tensor", batch_invariant="yes")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("scaling", ["tensor", "row"])
+def test_scaled_mm_batch_invariant_on_a_gpu_for_every_m_to_4096(scaling):
+    if not gk.supports_fp8():
+        pytest.skip("no fp8 on this GPU")
+    a, b, sa, sb = fp8_operands(4096, 512, 4096, scaling)
+    full = scaled_rows(a, b, sa, sb, 4096, scaling, batch_invariant=True)
+    changed = [M for M in range(1, 4097)
+               if rows_that_differ(scaled_rows(a, b, sa, sb, M, scaling, batch_invariant=True), full[:M])]
+    assert not changed, f"scaled_mm(batch_invariant=True) changed bits at M = {changed[:20]}"
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_batch_invariant_on_a_gpu_for_every_m_to_4096(dtype):

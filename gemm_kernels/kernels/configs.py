@@ -431,6 +431,14 @@ def fp8_configs(gpu: bool | None = None):
     ])
 
 
+def fp8_batch_invariant_configs(gpu: bool | None = None):
+    """The single config of ``scaled_mm(..., batch_invariant=True)`` where the warp-specialized
+    kernel does not run: 128x128 tiles, BLOCK_K 128, for every M (the interpreter's own on a CPU)."""
+    if not (runtime.on_gpu() if gpu is None else gpu):
+        return fp8_configs(gpu=False)
+    return [_cfg(128, 128, FP8_BLOCK_K, 4, 8, GROUP_SIZE_M=8)]
+
+
 def range_options_supported() -> set:
     """Loop options of ``tl.range`` the installed Triton knows (``flatten``, ``warp_specialize``, ...).
 

@@ -117,6 +117,12 @@ def _scaled_mm_kernel(
 
 _scaled_mm_tuned = configs.TunedKernel(_scaled_mm_kernel, configs.fp8_configs(),
                                        key=["M", "N", "K", "SCALING", "PROMOTE", "USE_TMA", "HAS_BIAS"])
+#: ``scaled_mm(..., batch_invariant=True)`` off Hopper: one config for every M
+_scaled_mm_fixed = configs.TunedKernel(_scaled_mm_kernel, configs.fp8_batch_invariant_configs(),
+                                       key=["M", "N", "K", "SCALING", "PROMOTE", "USE_TMA", "HAS_BIAS"],
+                                       variant="-batch-invariant")
+#: the warp-specialized kernel's tile in the batch-invariant mode (block scales always run 128x128)
+BATCH_INVARIANT_WS_TILE = "128x256"
 
 
 # ----------------------------------------------------------------------------- host side: checks
@@ -223,17 +229,22 @@ def kernel_args(a, b, c, scale_a, scale_b, bias, scaling: str, promote, use_tma:
 
 
 def scaled_mm(a, b, scale_a, scale_b, *, out_dtype=torch.bfloat16, bias=None, use_fast_accum=False,
-              promote_every=PROMOTE_EVERY):
+              promote_every=PROMOTE_EVERY, batch_invariant=False):
     """``(a * scale_a) @ (b * scale_b) + bias`` in ``out_dtype``, from fp8 ``a`` and ``b``.
 
     a: [M, K] row-major, b: [K, N] column-major (``W.t()``), e4m3 or e5m2; K a multiple of 16.
     Scales are float32 dequantization factors (``x = q * scale``, as :func:`quantize_fp8`
     returns them), tensor-, row- or block-wise (module docstring).  ``use_fast_accum``: never
     promote the tensor cores' partial sums to fp32 (faster, less accurate at long K);
-    ``promote_every``: the interval otherwise.  Forward only (no autograd)."""
+    ``promote_every``: the interval otherwise.  ``batch_invariant``: one tile and one K loop for
+    every M, so a row's bits do not depend on the rows beside it (as ``matmul_auto``'s mode; the
+    tile is otherwise picked from M).  Forward only (no autograd)."""
+    if not isinstance(batch_invariant, bool):
+        raise TypeError(f"batch_invariant must be True or False, got {batch_invariant!r}")
     key = None
     if launches.keeping():
-        key = launches.call_key((a, b, scale_a, scale_b, bias), (out_dtype, use_fast_accum, promote_every))
+        key = launches.call_key((a, b, scale_a, scale_b, bias),
+                                (out_dtype, use_fast_accum, promote_every, batch_invariant))
         out = _KEPT.run(key, a=a, b=b, scale_a=scale_a, scale_b=scale_b, bias=bias)  # checked before
         if out is None and key is not None:
             out = matmul_ws.run_kept_scaled_mm(key, a, b, scale_a, scale_b, bias)
@@ -251,8 +262,9 @@ def scaled_mm(a, b, scale_a, scale_b, *, out_dtype=torch.bfloat16, bias=None, us
     use_tma = runtime.supports_tma() and tma_strides(a, (0, 1)) is not None and tma_strides(b, (1, 0)) is not None
     if (M and N and K and use_tma and runtime.supports_wgmma() and (use_fast_accum or promote_every == PROMOTE_EVERY)
             and matmul_ws.tma_readable(a, b)):
+        tile = BATCH_INVARIANT_WS_TILE if batch_invariant and scaling != "block" else None
         return matmul_ws.scaled_mm_ws(a, b, scale_a, scale_b, scaling, out_dtype=out_dtype, bias=bias,
-                                      use_fast_accum=use_fast_accum, key=key, strided_bias=strided_bias)
+                                      use_fast_accum=use_fast_accum, key=key, strided_bias=strided_bias, tile=tile)
     c = torch.empty((M, N), device=a.device, dtype=out_dtype)
     if M == 0 or N == 0:
         return c
@@ -262,7 +274,8 @@ def scaled_mm(a, b, scale_a, scale_b, *, out_dtype=torch.bfloat16, bias=None, us
         runtime.ensure_tma_allocator()
     grid = lambda meta: (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]),)  # noqa: E731
     args = kernel_args(a, b, c, scale_a, scale_b, bias, scaling, None if use_fast_accum else promote_every, use_tma)
-    launches.launch_and_keep(_KEPT, key, _scaled_mm_tuned, grid, args, c, _SOURCES, uses_tma=use_tma)
+    tuned = _scaled_mm_fixed if batch_invariant else _scaled_mm_tuned
+    launches.launch_and_keep(_KEPT, key, tuned, grid, args, c, _SOURCES, uses_tma=use_tma)
     return c
 
 
