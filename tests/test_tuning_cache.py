@@ -180,6 +180,22 @@ def test_an_unwritable_directory_is_named_once_and_picks_stay_in_memory(tmp_path
     assert runs == [1, 1]
 
 
+def test_the_directory_follows_the_environment(tmp_path, monkeypatch):
+    """A kernel built before the setting changed (the launchers' are built at import) follows it."""
+    monkeypatch.setenv(tuning_cache.ENV, str(tmp_path / "one"))
+    tuned, runs = _tuned([], monkeypatch)
+    _launch(tuned, 40)
+    monkeypatch.setenv(tuning_cache.ENV, str(tmp_path / "two"))
+    tuned.chosen.clear()
+    _launch(tuned, 40)  # not in "two": tuned again, kept there
+    assert runs == [1, 1]
+    assert [len(list((tmp_path / d).glob("*.json"))) for d in ("one", "two")] == [1, 1]
+    monkeypatch.setenv(tuning_cache.ENV, str(tmp_path / "one"))
+    tuned.chosen.clear()
+    _launch(tuned, 40)  # back in "one": its pick
+    assert runs == [1, 1]
+
+
 @pytest.mark.parametrize("value", ["off", "0", "OFF"])
 def test_the_cache_can_be_turned_off(value, tmp_path, monkeypatch):
     monkeypatch.setenv(tuning_cache.ENV, value)

@@ -9,7 +9,7 @@ functions it calls) and its config list.  Inside: ``"picks"``, the chosen config
 configs that fit the launch (``configs.fit_to_device``), so a changed list or limit cannot
 launch a config the kernel no longer offers.
 
-Where: ``GEMM_KERNELS_TUNING_CACHE`` (a directory, or ``off``), else
+Where: ``GEMM_KERNELS_TUNING_CACHE`` (a directory, or ``off``; read at each miss), else
 ``$XDG_CACHE_HOME/gemm_kernels/tuning`` (``~/.cache/...``) on a GPU; off in the interpreter
 (nothing is timed there).  A file that cannot be read or parsed is named in a warning, ignored,
 and replaced at the next write; a directory that cannot be written is named once, then left.
@@ -78,22 +78,26 @@ class DiskPicks:
 
     def __init__(self, kernel, config_list, variant: str = ""):
         self._kernel, self._configs, self._variant = kernel, list(config_list), variant
-        self._path: Path | None | bool = False  # False: not worked out yet
+        self._name: str | None = None  # the file's name, worked out once
+        self._path: Path | None = None  # the file last read or written
         self._picks: dict = {}
         self._stamp = None  # (mtime_ns, size) of the file as last read
         self._warned: set = set()
 
     def path(self) -> Path | None:
-        """This kernel's file (None when the cache is off)."""
-        if self._path is False:
-            directory = cache_directory()
-            if directory is None:
-                self._path = None
-            else:
-                identity = _identity(self._kernel, self._configs, self._variant)
-                digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:20]
-                self._path = directory / f"{identity['kernel']}{self._variant}-{digest}.json"
-        return self._path
+        """This kernel's file (None when the cache is off); the directory is read each time (the
+        environment may change it), the name is worked out once."""
+        directory = cache_directory()
+        if directory is None:
+            return None
+        if self._name is None:
+            identity = _identity(self._kernel, self._configs, self._variant)
+            digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:20]
+            self._name = f"{identity['kernel']}{self._variant}-{digest}.json"
+        path = directory / self._name
+        if path != self._path:  # another directory: nothing of the last one applies
+            self._path, self._picks, self._stamp = path, {}, None
+        return path
 
     def _warn(self, what: str, message: str) -> None:
         if what not in self._warned:
