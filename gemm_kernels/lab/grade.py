@@ -3,23 +3,21 @@
 SUBMISSIONS/ holds one notebook per student (``alice.ipynb``, ``alice_00_start_here.ipynb``) or
 one folder per student (``alice/00_start_here.ipynb``, ...); the student's name is the file's or
 the folder's.  A notebook is known by its name (``NN_slug``, anywhere in it) or, failing that, by
-the check module its cells import.
+the check module its cells import.  One copy per student and notebook is graded
+(:func:`gemm_kernels.lab.gradebook.pick_copies`: ``-Copy1`` beside the original).
 
-Each notebook is graded in a fresh process (:mod:`gemm_kernels.lab._grade_worker`) with a memory
-cap and a time limit per exercise: the notebook's first code cell, then each exercise's answer
-cells (the learner's ``check_*(...)`` calls taken out) and the teacher's check, imported from
-the package before any of the learner's code runs, on the answer by the name the notebook gives
-it (:data:`ANSWERS`).  A learner's own ``check_*`` counts for nothing.  Cells that hang, crash
-the process or run out of memory zero their exercise; the notebook is run again without them,
-so the other exercises are still graded.  Checks run in exam mode (:mod:`gemm_kernels.lab.exam`)
-unless ``--no-exam``: their messages carry no solutions.
+Each notebook has a judge (:mod:`gemm_kernels.lab._grade_judge`, a process of its own) that runs
+the notebook's cells in another process (every cell in order, each with a time limit, a memory
+cap, sandboxed where Linux allows it) and decides every verdict itself: plain answers are called
+through a pipe and return plain data, kernel answers are rebuilt from their source and run by the
+judge.  Nothing the notebook patches or writes reaches a verdict; a hang, a crash or silence is 0
+for that exercise.  Checks run in exam mode (:mod:`gemm_kernels.lab.exam`) unless ``--no-exam``.
 
-Writes one row per student, notebook and exercise (status, points: 1 per correct exercise, the
-check's message, trimmed) to ``--out`` (CSV) and ``--json``, and prints each student's total.
-
-The worker runs the learner's code next to the checks, so this grades honest work and stops the
-naive spoof (a redefined check); it is no sandbox against code written to attack the grader.
-POSIX only (resource limits, process groups).
+Writes one row per student, notebook and exercise (status, points, the check's message, trimmed)
+to ``--out``, the gradebook (one row per student, :mod:`gemm_kernels.lab.gradebook`) to
+``--gradebook``, optionally Canvas's import (``--canvas``) and JSON (``--json``), and prints each
+student's total and how long grading took.  ``notebooks/TEACHING.md`` says what the judge resists
+and what it does not.  POSIX only (resource limits, process groups).
 """
 
 from __future__ import annotations
@@ -35,7 +33,7 @@ import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from . import exam
@@ -70,8 +68,18 @@ ANSWERS = {
                ("promotion_interval", "promotion_interval")),
 }
 
-#: seconds one exercise (its cells and its check) may take; the set-up (imports, the first cell) as long again
+#: the exercises whose answer is, launches or is called in ``@triton.jit`` code: the judge rebuilds
+#: them from their source (:mod:`._rebuild`); the others are plain Python, called in the notebook's
+#: own process (tests/test_grade.py holds this to the check modules)
+KERNEL_KINDS = {"axpy": "launcher", "transpose": "launcher", "my_matmul": "launcher",
+                "column_grouped_triton": "jit", "gelu_tanh": "jit", "persistent_loop": "kernel",
+                "streamk_loop": "kernel", "bounds_masks": "jit", "find_tile": "jit", "expert_rows_kernel": "kernel",
+                "consumer_mainloop": "jit", "wgrad_tile": "jit", "block_scaled_loop": "kernel"}
+
+#: seconds one exercise's check may take (the notebook's cells have limits of their own)
 TIMEOUT_S = 300
+#: seconds one cell of the notebook may run (a top-level endless loop costs this, once)
+CELL_TIMEOUT_S = 30
 #: the worker's data segment, in MiB (torch and the checks take about 300, with a CUDA context about 1,400)
 MEMORY_MB = 4096
 #: seconds a worker that reported everything may take to exit
@@ -85,7 +93,7 @@ class Grade:
     student: str
     notebook: str
     exercise: str
-    status: str  # correct, wrong, not attempted, error, timeout, crashed, out of memory (structure only: 08 on a CPU)
+    status: str  # correct (1 point); wrong, not attempted, error, timeout, crashed, out of memory, not verified (0)
     points: int
     message: str
     file: str
@@ -125,9 +133,11 @@ def submissions(root: Path) -> list[tuple[str, Path]]:
 class _Run:
     results: dict  # title -> (status, message)
     finished: bool
-    failed: str | None = None  # the exercise (None: the set-up) running when the worker failed
+    failed: str | None = None  # the exercise (None: the set-up) running when the judge failed
     status: str = ""
     message: str = ""
+    sandbox: bool = False
+    cell_errors: list = field(default_factory=list)
 
 
 def _worker_env(exam_mode: bool) -> dict:
@@ -149,22 +159,25 @@ def _last_line(log: Path) -> str:
 
 
 def _run_worker(path: Path, notebook: str, check: list[str], skip: list[str], *, exam_mode: bool,
-                timeout: float, memory_mb: int) -> _Run:
-    """One run of the worker; what it reported, and how it ended."""
-    spec = {"path": str(path.resolve()), "module": _module_of(notebook), "exercises": ANSWERS[notebook],
-            "check": check, "skip": skip, "memory_mb": memory_mb}
+                timeout: float, memory_mb: int, cell_timeout: float = CELL_TIMEOUT_S, hide=()) -> _Run:
+    """One run of the notebook's judge (:mod:`._grade_judge`); what it reported, and how it ended.
+    ``skip``: exercises whose check stopped an earlier judge (they are not checked again)."""
+    exercises = [(title, answer, KERNEL_KINDS.get(title, "plain")) for title, answer in ANSWERS[notebook]]
+    spec = {"path": str(path.resolve()), "module": _module_of(notebook), "exercises": exercises,
+            "check": [t for t in check if t not in skip], "memory_mb": memory_mb, "judge_memory_mb": memory_mb,
+            "cell_timeout": cell_timeout, "hide": [str(Path(h).resolve()) for h in hide]}
     read_end, write_end = os.pipe()
     with tempfile.TemporaryDirectory(prefix="gk-grade-") as tmp:
         log = Path(tmp) / "output.txt"
         with open(log, "wb") as out:
-            proc = subprocess.Popen([sys.executable, "-m", "gemm_kernels.lab._grade_worker", str(write_end),
+            proc = subprocess.Popen([sys.executable, "-m", "gemm_kernels.lab._grade_judge", str(write_end),
                                      json.dumps(spec)], cwd=tmp, env=_worker_env(exam_mode), stdin=subprocess.DEVNULL,
                                     stdout=out, stderr=subprocess.STDOUT, pass_fds=(write_end,),
                                     start_new_session=True)
         os.close(write_end)
         run = _Run({}, False)
         current, buffer, killed = None, b"", False
-        deadline = time.monotonic() + 2 * timeout
+        deadline = time.monotonic() + timeout
         try:
             while True:
                 ready, _, _ = select.select([read_end], [], [], max(0.0, deadline - time.monotonic()))
@@ -180,12 +193,13 @@ def _run_worker(path: Path, notebook: str, check: list[str], skip: list[str], *,
                     event = json.loads(line)
                     if "start" in event:
                         current, deadline = event["start"], time.monotonic() + timeout
+                    elif "cell" in event:  # the notebook's cells run, each with a limit of its own
+                        deadline = time.monotonic() + cell_timeout + timeout
                     elif "result" in event:
                         run.results[event["result"]] = (event["status"], event["message"])
-                    elif "failed" in event:
-                        run.failed, run.status, run.message = event["failed"], event["status"], event["message"]
                     elif event.get("done"):
-                        run.finished = True
+                        run.finished, run.sandbox = True, bool(event.get("sandbox"))
+                        run.cell_errors = list(event.get("cell_errors") or [])
                         deadline = time.monotonic() + _EXIT_GRACE_S
             if not killed:
                 try:
@@ -195,24 +209,22 @@ def _run_worker(path: Path, notebook: str, check: list[str], skip: list[str], *,
         finally:
             os.close(read_end)
             if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)  # the worker and what it started (the compile worker)
+                os.killpg(proc.pid, signal.SIGKILL)  # the judge and what it started
             proc.wait()
-        if run.finished or run.status:
+        if run.finished:
             return run
         run.failed = current
         if killed:
-            run.status, run.message = "timeout", f"still running after {timeout:g} s: stopped"
+            run.status, run.message = "timeout", f"its check was still running after {timeout:g} s: stopped"
         else:
             code = proc.returncode
             how = (f"killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}")
-            if code == -signal.SIGKILL:
-                how += " (by itself, or by the system when memory ran out)"
-            run.status, run.message = "crashed", f"the notebook's process {how}{_last_line(log)}"
+            run.status, run.message = "error", f"the judge's process {how}{_last_line(log)}"
     return run
 
 
 def grade_notebook(path: Path, notebook: str, *, exam_mode: bool = True, timeout: float = TIMEOUT_S,
-                   memory_mb: int = MEMORY_MB) -> dict:
+                   memory_mb: int = MEMORY_MB, cell_timeout: float = CELL_TIMEOUT_S, hide=()) -> dict:
     """{title: (status, message)} for every exercise of ``notebook`` in the submission at ``path``.
     A run that hangs, crashes or runs out of memory in an exercise's cells gives that exercise its
     status; the notebook runs again without those cells for the exercises left."""
@@ -221,7 +233,7 @@ def grade_notebook(path: Path, notebook: str, *, exam_mode: bool = True, timeout
     skip: list[str] = []
     while len(results) < len(titles):
         run = _run_worker(path, notebook, [t for t in titles if t not in results], skip, exam_mode=exam_mode,
-                          timeout=timeout, memory_mb=memory_mb)
+                          timeout=timeout, memory_mb=memory_mb, cell_timeout=cell_timeout, hide=hide)
         results.update(run.results)
         if run.finished:
             break
@@ -245,12 +257,25 @@ def grade_submission(student: str, path: Path, **options) -> list[Grade]:
             for title, (status, message) in graded.items()]
 
 
-def grade(root: Path, *, jobs: int = 1, **options) -> list[Grade]:
-    """The grades of every submission in ``root`` (:func:`submissions`), ``jobs`` notebooks at a time."""
-    found = submissions(Path(root))
+def grade_class(root: Path, *, jobs: int = 1, **options) -> tuple[list[Grade], list]:
+    """(grades, copies left out) of every submission in ``root`` (:func:`submissions`), ``jobs``
+    notebooks at a time; of a notebook handed in twice by one student, one copy is graded
+    (:func:`gemm_kernels.lab.gradebook.pick_copies` says which)."""
+    from .gradebook import pick_copies
+
+    found = [(student, path, course_notebook(path)) for student, path in submissions(Path(root))]
+    kept, dropped = pick_copies([f for f in found if f[2] is not None])
+    kept += [f for f in found if f[2] is None]
+    kept.sort(key=lambda f: (f[0], str(f[1])))
+    options.setdefault("hide", [root])  # the class's notebooks, out of every notebook's sight (the sandbox)
     with ThreadPoolExecutor(max(1, jobs)) as pool:
-        graded = pool.map(lambda pair: grade_submission(*pair, **options), found)
-        return [row for rows in graded for row in rows]
+        graded = pool.map(lambda triple: grade_submission(triple[0], triple[1], **options), kept)
+        return [row for rows in graded for row in rows], dropped
+
+
+def grade(root: Path, *, jobs: int = 1, **options) -> list[Grade]:
+    """The grades of every submission in ``root`` (:func:`grade_class`)."""
+    return grade_class(root, jobs=jobs, **options)[0]
 
 
 # ----------------------------------------------------------------------------- reports
@@ -293,28 +318,70 @@ def write_json(grades: list[Grade], path: Path, exam_mode: bool) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Grade students' notebooks with the package's checks, each "
-                                     "notebook in a fresh process with a time limit and a memory cap.")
+    from . import gradebook
+
+    parser = argparse.ArgumentParser(description="Grade students' notebooks with the package's checks: each "
+                                     "notebook runs in a process of its own, its verdicts are decided in another.")
     parser.add_argument("submissions", type=Path, help="a folder: one notebook or one folder per student")
-    parser.add_argument("--out", type=Path, default=Path("grades.csv"), help="the CSV of grades (grades.csv)")
-    parser.add_argument("--json", type=Path, help="also write the grades and totals as JSON here")
+    parser.add_argument("--out", type=Path, default=Path("grades.csv"),
+                        help="one row per student, notebook and exercise (grades.csv)")
+    parser.add_argument("--json", type=Path, help="also write the grades, copies left out and timings as JSON here")
+    parser.add_argument("--gradebook", type=Path, default=Path("gradebook.csv"),
+                        help="one row per student: a column per exercise and notebook, totals (gradebook.csv)")
+    parser.add_argument("--roster", type=Path, help="CSV with an 'id' column (and name, folder, sis_id, login, "
+                        "section): the gradebook's rows; without it, the submissions' names")
+    parser.add_argument("--config", type=Path, help="JSON: the assignment's notebooks, exercises' points, its name")
+    parser.add_argument("--canvas", type=Path, help="also write Canvas's gradebook import (CSV) here")
     parser.add_argument("--exam", action=argparse.BooleanOptionalAction, default=True,
                         help="run the checks in exam mode: messages without solutions (default: on)")
     parser.add_argument("--timeout", type=float, default=TIMEOUT_S,
-                        help=f"seconds per exercise, cells and check (default {TIMEOUT_S})")
+                        help=f"seconds one exercise's check may take (default {TIMEOUT_S})")
+    parser.add_argument("--cell-timeout", type=float, default=CELL_TIMEOUT_S,
+                        help=f"seconds one cell of a notebook may run (default {CELL_TIMEOUT_S})")
     parser.add_argument("--memory-mb", type=int, default=MEMORY_MB,
                         help=f"memory cap of each notebook's process in MiB, 0 for none (default {MEMORY_MB})")
     parser.add_argument("--jobs", type=int, default=1, help="notebooks graded at once (default 1)")
     args = parser.parse_args(argv)
     if not args.submissions.is_dir():
         parser.error(f"{args.submissions} is not a folder")
-    grades = grade(args.submissions, jobs=args.jobs, exam_mode=args.exam, timeout=args.timeout,
-                   memory_mb=args.memory_mb)
+    try:
+        roster = gradebook.read_roster(args.roster) if args.roster else None
+        config = gradebook.read_config(args.config)
+    except gradebook.GradebookError as exc:
+        parser.error(str(exc))
+    from ._grade_judge import sandbox_available
+
+    sandboxed = sandbox_available()
+    if not sandboxed:
+        print("warning: no sandbox here (unshare cannot make a user namespace): each notebook runs as this user "
+              "and can read the package's source, its reference answers included (notebooks/TEACHING.md)")
+    started = time.monotonic()
+    grades, dropped = grade_class(args.submissions, jobs=args.jobs, exam_mode=args.exam, timeout=args.timeout,
+                                  cell_timeout=args.cell_timeout, memory_mb=args.memory_mb)
+    seconds = time.monotonic() - started
+    notebooks = len({row.file for row in grades})
+    columns, rows = gradebook.build(grades, roster=roster, config=config, duplicates=dropped)
     write_csv(grades, args.out)
+    gradebook.write_wide_csv(columns, rows, args.gradebook)
+    if args.canvas:
+        gradebook.write_canvas_csv(rows, args.canvas, assignment=config.get("assignment", "gemm-kernels"),
+                                   roster=roster)
     if args.json:
-        write_json(grades, args.json, args.exam)
-    print(summary(grades) or f"no notebooks in {args.submissions}")
-    print(f"grades: {args.out}" + (f", {args.json}" if args.json else ""))
+        data = {"exam": args.exam, "sandbox": sandboxed, "grades": [asdict(row) for row in grades], "students": totals(grades),
+                "gradebook": rows, "copies_left_out": [{"student": s, "file": str(p), "graded": str(k)}
+                                                       for s, p, _, k in dropped],
+                "seconds": round(seconds, 1), "notebooks": notebooks}
+        Path(args.json).write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    for row in rows:
+        print(f"{row['id']}: {row['total']} of {row['max']} points" + (f" ({row['notes']})" if row["notes"] else ""))
+    if not rows:
+        print(f"no notebooks in {args.submissions}")
+    for student, path, _, kept in dropped:
+        print(f"{student}: {Path(path).name} left out, {Path(kept).name} graded (the same notebook, handed in twice)")
+    print(f"graded {notebooks} notebooks in {seconds:.0f} s ({seconds / max(1, notebooks):.1f} s each, "
+          f"{args.jobs} at a time)")
+    print(f"grades: {args.out}, gradebook: {args.gradebook}" + (f", Canvas: {args.canvas}" if args.canvas else "")
+          + (f", {args.json}" if args.json else ""))
     return 0
 
 

@@ -1,0 +1,377 @@
+"""The judge of one submitted notebook (started by :mod:`gemm_kernels.lab.grade`): it decides the
+verdicts, and never runs the learner's code in its own process.
+
+``python -m gemm_kernels.lab._grade_judge FD SPEC``.  The judge imports the teacher's checks,
+then starts the notebook's own process (:mod:`._grade_worker`: stdin and stdout pipes, nothing
+else; in a sandbox where :func:`sandbox_prefix` finds one), which runs every code cell in order,
+each stopped after ``cell_timeout`` seconds (a cell that outlives that by far, or kills the
+process, is left out and the notebook run again).  Then, per exercise:
+
+* an answer in plain Python is called through :class:`AnswerProxy`: the judge sends the inputs
+  its check chose, the notebook's process sends back the value (plain data: :mod:`._grade_wire`),
+  and the check, here, compares it with its reference;
+* a ``@triton.jit`` answer (and a launcher) is rebuilt here from its source (:mod:`._rebuild`:
+  only what Triton code and an allocating launcher need) and the check runs it itself,
+  interpreted on a CPU, compiled for sm_90 in its worker.
+
+So nothing the notebook patches, replaces or writes in its process reaches a verdict: no check,
+reference or report lives there.  A call that does not return, a process that dies, a reply that
+is no plain value: that exercise gets 0 (``timeout``, ``crashed``, ``wrong``).  Events go to FD,
+one JSON object per line: ``{"start": title}``, ``{"result": title, "status", "message"}``,
+``{"done": true, "sandbox": bool, "cell_errors": [...]}``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from . import _grade_wire as wire
+from ._grade_worker import HIDDEN_MODULES, cap_memory, trimmed
+
+#: seconds a notebook's process may take to start (imports) before its first cell
+START_S = 120
+#: seconds past a cell's own limit before its process is stopped from outside
+GRACE_S = 5
+#: seconds one call of the learner's function may take
+CALL_TIMEOUT_S = 20
+#: runs of the notebook's cells at most (each run leaves out the cells that stopped the last one)
+MAX_RUNS = 6
+
+STATUS_TIMEOUT, STATUS_CRASHED = "timeout", "crashed"
+
+
+class ChildGone(Exception):
+    """The notebook's process stopped answering (the message says how)."""
+
+
+# ----------------------------------------------------------------------------- the sandbox
+_SANDBOX: list | None = None
+
+
+def _package_dir() -> Path:
+    return Path(__file__).resolve().parents[1]
+
+
+def sandbox_prefix(hide: list[str]) -> list[str] | None:
+    """The command that starts the notebook's process in its own user, mount, process and network
+    namespaces (``unshare``, where the kernel allows it): the check modules (their references),
+    ``hide`` (the submissions) and, for a checkout, everything of the repository but the package,
+    the virtual environment and ``images/`` (the solved notebooks, git's history) are empty there;
+    the package, Python's prefix and the home folder read-only; ``/tmp`` its own; no network.  None
+    where that is not possible."""
+    global _SANDBOX
+    unshare = shutil.which("unshare")
+    if os.environ.get("GEMM_KERNELS_GRADE_SANDBOX", "1") == "0" or unshare is None or sys.platform != "linux":
+        return None
+    package = _package_dir()
+    steps = ["mount -t tmpfs tmpfs /tmp"]
+    read_only = [str(package), sys.prefix, os.path.expanduser("~")]
+    repo = package.parent
+    if (repo / "notebooks").is_dir():  # a checkout: only the package, the venv and the images come back
+        keep = [p for p in (package, Path(sys.prefix), repo / "images") if p.is_dir() and repo in p.resolve().parents]
+        for i, path in enumerate(keep):
+            steps.append(f"mkdir -p /tmp/.keep{i} && mount --bind {_q(path)} /tmp/.keep{i}")
+        steps.append(f"mount -t tmpfs tmpfs {_q(repo)}")
+        for i, path in enumerate(keep):
+            steps.append(f"mkdir -p {_q(path)} && mount --bind /tmp/.keep{i} {_q(path)} && umount -l /tmp/.keep{i}")
+    for path in dict.fromkeys(read_only):
+        if Path(path).is_dir():
+            steps.append(f"mount --bind {_q(path)} {_q(path)} && mount -o remount,bind,ro {_q(path)}")
+    steps += [f"mount -t tmpfs tmpfs {_q(package / 'lab' / 'exercises')}",
+              f"mount --bind /dev/null {_q(package / 'lab' / 'nbgrader_markup.py')}"]
+    # (a folder under /tmp or the repository is hidden already)
+    steps += [f"if [ -d {_q(path)} ]; then mount -t tmpfs tmpfs {_q(path)}; fi" for path in hide]
+    # the notebook's process runs under sh, not as the namespace's init (which no signal of its own reaches)
+    script = " && ".join(steps) + ' && "$@"'
+    # its own process ids too: when it ends, whatever it forked (setsid or not) ends with it
+    prefix = [unshare, "--user", "--map-root-user", "--mount", "--net", "--pid", "--fork", "--kill-child",
+              "--mount-proc", "--", "sh", "-c", script, "sh"]
+    if _SANDBOX is None:
+        probe = subprocess.run([*prefix, "true"], capture_output=True, timeout=30)
+        _SANDBOX = [probe.returncode == 0]
+    return prefix if _SANDBOX[0] else None
+
+
+def sandbox_available() -> bool:
+    """Whether this machine can run a notebook's process in the sandbox of :func:`sandbox_prefix`."""
+    return sandbox_prefix([]) is not None
+
+
+def _q(path) -> str:
+    import shlex
+
+    return shlex.quote(str(path))
+
+
+# ----------------------------------------------------------------------------- the notebook's process
+class Child:
+    """The notebook's process: its cells run, then it answers requests (:mod:`._grade_worker`)."""
+
+    def __init__(self, notebook: dict, skip: set, spec: dict, workdir: str):
+        env = {key: value for key, value in os.environ.items()
+               if key in ("PATH", "HOME", "LANG", "LC_ALL", "PYTHONPATH", "TRITON_INTERPRET", "GEMM_KERNELS_ARCH",
+                          "CUDA_VISIBLE_DEVICES", "GEMM_KERNELS_EXAM", "GEMM_KERNELS_PROGRESS", "MPLBACKEND")}
+        env.update(TMPDIR="/tmp", MPLBACKEND="Agg", TRITON_CACHE_DIR=os.path.join(workdir, "triton-cache"),
+                   PYTHONDONTWRITEBYTECODE="1")
+        command = [sys.executable, "-m", "gemm_kernels.lab._grade_worker"]
+        prefix = sandbox_prefix(spec.get("hide", [])) if spec.get("sandbox", True) else None
+        self.sandboxed = prefix is not None
+        self.log = open(os.path.join(workdir, "output.txt"), "ab")
+        self.proc = subprocess.Popen([*(prefix or []), *command], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=self.log, cwd=workdir, env=env, start_new_session=True)
+        self.buffer = b""
+        self.errors: list[str] = []
+        self.failure: tuple[str, str] | None = None  # (status, message) once it stopped answering
+        self._send({"notebook": notebook, "skip": sorted(skip), "memory_mb": spec["memory_mb"],
+                    "cell_timeout": spec["cell_timeout"]})
+
+    def _send(self, message: dict) -> None:
+        try:
+            self.proc.stdin.write(wire.dumps(message))
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            pass  # its end is closed: the next read says how it ended
+
+    def read(self, timeout: float) -> dict:
+        """The next message; ChildGone when it ends or says nothing for ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        fd = self.proc.stdout.fileno()
+        while b"\n" not in self.buffer:
+            left = deadline - time.monotonic()
+            ready = select.select([fd], [], [], max(0.0, left))[0] if left > 0 else []
+            if not ready:
+                self.stop()
+                self.failure = (STATUS_TIMEOUT, f"still running after {timeout:g} s: stopped")
+                raise ChildGone(self.failure[1])
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                self.stop()
+                self.failure = (STATUS_CRASHED, f"the notebook's process {self.ended()}")
+                raise ChildGone(self.failure[1])
+            self.buffer += chunk
+            if len(self.buffer) > 2 * wire.BYTES_LIMIT:
+                self.stop()
+                self.failure = (STATUS_CRASHED, "the notebook's process sent more than a reply")
+                raise ChildGone(self.failure[1])
+        line, _, self.buffer = self.buffer.partition(b"\n")
+        try:
+            return wire.loads(line)
+        except (ValueError, wire.WireError):
+            return {"error": "a reply that is not a message"}
+
+    def request(self, message: dict, timeout: float) -> dict:
+        if self.failure is not None:
+            raise ChildGone(self.failure[1])
+        self._send(message)
+        return self.read(timeout)
+
+    def ended(self) -> str:
+        try:
+            code = self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            return "stopped answering"
+        if self.sandboxed and code > 128:  # the sandbox's shell says a signal as 128 + its number
+            code = 128 - code
+        if code < 0:
+            how = f"was killed by {signal.Signals(-code).name}"
+            return how + (" (by itself, or by the system when memory ran out)" if code == -signal.SIGKILL else "")
+        return f"exited with code {code}"
+
+    def alive(self) -> bool:
+        return self.failure is None and self.proc.poll() is None
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.proc.wait()
+
+
+def start_child(notebook: dict, skip: dict, spec: dict, workdir: str, emit) -> Child:
+    """A notebook's process with every cell run: cells that outlive their limit from outside, or
+    end the process, are left out (``skip``: cell -> (status, message)) and the cells run again (at
+    most :data:`MAX_RUNS` times)."""
+    for _ in range(MAX_RUNS):
+        child = Child(notebook, skip, spec, workdir)
+        current, timeout = None, START_S
+        try:
+            while True:
+                message = child.read(timeout)
+                if message.get("ready"):
+                    child.errors = [trimmed(e) for e in message.get("errors", [])[:20] if isinstance(e, str)]
+                    return child
+                if message.get("start") and isinstance(message.get("cell"), int):
+                    current, timeout = message["cell"], spec["cell_timeout"] + GRACE_S
+                    emit(cell=current)
+                elif "cell" in message:
+                    current, timeout = None, spec["cell_timeout"] + GRACE_S
+        except ChildGone:
+            if current is None or current in skip:
+                return child  # the set-up failed: every exercise reports it
+            status, message = child.failure
+            skip[current] = (status, f"cell {current}: {message}; left out")
+    return child
+
+
+class AnswerProxy:
+    """The learner's function as the check sees it: each call goes to the notebook's process,
+    with the check's inputs, and what comes back is plain data (or the error it raised)."""
+
+    def __init__(self, judge: Judge, name: str, info: dict):
+        self._judge, self._name = judge, name
+        self.__name__ = str(info.get("name") or name)
+        self.__qualname__ = self.__name__
+        # the package's own function handed in as the answer: the check refuses it by its module
+        self.__module__ = "gemm_kernels.lab.submitted" if info.get("package") else "__main__"
+
+    def __call__(self, *args, **kwargs):
+        import torch
+
+        reply = self._judge.call(self._name, args, kwargs)
+        for given, after in zip(args, reply.get("args") or []):
+            if isinstance(given, torch.Tensor) and after is not None:
+                try:
+                    new = wire.decode(after)
+                except (wire.WireError, ValueError, TypeError):
+                    continue
+                if isinstance(new, torch.Tensor) and new.shape == given.shape and new.dtype == given.dtype:
+                    given.copy_(new)
+        if "raised" in reply:
+            if reply.get("stub"):
+                raise NotImplementedError("your turn")
+            kind = str(reply["raised"])
+            kind = kind if kind.isidentifier() else "Error"
+            where = f" ({reply['where']})" if reply.get("where") else ""
+            raise type(kind, (Exception,), {})(f"{trimmed(reply.get('message', ''), 600)}{where}")
+        if "value" not in reply:
+            raise ChildGone(trimmed(reply.get("error", "no value came back")))
+        return wire.decode(reply["value"])
+
+    def __repr__(self) -> str:
+        return f"<your {self.__name__}>"
+
+
+class Judge:
+    def __init__(self, spec: dict, emit):
+        import nbformat
+
+        self.spec, self.emit = spec, emit
+        self.notebook = json.loads(nbformat.writes(nbformat.read(spec["path"], as_version=4)))
+        self.skip: dict = {}
+        self.workdir = tempfile.mkdtemp(prefix="gk-notebook-")
+        self.child: Child | None = None
+        self.sandboxed = False
+
+    def ensure_child(self) -> Child:
+        if self.child is None or not self.child.alive():
+            if self.child is not None:
+                self.child.stop()
+            self.child = start_child(self.notebook, self.skip, self.spec, self.workdir, self.emit)
+            self.sandboxed = self.child.sandboxed
+        return self.child
+
+    def call(self, name: str, args, kwargs) -> dict:
+        message = {"op": "call", "name": name, "args": [wire.encode(a) for a in args],
+                   "kwargs": {k: wire.encode(v) for k, v in kwargs.items()}, "timeout": CALL_TIMEOUT_S}
+        return self.child.request(message, CALL_TIMEOUT_S + GRACE_S)
+
+    def answer(self, name: str, kind: str, title: str = ""):
+        """The answer to hand the check, or (status, message) when there is none to check."""
+        from ._rebuild import NotRebuilt, rebuild
+
+        child = self.ensure_child()
+        info = child.request({"op": "describe", "name": name}, 60)
+        if "error" in info:
+            return "error", trimmed(f"the answer could not be read: {info['error']}")
+        if not info.get("defined"):
+            if self.skip:  # a cell that hung or ended the process, left out: the last before the answer's check
+                cells = self.notebook["cells"]
+                check = next((i for i, c in enumerate(cells) if c.get("cell_type") == "code"
+                              and f"check_{title}(" in "".join(c.get("source", ""))), len(cells))
+                before = [i for i in self.skip if i < check]
+                status, message = self.skip[max(before) if before else min(self.skip)]
+                return status, trimmed(f"no {name} is defined ({message})")
+            if child.errors:
+                return "error", trimmed(f"no {name} is defined ({child.errors[0]})")
+            return "not attempted", f"no {name} is defined"
+        if not info.get("callable"):
+            return wire.decode(info.get("value"))
+        if kind == "plain" or info.get("package"):
+            return AnswerProxy(self, name, info)
+        reply = child.request({"op": "code", "name": name}, 60)
+        if "code" not in reply:
+            return "wrong", trimmed(f"the source of {name} could not be read: {reply.get('error', 'missing')}")
+        try:
+            return rebuild(reply["code"], name)
+        except NotRebuilt as exc:
+            return "wrong", trimmed(f"the grader runs your code from its source, and refuses this: {exc}")
+        except Exception as exc:  # noqa: BLE001  (its own error at definition: a decorator's arguments, ...)
+            return "wrong", trimmed(f"your code could not be defined from its source: {type(exc).__name__}: {exc}")
+
+    def verdict(self, check, name: str, kind: str, title: str = "") -> tuple[str, str]:
+        try:
+            answer = self.answer(name, kind, title)
+        except ChildGone as exc:
+            return self.child.failure or (STATUS_CRASHED, str(exc))
+        if isinstance(answer, tuple) and len(answer) == 2 and answer[0] in (
+                "error", "not attempted", "wrong", STATUS_TIMEOUT, STATUS_CRASHED) and isinstance(answer[1], str):
+            return answer
+        try:
+            result = check(answer)
+        except BaseException as exc:  # noqa: BLE001  (a check never raises; said, not hidden)
+            return "error", trimmed(f"the check could not run: {type(exc).__name__}: {exc}")
+        if self.child is not None and self.child.failure is not None:
+            return self.child.failure  # the answer hung or ended its process on the way
+        text = "; ".join([result.message, *result.details[:3]])
+        status = result.status
+        if status == "correct" and "(Not compiled for" in text:  # the compile worker could not build it here
+            status, text = "not verified", "right in the interpreter, not compiled for sm_90 on this machine: " + text
+        if status == "wrong" and ("MemoryError" in text or "out of memory" in text.lower()):
+            status = "out of memory"
+        return status, trimmed(text)
+
+
+def main(argv: list[str]) -> int:
+    report = os.fdopen(int(argv[0]), "w", buffering=1)
+    spec = json.loads(argv[1])
+    cap_memory(int(spec.get("judge_memory_mb", 0)))
+
+    def emit(**event):
+        report.write(json.dumps(event) + "\n")
+
+    emit(start=None)
+    from .progress import EXERCISES_PACKAGE
+
+    module = importlib.import_module(f"{EXERCISES_PACKAGE}.{spec['module']}")
+    checks = {title: getattr(module, f"check_{title}") for title, _, _ in spec["exercises"]}
+    assert not any(name in sys.modules and type(sys.modules[name]).__name__ == "_Standin" for name in HIDDEN_MODULES)
+    judge = Judge(spec, emit)
+    try:
+        for title, answer_name, kind in spec["exercises"]:
+            if title not in spec["check"]:
+                continue
+            emit(start=title)
+            status, message = judge.verdict(checks[title], answer_name, kind, title)
+            emit(result=title, status=status, message=message)
+    finally:
+        if judge.child is not None:
+            judge.child.stop()
+        shutil.rmtree(judge.workdir, ignore_errors=True)
+    emit(done=True, sandbox=judge.sandboxed, cell_errors=judge.child.errors if judge.child else [])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,243 @@
+"""A kernel exercise's answer rebuilt, by the judge, from its source alone (:mod:`._grade_judge`).
+
+The learner's process reports the source of the answer and of the functions it reads
+(:func:`gemm_kernels.lab._grade_worker.answer_code`); :func:`rebuild` checks that source against
+what a Triton kernel and its launcher need, and only then defines it, in a namespace of its own:
+
+* names: no ``__dunder__`` and no escape hatch (``eval``, ``open``, ``getattr``, ``type``, ...);
+  the builtins are a short list (``range``, ``min``, ``len``, ...);
+* attributes: none that starts with ``_``, none that reaches files or raw memory (``numpy``,
+  ``tofile``, ``storage``, ``handle``, ``fn``, ``format``, ...); a module is only read as
+  ``module.name``, and only Triton's language, ``math``, ``triton.jit``/``cdiv``/``autotune``/...,
+  torch's allocators and dtypes, and the package's ``@triton.jit`` helpers are reachable;
+* statements: no import, ``class``, ``global``, ``with``, ``try``, attribute assignment;
+* globals: modules (by name), literals, ``tl.constexpr`` literals, dtypes, other functions of the
+  learner's (rebuilt the same way).
+
+What it refuses comes back as :class:`NotRebuilt`, with a sentence for the learner.  The check
+then runs in the judge on the rebuilt answer (interpreted on a CPU), as it would in a notebook.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import importlib
+import linecache
+import types
+
+SAFE_BUILTINS = ("abs", "all", "any", "bool", "divmod", "enumerate", "float", "int", "isinstance", "len", "list",
+                 "max", "min", "pow", "print", "range", "reversed", "round", "sorted", "str", "sum", "tuple", "zip",
+                 "dict", "set", "slice", "True", "False", "None", "ValueError", "TypeError", "RuntimeError",
+                 "AssertionError", "NotImplementedError", "Exception", "IndexError", "KeyError", "ZeroDivisionError")
+DENIED_NAMES = frozenset({"eval", "exec", "compile", "open", "getattr", "setattr", "delattr", "globals", "locals",
+                          "vars", "breakpoint", "input", "help", "memoryview", "type", "object", "super", "dir",
+                          "id", "classmethod", "staticmethod", "property", "exit", "quit", "copyright", "credits",
+                          "license", "callable", "hasattr", "iter", "next"})
+DENIED_ATTRIBUTES = frozenset({"numpy", "tofile", "dump", "dumps", "save", "load", "storage", "untyped_storage",
+                               "share_memory_", "pin_memory", "apply_", "map_", "map2_", "register_hook",
+                               "register_post_accumulate_grad_hook", "backward", "handle", "data", "fn", "src",
+                               "cache", "run", "warmup", "format", "format_map", "from_file", "mro", "gi_frame",
+                               "cr_frame", "tb_frame", "f_back", "f_globals", "f_locals", "f_builtins",
+                               "set_", "resize_", "as_strided", "as_strided_", "grad_fn", "module", "modules"})
+#: what a launcher may take from torch and triton
+TORCH_NAMES = frozenset({"empty", "empty_like", "empty_strided", "zeros", "zeros_like", "ones", "ones_like", "full",
+                         "full_like", "float16", "float32", "float64", "bfloat16", "half", "float", "int8", "int16",
+                         "int32", "int64", "uint8", "bool", "float8_e4m3fn", "float8_e5m2", "Size", "device",
+                         "Tensor", "finfo", "iinfo", "dtype"})
+TRITON_NAMES = frozenset({"jit", "cdiv", "next_power_of_2", "autotune", "Config", "heuristics", "language",
+                          "constexpr"})
+#: modules whose every public name a kernel may use
+OPEN_MODULES = ("triton.language", "math", "triton.experimental.gluon")
+
+
+class NotRebuilt(Exception):
+    """The answer's source holds something the judge does not run (the message says what and where)."""
+
+
+def _module_allows(module: str, chain: list[str]) -> bool:
+    if module == "torch":
+        return len(chain) == 1 and chain[0] in TORCH_NAMES
+    if module == "triton":
+        if not chain or chain[0] not in TRITON_NAMES:
+            return False
+        return chain[0] != "language" or (len(chain) > 1 and _module_allows("triton.language", chain[1:]))
+    if not _open_module(module):
+        return False
+    obj = importlib.import_module(module)
+    for part in chain:  # every module on the way stays inside the open ones (no tl.core.os.system)
+        obj = getattr(obj, part, None)
+        if obj is None:
+            return True  # no such name: Triton says so when it runs
+        if isinstance(obj, types.ModuleType) and not _open_module(obj.__name__):
+            return False
+    return True
+
+
+def _open_module(name: str) -> bool:
+    return any(name == m or name.startswith(m + ".") for m in OPEN_MODULES)
+
+
+def _library_object(module: str, chain: list[str]):
+    """A package ``@triton.jit`` helper (``tiles.tile_grouped``) reached as ``module.name``, or None."""
+    if not module.startswith("gemm_kernels.") or module.startswith("gemm_kernels.lab"):
+        return None
+    try:
+        obj = importlib.import_module(module)
+        for part in chain:
+            obj = getattr(obj, part)
+    except Exception:  # noqa: BLE001
+        return None
+    return obj if _jit_like(obj) else None
+
+
+def _jit_like(obj) -> bool:
+    """Triton code (a jit function, an interpreted one, a constexpr function), not plain Python."""
+    return any(kind.__name__ in ("JITFunction", "InterpretedFunction", "ConstexprFunction", "JITCallable")
+               for kind in type(obj).__mro__)
+
+
+class _Validator(ast.NodeVisitor):
+    FORBIDDEN = (ast.Import, ast.ImportFrom, ast.Global, ast.Nonlocal, ast.ClassDef, ast.AsyncFunctionDef,
+                 ast.Await, ast.Yield, ast.YieldFrom, ast.With, ast.AsyncWith, ast.Try, ast.Delete)
+
+    def __init__(self, where: str, modules: dict[str, str]):
+        self.where, self.modules = where, modules
+
+    def refuse(self, node, what: str):
+        raise NotRebuilt(f"{self.where}, line {getattr(node, 'lineno', '?')}: {what}")
+
+    def generic_visit(self, node):
+        if isinstance(node, self.FORBIDDEN):
+            self.refuse(node, f"`{type(node).__name__.lower()}` is not allowed in a kernel or its launcher")
+        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                for sub in ast.walk(target):
+                    if isinstance(sub, ast.Attribute):
+                        self.refuse(node, "assigning to an attribute is not allowed")
+        super().generic_visit(node)
+
+    def visit_Name(self, node):
+        if node.id.startswith("__") or node.id in DENIED_NAMES:
+            self.refuse(node, f"the name {node.id} is not allowed")
+        if node.id in self.modules:
+            self.refuse(node, f"the module {node.id} may only be used as {node.id}.name")
+
+    def visit_Attribute(self, node):
+        chain, base = [], node
+        while isinstance(base, ast.Attribute):
+            chain.append(base.attr)
+            base = base.value
+        chain.reverse()
+        on_module = isinstance(base, ast.Name) and base.id in self.modules
+        for attr in chain:
+            if attr.startswith("_") or (attr in DENIED_ATTRIBUTES and not on_module):
+                self.refuse(node, f"the attribute .{attr} is not allowed")
+        if on_module:
+            module = self.modules[base.id]
+            if not _module_allows(module, chain) and _library_object(module, chain) is None:
+                self.refuse(node, f"{base.id}.{'.'.join(chain)} is not available to a kernel or its launcher")
+            return  # the chain is checked whole
+        self.visit(base)
+
+
+def _safe_builtins() -> dict:
+    return {name: getattr(builtins, name) for name in SAFE_BUILTINS if hasattr(builtins, name)}
+
+
+def _literal(text: str):
+    value = ast.literal_eval(str(text))
+    if type(value) not in (int, float, bool, str, type(None), tuple):
+        raise NotRebuilt(f"the value {str(text)[:40]} is not a literal")
+    return value
+
+
+def _global_value(name: str, spec: dict, modules: dict[str, str]):
+    import triton.language as tl
+
+    if "module" in spec:
+        module = str(spec["module"])
+        if module in ("torch", "triton") or any(module == m or module.startswith(m + ".") for m in OPEN_MODULES) \
+                or (module.startswith("gemm_kernels.") and not module.startswith("gemm_kernels.lab")):
+            modules[name] = module
+            return importlib.import_module(module)
+        raise NotRebuilt(f"it uses the module {module} (as {name}), which a kernel or its launcher may not use")
+    if "literal" in spec:
+        return _literal(spec["literal"])
+    if "constexpr" in spec:
+        return tl.constexpr(_literal(spec["constexpr"]))
+    if "dtype" in spec:
+        value = getattr(tl, str(spec["dtype"]), None)
+        if not isinstance(value, tl.dtype):
+            raise NotRebuilt(f"{name} is no Triton dtype")
+        return value
+    if "standin" in spec:  # a helper of a check module the notebook imports (never a *_ref reference)
+        module, helper = (str(v) for v in spec["standin"][:2])
+        obj = None
+        if module.startswith("gemm_kernels.lab.exercises.") and not helper.endswith("_ref") \
+                and not helper.startswith("_") and helper.isidentifier():
+            obj = getattr(importlib.import_module(module), helper, None)
+        if obj is None or not _jit_like(obj):
+            raise NotRebuilt(f"it uses {name} ({module}.{helper}), which a kernel or its launcher may not use")
+        return obj
+    if "object" in spec:
+        module, _, qualname = str(spec["object"]).partition(":")
+        obj = _library_object(module, qualname.split(".")) if "<" not in qualname else None
+        if obj is None and qualname.isidentifier() and (module == "triton" or _open_module(module)) \
+                and _module_allows(module, [qualname]):
+            obj = getattr(importlib.import_module(module), qualname, None)
+        if obj is None and module == "gemm_kernels.models.tiles" and qualname == "cdiv":
+            from ..models.tiles import cdiv as obj
+        if obj is None:
+            raise NotRebuilt(f"it uses {name} ({module}.{qualname}), which a kernel or its launcher may not use")
+        return obj
+    raise NotRebuilt(f"it uses {name}, a {spec.get('other', 'value')} the grader cannot rebuild from source "
+                     "(use a number, a tl.constexpr or a function of your own)")
+
+
+def rebuild(report: dict, name: str):
+    """The learner's function ``name`` defined afresh from ``report`` (see the module docstring)."""
+    files = {str(k): str(v) for k, v in report["files"].items()}
+    import triton.language as tl
+
+    # Triton's interpreter wants triton.language among a kernel's globals: under a name the
+    # learner's code may not use bare
+    namespace: dict = {"__builtins__": _safe_builtins(), "__name__": "__main__", "_gk_tl": tl}
+    modules: dict[str, str] = {"_gk_tl": "triton.language"}
+    for global_name, spec in report["globals"].items():
+        if not str(global_name).isidentifier() or str(global_name).startswith("__"):
+            raise NotRebuilt(f"a global named {str(global_name)[:40]!r}")
+        if "function" in spec:
+            continue
+        namespace[global_name] = _global_value(global_name, spec, modules)
+    for filename, text in files.items():
+        if not filename.startswith("<submission cell "):
+            raise NotRebuilt(f"source from {filename[:60]}, not from a cell of the notebook")
+        linecache.cache[filename] = (len(text), None, text.splitlines(keepends=True), filename)
+    defined = []
+    for fn_name, filename, first, last in report["functions"]:
+        lines = files[filename].splitlines(keepends=True)[int(first) - 1:int(last)]
+        text = "".join(lines)
+        where = f"{fn_name} ({filename[1:-1]})"
+        if text[:1].isspace():
+            raise NotRebuilt(f"{where}: define it at the top level of a cell, not inside another block")
+        try:
+            tree = ast.parse(text)
+        except SyntaxError as exc:
+            raise NotRebuilt(f"{where}: its source does not parse on its own ({exc.msg})") from None
+        if len(tree.body) != 1 or not (isinstance(tree.body[0], ast.FunctionDef) or (
+                isinstance(tree.body[0], ast.Assign) and isinstance(tree.body[0].value, ast.Lambda))):
+            raise NotRebuilt(f"{where}: expected one `def` (or `name = lambda ...`)")
+        _Validator(where, modules).visit(tree)
+        ast.increment_lineno(tree, int(first) - 1)
+        exec(compile(tree, filename, "exec"), namespace)  # noqa: S102  (validated above; restricted builtins)
+        defined.append(fn_name)
+    own = str(report["functions"][0][0]) if report["functions"] else name
+    if own not in namespace:
+        raise NotRebuilt(f"{name} was not rebuilt from its source")
+    return namespace[own]
+
+
+def is_function(obj) -> bool:
+    return isinstance(obj, types.FunctionType)

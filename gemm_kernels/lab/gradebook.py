@@ -1,0 +1,198 @@
+"""A class's gradebook from the grades of :mod:`gemm_kernels.lab.grade`: one row per student.
+
+* **Who.**  A roster (CSV with an ``id`` column; optional ``name``, ``folder`` (the name of the
+  student's folder or file prefix in the submissions, default: the id), ``sis_id``, ``login``,
+  ``section``) gives the rows, in its order; a student on it who handed in nothing gets zeros; a
+  submission whose name is on no roster line gets a row of its own, noted "not on the roster".
+  Without a roster the folder and file names are the ids.
+* **What counts.**  A config (JSON) may say which notebooks the assignment has (``"notebooks"``:
+  missing ones count 0 of their maximum), the points of exercises (``"weights": {"00_start_here":
+  {"axpy": 2}}``, default 1 each) and the assignment's name (``"assignment"``).
+* **Copies.**  Where a student handed in one course notebook more than once (Jupyter's
+  ``00_start_here-Copy1.ipynb`` beside ``00_start_here.ipynb``), :func:`pick_copies` keeps one by a
+  stated rule and the others are reported: the copy named exactly as the course notebook (with the
+  student's prefix, for a flat folder), else the copy changed last.
+
+:func:`write_wide_csv` writes one column per exercise (``00_start_here:axpy``), per notebook and
+the totals; :func:`write_canvas_csv` the one column Canvas's gradebook import takes per assignment.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .progress import NOTEBOOKS
+
+ROSTER_FIELDS = ("id", "name", "folder", "sis_id", "login", "section")
+#: the columns Canvas's gradebook import reads before the assignments
+CANVAS_FIELDS = ("Student", "ID", "SIS User ID", "SIS Login ID", "Section")
+
+
+class GradebookError(ValueError):
+    """A roster or config the gradebook cannot use (the message names the file and what is wrong)."""
+
+
+@dataclass
+class Student:
+    id: str
+    name: str = ""
+    folder: str = ""
+    sis_id: str = ""
+    login: str = ""
+    section: str = ""
+    notes: list = field(default_factory=list)
+
+
+def read_roster(path: Path) -> list[Student]:
+    """The roster at ``path`` (CSV, UTF-8, header with an ``id`` column)."""
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as f:
+            rows = list(csv.DictReader(f))
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise GradebookError(f"roster {path}: cannot be read ({exc})") from None
+    if not rows or "id" not in rows[0]:
+        raise GradebookError(f"roster {path}: needs a header line with an 'id' column (and lines under it)")
+    students, seen = [], set()
+    for number, row in enumerate(rows, start=2):
+        values = {k: (row.get(k) or "").strip() for k in ROSTER_FIELDS}
+        if not values["id"]:
+            raise GradebookError(f"roster {path}, line {number}: no id")
+        folder = values["folder"] or values["id"]
+        if values["id"] in seen or folder in seen:
+            raise GradebookError(f"roster {path}, line {number}: {values['id']} is there twice")
+        seen.update({values["id"], folder})
+        students.append(Student(**{**values, "folder": folder}))
+    return students
+
+
+def read_config(path: Path | None) -> dict:
+    """The teacher's config: ``{"assignment": str, "notebooks": [...], "weights": {nb: {exercise: points}}}``."""
+    if path is None:
+        return {}
+    try:
+        config = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise GradebookError(f"config {path}: cannot be read as JSON ({exc})") from None
+    if not isinstance(config, dict):
+        raise GradebookError(f"config {path}: expected a JSON object")
+    from .grade import ANSWERS
+
+    unknown = [nb for nb in config.get("notebooks", []) if nb not in NOTEBOOKS]
+    if not isinstance(config.get("notebooks", []), list) or unknown:
+        raise GradebookError(f"config {path}: 'notebooks' must list course notebooks (unknown: {unknown[:3]})")
+    weights = config.get("weights", {})
+    if not isinstance(weights, dict):
+        raise GradebookError(f"config {path}: 'weights' must map notebooks to {{exercise: points}}")
+    for notebook, per in weights.items():
+        titles = [t for t, _ in ANSWERS.get(notebook, ())]
+        if not titles or not isinstance(per, dict):
+            raise GradebookError(f"config {path}: weights for {notebook!r}: not a course notebook's {{exercise: points}}")
+        for title, points in per.items():
+            if title not in titles:
+                raise GradebookError(f"config {path}: {notebook} has no exercise {title!r} (it has {titles})")
+            if not isinstance(points, (int, float)) or isinstance(points, bool) or points < 0 or points != points:
+                raise GradebookError(f"config {path}: the points of {notebook}:{title} must be a number >= 0")
+    return config
+
+
+def pick_copies(found: list[tuple[str, Path, str]]) -> tuple[list, list]:
+    """(kept, dropped) of (student, path, notebook) triples: one copy per student and notebook,
+    the rule in the module docstring."""
+    groups: dict = {}
+    for student, path, notebook in found:
+        groups.setdefault((student, notebook), []).append(path)
+    kept, dropped = [], []
+    for (student, notebook), paths in groups.items():
+        def rank(path: Path):
+            exact = path.stem in (notebook, f"{student}_{notebook}", f"{student}-{notebook}", student)
+            try:
+                changed = path.stat().st_mtime
+            except OSError:
+                changed = 0.0
+            return (exact, changed, -len(path.name))
+        paths = sorted(paths, key=rank, reverse=True)
+        kept.append((student, paths[0], notebook))
+        dropped += [(student, path, notebook, paths[0]) for path in paths[1:]]
+    return kept, dropped
+
+
+def weight(config: dict, notebook: str, exercise: str) -> float:
+    return float(config.get("weights", {}).get(notebook, {}).get(exercise, 1))
+
+
+def _number(value: float):
+    return int(value) if float(value).is_integer() else round(value, 4)
+
+
+def build(grades, *, roster: list[Student] | None = None, config: dict | None = None,
+          duplicates=()) -> tuple[list[str], list[dict]]:
+    """(columns, rows) of the wide gradebook."""
+    from .grade import ANSWERS
+
+    config = config or {}
+    by_student: dict = {}
+    for row in grades:
+        by_student.setdefault(row.student, []).append(row)
+    notebooks = list(config.get("notebooks") or [nb for nb in NOTEBOOKS if any(
+        row.notebook == nb for row in grades)])
+    columns = ["id", "name"]
+    for nb in notebooks:
+        columns += [f"{nb}:{title}" for title, _ in ANSWERS[nb]] + [nb]
+    columns += ["total", "max", "percent", "notes"]
+    students = list(roster or [])
+    known = {s.folder for s in students}
+    students += [Student(id=name, folder=name, notes=["not on the roster"] if roster else [])
+                 for name in by_student if name not in known]
+    for student, path, notebook, kept in duplicates:
+        for s in students:
+            if s.folder == student:
+                s.notes.append(f"{Path(path).name} ignored: {Path(kept).name} is graded (same notebook)")
+    rows = []
+    for s in students:
+        line = {"id": s.id, "name": s.name}
+        mine = {(r.notebook, r.exercise): r for r in by_student.get(s.folder, [])}
+        total = top = 0.0
+        notes = list(s.notes)
+        for nb in notebooks:
+            got = out_of = 0.0
+            handed_in = any(key[0] == nb for key in mine)
+            for title, _ in ANSWERS[nb]:
+                points = weight(config, nb, title)
+                row = mine.get((nb, title))
+                earned = points if row is not None and row.status == "correct" else 0.0
+                line[f"{nb}:{title}"] = _number(earned)
+                got, out_of = got + earned, out_of + points
+            line[nb] = _number(got)
+            if not handed_in:
+                notes.append(f"{nb} missing")
+            total, top = total + got, top + out_of
+        errors = [r for r in by_student.get(s.folder, []) if not r.notebook]
+        notes += [f"{Path(r.file).name}: {r.message}" for r in errors]
+        line.update(total=_number(total), max=_number(top), percent=round(100 * total / top, 1) if top else 0.0,
+                    notes="; ".join(notes))
+        rows.append(line)
+    return columns, rows
+
+
+def write_wide_csv(columns, rows, path: Path) -> None:
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def write_canvas_csv(rows, path: Path, *, assignment: str, roster: list[Student] | None = None) -> None:
+    """Canvas's gradebook import: its five student columns, then the assignment (the total points),
+    with the "Points Possible" line under the header."""
+    by_id = {s.id: s for s in roster or []}
+    top = max((r["max"] for r in rows), default=0)
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow([*CANVAS_FIELDS, assignment])
+        writer.writerow(["Points Possible", "", "", "", "", top])
+        for row in rows:
+            s = by_id.get(row["id"], Student(id=row["id"], name=row["name"]))
+            writer.writerow([s.name or s.id, s.id, s.sis_id, s.login, s.section, row["total"]])

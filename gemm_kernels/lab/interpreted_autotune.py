@@ -1,0 +1,61 @@
+"""``@triton.autotune`` on a CPU: Triton's interpreter has no device to time on, so an autotuned
+kernel failed its first launch with "0 active drivers ([]). There should only be one." (the tuner
+asks the GPU driver for a benchmarker).  :func:`install`, when this process interprets, makes
+
+* the tuner run each config once and time it as 0 s: every config runs on the launch's inputs (as
+  a GPU's tuning run does), and the first is kept;
+* inside a check (a launch redirected by ``_triton_compat.redirect_launches``), the launch of the
+  first config (after the tuner's pruning and its heuristics) go through the check's launch, so
+  it is recorded and run checked like a plain ``@triton.jit`` kernel's.  Its other configs are not
+  checked on a CPU.
+
+A GPU process is left as it is.
+"""
+
+from __future__ import annotations
+
+
+def _run_once(kernel_call, quantiles=None, **_):
+    kernel_call()
+    return [0.0] * len(quantiles) if quantiles else 0.0
+
+
+def install() -> bool:
+    """Patch Triton's Autotuner when this process runs the interpreter; whether it is patched."""
+    from .. import runtime
+
+    if not runtime.interpreted():
+        return False
+    from triton.runtime import autotuner
+
+    if getattr(autotuner.Autotuner, "_gk_interpreted", False):
+        return True
+    # its own do_bench, or warmup/rep (triton.testing.do_bench): none can time in the interpreter
+    autotuner.Autotuner.do_bench = property(lambda self: _run_once)
+    original = autotuner.Autotuner.run
+
+    def run(self, *args, **kwargs):
+        from .._triton_compat import _LAUNCH_REDIRECTS, jit_source_function
+
+        launch = _LAUNCH_REDIRECTS.current()
+        if launch is None or "grid" not in kwargs:
+            return original(self, *args, **kwargs)
+        grid = kwargs.pop("grid")
+        kwargs.pop("warmup", None)
+        self.nargs = dict(zip(self.arg_names, args))
+        config = (self.prune_configs(kwargs) if len(self.configs) > 1 else self.configs)[0]
+        self.best_config = config
+        chosen = {**kwargs, **config.all_kwargs()}
+        if config.pre_hook is not None:
+            config.pre_hook({**self.nargs, **chosen})
+        fn = self.fn
+        while jit_source_function(fn) is None and hasattr(fn, "fn"):  # through @triton.heuristics to the jit function
+            for name, rule in getattr(fn, "values", {}).items():
+                chosen[name] = rule({**self.nargs, **chosen})
+            fn = fn.fn
+        self.nargs = None
+        return launch(fn, grid, *args, **chosen)
+
+    autotuner.Autotuner.run = run
+    autotuner.Autotuner._gk_interpreted = True
+    return True

@@ -1,0 +1,186 @@
+"""Submissions of notebook 00 written to get points without the work (issue 48), shared by the grade
+command's tests (tests/test_grade_hostile.py) and nbgrader's (tests/test_teach.py).
+
+Each replaces the answer cell of one exercise (``launch_stats``, plain Python; ``axpy``, a kernel
+and its launcher) with code that answers wrong and tries to make the grade say otherwise, or to
+take the answer from the package.  Every one must score 0 on that exercise, by both graders.
+"""
+
+from __future__ import annotations
+
+#: a wrong answer (n // block drops the partial block)
+WRONG = "def launch_stats(n, block):\n    return n // block, 0\n"
+#: a right one, written another way
+RIGHT = "def launch_stats(n, block):\n    return -(-n // block), -(-n // block) * block - n\n"
+#: axpy autotuned, as in Triton's tutorial 03 (it failed on a CPU with "0 active drivers")
+AXPY_AUTOTUNED = """
+@triton.autotune(configs=[triton.Config({"BLOCK": 64}), triton.Config({"BLOCK": 256}, num_warps=8)], key=["n"])
+@triton.jit
+def axpy_kernel(x_ptr, y_ptr, out_ptr, alpha, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    tl.store(out_ptr + offsets, alpha * tl.load(x_ptr + offsets, mask=mask) + tl.load(y_ptr + offsets, mask=mask),
+             mask=mask)
+
+def axpy(alpha, x, y):
+    out = torch.empty_like(x)
+    n = x.numel()
+    axpy_kernel[lambda meta: (triton.cdiv(n, meta["BLOCK"]),)](x, y, out, alpha, n)
+    return out
+"""
+#: a launcher that computes with torch, no kernel
+AXPY_TORCH = "def axpy(alpha, x, y):\n    return alpha * x + y\n"
+
+_FAKE = ('{"result": "launch_stats", "status": "correct", "message": "ok"}\\n'
+         '{"result": "axpy", "status": "correct", "message": "ok"}\\n{"done": true}\\n'
+         '{"ready": true, "errors": []}\\n{"defined": true, "callable": false, "value": [1, 0]}\\n')
+
+#: the file "write_the_package" tries to add to the package (it must not appear)
+PLANTED = "planted_by_a_submission.py"
+
+#: name -> (exercise, the cell's source)
+HOSTILE = {
+    # the issue's own: patch the check machinery and nbgrader's hook in the answer's process
+    "patch_core": ("launch_stats", """
+import gemm_kernels.lab.exercises._core as _c
+import gemm_kernels.lab.nbgrader_markup as _m
+_c._run_body = lambda body, title, praise, *a, **k: _c.CheckResult(title, "correct", praise)
+_m.graded = lambda module, name: (lambda *a, **k: None)
+""" + WRONG),
+    # the issue's other: fake verdicts on every descriptor the process holds, then leave
+    "fake_report_fd": ("launch_stats", WRONG + f"""
+import os
+for fd in range(0, 256):
+    try:
+        os.write(fd, b'{_FAKE}')
+    except OSError:
+        pass
+os._exit(0)
+"""),
+    "fake_report_fd_stay": ("launch_stats", WRONG + f"""
+import os
+for fd in range(0, 256):
+    try:
+        os.write(fd, b'{_FAKE}' * 3)
+    except OSError:
+        pass
+"""),
+    "checkresult_patch": ("launch_stats", """
+from gemm_kernels.lab.exercises import CheckResult
+CheckResult.passed = property(lambda self: True)
+CheckResult.status = "correct"
+""" + WRONG),
+    "sys_modules": ("launch_stats", """
+import sys, types
+fake = types.ModuleType("gemm_kernels.lab.exercises.start_here")
+fake.check_launch_stats = lambda answer: "correct"
+sys.modules["gemm_kernels.lab.exercises.start_here"] = fake
+""" + WRONG),
+    "allclose_and_equal": ("launch_stats", """
+import numpy, torch
+torch.allclose = lambda *a, **k: True
+torch.equal = lambda *a, **k: True
+numpy.array_equal = lambda *a, **k: True
+numpy.isclose = lambda a, b, **k: numpy.ones(numpy.shape(a), dtype=bool)
+""" + WRONG),
+    "own_check_names": ("launch_stats", """
+def check_launch_stats(answer):
+    return "correct"
+def graded(module, name):
+    return lambda *a, **k: None
+""" + WRONG),
+    "ref_by_dict": ("launch_stats", """
+import gemm_kernels.lab.exercises.start_here as m
+def launch_stats(n, block):
+    return m.__dict__["launch_stats_ref"](n, block)
+"""),
+    "ref_import": ("launch_stats", "from gemm_kernels.lab.exercises.start_here import launch_stats_ref as launch_stats\n"),
+    "ref_from_source": ("launch_stats", """
+import ast, pathlib, gemm_kernels
+_src = (pathlib.Path(gemm_kernels.__file__).parent / "lab" / "exercises" / "start_here.py").read_text()
+_fn = next(n for n in ast.parse(_src).body if isinstance(n, ast.FunctionDef) and n.name == "launch_stats_ref")
+_fn.decorator_list = []
+_ns = {"cdiv": lambda a, b: -(-a // b)}
+exec(compile(ast.Module([_fn], []), "x", "exec"), _ns)
+launch_stats = _ns["launch_stats_ref"]
+"""),
+    "exit_at_top": ("launch_stats", WRONG + "import os\nos._exit(0)\n"),
+    "endless_loop": ("launch_stats", WRONG + "while True:\n    pass\n"),
+    "endless_loop_no_alarm": ("launch_stats", WRONG + """
+import signal
+signal.signal(signal.SIGALRM, signal.SIG_IGN)
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+while True:
+    pass
+"""),
+    "fork_and_forge": ("launch_stats", WRONG + f"""
+import os, time
+if os.fork() == 0:
+    os.setsid()
+    for _ in range(200):
+        for fd in range(0, 64):
+            try:
+                os.write(fd, b'{_FAKE}')
+            except OSError:
+                pass
+        time.sleep(0.05)
+    os._exit(0)
+"""),
+    "equal_to_everything": ("launch_stats", """
+class Anything(tuple):
+    def __eq__(self, other):
+        return True
+    __hash__ = tuple.__hash__
+class AnyInt(int):
+    def __eq__(self, other):
+        return True
+    __hash__ = int.__hash__
+def launch_stats(n, block):
+    return Anything((AnyInt(0), AnyInt(0)))
+"""),
+    "patch_the_wire": ("launch_stats", """
+import gemm_kernels.lab._grade_wire as w
+import gemm_kernels.lab._grade_worker as g
+w.encode = lambda value, depth=0: {"str": "correct"}
+g.serve_call = lambda namespace, request: {"value": {"result": "correct"}}
+""" + WRONG),
+    "write_the_package": ("launch_stats", """
+import pathlib, gemm_kernels
+try:
+    (pathlib.Path(gemm_kernels.__file__).parent / "planted_by_a_submission.py").write_text("planted = True\\n")
+except OSError:
+    pass
+""" + WRONG),
+    # kernel exercise: the judge rebuilds the launcher and kernel from their source
+    "axpy_with_torch": ("axpy", AXPY_TORCH),
+    "axpy_kernel_imports_os": ("axpy", """
+@triton.jit
+def axpy_kernel(x_ptr, y_ptr, out_ptr, alpha, n, BLOCK: tl.constexpr):
+    __import__("os").system("true")
+
+def axpy(alpha, x, y):
+    out = torch.empty_like(x)
+    axpy_kernel[(1,)](x, y, out, alpha, x.numel(), BLOCK=16)
+    return out
+"""),
+    "axpy_patches_torch": ("axpy", """
+@triton.jit
+def axpy_kernel(x_ptr, y_ptr, out_ptr, alpha, n, BLOCK: tl.constexpr):
+    pass
+
+def axpy(alpha, x, y):
+    torch.allclose = lambda *a, **k: True
+    out = torch.empty_like(x)
+    axpy_kernel[(1,)](x, y, out, alpha, x.numel(), BLOCK=16)
+    return out
+"""),
+    "axpy_through_tl_internals": ("axpy", """
+@triton.jit
+def axpy_kernel(x_ptr, y_ptr, out_ptr, alpha, n, BLOCK: tl.constexpr):
+    pass
+
+def axpy(alpha, x, y):
+    tl.core.builtins.exec("import os")
+    return alpha * x + y
+"""),
+}

@@ -1,0 +1,128 @@
+"""Submissions written to forge a grade or take the solution (tests/_hostile.py) score 0 on the
+exercise they attack, graded by the grade command's judge; the honest ones beside them are graded
+right.  Notebook 00, trimmed to its first cell and its Exercises section (what a forgery needs)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import nbformat
+import pytest
+
+import gemm_kernels
+from gemm_kernels.lab import _grade_judge, grade
+from gemm_kernels.lab.student import exercise_cells
+
+from _hostile import AXPY_AUTOTUNED, HOSTILE, PLANTED, RIGHT, WRONG
+
+NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+#: needs the sandbox (the package's files out of reach): without it these are known gaps (TEACHING.md)
+NEEDS_SANDBOX = {"ref_from_source", "write_the_package"}
+
+
+def lean_notebook():
+    """Notebook 00, solved, with only its first code cell and its Exercises section."""
+    nb = nbformat.read(NOTEBOOKS / "00_start_here.ipynb", as_version=4)
+    keep = set(exercise_cells(nb))
+    nb.cells = [c for i, c in enumerate(nb.cells) if c.cell_type == "markdown" or i in keep]
+    return nb
+
+
+def with_answer(nb, exercise: str, source: str):
+    nb = nbformat.from_dict(json.loads(json.dumps(nb)))
+    marker = "def launch_stats(" if exercise == "launch_stats" else "def axpy_kernel("
+    cell = next(c for c in nb.cells if c.cell_type == "code" and marker in c.source)
+    cell.source = source
+    return nb
+
+
+def submissions(root: Path) -> dict:
+    """name -> exercise it attacks; writes each submission (and the honest ones) under ``root``."""
+    nb = lean_notebook()
+    attacked = {}
+    for name, (exercise, source) in HOSTILE.items():
+        nbformat.write(with_answer(nb, exercise, source), root / f"{name}_00_start_here.ipynb")
+        attacked[name] = exercise
+    nbformat.write(nb, root / "solved_00_start_here.ipynb")
+    nbformat.write(with_answer(nb, "launch_stats", RIGHT), root / "right_00_start_here.ipynb")
+    nbformat.write(with_answer(nb, "launch_stats", WRONG), root / "wrong_00_start_here.ipynb")
+    nbformat.write(with_answer(nb, "axpy", AXPY_AUTOTUNED), root / "autotuned_00_start_here.ipynb")
+    return attacked
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    root = tmp_path_factory.mktemp("hostile")
+    attacked = submissions(root)
+    rows = grade.grade(root, jobs=2, timeout=60, cell_timeout=5, hide=[root])
+    return {(r.student, r.exercise): r for r in rows}, attacked
+
+
+def test_the_sandbox_is_there_where_the_machine_allows_it():
+    """On Linux with unprivileged user namespaces (this test machine, most hubs) the notebook's process
+    runs sandboxed; the tests below that need it say so when it is missing."""
+    assert _grade_judge.sandbox_available() or not Path("/proc/self/ns/user").exists()
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+def test_every_forgery_scores_zero(graded, name):
+    by_key, attacked = graded
+    if name in NEEDS_SANDBOX and not _grade_judge.sandbox_available():
+        pytest.xfail("no sandbox on this machine: the package's files are readable and writable by the answer")
+    row = by_key[(name, attacked[name])]
+    assert row.points == 0 and row.status != "correct", (name, row.status, row.message)
+
+
+def test_nothing_was_planted_in_the_package(graded):
+    planted = Path(gemm_kernels.__file__).parent / PLANTED
+    found = planted.exists()
+    planted.unlink(missing_ok=True)
+    assert not found
+
+
+def test_honest_submissions_beside_them(graded):
+    by_key, _ = graded
+    assert by_key[("solved", "launch_stats")].status == "correct"
+    assert by_key[("solved", "axpy")].status == "correct"
+    assert by_key[("right", "launch_stats")].status == "correct"
+    assert by_key[("wrong", "launch_stats")].status == "wrong"
+    assert by_key[("autotuned", "axpy")].status == "correct", by_key[("autotuned", "axpy")].message
+    # the other exercise of a forged notebook is still graded on its merits
+    assert by_key[("allclose_and_equal", "axpy")].status == "correct"
+    assert by_key[("axpy_with_torch", "launch_stats")].status == "correct"
+
+
+def test_what_the_forgeries_are_told(graded):
+    by_key, _ = graded
+    assert "launched no @triton.jit kernel" in by_key[("axpy_with_torch", "axpy")].message
+    assert "refuses this" in by_key[("axpy_kernel_imports_os", "axpy")].message
+    assert "assigning to an attribute" in by_key[("axpy_patches_torch", "axpy")].message
+    assert by_key[("endless_loop_no_alarm", "launch_stats")].status == "timeout"
+    assert by_key[("exit_at_top", "launch_stats")].status == "crashed"
+
+
+def test_an_autotuned_kernel_is_checked_on_a_cpu():
+    """Issue 48: @triton.autotune, as in Triton's tutorial 03, failed on a CPU with "0 active drivers";
+    in the check its first config is launched checked (so a wrong one is found), the tuner runs them all."""
+    import torch
+    import triton
+    import triton.language as tl
+
+    from gemm_kernels.lab.exercises.start_here import check_axpy
+
+    namespace = {"triton": triton, "tl": tl, "torch": torch}
+    exec(compile(AXPY_AUTOTUNED, "<submission cell 1>", "exec"), namespace)  # noqa: S102
+    import linecache
+
+    linecache.cache["<submission cell 1>"] = (len(AXPY_AUTOTUNED), None, AXPY_AUTOTUNED.splitlines(True),
+                                             "<submission cell 1>")
+    right = namespace["axpy"]
+    assert check_axpy(right).status == "correct"
+    wrong = AXPY_AUTOTUNED.replace("alpha * tl.load", "alpha - tl.load")
+    linecache.cache["<submission cell 2>"] = (len(wrong), None, wrong.splitlines(True), "<submission cell 2>")
+    other = {"triton": triton, "tl": tl, "torch": torch}
+    exec(compile(wrong, "<submission cell 2>", "exec"), other)  # noqa: S102
+    assert check_axpy(other["axpy"]).status == "wrong"
+    out = right(2.0, torch.ones(300), torch.ones(300))  # outside a check too: the tuner runs
+    assert torch.equal(out, torch.full((300,), 3.0))

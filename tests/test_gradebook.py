@@ -1,0 +1,133 @@
+"""The gradebook (issue 48): one row per student from a roster, missing notebooks as zeros of their
+maximum, a copy handed in twice graded once by the stated rule and reported (issue 50: alice's
+``00_start_here-Copy1.ipynb`` beside ``00_start_here.ipynb`` counted both), weights from the
+teacher's config, Canvas's import; each read back as an LMS would."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from gemm_kernels.lab import grade, gradebook
+from gemm_kernels.lab.grade import Grade
+
+from test_grade_hostile import lean_notebook, with_answer
+from _hostile import WRONG
+
+
+def _rows(student, notebook, statuses):
+    titles = [t for t, _ in grade.ANSWERS[notebook]]
+    return [Grade(student, notebook, t, s, int(s == "correct"), "", f"{student}/{notebook}.ipynb")
+            for t, s in zip(titles, statuses)]
+
+
+def _read(path):
+    with open(path, newline="", encoding="utf-8") as f:
+        return list(csv.DictReader(f))
+
+
+def test_roster_weights_and_missing_notebooks(tmp_path):
+    (tmp_path / "roster.csv").write_text("id,name,folder,sis_id\n1001,Alice A,alice,A1\n1002,Bob B,bob,B2\n"
+                                         "1003,Carol C,,C3\n", encoding="utf-8")
+    (tmp_path / "config.json").write_text(json.dumps({
+        "assignment": "Week 1", "notebooks": ["00_start_here", "01_pointer_arithmetic"],
+        "weights": {"00_start_here": {"axpy": 3}}}))
+    roster = gradebook.read_roster(tmp_path / "roster.csv")
+    config = gradebook.read_config(tmp_path / "config.json")
+    grades = (_rows("alice", "00_start_here", ["correct", "correct"])
+              + _rows("alice", "01_pointer_arithmetic", ["correct", "wrong", "timeout"])
+              + _rows("bob", "00_start_here", ["wrong", "correct"])
+              + _rows("zoe", "00_start_here", ["correct", "not attempted"]))
+    columns, rows = gradebook.build(grades, roster=roster, config=config)
+    gradebook.write_wide_csv(columns, rows, tmp_path / "gradebook.csv")
+    gradebook.write_canvas_csv(rows, tmp_path / "canvas.csv", assignment=config["assignment"], roster=roster)
+    table = {r["id"]: r for r in _read(tmp_path / "gradebook.csv")}
+    assert list(table) == ["1001", "1002", "1003", "zoe"]
+    alice, bob, carol, zoe = (table[k] for k in ("1001", "1002", "1003", "zoe"))
+    assert (alice["00_start_here:axpy"], alice["00_start_here"], alice["01_pointer_arithmetic"]) == ("3", "4", "1")
+    assert (alice["total"], alice["max"], alice["percent"]) == ("5", "7", "71.4")
+    assert (bob["total"], bob["max"]) == ("3", "7") and "01_pointer_arithmetic missing" in bob["notes"]
+    assert (carol["total"], carol["max"]) == ("0", "7") and "00_start_here missing" in carol["notes"]
+    assert "not on the roster" in zoe["notes"] and zoe["total"] == "1"
+    with open(tmp_path / "canvas.csv", newline="", encoding="utf-8") as f:
+        canvas = list(csv.reader(f))
+    assert canvas[0] == [*gradebook.CANVAS_FIELDS, "Week 1"]
+    assert canvas[1][0] == "Points Possible" and canvas[1][-1] == "7"
+    assert canvas[2] == ["Alice A", "1001", "A1", "", "", "5"]
+
+
+@pytest.mark.parametrize("text, words", [
+    ("name\nalice\n", "needs a header line with an 'id' column"),
+    ("id,name\n1,a\n1,b\n", "line 3: 1 is there twice"),
+    ("id,name\n,a\n", "line 2: no id"),
+])
+def test_bad_rosters_are_named(tmp_path, text, words):
+    (tmp_path / "r.csv").write_text(text, encoding="utf-8")
+    with pytest.raises(gradebook.GradebookError, match=words) as info:
+        gradebook.read_roster(tmp_path / "r.csv")
+    assert "r.csv" in str(info.value)
+
+
+@pytest.mark.parametrize("config, words", [
+    ({"notebooks": ["00_nope"]}, "unknown"),
+    ({"weights": {"00_start_here": {"nope": 1}}}, "has no exercise 'nope'"),
+    ({"weights": {"00_start_here": {"axpy": -1}}}, "must be a number >= 0"),
+    ([], "expected a JSON object"),
+])
+def test_bad_configs_are_named(tmp_path, config, words):
+    (tmp_path / "c.json").write_text(json.dumps(config))
+    with pytest.raises(gradebook.GradebookError, match=words):
+        gradebook.read_config(tmp_path / "c.json")
+    (tmp_path / "c.json").write_bytes(b"\xff{")
+    with pytest.raises(gradebook.GradebookError, match="c.json"):
+        gradebook.read_config(tmp_path / "c.json")
+
+
+def test_the_copy_rule(tmp_path):
+    alice = tmp_path / "alice"
+    alice.mkdir()
+    exact, copy = alice / "00_start_here.ipynb", alice / "00_start_here-Copy1.ipynb"
+    for path in (exact, copy):
+        path.write_text("{}")
+    os.utime(exact, (1, 1))  # the copy is newer, yet the file named as the course notebook wins
+    kept, dropped = gradebook.pick_copies([("alice", copy, "00_start_here"), ("alice", exact, "00_start_here")])
+    assert kept == [("alice", exact, "00_start_here")] and dropped == [("alice", copy, "00_start_here", exact)]
+    newer = alice / "00_start_here-Copy2.ipynb"
+    newer.write_text("{}")
+    kept, _ = gradebook.pick_copies([("alice", copy, "00_start_here"), ("alice", newer, "00_start_here")])
+    assert kept[0][1] == newer  # no exact name: the copy changed last
+
+
+def test_the_command_grades_a_class(tmp_path, capsys):
+    """alice hands in 00 twice (her right copy named as the course's, a wrong -Copy1 saved later);
+    bob's folder has nothing; the gradebook counts alice once and bob's missing notebook as 0."""
+    sub = tmp_path / "sub"
+    (sub / "alice").mkdir(parents=True)
+    (sub / "bob").mkdir()
+    nb = lean_notebook()
+    nbformat.write(nb, sub / "alice" / "00_start_here.ipynb")
+    nbformat.write(with_answer(nb, "launch_stats", WRONG), sub / "alice" / "00_start_here-Copy1.ipynb")
+    os.utime(sub / "alice" / "00_start_here.ipynb", (1, 1))
+    (tmp_path / "roster.csv").write_text("id,name,folder\n7,Alice,alice\n8,Bob,bob\n", encoding="utf-8")
+    (tmp_path / "config.json").write_text(json.dumps({"notebooks": ["00_start_here"], "assignment": "W1"}))
+    out = tmp_path / "out"
+    out.mkdir()
+    assert grade.main([str(sub), "--out", str(out / "grades.csv"), "--gradebook", str(out / "gradebook.csv"),
+                       "--canvas", str(out / "canvas.csv"), "--json", str(out / "grades.json"),
+                       "--roster", str(tmp_path / "roster.csv"), "--config", str(tmp_path / "config.json"),
+                       "--cell-timeout", "10"]) == 0
+    printed = capsys.readouterr().out
+    assert "00_start_here-Copy1.ipynb left out, 00_start_here.ipynb graded" in printed
+    assert "graded 1 notebooks in" in printed
+    table = {r["id"]: r for r in _read(out / "gradebook.csv")}
+    assert (table["7"]["total"], table["7"]["max"]) == ("2", "2")
+    assert "Copy1.ipynb ignored" in table["7"]["notes"]
+    assert (table["8"]["total"], table["8"]["max"]) == ("0", "2") and "missing" in table["8"]["notes"]
+    data = json.loads((out / "grades.json").read_text())
+    assert data["copies_left_out"][0]["file"].endswith("00_start_here-Copy1.ipynb") and data["seconds"] > 0
+    assert len(_read(out / "grades.csv")) == 2
