@@ -72,7 +72,7 @@ def test_with_keeping_on_and_no_kept_launch_the_launcher_runs_each_call(monkeypa
 #: (M, N, K, dtype, b as W.t()) whose picks cover the launchers matmul_auto calls on an H100:
 #: few tiles (split-K or matmul_ws's split units), many tiles (matmul_ws), fp32 (matmul_tma)
 GPU_SHAPES = [(192, 192, 320, torch.float16, False), (64, 512, 8192, torch.bfloat16, True),
-              (1024, 1024, 512, torch.float16, True), (300, 520, 264, torch.float32, False)]
+              (2048, 2048, 512, torch.float16, True), (300, 520, 264, torch.float32, False)]
 
 
 @pytest.mark.gpu
