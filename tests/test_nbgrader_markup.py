@@ -124,3 +124,20 @@ def test_make_test_leaves_nbgrader_to_make_test_teach_and_ci_runs_it():
     assert any(r.startswith("nbgrader") for r in project["project"]["optional-dependencies"]["teach"])
     assert any(m.startswith("teach:") for m in project["tool"]["pytest"]["ini_options"]["markers"])
     assert "\nmake test-teach\n" in (student.REPO_ROOT / ".ci" / "run").read_text()
+
+
+@pytest.mark.parametrize("magic", ["%timeit sum(range(10))", "!pip install numpy", "%%time\nx = 1",
+                                   "x = !ls", "%matplotlib inline\nimport math"])
+def test_magics_and_shell_lines_are_read_as_ipython_reads_them(magic):
+    """Issue 50: a %timeit or !pip cell made markup() raise a bare SyntaxError naming no notebook or cell."""
+    nb = nbformat.read(PATHS[0], as_version=4)
+    nb.cells.insert(2, nbformat.v4.new_code_cell(magic))
+    nbgrader_markup.markup(nb, PATHS[0].name)  # no error
+
+
+def test_a_cell_that_is_no_python_is_named():
+    nb = nbformat.read(PATHS[0], as_version=4)
+    cell = nbformat.v4.new_code_cell("def broken(:\n    pass")
+    nb.cells.insert(2, cell)
+    with pytest.raises(ValueError, match=rf"{PATHS[0].name}, cell {cell.id}: not Python"):
+        nbgrader_markup.markup(nb, PATHS[0].name)

@@ -70,13 +70,30 @@ def hidden_tests(module: str, name: str) -> str:
             f'{name} = graded("{module}", "{name}")\n{HIDDEN_END}\n')
 
 
-def _check_modules(cells) -> dict[str, str]:
+def python_source(source: str, where: str) -> ast.Module:
+    """A code cell's source parsed as IPython runs it: its magics and shell lines (``%timeit``,
+    ``!pip``, ``%%time``) turned into Python by IPython's own transformer where IPython is there, else
+    left out.  ValueError naming ``where`` (notebook and cell) for what still does not parse."""
+    try:
+        from IPython.core.inputtransformer2 import TransformerManager
+
+        text = TransformerManager().transform_cell(source)
+    except ImportError:  # no IPython: magics and shell lines are only left out
+        text = "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines())
+        text = "" if source.lstrip().startswith("%%") else text
+    try:
+        return ast.parse(text)
+    except SyntaxError as exc:
+        raise ValueError(f"{where}: not Python: {exc.msg} (line {exc.lineno}: {(exc.text or '').strip()[:80]})") from None
+
+
+def _check_modules(cells, name: str = "notebook") -> dict[str, str]:
     """check name -> the exercise module the notebook imports it from."""
     found = {}
     for cell in cells:
         if cell.cell_type != "code":
             continue
-        for node in ast.walk(ast.parse(strip_hidden_tests(cell.source))):
+        for node in ast.walk(python_source(strip_hidden_tests(cell.source), f"{name}, cell {cell.get('id')}")):
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(EXERCISE_MODULES + "."):
                 found.update({alias.asname or alias.name: node.module for alias in node.names
                               if alias.name.startswith("check_")})
@@ -98,7 +115,7 @@ def markup(nb, name: str = "notebook"):
     heading = student.exercises_heading(nb)
     if heading is None:
         raise ValueError(f"{name}: no '{student.EXERCISES_HEADING}' section")
-    modules = _check_modules(nb.cells)
+    modules = _check_modules(nb.cells, name)
     first_code = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code")
     for index, cell in enumerate(nb.cells):
         cell.metadata.pop("nbgrader", None)
