@@ -1,11 +1,13 @@
 """Triton GEMM, from pointers to persistent TMA: the kernels and tools behind the notebooks.
 
 Importing this package first decides where kernels run (``gemm_kernels.runtime``): compiled on
-a CUDA GPU, or in Triton's interpreter on the CPU.  The layers, bottom up (arrows point down):
+a CUDA GPU, or in Triton's interpreter on the CPU.  The layers, bottom up (a module imports only
+from its own layer, without a cycle, and from those below: ``tests/test_layers.py``):
 
-``runtime``   where kernels run                      ``models/``  numpy mirrors and models (no Triton)
-``kernels/``  the Triton kernels and their launchers ``viz/``     drawings and ipywidgets explorers
-``lab/``      traces, compile view, exercises        ``bench/``   the benchmark harness
+``runtime``   where kernels run                      ``models/``   numpy mirrors and models (no Triton)
+``kernels/``  the Triton kernels and their launchers ``results``   the committed GPU results, read
+``viz/``      drawings and ipywidgets explorers      ``bench/``    the benchmark harness
+``lab/``      traces, compile view, exercises        ``book/``     the course as a website
 
 The public names below are the package's API; each loads its layer on first use.
 """
