@@ -137,7 +137,7 @@ def matmul_splitk(a, b, *, split_k=None, activation=None, bias=None, order="grou
     if M == 0 or N == 0 or K == 0:
         return matmul(a, b, activation=activation, bias=bias)
     c = torch.empty((M, N), device=a.device, dtype=a.dtype)
-    candidates = [config] if config is not None else configs.splitk_configs()
+    candidates = [config] if config is not None else _splitk_tuned.configs  # the list, built once
     slots = max(cdiv(M, k["BLOCK_M"]) * cdiv(N, k["BLOCK_N"]) * _splits(M, N, K, k["BLOCK_M"], k["BLOCK_N"],
                                                                        k["BLOCK_K"], split_k) * k["BLOCK_M"] * k["BLOCK_N"]
                 for k in (cfg.kwargs for cfg in candidates))
