@@ -177,11 +177,21 @@ def solution_cells(nb) -> list[int]:
     return [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and has_solution(c.source)]
 
 
-def setup_source(repo: str | None = None) -> str:
-    """:data:`SETUP` installing from ``repo`` (:func:`.published.github_repo`: so forks install their own)."""
+#: a tag, branch or commit the set-up cell installs (a semester pins its version: notebooks/TEACHING.md)
+PIN_ENV = "GEMM_KERNELS_PIN"
+_PIN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,99}")
+
+
+def setup_source(repo: str | None = None, pin: str | None = None) -> str:
+    """:data:`SETUP` installing from ``repo`` (:func:`.published.github_repo`: so forks install their own)
+    at ``pin`` (a tag, branch or commit; default ``$GEMM_KERNELS_PIN``, else the default branch's head)."""
     from .published import github_repo
 
-    return SETUP.replace("{repo}", github_repo(repo))
+    pin = pin if pin is not None else (os.environ.get(PIN_ENV) or "").strip() or None
+    if pin is not None and not _PIN.fullmatch(pin):
+        raise ValueError(f"{PIN_ENV}={pin!r}: expected a tag, branch or commit (letters, digits, . _ / -)")
+    where = github_repo(repo) + (f"@{pin}" if pin else "")
+    return SETUP.replace("{repo}", where)
 
 
 def student_notebook(nb, name: str = "the notebook", repo: str | None = None):
