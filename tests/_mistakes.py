@@ -102,12 +102,13 @@ def wrong_answer(nb, namespace: dict, title: str):
 
 def edited_answer(nb, namespace: dict, title: str, old: str, new: str, label: str = "mistake"):
     """The answer check_<title> is given, from its cell with ``old`` replaced by ``new`` (every
-    occurrence), defined in a copy of the notebook's namespace."""
+    occurrence; tuples of both: several edits in turn), defined in a copy of the notebook's namespace."""
     index, name = answer_cell(nb, title)
-    source = nb.cells[index].source
-    if old not in source:
-        raise LookupError(f"the answer cell of {title} no longer holds {old!r}: update the test's edit")
-    mutated = source.replace(old, new)
+    mutated = nb.cells[index].source
+    for before, after in zip(*((old, new) if isinstance(old, tuple) else ((old,), (new,)))):
+        if before not in mutated:
+            raise LookupError(f"the answer cell of {title} no longer holds {before!r}: update the test's edit")
+        mutated = mutated.replace(before, after)
     filename = f"<{label} {title} {abs(hash((old, new))) % 10**8}>"
     linecache.cache[filename] = (len(mutated), None, mutated.splitlines(keepends=True), filename)
     scope = copy.copy(namespace)

@@ -20,8 +20,13 @@ from _mistakes import edited_answer
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 
-# (notebook, check title, old, new, why): each must be refused
+# (notebook, check title, old, new, why): each must be refused (old and new may be tuples: edits in turn)
 MISTAKES = [
+    # 02: blocks that are not square, and BLOCK_M for BLOCK_N (a newcomer's find: only N <= 48 was tried)
+    ("02_naive_tiling", "my_matmul",
+     ("cols = pid_n * BLOCK_N", "grid = (triton.cdiv(M, 32) * triton.cdiv(N, 32),)", "BLOCK_M=32, BLOCK_N=32"),
+     ("cols = pid_n * BLOCK_M", "grid = (triton.cdiv(M, 16) * triton.cdiv(N, 32),)", "BLOCK_M=16, BLOCK_N=32"),
+     "BLOCK_M for BLOCK_N with 16 x 32 blocks"),
     # 05b: the Stream-K share and loop
     ("05b_stream_k", "streamk_share", "share = num_programs - 1 - pid", "share = num_programs - pid", "off by one program"),
     ("05b_stream_k", "streamk_share", "it, end = share * total // num_programs, (share + 1) * total // num_programs",

@@ -391,14 +391,6 @@ def test_notebook_02_reveal_the_naive_kernel_comes_close_to_cublas_from_2048():
         assert abs(r["do_bench_us"] / r["cuda_graph_us"] - 1) < 0.08
 
 
-def test_notebook_05_measured_predict_counts_the_waves_as_its_reveal_does():
-    """05: "at 8192³, with 32 waves of 128 × 128 tiles (the last with 4 busy SMs)", as the waves
-    cell prints them (4096 tiles on 132 SMs)."""
-    assert "with 32 waves of 128 × 128 tiles (the last with 4 busy SMs)" in markdown_of("05_persistent_tma.ipynb")
-    tiles_8192 = (8192 // 128) ** 2
-    assert -(-tiles_8192 // 132) == 32 and tiles_8192 - 31 * 132 == 4
-
-
 def test_notebook_04_reveal_fusion_gains_most_where_the_gemm_is_quickest():
     """04: for leaky_relu "the gain is largest at 2048³ ... and under 10% at the larger, compute-bound
     sizes"; with a bias and GELU "the gain stays under 5% at every size", the separate pass is GELU

@@ -20,9 +20,9 @@ Whatever the learner's code returns or raises, the check returns a result: answe
 wrong type (a dict, a meta tensor, ``10**400``, ...) get "wrong" with what was expected.
 
 Hints come in three steps (:class:`Hints`): the first wrong answer shows a *nudge*, the next
-ones the *approach*; the *solution* only on request, ``check_xxx.hint(level=3)`` or the
-"show a solution" button under the feedback.  In exam mode (:mod:`gemm_kernels.lab.exam`) only
-the nudge is left, and the check modules refuse their ``*_ref`` references to the learner.
+ones the *approach*; the *solution* only on request, ``check_xxx.hint(level=3)`` or, once both
+hints were shown, the "show a solution" button.  In exam mode (:mod:`gemm_kernels.lab.exam`) only the
+nudge is left, and the check modules refuse their ``*_ref`` references to the learner.
 """
 
 from __future__ import annotations
@@ -187,7 +187,8 @@ class CheckResult:
         if self.picture is not None and self.status == WRONG:
             data = base64.b64encode(self.picture).decode("ascii")
             extra += f'<br><img alt="the failing block" style="max-width: 100%" src="data:image/png;base64,{data}">'
-        if self.hints is not None and self.status == WRONG and not exam.ON:
+        if self.hints is not None and self.status == WRONG and not exam.ON and self.hint_level >= 2:
+            # as the text says: the solution only once both hints were shown (after two wrong tries)
             extra += ('<details style="margin-top: 4px"><summary style="cursor: pointer">show a solution '
                       f'(hint 3)</summary>{html.escape(self.hints.solution)}</details>')
         return (f'<div style="border-left: 4px solid {colour}; padding: 4px 8px; '

@@ -278,30 +278,34 @@ def fp8_wgmma(outcomes: list[dict]) -> list[str]:
     return []
 
 
-def _masked_loads(log, pointer: str) -> bool:
-    """Whether every ``tl.load`` of ``pointer`` in the learner's kernel source is given a mask."""
+def _loads_of(log, pointer: str) -> list:
+    """The ``tl.load`` calls of ``pointer`` in the learner's kernel source (ast nodes)."""
     loads = []
     for launch in log.learner_launches() if log is not None else []:
         try:
             tree = ast.parse(textwrap.dedent(inspect.getsource(compat.jit_source_function(launch.kernel))))
         except (OSError, TypeError, SyntaxError):
-            return False
+            continue
         loads += [node for node in ast.walk(tree) if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
                   and node.func.attr == "load" and node.args and pointer in ast.unparse(node.args[0])]
-    return bool(loads) and all(any(k.arg == "mask" for k in node.keywords) or len(node.args) > 1 for node in loads)
+    return loads
 
 
 def _loop_diagnosis(log, failure) -> list[str]:
-    """For a scale load out of bounds: the mask when the learner's load of that scale has none,
-    else the K block's scale index (kb), the one other way out of a scale tensor."""
+    """For a scale load out of bounds, read from the learner's load of that scale: a mask missing,
+    scale_b's column not divided by 128, else the K block's scale index (kb)."""
     pointer = getattr(failure, "pointer", None)
     if pointer not in ("sa_ptr", "sb_ptr"):
         return []
-    if not _masked_loads(log, pointer):
+    loads = _loads_of(log, pointer)
+    if loads and not all(any(k.arg == "mask" for k in node.keywords) or len(node.args) > 1 for node in loads):
         return ["sa_ptr: the rows of a ragged last tile past M need the mask (offs_m < M) on this load too"
                 if pointer == "sa_ptr" else
                 "sb_ptr: scale_b has one column per 128 columns of C, so the columns of a ragged last tile past "
                 "N need the mask (offs_n < N) on this load too"]
+    if pointer == "sb_ptr" and loads and not all("128" in ast.unparse(node.args[0]) for node in loads):
+        return ["sb_ptr: scale_b has one column per 128 columns of C: column n of C takes scale_b[kb, n // 128], so "
+                "the load's column index is offs_n // 128"]
     return [f"{pointer}: with BLOCK_K = 64 two K blocks share one scale (one per 128 values of K): "
             "kb = ki * BLOCK_K // 128, not ki"]
 
@@ -402,6 +406,9 @@ def _why_interval(got, expected, table, kind, K, budget) -> str:
                 "are provider 'scaled_mm')")
     if got in measured and measured[got] > budget:
         return f" ({_interval_text(got)} gives {measured[got]:.3g} at K = {K}, over the budget)"
+    if expected in measured and measured[expected] == budget:
+        return (f" ({_interval_text(expected)} gives {measured[expected]:.4g}, exactly the budget: an error equal to "
+                "the budget is within it, so compare with <=, not <)")
     if got in measured:
         return (f" ({_interval_text(got)} meets the budget, but {_interval_text(expected)} does too with fewer "
                 "fp32 adds: look for the longest interval within the budget)")

@@ -177,7 +177,8 @@ def _grouped_models():
 
 
 @kc.plain_exercise("program_tiles", forbid=lambda: _grouped_models(), hints=Hints(
-    nudge="the programs do not start again at each problem: think of all the problems' tiles laid end to end",
+    nudge="lay all the problems' tiles end to end (problem 0's first, each problem's numbered along its rows): "
+          "which of them does program pid take?",
     approach="number the tiles of every problem in one sequence (problem 0's first, each problem row-major); program "
              "pid takes every NUM_PROGRAMS-th of them from pid on; translate each global tile back into its problem "
              "and the tile inside that problem",

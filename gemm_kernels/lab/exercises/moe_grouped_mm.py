@@ -81,7 +81,7 @@ def tiles_per_expert_ref(counts, N, block_m, block_n) -> np.ndarray:
     approach="tile rows and tile columns each round up; an expert with no rows has none",
     solution="return [cdiv(c, BLOCK_M) * cdiv(N, BLOCK_N) for c in counts]"))
 def check_tiles_per_expert(tiles_per_expert):
-    problems = []
+    problems, wrong = [], []
     for counts in COUNT_CASES:
         for N, bm, bn in TILE_SHAPES:
             case = f"counts {counts}, N={N}, tiles {bm}x{bn}"
@@ -98,18 +98,25 @@ def check_tiles_per_expert(tiles_per_expert):
             if got.shape != expected.shape:
                 problems.append(f"{case}: expected {len(expected)} numbers (one per expert), got {len(got)}")
                 continue
-            bad = np.nonzero(got != expected)[0]
-            if not len(bad):
-                continue
-            e = int(bad[0])
-            c = counts[e]
-            why = next((why for formula, why in _TILE_MISTAKES
-                        if all(got[i] == formula(counts[i], N, bm, bn) for i in range(len(counts)))), "")
-            if not why and c == 0 and got[e] > 0:
-                why = ": an expert with no rows has no tiles"
-            problems.append(f"{case}: expert {e} ({c} rows): expected {expected[e]} tiles = cdiv({c}, {bm}) x "
-                            f"cdiv({N}, {bn}), got {got[e]}{why}"
-                            + (f" ({len(bad) - 1} more experts wrong)" if len(bad) > 1 else ""))
+            if (got != expected).any():
+                wrong.append((case, counts, N, bm, bn, got, expected))
+
+    def fits(formula, counts, N, bm, bn, got):
+        return all(got[i] == formula(counts[i], N, bm, bn) for i in range(len(counts)))
+
+    # the mistake that explains every wrong case at once (two formulas may agree on one case)
+    everywhere = next((why for formula, why in _TILE_MISTAKES
+                       if wrong and all(fits(formula, *w[1:6]) for w in wrong)), None)
+    for case, counts, N, bm, bn, got, expected in wrong:
+        bad = np.nonzero(got != expected)[0]
+        e = int(bad[0])
+        c = counts[e]
+        why = everywhere or next((why for formula, why in _TILE_MISTAKES if fits(formula, counts, N, bm, bn, got)), "")
+        if not why and c == 0 and got[e] > 0:
+            why = ": an expert with no rows has no tiles"
+        problems.append(f"{case}: expert {e} ({c} rows): expected {plural(int(expected[e]), 'tile')} = cdiv({c}, {bm}) "
+                        f"x cdiv({N}, {bn}), got {got[e]}{why}"
+                        + (f" ({len(bad) - 1} more experts wrong)" if len(bad) > 1 else ""))
     return problems
 
 

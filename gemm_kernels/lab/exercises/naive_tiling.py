@@ -126,9 +126,10 @@ def check_row_major_launch_order(row_major_launch_order):
 
 
 # (M, N, K, layout): one element, ragged everywhere, K smaller and larger than a typical BLOCK_K;
-# then the layouts a launcher must honour through the strides: b a transposed view, a every
-# other column of a wider matrix
-MATMUL_CASES = [(1, 1, 1, ""), (20, 36, 40, ""), (33, 17, 70, ""), (64, 48, 16, ""),
+# M and N several blocks of any size up to 128 in both (so BLOCK_M taken for BLOCK_N, whichever
+# blocks the learner picked, leaves tiles out); then the layouts a launcher must honour through
+# the strides: b a transposed view, a every other column of a wider matrix
+MATMUL_CASES = [(1, 1, 1, ""), (20, 36, 40, ""), (33, 17, 70, ""), (64, 48, 16, ""), (200, 300, 24, ""),
                 (33, 17, 70, "b transposed"), (20, 36, 40, "a strided, b transposed")]
 
 

@@ -161,8 +161,25 @@ def transpose_diagnosis(log, failure) -> list[str]:
                          f"BLOCK_M rounds a partial block away; use (triton.cdiv(M, BLOCK_M), triton.cdiv(N, BLOCK_N)) "
                          f"= {want}")
     if x is not None and len(tensors) > 1:
-        lines += _untransposed_store(failure, x.shape, tensors[1][0])
+        lines += _untransposed_store(failure, x.shape, tensors[1][0]) or _mirrored_store_mask(failure, tensors[1][0])
     return lines
+
+
+def _mirrored_store_mask(failure, out_name: str) -> list[str]:
+    """A store into the output whose addresses are mirrored, as they must be, but whose mask was
+    mirrored too (the block is still x's block: x's mask keeps it inside out)."""
+    from ..checked import OutOfBounds
+
+    if not isinstance(failure, OutOfBounds) or failure.access.region is None or failure.access.region.name != out_name:
+        return []
+    a = failure.access
+    fit = kc._affine(np.asarray(a.offsets))
+    t = a.region.tensor
+    if fit is None or t.dim() != 2 or (fit[1], fit[2]) != (t.stride(1), t.stride(0)) or t.stride(0) == t.stride(1):
+        return []
+    return ["this store's addresses are mirrored, as they should be (block lane (i, j) goes to out[j, i]); its mask "
+            "is what is wrong: the block is still x's block, so it takes x's mask, (rows[:, None] < M) & "
+            "(cols[None, :] < N), whatever the output's shape"]
 
 
 def _untransposed_store(failure, x_shape, out_name: str) -> list[str]:

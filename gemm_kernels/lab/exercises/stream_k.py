@@ -244,7 +244,8 @@ def compare_segments(trace: np.ndarray, expected: np.ndarray, num_programs: int,
     if lines and split_as_dp:  # a Stream-K segment recorded in a data-parallel tile's row: its tile number is low
         lines = [f"{case}: a Stream-K segment ran on tile {split_as_dp[0][1]} (K iterations {split_as_dp[0][2]} "
                  f"to {split_as_dp[0][3] - 1}), one of the {dp_tiles} data-parallel tiles: the split tiles come "
-                 "after them, so the t-th split tile is tile dp_tiles + t"] + lines[:3]
+                 "after them, so the t-th split tile is tile dp_tiles + t (the programs' own records are mixed up "
+                 "by it: a split piece took a data-parallel tile's row)"]
     reversed_shares = num_programs > 1 and all(
         pieces(trace, p, True) == pieces(expected, num_programs - 1 - p, True) for p in range(num_programs))
     if lines and reversed_shares:
