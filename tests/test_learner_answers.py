@@ -203,6 +203,16 @@ FEEDBACK = [
      "masked load with no other="),
     ("01_pointer_arithmetic", "transpose", "mask = (rows[:, None] < M) & (cols[None, :] < N)",
      "mask = (rows[:, None] < M)", "past x's last column: 1 column)", "1 columns"),
+    # the newcomer's second read
+    ("01_pointer_arithmetic", "transpose", "rows[:, None] * stride_on, block, mask=mask)",
+     "rows[:, None] * stride_on, block, mask=(rows[:, None] < N) & (cols[None, :] < M))",
+     "addresses are mirrored, as they should be", "strides are swapped"),
+    ("10_fp8", "block_scaled_loop", "(offs_n // 128) * stride_sbn, mask=offs_n < N",
+     "offs_n * stride_sbn, mask=offs_n < N", "the load's column index is offs_n // 128", "not ki"),
+    ("10_fp8", "promotion_interval", "measured[p] <= budget", "measured[p] < budget",
+     "compare with <=, not <", "look for the longest interval"),
+    ("07_moe_grouped_mm", "tiles_per_expert", "triton.cdiv(c, block_m) * triton.cdiv(N, block_n)",
+     "(int(c) // block_m) * triton.cdiv(N, block_n)", "cdiv, not //", "counted with BLOCK_N"),
 ]
 
 
