@@ -474,6 +474,21 @@ def test_an_unreadable_copy_is_kept_named_and_the_others_still_written(copies, c
     assert "it was not a readable notebook" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("content", [b"[" * 100000 + b"]" * 100000, b'{"cells": [' * 3000 + b"]}" * 3000,
+                                     b'{"nbformat": 4, "nbformat_minor": 5, "metadata": {"x": "\xff"}, "cells": []}'],
+                         ids=["nested-list", "nested-cells", "non-utf8-inside"])
+def test_a_deeply_nested_or_non_utf8_source_notebook_is_named_and_nothing_is_written(copies, capsys, content):
+    from gemm_kernels.lab import student
+
+    src, dest, _ = copies
+    bad = src / "03b_broken.ipynb"
+    bad.write_bytes(content)
+    assert student.main([str(src), str(tmp := dest.parent / "fresh")]) == 1
+    err = capsys.readouterr().err
+    assert str(bad) in err and "not a valid notebook" in err and "Traceback" not in err
+    assert not tmp.exists()
+
+
 @pytest.mark.parametrize("heading", ["## Exercises (my answers)", "## exercises", "### Exercises", "##Exercises",
                                      "  ## Exercises: done!"])
 def test_an_edited_exercises_heading_still_finds_the_exercises(heading):
