@@ -126,3 +126,19 @@ def test_an_autotuned_kernel_is_checked_on_a_cpu():
     assert check_axpy(other["axpy"]).status == "wrong"
     out = right(2.0, torch.ones(300), torch.ones(300))  # outside a check too: the tuner runs
     assert torch.equal(out, torch.full((300,), 3.0))
+
+
+@pytest.mark.gpu
+def test_gpu_the_judge_runs_kernels_on_the_gpu(tmp_path):
+    """On a GPU the notebook's process (sandboxed where possible) and the judge both have it: the solved
+    notebook and the autotuned axpy are correct and their kernel ran on the GPU too; a forgery is 0."""
+    nb = lean_notebook()
+    nbformat.write(nb, tmp_path / "solved_00_start_here.ipynb")
+    nbformat.write(with_answer(nb, "axpy", AXPY_AUTOTUNED), tmp_path / "autotuned_00_start_here.ipynb")
+    nbformat.write(with_answer(nb, *HOSTILE["patch_core"]), tmp_path / "patch_core_00_start_here.ipynb")
+    rows = {(r.student, r.exercise): r for r in grade.grade(tmp_path, timeout=120, cell_timeout=30)}
+    for student in ("solved", "autotuned"):
+        row = rows[(student, "axpy")]
+        assert row.status == "correct" and "It ran on this GPU too" in row.message, (student, row.message)
+    assert rows[("solved", "launch_stats")].status == "correct"
+    assert rows[("patch_core", "launch_stats")].points == 0

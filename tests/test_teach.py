@@ -17,8 +17,11 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from gemm_kernels.lab import student
+from gemm_kernels.lab import nbgrader_judge, student
 from gemm_kernels.lab.nbgrader_markup import CHECK_CALL
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _hostile import HOSTILE  # noqa: E402
 
 pytestmark = pytest.mark.teach
 nbgrader_api = pytest.importorskip("nbgrader.api", reason="needs the [teach] extra (make test-teach)")
@@ -32,6 +35,15 @@ c = get_config()
 c.CourseDirectory.course_id = "gemm-kernels"
 c.ClearSolutions.code_stub = {"python": 'raise NotImplementedError("your turn")'}
 c.Execute.timeout = 600
+# feedback shows verdicts, never the hidden tests' code
+from nbgrader.preprocessors import ClearHiddenTests, GetGrades
+from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor
+c.GenerateFeedback.preprocessors = [GetGrades, ClearHiddenTests, CSSHTMLHeaderPreprocessor]
+# nbgrader warns that every check cell changed (its hidden tests put back): gemm_kernels.lab.nbgrader_judge
+# reports the check cells a student really edited
+c.Application.logging_config = {
+    "filters": {"hidden_tests": {"()": "gemm_kernels.lab.nbgrader_judge.HiddenTestsRestored"}},
+    "handlers": {"console": {"filters": ["hidden_tests"]}}}
 """
 
 
@@ -141,3 +153,46 @@ def test_the_whole_course_releases(tmp_path):
         checks = [c for c in nbformat.read(path, as_version=4).cells
                   if c.cell_type == "code" and CHECK_CALL.search(c.source)]
         assert len(graded) == len(checks) >= 2 and all(c.metadata["nbgrader"]["points"] == 1 for c in graded), path.name
+
+
+#: forgeries of tests/_hostile.py that fool nbgrader's own autograde (they run in its kernel) and
+#: others that do not; the judge scores every one 0 (those writing to every descriptor are left out
+#: here: in nbgrader's kernel they jam its sockets, and autograde waits out Execute.timeout)
+NBGRADER_HOSTILE = ("patch_core", "checkresult_patch", "equal_to_everything",
+                    "allclose_and_equal", "sys_modules", "own_check_names", "ref_by_dict")
+
+
+def test_the_judge_gives_nbgrader_its_scores(course):
+    """nbgrader autograde, then gemm_kernels.lab.nbgrader_judge: the judge's scores replace the kernel's
+    (a forgery that fooled autograde gets 0), feedback shows its verdicts and no hidden test, and the
+    log carries no checksum warning for the check cells."""
+    name = "00_start_here"
+    subs = {"solved": None, **{h: HOSTILE[h][1] for h in NBGRADER_HOSTILE}}
+    for student_id, source in subs.items():
+        folder = course / "submitted" / student_id / ASSIGNMENT
+        folder.mkdir(parents=True)
+        nb = _released(course, name)
+        _solved(course, name, nb)
+        if source is not None:
+            cell = next(c for c in nb.cells if c.cell_type == "code" and "def launch_stats(" in c.source)
+            cell.source = source
+        nbformat.write(nb, folder / f"{name}.ipynb")
+    log = _nbgrader(course, "autograde", ASSIGNMENT)
+    assert "Attribute 'checksum' for cell check_" not in log
+    with nbgrader_api.Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
+        forged = [s for s in NBGRADER_HOSTILE
+                  if gradebook.find_grade("check_launch_stats", name, ASSIGNMENT, s).score > 0]
+    assert "patch_core" in forged  # the issue's forgery fools nbgrader's own autograde
+    rows = nbgrader_judge.apply(course, ASSIGNMENT, jobs=2, cell_timeout=10)
+    scores = {(r["student"], r["cell"]): r["score"] for r in rows}
+    assert scores[("solved", "check_launch_stats")] == scores[("solved", "check_axpy")] == 1
+    for student_id in NBGRADER_HOSTILE:
+        assert scores[(student_id, "check_launch_stats")] == 0, student_id
+    with nbgrader_api.Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
+        assert gradebook.find_submission_notebook(name, ASSIGNMENT, "solved").score == 2
+        for student_id in NBGRADER_HOSTILE:
+            assert gradebook.find_grade("check_launch_stats", name, ASSIGNMENT, student_id).score == 0, student_id
+    _nbgrader(course, "generate_feedback", ASSIGNMENT)
+    html = (course / "feedback" / "patch_core" / ASSIGNMENT / f"{name}.html").read_text(encoding="utf-8")
+    assert "BEGIN HIDDEN TESTS" not in html and "graded(" not in html
+    assert "graded by gemm_kernels.lab.grade" in html
