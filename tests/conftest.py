@@ -10,6 +10,7 @@ import torch
 
 import gemm_kernels  # noqa: F401  (decides interpreter vs GPU before any kernel module loads)
 from gemm_kernels import runtime
+from gemm_kernels.kernels import tuning_cache
 
 _real_empty = torch.empty
 
@@ -41,6 +42,14 @@ def keep_autotune_mode():
     restore()
     yield
     restore()
+
+
+@pytest.fixture(autouse=True)
+def tuning_cache_of_its_own(monkeypatch, tmp_path_factory):
+    """Each test keeps tuned picks on disk in a directory of its own (``kernels.tuning_cache``):
+    no test reads a pick another test, or an earlier run on this machine, kept for the same
+    kernel and key (tests build TunedKernels with stand-in timers), and none lands in the user's cache."""
+    monkeypatch.setenv(tuning_cache.ENV, str(tmp_path_factory.mktemp("tuning")))
 
 
 @pytest.fixture(autouse=True)
