@@ -142,3 +142,21 @@ def test_gpu_the_judge_runs_kernels_on_the_gpu(tmp_path):
         assert row.status == "correct" and "It ran on this GPU too" in row.message, (student, row.message)
     assert rows[("solved", "launch_stats")].status == "correct"
     assert rows[("patch_core", "launch_stats")].points == 0
+
+
+def test_a_package_model_as_the_answer_is_refused(tmp_path):
+    """02's launch order through the package's own model (tiles.launch_order_grid, as the issue found):
+    right numbers, refused as the check in the notebook refuses it (the notebook's process reports the
+    package functions an answer calls: a courtesy for the honest, no lock; TEACHING.md)."""
+    nb = nbformat.read(NOTEBOOKS / "02_naive_tiling.ipynb", as_version=4)
+    keep = set(exercise_cells(nb))
+    nb.cells = [c for i, c in enumerate(nb.cells) if c.cell_type == "markdown" or i in keep]
+    cell = next(c for c in nb.cells if c.cell_type == "code" and "def row_major_launch_order(" in c.source)
+    cell.source = ("from gemm_kernels.models import tiles\n\ndef row_major_launch_order(num_pid_m, num_pid_n):\n"
+                   "    return tiles.launch_order_grid(num_pid_m, num_pid_n, 1, 1, order='row_major')\n")
+    nbformat.write(nb, tmp_path / "lazy_02_naive_tiling.ipynb")
+    verdicts = grade.grade_notebook(tmp_path / "lazy_02_naive_tiling.ipynb", "02_naive_tiling", cell_timeout=10,
+                                    hide=[tmp_path])
+    status, message = verdicts["row_major_launch_order"]
+    assert status == "wrong" and "launch_order_grid" in message
+    assert verdicts["one_program"][0] == "correct"

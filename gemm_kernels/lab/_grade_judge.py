@@ -240,6 +240,9 @@ class AnswerProxy:
         import torch
 
         reply = self._judge.call(self._name, args, kwargs)
+        calls = reply.get("package_calls")
+        if isinstance(calls, list):
+            self._judge.package_calls.update(str(c)[:200] for c in calls[:50])
         for given, after in zip(args, reply.get("args") or []):
             if isinstance(given, torch.Tensor) and after is not None:
                 try:
@@ -273,6 +276,7 @@ class Judge:
         self.workdir = tempfile.mkdtemp(prefix="gk-notebook-")
         self.child: Child | None = None
         self.sandboxed = False
+        self.package_calls: set = set()  # what the notebook's process says the answer called of the package
 
     def ensure_child(self) -> Child:
         if self.child is None or not self.child.alive():
@@ -328,10 +332,15 @@ class Judge:
         if isinstance(answer, tuple) and len(answer) == 2 and answer[0] in (
                 "error", "not attempted", "wrong", STATUS_TIMEOUT, STATUS_CRASHED) and isinstance(answer[1], str):
             return answer
+        self.package_calls = set()
         try:
             result = check(answer)
         except BaseException as exc:  # noqa: BLE001  (a check never raises; said, not hidden)
             return "error", trimmed(f"the check could not run: {type(exc).__name__}: {exc}")
+        helper = forbidden_call(check, self.package_calls) if result.status == "correct" else None
+        if helper is not None:  # as the check in the notebook says it (the process reports it: a courtesy, no lock)
+            return "wrong", trimmed(f"your answer calls {helper}, which computes this exercise's answer for you: "
+                                    "the check cannot see your own reasoning in it")
         if self.child is not None and self.child.failure is not None:
             return self.child.failure  # the answer hung or ended its process on the way
         text = "; ".join([result.message, *result.details[:3]])
@@ -341,6 +350,22 @@ class Judge:
         if status == "wrong" and ("MemoryError" in text or "out of memory" in text.lower()):
             status = "out of memory"
         return status, trimmed(text)
+
+
+def forbidden_call(check, called: set) -> str | None:
+    """The first package function the check forbids (its ``forbid``, or a reference) among ``called``."""
+    import inspect
+
+    from .exercises._kernel_checks import qualified_name
+
+    try:
+        forbid = inspect.getclosurevars(check.__wrapped__).nonlocals.get("forbid", ())
+        forbid = forbid() if callable(forbid) else forbid
+        names = {qualified_name(f) for f in forbid or ()}
+    except Exception:  # noqa: BLE001  (a check with no forbid list)
+        names = set()
+    found = sorted(c for c in called if c in names or c.endswith("_ref"))
+    return found[0].replace("gemm_kernels.", "", 1) if found else None
 
 
 def main(argv: list[str]) -> int:

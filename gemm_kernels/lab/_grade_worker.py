@@ -265,6 +265,14 @@ def serve_call(namespace: dict, request: dict) -> dict:
     kwargs = {str(k): wire.decode(v) for k, v in request.get("kwargs", {}).items()}
     signal.signal(signal.SIGALRM, _on_alarm)
     signal.setitimer(signal.ITIMER_REAL, float(request.get("timeout", 30)))
+    package, called = _package_dir(), set()
+
+    def note(frame, event, arg):  # the package's functions the answer's own lines call
+        if event == "call" and frame.f_back is not None and frame.f_back.f_code.co_filename.startswith("<submission") \
+                and frame.f_code.co_filename.startswith(package):
+            called.add(f"{frame.f_globals.get('__name__', '?')}.{getattr(frame.f_code, 'co_qualname', frame.f_code.co_name)}")
+
+    sys.setprofile(note)
     try:
         value = namespace[name](*args, **kwargs)
         reply = {"value": wire.encode(value)}
@@ -275,8 +283,10 @@ def serve_call(namespace: dict, request: dict) -> dict:
         reply = {"raised": type(exc).__name__, "message": trimmed(str(exc), 600), "stub": _stub(exc),
                  "where": _where(exc)}
     finally:
+        sys.setprofile(None)
         signal.setitimer(signal.ITIMER_REAL, 0)
     reply["args"] = _tensors_after(args)
+    reply["package_calls"] = sorted(called)[:50]
     return reply
 
 
