@@ -346,13 +346,16 @@ def quantize_fp8(x, granularity="tensor", *, dtype=torch.float8_e4m3fn):
     bm, bk = _block_shape(granularity, x.shape)
     grid = _scale_grid(granularity, x.shape)
     rows, cols = x.shape
-    xf = x.double() if x.dtype == torch.float64 else x.float()  # float64 values past float32's range stay finite
+    xf = x.double() if x.dtype == torch.float64 else x.float()  # float64 values past float32's range: refused below
     padded = torch.nn.functional.pad(xf, (0, grid[1] * bk - cols, 0, grid[0] * bm - rows))
     blocks = padded.reshape(grid[0], bm, grid[1], bk)
     finite = torch.where(torch.isfinite(blocks), blocks.abs(), torch.zeros_like(blocks))
     amax = finite.amax(dim=(1, 3))
     fmax = fp8_max(dtype)
     f32 = torch.finfo(torch.float32)
+    if amax.numel() and amax.max() > f32.max * fmax:  # float64 only: no float32 scale reaches it
+        raise ValueError(f"x holds {amax.max().item():.3g}, past what an fp8 value times a float32 scale "
+                         f"represents ({f32.max * fmax:.3g} for {_name(dtype)}): rescale x first")
     scale = torch.where(amax > 0, (amax / fmax).clamp(f32.tiny, f32.max), torch.ones_like(amax)).float()
     q = xf / expand_scale(scale.to(xf.dtype), x.shape, granularity)
     q = torch.where(torch.isfinite(xf), q.clamp(-fmax, fmax), xf)  # saturate finite values only

@@ -901,6 +901,10 @@ def ws_schedule(M: int, N: int, *, schedule: str = DEFAULT_SCHEDULE, num_program
     """numpy mirror of the kernel's schedule: int64 rows of the first six TRACE_FIELDS
     ``(tile, program, consumer, step, pid_m, pid_n)``, one per (tile, consumer that worked on it),
     sorted by tile (cooperative: two rows per tile, consumers 0 and 1)."""
+    if config is None and schedule not in CONFIGS:
+        raise ValueError(f"schedule must be one of {tuple(CONFIGS)}, got {schedule!r}")
+    M, N = check_int(M, "M", 0), check_int(N, "N", 0)  # a model's arguments, checked as the launchers' are
+    num_programs, group_size_m = check_int(num_programs, "num_programs"), check_int(group_size_m, "group_size_m")
     config = config or CONFIGS[schedule]
     num_pid_m, num_pid_n = cdiv(M, _tile_m(config)), cdiv(N, config["BLOCK_N"])
     num_tiles = num_pid_m * num_pid_n
