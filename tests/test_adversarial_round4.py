@@ -294,6 +294,21 @@ def test_scaled_mm_ref_of_empty_problems_matches_scaled_mm(M, N, scaling):
         assert fp8.scaled_mm(a, b, sa, sb, out_dtype=torch.float32).shape == (M, N)
 
 
+@pytest.mark.parametrize("args, error, pattern", [
+    (dict(M=64, N=None, num_programs=4), TypeError, "^N must be an int"),
+    (dict(M=64, N=2.0, num_programs=4), TypeError, "^N must be an int"),
+    (dict(M=-1, N=64, num_programs=4), ValueError, "^M must be >= 0"),
+    (dict(M=64, N=64, num_programs=0), ValueError, "^num_programs must be >= 1"),
+    (dict(M=64, N=64, num_programs=4, schedule="streamk"), ValueError, "^schedule must be one of"),
+    (dict(M=64, N=64, num_programs=4, group_size_m=True), TypeError, "^group_size_m must be an int"),
+])
+def test_ws_schedule_names_a_bad_argument(args, error, pattern):
+    """Found by tests/test_fuzz.py: ws_schedule checked nothing (a KeyError, numpy's errors, or
+    a schedule of 0 programs)."""
+    with pytest.raises(error, match=pattern):
+        gk.ws_schedule(**args)
+
+
 # ----------------------------------------------------------------------------- launch keys
 @pytest.mark.parametrize("valid, invalid", [(8, 8.0), (1, True), (True, 1), (False, 0), (128, 128.0)])
 def test_options_equal_in_value_but_not_in_type_never_share_a_key(valid, invalid):
