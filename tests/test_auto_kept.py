@@ -103,3 +103,17 @@ def test_gpu_a_repeated_call_runs_the_kept_launch_straight(shape, autotune, monk
     out = gk.matmul_auto(a, b, activation="relu", bias=bias)
     assert_close(out, matmul_ref(a, b, activation="relu", bias=bias, out_dtype=torch.float64), dtype)
     assert len(keys) == 4
+
+
+def test_perf_notes_40_quotes_the_cpu_record():
+    """PERF_NOTES 40's CPU numbers are those of ``tests/cpu_host_path.py``'s committed output."""
+    import pathlib
+    import re
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    record = (root / "images" / "bench" / "entry40" / "host_path_cpu.txt").read_text()
+    before, now, empty = re.findall(r"([\d.]+) us per call", record)[:3]
+    text = " ".join((root / "gemm_kernels" / "bench" / "PERF_NOTES.md").read_text().split())
+    assert (f"takes {before} µs per call the way it went before and {now} µs now; `torch.empty` alone {empty} µs"
+            in text)
+    assert float(now) < float(before)
