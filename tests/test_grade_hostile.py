@@ -51,55 +51,37 @@ def submissions(root: Path) -> dict:
     return attacked
 
 
-@pytest.fixture(scope="module")
-def graded(tmp_path_factory):
-    root = tmp_path_factory.mktemp("hostile")
-    attacked = submissions(root)
-    rows = grade.grade(root, jobs=2, timeout=60, cell_timeout=5, hide=[root])
-    return {(r.student, r.exercise): r for r in rows}, attacked
+def test_forgeries_score_zero_and_honest_work_is_graded_right(tmp_path):
+    """One test (one process under xdist: the 24 notebooks are graded once): every forgery scores 0 on
+    the exercise it attacks; nothing is planted in the package; the honest notebooks beside them, and
+    the forged notebooks' other exercise, are graded on their merits."""
+    attacked = submissions(tmp_path)
+    rows = grade.grade(tmp_path, jobs=2, timeout=60, cell_timeout=5, hide=[tmp_path])
+    by_key = {(r.student, r.exercise): r for r in rows}
+    planted = Path(gemm_kernels.__file__).parent / PLANTED
+    found = planted.exists()
+    planted.unlink(missing_ok=True)
+    sandbox = _grade_judge.sandbox_available()
+    forged = [(name, by_key[(name, ex)].status, by_key[(name, ex)].message) for name, ex in attacked.items()
+              if by_key[(name, ex)].points != 0 and (sandbox or name not in NEEDS_SANDBOX)]
+    assert not forged, forged
+    assert not found or not sandbox, "a submission wrote into the package"
+    honest = {("solved", "launch_stats"): "correct", ("solved", "axpy"): "correct",
+              ("right", "launch_stats"): "correct", ("wrong", "launch_stats"): "wrong",
+              ("autotuned", "axpy"): "correct",
+              # the other exercise of a forged notebook is still graded on its merits
+              ("allclose_and_equal", "axpy"): "correct", ("axpy_with_torch", "launch_stats"): "correct",
+              ("endless_loop_no_alarm", "launch_stats"): "timeout", ("exit_at_top", "launch_stats"): "crashed"}
+    assert {key: by_key[key].status for key in honest} == honest, {key: by_key[key].message for key in honest}
+    assert "launched no @triton.jit kernel" in by_key[("axpy_with_torch", "axpy")].message
+    assert "refuses this" in by_key[("axpy_kernel_imports_os", "axpy")].message
+    assert "assigning to an attribute" in by_key[("axpy_patches_torch", "axpy")].message
 
 
 def test_the_sandbox_is_there_where_the_machine_allows_it():
     """On Linux with unprivileged user namespaces (this test machine, most hubs) the notebook's process
-    runs sandboxed; the tests below that need it say so when it is missing."""
+    runs sandboxed; without it the forgeries that read or write the package's files are known gaps."""
     assert _grade_judge.sandbox_available() or not Path("/proc/self/ns/user").exists()
-
-
-@pytest.mark.parametrize("name", sorted(HOSTILE))
-def test_every_forgery_scores_zero(graded, name):
-    by_key, attacked = graded
-    if name in NEEDS_SANDBOX and not _grade_judge.sandbox_available():
-        pytest.xfail("no sandbox on this machine: the package's files are readable and writable by the answer")
-    row = by_key[(name, attacked[name])]
-    assert row.points == 0 and row.status != "correct", (name, row.status, row.message)
-
-
-def test_nothing_was_planted_in_the_package(graded):
-    planted = Path(gemm_kernels.__file__).parent / PLANTED
-    found = planted.exists()
-    planted.unlink(missing_ok=True)
-    assert not found
-
-
-def test_honest_submissions_beside_them(graded):
-    by_key, _ = graded
-    assert by_key[("solved", "launch_stats")].status == "correct"
-    assert by_key[("solved", "axpy")].status == "correct"
-    assert by_key[("right", "launch_stats")].status == "correct"
-    assert by_key[("wrong", "launch_stats")].status == "wrong"
-    assert by_key[("autotuned", "axpy")].status == "correct", by_key[("autotuned", "axpy")].message
-    # the other exercise of a forged notebook is still graded on its merits
-    assert by_key[("allclose_and_equal", "axpy")].status == "correct"
-    assert by_key[("axpy_with_torch", "launch_stats")].status == "correct"
-
-
-def test_what_the_forgeries_are_told(graded):
-    by_key, _ = graded
-    assert "launched no @triton.jit kernel" in by_key[("axpy_with_torch", "axpy")].message
-    assert "refuses this" in by_key[("axpy_kernel_imports_os", "axpy")].message
-    assert "assigning to an attribute" in by_key[("axpy_patches_torch", "axpy")].message
-    assert by_key[("endless_loop_no_alarm", "launch_stats")].status == "timeout"
-    assert by_key[("exit_at_top", "launch_stats")].status == "crashed"
 
 
 def test_an_autotuned_kernel_is_checked_on_a_cpu():

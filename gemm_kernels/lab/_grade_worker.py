@@ -11,8 +11,8 @@ runs the learner's code, so nothing it says is a verdict: it hands the judge val
    "error": ...}`` after each one, then ``{"ready": true, "errors": [...]}``.
 2. Then it answers: ``{"op": "describe", "name"}`` (whether the answer is defined, a function,
    a ``@triton.jit`` function, the package's own code), ``{"op": "call", "name", "args",
-   "kwargs"}`` (the answer called on the judge's inputs: its value, or what it raised, and the
-   tensors it was given, as they are after the call) and ``{"op": "code", "name"}`` (the source
+   "kwargs"}`` (the answer called on the judge's inputs: its value, or what it raised, the tensors
+   it was given as they are after the call, and the package functions its own lines called) and ``{"op": "code", "name"}`` (the source
    of a kernel exercise's answer and of what it reads: :func:`answer_code`).
 
 The check modules (and their ``*_ref`` references) are never imported here: stand-ins whose
