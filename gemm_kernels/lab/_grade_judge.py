@@ -1,9 +1,10 @@
 """The judge of one submitted notebook (started by :mod:`gemm_kernels.lab.grade`): it decides the
 verdicts, and never runs the learner's code in its own process.
 
-``python -m gemm_kernels.lab._grade_judge FD SPEC``.  The judge imports the teacher's checks,
-then starts the notebook's own process (:mod:`._grade_worker`: stdin and stdout pipes, nothing
-else; in a sandbox where :func:`sandbox_prefix` finds one), which runs every code cell in order,
+``python -m gemm_kernels.lab._grade_judge FD SPEC`` (notebooks one after another: :func:`main`).
+The judge imports the teacher's checks, then starts the notebook's own process (:mod:`._grade_worker`:
+stdin and stdout pipes, nothing else; in a sandbox where :func:`sandbox_prefix` finds one), which
+runs every code cell in order,
 each stopped after ``cell_timeout`` seconds (a cell that outlives that by far, or kills the
 process, is left out and the notebook run again).  Then, per exercise:
 
@@ -368,21 +369,24 @@ def forbidden_call(check, called: set) -> str | None:
     return found[0].replace("gemm_kernels.", "", 1) if found else None
 
 
-def main(argv: list[str]) -> int:
-    report = os.fdopen(int(argv[0]), "w", buffering=1)
-    spec = json.loads(argv[1])
-    cap_memory(int(spec.get("judge_memory_mb", 0)))
-
-    def emit(**event):
-        report.write(json.dumps(event) + "\n")
-
-    emit(start=None)
+def judge_notebook(spec: dict, emit) -> None:
+    """Every exercise of one notebook (``spec``: its path, check module, exercises, those to check)."""
     from .progress import EXERCISES_PACKAGE
 
     module = importlib.import_module(f"{EXERCISES_PACKAGE}.{spec['module']}")
     checks = {title: getattr(module, f"check_{title}") for title, _, _ in spec["exercises"]}
-    assert not any(name in sys.modules and type(sys.modules[name]).__name__ == "_Standin" for name in HIDDEN_MODULES)
-    judge = Judge(spec, emit)
+    from .exercises._core import reset_hints
+
+    reset_hints()  # hints step up with wrong tries: each notebook starts from the first
+    try:
+        judge = Judge(spec, emit)
+    except Exception as exc:  # noqa: BLE001  (a file that is no notebook: every exercise says so)
+        for title, _, _ in spec["exercises"]:
+            if title in spec["check"]:
+                emit(result=title, status="error", message=trimmed(f"the notebook cannot be read: "
+                                                                   f"{type(exc).__name__}: {exc}"))
+        emit(done=True, sandbox=False, cell_errors=[])
+        return
     try:
         for title, answer_name, kind in spec["exercises"]:
             if title not in spec["check"]:
@@ -395,6 +399,23 @@ def main(argv: list[str]) -> int:
             judge.child.stop()
         shutil.rmtree(judge.workdir, ignore_errors=True)
     emit(done=True, sandbox=judge.sandboxed, cell_errors=judge.child.errors if judge.child else [])
+
+
+def main(argv: list[str]) -> int:
+    """SPEC: the limits, and ``"notebooks"``: one notebook's spec after another, judged in turn by this
+    one process (its imports and its compile worker serve them all; each notebook has processes of
+    its own).  Each event names its notebook (``"notebook": index``)."""
+    report = os.fdopen(int(argv[0]), "w", buffering=1)
+    spec = json.loads(argv[1])
+    cap_memory(int(spec.get("judge_memory_mb", 0)))
+    notebooks = spec.pop("notebooks", None) or [spec]
+    for index, one in enumerate(notebooks):
+        def emit(**event):
+            report.write(json.dumps({"notebook": index, **event}) + "\n")
+
+        emit(start=None)
+        judge_notebook({**spec, **one}, emit)
+        assert not any(type(sys.modules.get(name)).__name__ == "_Standin" for name in HIDDEN_MODULES)
     return 0
 
 

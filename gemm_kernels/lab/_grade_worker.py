@@ -12,8 +12,9 @@ runs the learner's code, so nothing it says is a verdict: it hands the judge val
 2. Then it answers: ``{"op": "describe", "name"}`` (whether the answer is defined, a function,
    a ``@triton.jit`` function, the package's own code), ``{"op": "call", "name", "args",
    "kwargs"}`` (the answer called on the judge's inputs: its value, or what it raised, the tensors
-   it was given as they are after the call, and the package functions its own lines called) and ``{"op": "code", "name"}`` (the source
-   of a kernel exercise's answer and of what it reads: :func:`answer_code`).
+   it was given as they are after the call, and the package functions its own lines called) and
+   ``{"op": "code", "name"}`` (the source of a kernel exercise's answer and of what it reads:
+   :func:`answer_code`).
 
 The check modules (and their ``*_ref`` references) are never imported here: stand-ins whose
 ``check_*`` do nothing take their place before the first cell runs.
@@ -226,7 +227,8 @@ def _global(value) -> dict:
     kind = type(value)
     if kind.__name__ == "constexpr" and kind.__module__.startswith("triton"):
         inner = getattr(value, "value", None)
-        return {"constexpr": repr(inner)} if type(inner) in (int, float, bool, str, type(None)) else {"other": "constexpr"}
+        plain = type(inner) in (int, float, bool, str, type(None))
+        return {"constexpr": repr(inner)} if plain else {"other": "constexpr"}
     if kind.__name__ == "dtype" and kind.__module__.startswith("triton"):
         return {"dtype": str(getattr(value, "name", ""))}
     if type(value) in (int, float, bool, str, type(None)) or (
@@ -270,7 +272,8 @@ def serve_call(namespace: dict, request: dict) -> dict:
     def note(frame, event, arg):  # the package's functions the answer's own lines call
         if event == "call" and frame.f_back is not None and frame.f_back.f_code.co_filename.startswith("<submission") \
                 and frame.f_code.co_filename.startswith(package):
-            called.add(f"{frame.f_globals.get('__name__', '?')}.{getattr(frame.f_code, 'co_qualname', frame.f_code.co_name)}")
+            code = frame.f_code
+            called.add(f"{frame.f_globals.get('__name__', '?')}.{getattr(code, 'co_qualname', code.co_name)}")
 
     sys.setprofile(note)
     try:

@@ -6,12 +6,13 @@ the folder's.  A notebook is known by its name (``NN_slug``, anywhere in it) or,
 the check module its cells import.  One copy per student and notebook is graded
 (:func:`gemm_kernels.lab.gradebook.pick_copies`: ``-Copy1`` beside the original).
 
-Each notebook has a judge (:mod:`gemm_kernels.lab._grade_judge`, a process of its own) that runs
-the notebook's cells in another process (every cell in order, each with a time limit, a memory
-cap, sandboxed where Linux allows it) and decides every verdict itself: plain answers are called
-through a pipe and return plain data, kernel answers are rebuilt from their source and run by the
-judge.  Nothing the notebook patches or writes reaches a verdict; a hang, a crash or silence is 0
-for that exercise.  Checks run in exam mode (:mod:`gemm_kernels.lab.exam`) unless ``--no-exam``.
+A judge (:mod:`gemm_kernels.lab._grade_judge`, a process of its own; one per ``--jobs``, taking
+its notebooks in turn) runs each notebook's cells in another process (every cell in order, each
+with a time limit, a memory cap, sandboxed where Linux allows it) and decides every verdict
+itself: plain answers are called through a pipe and return plain data, kernel answers are rebuilt
+from their source and run by the judge.  Nothing the notebook patches or writes reaches a
+verdict; a hang, a crash or silence is 0 for that exercise.  Checks run in exam mode
+(:mod:`gemm_kernels.lab.exam`) unless ``--no-exam``.
 
 Writes one row per student, notebook and exercise (status, points, the check's message, trimmed)
 to ``--out``, the gradebook (one row per student, :mod:`gemm_kernels.lab.gradebook`) to
@@ -158,14 +159,17 @@ def _last_line(log: Path) -> str:
     return f"; its last output: {lines[-1][:200]}" if lines else ""
 
 
-def _run_worker(path: Path, notebook: str, check: list[str], skip: list[str], *, exam_mode: bool,
-                timeout: float, memory_mb: int, cell_timeout: float = CELL_TIMEOUT_S, hide=()) -> _Run:
-    """One run of the notebook's judge (:mod:`._grade_judge`); what it reported, and how it ended.
-    ``skip``: exercises whose check stopped an earlier judge (they are not checked again)."""
-    exercises = [(title, answer, KERNEL_KINDS.get(title, "plain")) for title, answer in ANSWERS[notebook]]
-    spec = {"path": str(path.resolve()), "module": _module_of(notebook), "exercises": exercises,
-            "check": [t for t in check if t not in skip], "memory_mb": memory_mb, "judge_memory_mb": memory_mb,
+def _run_judge(items: list, *, exam_mode: bool, timeout: float, memory_mb: int, cell_timeout: float = CELL_TIMEOUT_S,
+               hide=()) -> list[_Run]:
+    """One judge (:mod:`._grade_judge`) for ``items``, (path, course notebook, exercises to check)
+    triples, in turn; what it reported of each, and how it ended (the notebook it was on when it
+    failed has ``status``; those after it are untouched)."""
+    notebooks = [{"path": str(Path(path).resolve()), "module": _module_of(notebook), "check": list(check),
+                  "exercises": [(t, a, KERNEL_KINDS.get(t, "plain")) for t, a in ANSWERS[notebook]]}
+                 for path, notebook, check in items]
+    spec = {"notebooks": notebooks, "memory_mb": memory_mb, "judge_memory_mb": memory_mb,
             "cell_timeout": cell_timeout, "hide": [str(Path(h).resolve()) for h in hide]}
+    runs = [_Run({}, False) for _ in items]
     read_end, write_end = os.pipe()
     with tempfile.TemporaryDirectory(prefix="gk-grade-") as tmp:
         log = Path(tmp) / "output.txt"
@@ -175,8 +179,7 @@ def _run_worker(path: Path, notebook: str, check: list[str], skip: list[str], *,
                                     stdout=out, stderr=subprocess.STDOUT, pass_fds=(write_end,),
                                     start_new_session=True)
         os.close(write_end)
-        run = _Run({}, False)
-        current, buffer, killed = None, b"", False
+        where, current, buffer, killed = 0, None, b"", False
         deadline = time.monotonic() + timeout
         try:
             while True:
@@ -191,6 +194,7 @@ def _run_worker(path: Path, notebook: str, check: list[str], skip: list[str], *,
                 *lines, buffer = buffer.split(b"\n")
                 for line in lines:
                     event = json.loads(line)
+                    where, run = event["notebook"], runs[event["notebook"]]
                     if "start" in event:
                         current, deadline = event["start"], time.monotonic() + timeout
                     elif "cell" in event:  # the notebook's cells run, each with a limit of its own
@@ -200,50 +204,66 @@ def _run_worker(path: Path, notebook: str, check: list[str], skip: list[str], *,
                     elif event.get("done"):
                         run.finished, run.sandbox = True, bool(event.get("sandbox"))
                         run.cell_errors = list(event.get("cell_errors") or [])
-                        deadline = time.monotonic() + _EXIT_GRACE_S
+                        deadline = time.monotonic() + timeout
             if not killed:
                 try:
                     proc.wait(timeout=_EXIT_GRACE_S)
                 except subprocess.TimeoutExpired:
-                    killed = not run.finished
+                    killed = not all(run.finished for run in runs)
         finally:
             os.close(read_end)
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)  # the judge and what it started
             proc.wait()
-        if run.finished:
-            return run
-        run.failed = current
+        if all(run.finished for run in runs):
+            return runs
+        run = runs[where] if not runs[where].finished else next(r for r in runs if not r.finished)
+        run.failed = current if run is runs[where] else None
         if killed:
             run.status, run.message = "timeout", f"its check was still running after {timeout:g} s: stopped"
         else:
             code = proc.returncode
             how = (f"killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}")
             run.status, run.message = "error", f"the judge's process {how}{_last_line(log)}"
-    return run
+    return runs
 
 
-def grade_notebook(path: Path, notebook: str, *, exam_mode: bool = True, timeout: float = TIMEOUT_S,
-                   memory_mb: int = MEMORY_MB, cell_timeout: float = CELL_TIMEOUT_S, hide=()) -> dict:
-    """{title: (status, message)} for every exercise of ``notebook`` in the submission at ``path``.
-    A run that hangs, crashes or runs out of memory in an exercise's cells gives that exercise its
-    status; the notebook runs again without those cells for the exercises left."""
-    titles = [title for title, _ in ANSWERS[notebook]]
-    results: dict = {}
-    skip: list[str] = []
-    while len(results) < len(titles):
-        run = _run_worker(path, notebook, [t for t in titles if t not in results], skip, exam_mode=exam_mode,
-                          timeout=timeout, memory_mb=memory_mb, cell_timeout=cell_timeout, hide=hide)
-        results.update(run.results)
-        if run.finished:
-            break
-        if run.failed is None or run.failed in skip:  # the set-up, or nothing left to leave out
-            for title in titles:
-                results.setdefault(title, (run.status, run.message))
-            break
-        results[run.failed] = (run.status, run.message)
-        skip.append(run.failed)
-    return {title: results.get(title, ("error", "not graded")) for title in titles}
+def grade_notebooks(items: list, *, exam_mode: bool = True, timeout: float = TIMEOUT_S, memory_mb: int = MEMORY_MB,
+                    cell_timeout: float = CELL_TIMEOUT_S, hide=()) -> list[dict]:
+    """{title: (status, message)} for every exercise of each (path, course notebook) pair, judged
+    in turn by one judge.  A check that hangs or brings its judge down gives its exercise that
+    status; a new judge goes on without it."""
+    titles = [[title for title, _ in ANSWERS[notebook]] for _, notebook in items]
+    results: list[dict] = [{} for _ in items]
+    skip: list[list] = [[] for _ in items]
+    pending = list(range(len(items)))
+    while pending:
+        batch = [(items[i][0], items[i][1], [t for t in titles[i] if t not in results[i] and t not in skip[i]])
+                 for i in pending]
+        runs = _run_judge(batch, exam_mode=exam_mode, timeout=timeout, memory_mb=memory_mb,
+                          cell_timeout=cell_timeout, hide=hide)
+        left = []
+        for i, run in zip(pending, runs):
+            results[i].update(run.results)
+            if run.finished:
+                continue
+            if run.status:  # the notebook the judge failed on
+                if run.failed is None or run.failed in skip[i]:  # its set-up, or nothing left to leave out
+                    for title in titles[i]:
+                        results[i].setdefault(title, (run.status, run.message))
+                    continue
+                results[i][run.failed] = (run.status, run.message)
+                skip[i].append(run.failed)
+            if len(results[i]) < len(titles[i]):
+                left.append(i)
+        pending = left
+    return [{title: results[i].get(title, ("error", "not graded")) for title in titles[i]} for i in range(len(items))]
+
+
+def grade_notebook(path: Path, notebook: str, **options) -> dict:
+    """{title: (status, message)} for every exercise of ``notebook`` in the submission at ``path``
+    (:func:`grade_notebooks`)."""
+    return grade_notebooks([(path, notebook)], **options)[0]
 
 
 def grade_submission(student: str, path: Path, **options) -> list[Grade]:
@@ -268,9 +288,26 @@ def grade_class(root: Path, *, jobs: int = 1, **options) -> tuple[list[Grade], l
     kept += [f for f in found if f[2] is None]
     kept.sort(key=lambda f: (f[0], str(f[1])))
     options.setdefault("hide", [root])  # the class's notebooks, out of every notebook's sight (the sandbox)
-    with ThreadPoolExecutor(max(1, jobs)) as pool:
-        graded = pool.map(lambda triple: grade_submission(triple[0], triple[1], **options), kept)
-        return [row for rows in graded for row in rows], dropped
+    jobs = max(1, min(jobs, len(kept) or 1))
+    shares = [kept[j::jobs] for j in range(jobs)]  # one judge per job, its notebooks in turn
+
+    def judged(share):
+        verdicts = grade_notebooks([(path, notebook) for _, path, notebook in share if notebook], **options)
+        rows, graded = [], iter(verdicts)
+        for student, path, notebook in share:
+            if notebook is None:
+                rows.append(Grade(student, "", "", "error", 0,
+                                  "not a notebook of the course (by its name or its imports)", str(path)))
+                continue
+            rows += [Grade(student, notebook, title, status, int(status == "correct"), message, str(path))
+                     for title, (status, message) in next(graded).items()]
+        return rows
+
+    with ThreadPoolExecutor(jobs) as pool:
+        rows = [row for share in pool.map(judged, shares) for row in share]
+    order = {(student, str(path)): k for k, (student, path, _) in enumerate(kept)}
+    rows.sort(key=lambda row: order[(row.student, row.file)])
+    return rows, dropped
 
 
 def grade(root: Path, *, jobs: int = 1, **options) -> list[Grade]:
@@ -340,7 +377,8 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"seconds one cell of a notebook may run (default {CELL_TIMEOUT_S})")
     parser.add_argument("--memory-mb", type=int, default=MEMORY_MB,
                         help=f"memory cap of each notebook's process in MiB, 0 for none (default {MEMORY_MB})")
-    parser.add_argument("--jobs", type=int, default=1, help="notebooks graded at once (default 1)")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="notebooks graded at once: one judge each, taking its share in turn (default 1)")
     args = parser.parse_args(argv)
     if not args.submissions.is_dir():
         parser.error(f"{args.submissions} is not a folder")
@@ -367,7 +405,8 @@ def main(argv: list[str] | None = None) -> int:
         gradebook.write_canvas_csv(rows, args.canvas, assignment=config.get("assignment", "gemm-kernels"),
                                    roster=roster)
     if args.json:
-        data = {"exam": args.exam, "sandbox": sandboxed, "grades": [asdict(row) for row in grades], "students": totals(grades),
+        data = {"exam": args.exam, "sandbox": sandboxed, "grades": [asdict(row) for row in grades],
+                "students": totals(grades),
                 "gradebook": rows, "copies_left_out": [{"student": s, "file": str(p), "graded": str(k)}
                                                        for s, p, _, k in dropped],
                 "seconds": round(seconds, 1), "notebooks": notebooks}

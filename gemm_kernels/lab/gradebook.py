@@ -89,7 +89,8 @@ def read_config(path: Path | None) -> dict:
     for notebook, per in weights.items():
         titles = [t for t, _ in ANSWERS.get(notebook, ())]
         if not titles or not isinstance(per, dict):
-            raise GradebookError(f"config {path}: weights for {notebook!r}: not a course notebook's {{exercise: points}}")
+            raise GradebookError(f"config {path}: weights for {notebook!r}: not a course notebook's "
+                                 "{exercise: points}")
         for title, points in per.items():
             if title not in titles:
                 raise GradebookError(f"config {path}: {notebook} has no exercise {title!r} (it has {titles})")

@@ -55,9 +55,12 @@ def _graded(course: Path, assignment: str, jobs: int, options: dict) -> list[tup
             if notebook is not None:
                 found.append((folder.parent.name, path, notebook))
     options = {"hide": [course], **options}  # solutions in source/, the other students: out of sight
-    with ThreadPoolExecutor(max(1, jobs)) as pool:
-        verdicts = list(pool.map(lambda f: grade.grade_notebook(f[1], f[2], **options), found))
-    return [(student, path, notebook, verdict) for (student, path, notebook), verdict in zip(found, verdicts)]
+    jobs = max(1, min(jobs, len(found) or 1))
+    shares = [found[j::jobs] for j in range(jobs)]  # one judge per job, its notebooks in turn
+    with ThreadPoolExecutor(jobs) as pool:
+        judged = list(pool.map(lambda share: grade.grade_notebooks([(p, nb) for _, p, nb in share], **options), shares))
+    return [(student, path, notebook, verdict) for share, verdicts in zip(shares, judged)
+            for (student, path, notebook), verdict in zip(share, verdicts)]
 
 
 def _edited_checks(course: Path, assignment: str, path: Path) -> list[str]:
