@@ -142,3 +142,15 @@ def test_a_package_model_as_the_answer_is_refused(tmp_path):
     status, message = verdicts["row_major_launch_order"]
     assert status == "wrong" and "launch_order_grid" in message
     assert verdicts["one_program"][0] == "correct"
+
+
+def test_a_judge_that_runs_out_of_time_is_replaced(tmp_path):
+    """Two notebooks in one judge's turn, with no time for any check: each exercise says so, a new judge
+    takes what is left each time, and grading ends (no exercise graded twice, none left out)."""
+    nb = lean_notebook()
+    for name in ("a", "b"):
+        nbformat.write(nb, tmp_path / f"{name}_00_start_here.ipynb")
+    items = [(tmp_path / f"{name}_00_start_here.ipynb", "00_start_here") for name in ("a", "b")]
+    verdicts = grade.grade_notebooks(items, timeout=0.5, cell_timeout=5, hide=[tmp_path])
+    assert [list(v) for v in verdicts] == [["launch_stats", "axpy"]] * 2
+    assert all(status == "timeout" and "0.5 s" in message for v in verdicts for status, message in v.values())
