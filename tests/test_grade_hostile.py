@@ -154,3 +154,31 @@ def test_a_judge_that_runs_out_of_time_is_replaced(tmp_path):
     verdicts = grade.grade_notebooks(items, timeout=0.5, cell_timeout=5, hide=[tmp_path])
     assert [list(v) for v in verdicts] == [["launch_stats", "axpy"]] * 2
     assert all(status == "timeout" and "0.5 s" in message for v in verdicts for status, message in v.values())
+
+
+def test_the_interpreters_tuner_keeps_a_callers_own_timer():
+    """The CPU tuner (interpreted_autotune) replaces Triton's GPU timer only: an autotuner given its own
+    do_bench (the package's tests time candidates that way) still picks by it, in any process order."""
+    import torch
+    import triton
+    import triton.language as tl
+
+    import gemm_kernels.lab.exercises._core  # noqa: F401  (installs the CPU tuner, as a check module does)
+
+    def prefer_the_second(kernel_call, quantiles=None):
+        kernel_call()
+        prefer_the_second.calls += 1
+        return [2.0 if prefer_the_second.calls == 1 else 1.0] * len(quantiles or (0,))
+    prefer_the_second.calls = 0
+
+    @triton.autotune(configs=[triton.Config({"BLOCK": 16}), triton.Config({"BLOCK": 32})], key=["n"],
+                     do_bench=prefer_the_second)
+    @triton.jit
+    def copy_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+        offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=offsets < n), mask=offsets < n)
+
+    x = torch.arange(40, dtype=torch.float32)
+    out = torch.empty_like(x)
+    copy_kernel[lambda meta: (triton.cdiv(40, meta["BLOCK"]),)](x, out, 40)
+    assert torch.equal(out, x) and copy_kernel.best_config.kwargs["BLOCK"] == 32

@@ -2,8 +2,8 @@
 kernel failed its first launch with "0 active drivers ([]). There should only be one." (the tuner
 asks the GPU driver for a benchmarker).  :func:`install`, when this process interprets, makes
 
-* the tuner run each config once and time it as 0 s: every config runs on the launch's inputs (as
-  a GPU's tuning run does), and the first is kept;
+* the tuner run each config once and time it as 0 s (unless the caller gave it a ``do_bench`` of
+  its own): every config runs on the launch's inputs (as a GPU's tuning run does), the first is kept;
 * inside a check (a launch redirected by ``_triton_compat.redirect_launches``), the launch of the
   first config (after the tuner's pruning and its heuristics) go through the check's launch, so
   it is recorded and run checked like a plain ``@triton.jit`` kernel's.  Its other configs are not
@@ -30,8 +30,16 @@ def install() -> bool:
 
     if getattr(autotuner.Autotuner, "_gk_interpreted", False):
         return True
-    # its own do_bench, or warmup/rep (triton.testing.do_bench): none can time in the interpreter
-    autotuner.Autotuner.do_bench = property(lambda self: _run_once)
+    def do_bench(self):
+        # a do_bench of the caller's stays theirs; Triton's own (the GPU's, or triton.testing.do_bench
+        # for warmup/rep, defined in the autotuner's module) cannot time in the interpreter
+        own = getattr(self, "_do_bench", None)
+        code = getattr(own, "__code__", None)
+        if own is not None and (code is None or code.co_filename != autotuner.__file__):
+            return own
+        return _run_once
+
+    autotuner.Autotuner.do_bench = property(do_bench)
     original = autotuner.Autotuner.run
 
     def run(self, *args, **kwargs):
