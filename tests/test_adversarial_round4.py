@@ -204,7 +204,8 @@ def test_scaled_grouped_mm_names_a_sparse_scale(which):
     args = dict(scale_x=sx.reshape(T), scale_w=sw)
     args[which] = args[which].to_sparse()
     with pytest.raises(TypeError, match=f"^{which} is a sparse_coo tensor"):
-        fp8.scaled_grouped_mm(x, w, args["scale_x"], args["scale_w"], torch.tensor([4, 8], dtype=torch.int32))
+        fp8.scaled_grouped_mm(x, w, args["scale_x"], args["scale_w"],
+                              torch.tensor([4, 8], dtype=torch.int32, device=DEVICE))
 
 
 def test_grouped_mm_names_a_sparse_offs():
