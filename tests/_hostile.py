@@ -8,6 +8,12 @@ take the answer from the package.  Every one must score 0 on that exercise, by b
 
 from __future__ import annotations
 
+#: the forgeries tests/test_teach.py also runs under nbgrader: some fool its own autograde (they run in
+#: its kernel), all score 0 once the judge has written; those writing to every descriptor are left
+#: out there (in nbgrader's kernel they jam its sockets, and autograde waits out Execute.timeout)
+NBGRADER_HOSTILE = ("patch_core", "checkresult_patch", "equal_to_everything", "allclose_and_equal", "sys_modules",
+                    "own_check_names", "ref_by_dict")
+
 #: a wrong answer (n // block drops the partial block)
 WRONG = "def launch_stats(n, block):\n    return n // block, 0\n"
 #: a right one, written another way

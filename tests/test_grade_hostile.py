@@ -14,7 +14,7 @@ import gemm_kernels
 from gemm_kernels.lab import _grade_judge, grade
 from gemm_kernels.lab.student import exercise_cells
 
-from _hostile import AXPY_AUTOTUNED, HOSTILE, PLANTED, RIGHT, WRONG
+from _hostile import AXPY_AUTOTUNED, HOSTILE, NBGRADER_HOSTILE, PLANTED, RIGHT, WRONG
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 #: needs the sandbox (the package's files out of reach): without it these are known gaps (TEACHING.md)
@@ -182,3 +182,10 @@ def test_the_interpreters_tuner_keeps_a_callers_own_timer():
     out = torch.empty_like(x)
     copy_kernel[lambda meta: (triton.cdiv(40, meta["BLOCK"]),)](x, out, 40)
     assert torch.equal(out, x) and copy_kernel.best_config.kwargs["BLOCK"] == 32
+
+
+def test_teaching_md_counts_the_forgeries():
+    text = (NOTEBOOKS / "TEACHING.md").read_text(encoding="utf-8")
+    assert f"{len(HOSTILE)} such submissions" in text
+    assert f"the {len(NBGRADER_HOSTILE)} that nbgrader's kernel survives" in text
+    assert set(NBGRADER_HOSTILE) <= set(HOSTILE)

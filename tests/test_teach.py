@@ -21,7 +21,7 @@ from gemm_kernels.lab import nbgrader_judge, student
 from gemm_kernels.lab.nbgrader_markup import CHECK_CALL
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _hostile import HOSTILE  # noqa: E402
+from _hostile import HOSTILE, NBGRADER_HOSTILE  # noqa: E402
 
 pytestmark = pytest.mark.teach
 nbgrader_api = pytest.importorskip("nbgrader.api", reason="needs the [teach] extra (make test-teach)")
@@ -153,13 +153,6 @@ def test_the_whole_course_releases(tmp_path):
         checks = [c for c in nbformat.read(path, as_version=4).cells
                   if c.cell_type == "code" and CHECK_CALL.search(c.source)]
         assert len(graded) == len(checks) >= 2 and all(c.metadata["nbgrader"]["points"] == 1 for c in graded), path.name
-
-
-#: forgeries of tests/_hostile.py that fool nbgrader's own autograde (they run in its kernel) and
-#: others that do not; the judge scores every one 0 (those writing to every descriptor are left out
-#: here: in nbgrader's kernel they jam its sockets, and autograde waits out Execute.timeout)
-NBGRADER_HOSTILE = ("patch_core", "checkresult_patch", "equal_to_everything",
-                    "allclose_and_equal", "sys_modules", "own_check_names", "ref_by_dict")
 
 
 def test_the_judge_gives_nbgrader_its_scores(course):
