@@ -189,3 +189,7 @@ def test_teaching_md_counts_the_forgeries():
     assert f"{len(HOSTILE)} such submissions" in text
     assert f"the {len(NBGRADER_HOSTILE)} that nbgrader's kernel survives" in text
     assert set(NBGRADER_HOSTILE) <= set(HOSTILE)
+    # and the limits it quotes are the grader's
+    assert f"each cell stopped after {grade.CELL_TIMEOUT_S:g} s" in text
+    assert f"costs {grade.CELL_TIMEOUT_S:g} s once,\nor {grade.CELL_TIMEOUT_S + _grade_judge.GRACE_S:g} s" in text
+    assert f"does not return in {_grade_judge.CALL_TIMEOUT_S:g} s" in text
