@@ -872,3 +872,36 @@ def test_entry_39_numbers_are_the_records():
     seconds_line = re.search(r"shard rc 0 in (\d+) s", shard)
     assert found and seconds_line
     assert _squash(f"{found.group(1)} passed, {found.group(2)} skipped in {seconds_line.group(1)} s") in text
+
+
+def test_entry_40_measured_numbers_are_the_record():
+    """PERF_NOTES 40's measurement quotes entry40/first_call.json: each part's range, the targets' verdicts."""
+    import statistics
+
+    text = _squash(PERF_NOTES.read_text())
+    run = json.loads((BENCH / "entry40" / "first_call.json").read_text())
+    known = [r for r in run["first_calls"] if r["bucket_seen"]]
+    ours = [r for r in known if r["launcher"] != "torch.matmul"]
+    theirs = [r for r in known if r["launcher"] == "torch.matmul"]
+    for rows, unit in ((ours, "a repeated call"), (theirs, "its repeated call")):
+        ratio = [r["first_over_repeated"] for r in rows]
+        ms = [r["first_ms"] for r in rows]
+        assert _squash(f"{min(ratio)}x to {max(ratio)}x {unit} ({min(ms)} to {max(ms)} ms") in text, unit
+    assert max(r["first_over_repeated"] for r in ours) > 3  # "the target (<= 3x) is missed"
+    tuned = [r["first_ms"] for r in run["first_calls"] if not r["bucket_seen"] and r["tuning_runs"]]
+    assert _squash(f"{min(tuned)} to {max(tuned)} ms") in text
+    fresh = {(r["family"], r["launcher"], r["tuning_cache"]): r for r in run["fresh_processes"]}
+    assert fresh["llm 4096x4096", "matmul_tma", "warm"]["tuning_runs"] == 1  # the miss the notes name
+    auto = [fresh[f, "matmul_auto", "warm"] for f in ("llm 4096x4096", "few tiles 1024x4096")]
+    assert all(r["tuning_runs"] == 0 for r in auto)
+    assert _squash(f"({auto[0]['first_ms']} and {auto[1]['first_ms']} ms") in text
+    picks = [r["pick_over_best"] for r in run["bucket_picks"]]
+    assert _squash(f"{len(picks)} shapes, CUDA graphs: geomean {statistics.geometric_mean(picks):.4f}, max "
+                   f"{max(picks)}") in text
+    assert _squash(f"{sum(p <= 1.02 for p in picks)} of {len(picks)} within 2%") in text
+    host, over = run["host"]["us_median"], run["host"]["over_torch"]
+    assert _squash(f"`torch.matmul` {host['torch.matmul']}, `matmul_auto` {host['matmul_auto']} "
+                   f"({over['matmul_auto']}x), `matmul_ws` {host['matmul_ws']} ({over['matmul_ws']}x)") in text
+    assert "80 passed" in (BENCH / "entry40" / "gpu_tests_autotune_off.log").read_text() and "80 passed" in text
+    on = (BENCH / "entry40" / "gpu_tests_autotune_on.log").read_text()
+    assert on.count(".") >= 40 and "F" not in on.replace("Fixture", "") and "after 40 tests, none failed" in text
