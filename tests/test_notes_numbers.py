@@ -905,3 +905,35 @@ def test_entry_40_measured_numbers_are_the_record():
     assert "80 passed" in (BENCH / "entry40" / "gpu_tests_autotune_off.log").read_text() and "80 passed" in text
     on = (BENCH / "entry40" / "gpu_tests_autotune_on.log").read_text()
     assert on.count(".") >= 40 and "F" not in on.replace("Fixture", "") and "after 40 tests, none failed" in text
+
+
+def test_entry_41_batch_invariance_numbers_are_the_csv():
+    """PERF_NOTES 41 quotes entry41/batch_invariance.csv: the mode's speed against the default and
+    cuBLAS, and which rows kept their bits."""
+    import statistics
+    from collections import defaultdict
+
+    text = _squash(PERF_NOTES.read_text())
+    rows = list(csv.DictReader((BENCH / "entry41" / "batch_invariance.csv").open()))
+    assert _squash(f"`entry41/batch_invariance.csv`, {len(rows)} rows") in text
+    cases = defaultdict(dict)
+    for r in rows:
+        cases[r["dtype"], r["M"], r["N"], r["K"], r["layout"]][r["provider"]] = r
+
+    def geomean(dtype, mine, other, keep=lambda m: True):
+        return statistics.geometric_mean(float(c[other]["ms"]) / float(c[mine]["ms"]) for k, c in cases.items()
+                                         if k[0] == dtype and keep(int(k[1])))
+
+    inv = "matmul_auto batch_invariant"
+    assert _squash(f"fp16 {geomean('float16', inv, 'matmul_auto'):.3f}x ({geomean('float16', inv, 'matmul_auto', lambda m: m <= 64):.3f}x "
+                   f"at M <= 64, {geomean('float16', inv, 'matmul_auto', lambda m: m >= 1024):.3f}x") in text
+    assert _squash(f"bf16 {geomean('bfloat16', inv, 'matmul_auto'):.3f}x; against cuBLAS "
+                   f"{geomean('float16', inv, 'cuBLAS'):.3f}x (fp16)") in text
+    assert _squash(f"its mode costs {geomean('e4m3 row-wise', 'scaled_mm batch_invariant', 'scaled_mm'):.3f}x") in text
+    assert all(r["same_bits_as_largest_m"] == "True" for r in rows if "batch_invariant" in r["provider"])
+    default16 = [r for r in rows if r["dtype"] == "float16" and r["provider"] == "matmul_auto"]
+    assert _squash(f"the default changed them in {sum(r['same_bits_as_largest_m'] == 'False' for r in default16)} "
+                   f"of {len(default16)} fp16 rows") in text
+    fp8 = [r for r in rows if r["provider"] == "scaled_mm"]
+    assert all(r["same_bits_as_largest_m"] == "True" for r in fp8) and f"({len(fp8)} of {len(fp8)})" in text
+    assert "passed" in (BENCH / "entry41" / "batch_invariance_gpu_tests.log").read_text()
