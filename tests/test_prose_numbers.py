@@ -698,3 +698,16 @@ def test_notebook_09b_first_call_paragraph_reads_its_profile():
     run = cumulative(first, "run (runtime/jit.py")
     ours = cumulative(first, "check_matmul_inputs") + cumulative(first, "tuning_key")
     assert run > ours and run > cumulative("torch.matmul", "<built-in method torch.matmul>")
+
+
+def test_notebook_10_cublas_splits_k_where_its_fast_mode_grows_slowly():
+    """10, section 4: cuBLAS's fp8 kernel splits K at 16384 and 65536 in both modes, not at 4096 and below
+    (the kernel names recorded on a GPU, entry41/fp8_fast_accum_kernels.json)."""
+    text = markdown_of("10_fp8.ipynb")
+    assert "at K = 16384 and 65536 its kernel's name holds `splitK` and a `splitKreduce_kernel` follows it" in text
+    rows = json.loads((ROOT / "images/bench/entry41/fp8_fast_accum_kernels.json").read_text())["rows"]
+    for r in rows:
+        names = " ".join(r["kernels"])
+        split = r["K"] in (16384, 65536)
+        assert r["split_k"] == split and ("splitK_" in names) == split and ("splitKreduce_kernel" in names) == split, r
+    assert {r["K"] for r in rows if not r["split_k"]} and max(r["K"] for r in rows if not r["split_k"]) == 4096
