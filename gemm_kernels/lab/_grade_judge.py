@@ -330,6 +330,12 @@ class Judge:
             answer = self.answer(name, kind, title)
         except ChildGone as exc:
             return self.child.failure or (STATUS_CRASHED, str(exc))
+        except Exception as exc:  # noqa: BLE001  (a reply that is no answer: its process is not trusted further)
+            if self.child is not None:
+                self.child.stop()
+                self.child.failure = ("error", "it sent a reply that is no answer")
+            return "error", trimmed(f"the notebook's process sent a reply that is no answer ({type(exc).__name__}: "
+                                    f"{exc})")
         if isinstance(answer, tuple) and len(answer) == 2 and answer[0] in (
                 "error", "not attempted", "wrong", STATUS_TIMEOUT, STATUS_CRASHED) and isinstance(answer[1], str):
             return answer
