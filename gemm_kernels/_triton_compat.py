@@ -13,6 +13,8 @@ internal it relies on; in short:
 * :func:`descriptor_on` (host time of a Gluon launch): a host ``TensorDescriptor`` copied without
   re-running its checks.  Fallback: ``dataclasses.replace``.
 * :func:`chosen_config`: ``Autotuner.best_config``.  Fallback: every launch asks the autotuner.
+* :func:`hash_callees_first` (kernel keys the same in every process): ``DependenciesFinder._update_hash``.
+  Fallback: Triton's own order (the tuning and compile caches may miss across processes).
 * :func:`specialize` (compile view): ``native_specialize_impl``.  Fallback: its rules in Python.
 * :func:`ast_source` (compile view): ``ASTSource`` with ``CUDABackend.parse_attr`` (fallback: no
   divisibility hints, with a warning); Gluon needs ``GluonASTSource`` (no fallback: the compile
@@ -417,6 +419,40 @@ def chosen_config(autotuner):
         _give_up("best_config", TypeError(f"best_config is a {type(config).__name__}, not a triton.Config"))
         return None
     return config
+
+
+def hash_callees_first() -> bool:
+    """Make a kernel's ``JITFunction.cache_key`` the same whichever kernels this process hashed
+    before (its callees' keys, then their global variables: Triton 3.9's order).
+
+    Triton 3.6's ``DependenciesFinder._update_hash`` merges a called function's
+    ``used_global_vals`` before computing that function's key, so a callee not hashed yet adds
+    none of its constexpr globals (``epilogue._INTERPRETED`` under ``store_tile_masked``) and
+    ``matmul_tma``'s key in a process that launched it first differed from one that launched
+    ``matmul`` first: the tuning cache's file (``kernels.tuning_cache``) and Triton's compile
+    cache missed across processes (fixed upstream: triton-lang/triton#10494).  Wraps
+    ``_update_hash`` to ask the callee's key first; on a Triton that already does, this changes
+    nothing.  Returns whether the wrapper is in place (never with internals off: then keys may
+    differ by process and the caches miss, which costs tuning and compiles, never a wrong result)."""
+    if not internals_enabled("hash_callees_first"):
+        return False
+    try:
+        from triton.runtime.jit import DependenciesFinder
+
+        original = DependenciesFinder._update_hash
+    except (ImportError, AttributeError) as err:
+        _give_up("hash_callees_first", err)
+        return False
+    if getattr(original, "_callees_first", False):
+        return True
+
+    def _update_hash(self, func):
+        func.cache_key  # fills func.used_global_vals, which the original merges before asking the key
+        return original(self, func)
+
+    _update_hash._callees_first = True
+    DependenciesFinder._update_hash = _update_hash
+    return True
 
 
 # ----------------------------------------------------------------------------- compile view

@@ -247,6 +247,69 @@ def test_two_processes_share_the_file(cache_dir):
     assert len(json.loads(path.read_text())["picks"]) == 2
 
 
+# ----------------------------------------------------------------------------- the same file in every process
+#: a process that builds Hopper code on this CPU (``GEMM_KERNELS_COMPILE_ONLY``): its kernels are
+#: JITFunctions with Triton's ``cache_key``, as on a GPU (the interpreter's stand-ins have none)
+_HASHING_PROCESS = r"""
+import collections, json, sys
+import torch
+from gemm_kernels import runtime
+from gemm_kernels.kernels import configs, fp8, grouped, matmul, moe, moe_wgrad, persistent, splitk, streamk
+order, M = sys.argv[1], int(sys.argv[2])
+tuned = {f"{m.__name__}.{n}": v for m in (fp8, grouped, matmul, moe, moe_wgrad, persistent, splitk, streamk)
+         for n, v in vars(m).items() if isinstance(v, configs.TunedKernel)}
+TMA = "gemm_kernels.kernels.persistent._tma_tuned"
+rest = sorted(n for n in tuned if n != TMA)
+names = [*rest, TMA] if order == "tma_last" else [TMA, *rest[::-1]]  # the order Triton hashes them in
+files = {n: tuned[n].disk.path().name for n in names}
+twice = {n: [g for g, k in collections.Counter(g for g, _ in t.fn.used_global_vals).items() if k > 1]
+         for n, t in tuned.items()}
+# matmul_tma over its GPU list, the tuning step a stand-in that picks the last candidate
+tma = configs.TunedKernel(persistent._matmul_tma_kernel, configs.tma_configs(gpu=True), key=persistent._tma_tuned.keys)
+runtime.autotune_enabled = lambda: True
+runs = []
+def stand_in(*args, **kwargs):
+    runs.append(1)
+    tma.autotuner.best_config = tma.configs[-1]
+tma.autotuner.run = stand_in
+a, w, c = (torch.empty(rows, 4096, dtype=torch.float16) for rows in (M, 4096, M))
+args = persistent._tma_args(a, w.t(), c, None, None, order="grouped", group_size_m=8, num_programs=132, activation=None)
+pick = tma.config_for(persistent._persistent_grid(M, 4096, 132), **args)
+print(json.dumps({"files": files, "constexpr_names_twice": {n: g for n, g in twice.items() if g},
+                  "tma_file": tma.disk.path().name, "runs": len(runs), "pick": pick.all_kwargs()}))
+"""
+
+
+def _hashing_process(order, M, cache_dir, seed):
+    import os
+
+    env = {**os.environ, "GEMM_KERNELS_COMPILE_ONLY": "1", tuning_cache.ENV: str(cache_dir),
+           "PYTHONHASHSEED": str(seed), "GEMM_KERNELS_TRITON_INTERNALS": "1"}
+    env.pop("TRITON_INTERPRET", None)
+    out = subprocess.run([sys.executable, "-c", _HASHING_PROCESS, order, str(M)], env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_a_pick_kept_by_one_process_is_read_by_another_whatever_it_hashed_first(cache_dir):
+    """PERF_NOTES 40's miss: the parent launched other kernels before ``matmul_tma`` (tuned at
+    M = 1000), the child launched it first (M = 951, same bucket) and tuned again.  Triton 3.6's
+    ``cache_key`` of a kernel depended on which kernels the process had hashed before
+    (``_triton_compat.hash_callees_first``), and with it the file's name.  Here every launcher's
+    file is named alike in both processes (other hash seeds too), and the child reads the pick.
+    Triton 3.6 also orders a kernel's constexpr globals by name, then by ``id()`` of their
+    module's globals: no package kernel uses two of one name (Triton 3.9 orders by value too)."""
+    parent = _hashing_process("tma_last", 1000, cache_dir, seed=1)
+    child = _hashing_process("tma_first", 951, cache_dir, seed=2)
+    assert parent["files"] == child["files"] and len(parent["files"]) == 14
+    assert parent["tma_file"] == child["tma_file"]
+    assert (parent["runs"], child["runs"]) == (1, 0)
+    assert child["pick"] == parent["pick"] == configs.tma_configs(gpu=True)[-1].all_kwargs()
+    assert len(list(cache_dir.glob("*.json"))) == 1
+    assert parent["constexpr_names_twice"] == child["constexpr_names_twice"] == {}
+
+
 # ----------------------------------------------------------------------------- specialisation on M
 def specialises_m(kernel) -> bool:
     """Whether Triton specialises ``kernel`` on M (a JIT function's parameters, or the

@@ -7,6 +7,7 @@ Kernels never import ``lab``, ``viz`` or ``bench``.
 In the interpreter, launches are serialised by a lock (``runtime.prepare_interpreter``:
 Triton's interpreter is not thread-safe), so every launcher may be called from several threads."""
 
-from .. import runtime
+from .. import _triton_compat, runtime
 
 runtime.prepare_interpreter()
+_triton_compat.hash_callees_first()  # before any kernel is hashed: its key, the same in every process

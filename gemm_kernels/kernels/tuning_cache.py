@@ -4,10 +4,12 @@
 ``configs.row_bucket``) has no pick in memory, and writes here after a tuning run.  One JSON
 file per kernel, named by a hash of what makes a pick stale: Triton's version, the GPU's name
 and capability, the kernel's source (Triton's ``JITFunction.cache_key``, which covers the
-functions it calls) and its config list.  Inside: ``"picks"``, the chosen config's
-``all_kwargs()`` by search mode and tuning key.  A pick is used only if it is still one of the
-configs that fit the launch (``configs.fit_to_device``), so a changed list or limit cannot
-launch a config the kernel no longer offers.
+functions it calls; Triton 3.6's depended on the kernels the process hashed before, so
+``_triton_compat.hash_callees_first`` makes it the same in every process) and its config list.
+Inside: ``"picks"``, the chosen config's ``all_kwargs()`` by search mode and tuning key.  A
+pick is used only if it is still one of the configs that fit the launch
+(``configs.fit_to_device``), so a changed list or limit cannot launch a config the kernel no
+longer offers.
 
 Where: ``GEMM_KERNELS_TUNING_CACHE`` (a directory, or ``off``; read at each miss), else
 ``$XDG_CACHE_HOME/gemm_kernels/tuning`` (``~/.cache/...``) on a GPU; off in the interpreter
