@@ -902,6 +902,17 @@ def test_entry_40_measured_numbers_are_the_record():
     host, over = run["host"]["us_median"], run["host"]["over_torch"]
     assert _squash(f"`torch.matmul` {host['torch.matmul']}, `matmul_auto` {host['matmul_auto']} "
                    f"({over['matmul_auto']}x), `matmul_ws` {host['matmul_ws']} ({over['matmul_ws']}x)") in text
+    rerun = json.loads((BENCH / "entry40" / "first_call_rerun.json").read_text())
+    again = {(r["family"], r["launcher"], r["tuning_cache"]): r for r in rerun["fresh_processes"]}
+    for family, shape in (("llm 4096x4096", "951 x 4096 x 4096"), ("few tiles 1024x4096", "121 x 1024 x 4096")):
+        warm, empty = again[family, "matmul_tma", "warm"], again[family, "matmul_tma", "empty"]
+        assert warm["tuning_runs"] == 0 and empty["tuning_runs"] == 1, family
+        assert f"{warm['first_ms']}" in text and f"{empty['first_ms']} ms" in text and shape in text
+    picks = [r["pick_over_best"] for r in rerun["bucket_picks"]]
+    assert _squash(f"(c) geomean {statistics.geometric_mean(picks):.4f}, {sum(p <= 1.02 for p in picks)} of "
+                   f"{len(picks)} within 2%") in text
+    host = rerun["host"]["us_median"]
+    assert _squash(f"(d) {host['matmul_auto']} and {host['matmul_ws']} µs against torch's {host['torch.matmul']}") in text
     assert "80 passed" in (BENCH / "entry40" / "gpu_tests_autotune_off.log").read_text() and "80 passed" in text
     on = (BENCH / "entry40" / "gpu_tests_autotune_on.log").read_text()
     assert on.count(".") >= 40 and "F" not in on.replace("Fixture", "") and "after 40 tests, none failed" in text
