@@ -77,6 +77,8 @@ DISTRIBUTIONS = {"torch": "torch", "triton": "triton", "numpy": "numpy", "matplo
 OPTIONAL = {"IPython"}
 #: the book's build tools, the [book] extra: imported only by gemm_kernels.book, guarded (it imports without them)
 BOOK = {"sphinx", "docutils", "myst_nb"}
+#: nbgrader, the [teach] extra: imported only by the module a teacher runs after `nbgrader autograde`
+TEACH = {"nbgrader": ("gemm_kernels", "lab", "nbgrader_judge.py")}
 
 
 def _third_party_imports():
@@ -102,6 +104,10 @@ def test_every_import_is_declared():
         (ROOT / "pyproject.toml").read_text())["project"]["dependencies"]}
     for module, where in _third_party_imports().items():
         if module in OPTIONAL or (module in BOOK and where.parts[:2] == ("gemm_kernels", "book")):
+            continue
+        if module in TEACH and where.parts == TEACH[module]:
+            teach = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["teach"]
+            assert any(r.lower().startswith(module) for r in teach), f"{where} imports {module}: declare it in [teach]"
             continue
         assert module in DISTRIBUTIONS, f"{where} imports {module}: add it to DISTRIBUTIONS and to pyproject.toml"
         assert DISTRIBUTIONS[module] in declared, f"{where} imports {module} but pyproject.toml does not declare " \

@@ -38,36 +38,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from . import exam
+from .gradebook import ANSWERS  # each notebook's exercises (defined there: the gradebook needs them too)
 from .progress import ENV as PROGRESS_ENV
 from .progress import NOTEBOOKS, _module_of
-
-#: each notebook's exercises in order: (title, the name of the answer the notebook passes to
-#: ``check_<title>``); the check is ``check_<title>`` of the notebook's module in
-#: ``gemm_kernels.lab.exercises`` (tests/test_grade.py holds this to the modules and the notebooks)
-ANSWERS = {
-    "00_start_here": (("launch_stats", "launch_stats"), ("axpy", "axpy")),
-    "01_pointer_arithmetic": (("block_offsets", "block_offsets"), ("block_mask", "block_mask"),
-                              ("transpose", "transpose")),
-    "02_naive_tiling": (("one_program", "one_program"), ("row_major_launch_order", "row_major_launch_order"),
-                        ("my_matmul", "my_matmul")),
-    "03_grouped_l2_ordering": (("column_grouped_tile", "column_grouped_tile"),
-                               ("wave_block_fetches", "wave_block_fetches"),
-                               ("column_grouped_triton", "column_grouped_triton")),
-    "04_kernel_fusion": (("activation_pass_bytes", "activation_pass_bytes"), ("variant_reference", "variant_reference"),
-                         ("gelu_tanh", "gelu_tanh")),
-    "05_persistent_tma": (("waves_and_tail", "waves_and_tail"), ("persistent_tiles", "persistent_tiles"),
-                          ("tma_view", "tma_view"), ("persistent_loop", "my_persistent_kernel")),
-    "05b_stream_k": (("streamk_share", "streamk_share"), ("streamk_loop", "my_streamk_kernel")),
-    "06_grouped_gemm": (("bounds_masks", "bounds_masks"), ("program_tiles", "program_tiles"),
-                        ("find_tile", "find_tile")),
-    "07_moe_grouped_mm": (("offs_from_counts", "offs_from_counts"), ("tiles_per_expert", "tiles_per_expert"),
-                          ("padded_rows", "padded_rows"), ("expert_rows_kernel", "moe_tile_kernel")),
-    "08_warp_specialization": (("ring_phases", "slot_and_phases"), ("consumer_mainloop", "consumer_mainloop")),
-    "09_moe_training": (("wgrad_work", "wgrad_work"), ("wgrad_tile", "my_wgrad_tile")),
-    "09b_measuring": (("do_bench_reading", "do_bench_reading"), ("timing_verdict", "timing_verdict")),
-    "10_fp8": (("block_scales", "block_scales"), ("block_scaled_loop", "my_block_scaled_kernel"),
-               ("promotion_interval", "promotion_interval")),
-}
 
 #: the exercises whose answer is, launches or is called in ``@triton.jit`` code: the judge rebuilds
 #: them from their source (:mod:`._rebuild`); the others are plain Python, called in the notebook's
