@@ -141,6 +141,7 @@ def test_the_command_on_a_notebook_of_no_course(tmp_path, capsys):
     (tmp_path / "in").mkdir()
     nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("1 + 1")]), tmp_path / "in" / "eve.ipynb")
     assert grade.main([str(tmp_path / "in"), "--out", str(tmp_path / "g.csv"), "--no-exam"]) == 0
+    assert (tmp_path / "gradebook.csv").is_file()  # beside --out by default, not in the working directory
     assert "eve: 0 of 0 points" in capsys.readouterr().out
     with open(tmp_path / "g.csv", newline="", encoding="utf-8") as f:
         (row,) = csv.DictReader(f)

@@ -336,8 +336,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("grades.csv"),
                         help="one row per student, notebook and exercise (grades.csv)")
     parser.add_argument("--json", type=Path, help="also write the grades, copies left out and timings as JSON here")
-    parser.add_argument("--gradebook", type=Path, default=Path("gradebook.csv"),
-                        help="one row per student: a column per exercise and notebook, totals (gradebook.csv)")
+    parser.add_argument("--gradebook", type=Path, default=None,
+                        help="one row per student: a column per exercise and notebook, totals (default: "
+                             "gradebook.csv beside --out)")
     parser.add_argument("--roster", type=Path, help="CSV with an 'id' column (and name, folder, sis_id, login, "
                         "section): the gradebook's rows; without it, the submissions' names")
     parser.add_argument("--config", type=Path, help="JSON: the assignment's notebooks, exercises' points, its name")
@@ -373,6 +374,8 @@ def main(argv: list[str] | None = None) -> int:
     notebooks = len({row.file for row in grades})
     columns, rows = gradebook.build(grades, roster=roster, config=config, duplicates=dropped)
     write_csv(grades, args.out)
+    if args.gradebook is None:  # beside the grades, never wherever the command happened to run
+        args.gradebook = Path(args.out).with_name("gradebook.csv")
     gradebook.write_wide_csv(columns, rows, args.gradebook)
     if args.canvas:
         gradebook.write_canvas_csv(rows, args.canvas, assignment=config.get("assignment", "gemm-kernels"),
