@@ -36,8 +36,9 @@ def _bench_dir() -> Path:
     """Where the committed copy lives: $GEMM_KERNELS_RESULTS_DIR if set; the source checkout's
     images/bench (an editable install, the bench writing new results); else the copy a normal
     install puts under <prefix>/share/gemm-kernels/bench (pyproject.toml's data-files)."""
-    if os.environ.get(RESULTS_DIR_ENV):
-        return Path(os.environ[RESULTS_DIR_ENV])
+    given = (os.environ.get(RESULTS_DIR_ENV) or "").strip()
+    if given:  # blank is unset: " " must not name a folder of that name
+        return Path(given).expanduser()
     checkout = Path(__file__).resolve().parents[1] / "images" / "bench"
     installed = Path(sys.prefix) / "share" / "gemm-kernels" / "bench"
     return checkout if checkout.is_dir() or not installed.is_dir() else installed
@@ -80,8 +81,14 @@ def read_json(path: Path, kind=dict):
 
 def read_csv(path: Path) -> list[dict]:
     """``path``'s rows as dicts of strings; ResultsFileError naming the file when a row is not one
-    (not UTF-8, a row longer or shorter than the header: truncated or hand-edited)."""
-    rows = list(csv.DictReader(io.StringIO(read_text(path), newline="")))
+    (not UTF-8, a row longer or shorter than the header: truncated or hand-edited, a cell past
+    csv's field limit or a stray NUL: csv.Error)."""
+    reader = csv.DictReader(io.StringIO(read_text(path), newline=""))
+    try:
+        rows = list(reader)
+    except csv.Error as exc:  # csv names no file: say which one, and where
+        # csv stops before counting the line it failed in: that one is the next
+        raise ResultsFileError(f"{path}, line {reader.line_num + 1}: not a CSV row ({exc})") from None
     for number, row in enumerate(rows, start=2):
         if None in row or None in row.values():
             raise ResultsFileError(f"{path}, line {number}: {len(row) - (None in row)} cells where the header "

@@ -168,13 +168,10 @@ RUNTIME = _check_interpreter_numpy(_with_arch(_decide()))
 
 
 def _cap_memory() -> None:
+    gb = _env.number(MEMORY_GB_ENV)  # not a number: a ValueError naming it, on a GPU or not
     value = os.environ.get(MEMORY_GB_ENV, "").strip()
-    if not value or RUNTIME.interpreted:
+    if gb is None or RUNTIME.interpreted:
         return
-    try:
-        gb = float(value)
-    except ValueError:
-        gb = -1.0
     total = torch.cuda.get_device_properties(0).total_memory
     if not 0 < gb * 2**30 <= total:
         raise ValueError(f"{MEMORY_GB_ENV}={value!r}: give a number of GB above 0 and at most this GPU's "

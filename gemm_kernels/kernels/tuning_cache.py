@@ -14,7 +14,7 @@ longer offers.
 Where: ``GEMM_KERNELS_TUNING_CACHE`` (a directory, or ``off``; read at each miss), else
 ``$XDG_CACHE_HOME/gemm_kernels/tuning`` (``~/.cache/...``) on a GPU; off in the interpreter
 (nothing is timed there).  A file that cannot be read or parsed is named in a warning, ignored,
-and replaced at the next write; a directory that cannot be written is named once, then left.
+and replaced at the next write (an entry that is not a config is dropped alone, the rest kept); a directory that cannot be written is named once, then left.
 Writes go through a temporary file and ``os.replace``: a reader never sees half a file, and two
 processes tuning at once lose at most one pick (tuned again later).
 """
@@ -28,19 +28,18 @@ import os
 import warnings
 from pathlib import Path
 
-from .. import runtime
+from .. import _env, runtime
 
 ENV = "GEMM_KERNELS_TUNING_CACHE"
-_OFF = ("off", "0", "no", "none")
 #: a file of picks is a few kB; a larger one at its place is not ours (and is never read whole)
 MAX_BYTES = 1 << 20
 
 
 def cache_directory() -> Path | None:
     """The directory of the tuning files, or None when the cache is off."""
-    value = os.environ.get(ENV)
-    if value is not None and value.strip():
-        return None if value.strip().lower() in _OFF else Path(value.strip()).expanduser()
+    value = _env.path_or_off(ENV)  # off-words switch it off; an on-word is refused (a path is expected)
+    if value is not None:
+        return None if value == "off" else Path(value).expanduser()
     if not runtime.on_gpu():
         return None
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
@@ -118,13 +117,21 @@ class DiskPicks:
                 raise ValueError(f"{stat.st_size} bytes, more than a tuning file holds ({MAX_BYTES})")
             data = json.loads(path.read_text(encoding="utf-8"))
             picks = data["picks"]
-            if not isinstance(picks, dict) or not all(isinstance(v, dict) for v in picks.values()):
+            if not isinstance(picks, dict):
                 raise ValueError("'picks' is not a mapping of configs")
-            return picks
-        except (OSError, ValueError, KeyError, TypeError, UnicodeDecodeError) as err:
-            self._warn(f"read {path}", f"gemm_kernels: ignoring the tuning cache file {path} ({err}); "
+        except (OSError, ValueError, KeyError, TypeError, UnicodeDecodeError, RecursionError) as err:
+            # RecursionError: a deeply nested file (json's decoder recurses), read as any bad file
+            self._warn(f"read {path}", f"gemm_kernels: ignoring the tuning cache file {path} "
+                                       f"({type(err).__name__}: {str(err)[:200]}); "
                                        "shapes it held are tuned again and the file is rewritten")
             return {}
+        # one hand-edited entry costs that entry only: the others are kept (and written back by put)
+        bad = [name for name, pick in picks.items() if not isinstance(pick, dict)]
+        if bad:
+            self._warn(f"entries {path}", f"gemm_kernels: dropping {len(bad)} tuning cache entr"
+                                          f"{'y' if len(bad) == 1 else 'ies'} of {path} that are not "
+                                          f"configs ({', '.join(map(repr, bad[:5]))}); the other picks are kept")
+        return {name: pick for name, pick in picks.items() if isinstance(pick, dict)}
 
     def _refresh(self, path: Path) -> None:
         """Read the file again when it changed since the last read (another process tuned)."""

@@ -36,6 +36,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from .. import _env
 from . import _grade_wire as wire
 from ._grade_worker import HIDDEN_MODULES, cap_memory, trimmed
 
@@ -72,7 +73,7 @@ def sandbox_prefix(hide: list[str]) -> list[str] | None:
     where that is not possible."""
     global _SANDBOX
     unshare = shutil.which("unshare")
-    if os.environ.get("GEMM_KERNELS_GRADE_SANDBOX", "1") == "0" or unshare is None or sys.platform != "linux":
+    if not _env.flag("GEMM_KERNELS_GRADE_SANDBOX", True) or unshare is None or sys.platform != "linux":
         return None
     package = _package_dir()
     steps = ["mount -t tmpfs tmpfs /tmp"]

@@ -18,7 +18,7 @@ come from.  Light: no torch, no triton.
 
 from __future__ import annotations
 
-import os
+from .. import _env
 
 ENV = "GEMM_KERNELS_EXAM"
 #: the most detailed hint exam mode shows (1: the nudge)
@@ -27,12 +27,13 @@ OFF = f"hints beyond level {HINT_LEVEL} are off in exam mode ({ENV}=1)"
 
 
 def enabled(value: str | None) -> bool:
-    """Whether a value of ``GEMM_KERNELS_EXAM`` turns exam mode on (``1``, ``true``, ``yes``, ``on``)."""
-    return (value or "").strip().lower() in ("1", "true", "yes", "on")
+    """Whether a value of ``GEMM_KERNELS_EXAM`` turns exam mode on (``_env.parse_flag``: an
+    unknown spelling is a ValueError naming the variable, never quietly off)."""
+    return _env.parse_flag(value, ENV, False)
 
 
 #: exam mode, decided when the package is imported
-ON = enabled(os.environ.get(ENV))
+ON = _env.flag(ENV, False)
 
 
 class ExamModeError(RuntimeError):

@@ -31,6 +31,8 @@ import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import _env
+
 ENV = "GEMM_KERNELS_PROGRESS"
 #: the file's name in the notebooks' folder, when ``GEMM_KERNELS_PROGRESS`` is not set
 DEFAULT_NAME = ".gemm_kernels_progress.json"
@@ -57,10 +59,9 @@ _NOTEBOOK_OF_MODULE = {_module_of(nb): nb for nb in NOTEBOOKS}
 
 def progress_path() -> Path | None:
     """The file the progress is kept in (None when ``GEMM_KERNELS_PROGRESS=off``)."""
-    value = os.environ.get(ENV)
-    if value is not None:
-        value = value.strip()
-        return None if value.lower() in ("", "off", "0", "no", "none") else Path(value).expanduser()
+    if os.environ.get(ENV) is not None:
+        value = _env.path_or_off(ENV)  # an on-word such as 1 is refused: a path is expected
+        return None if value in (None, "off") else Path(value).expanduser()
     return Path.cwd() / DEFAULT_NAME
 
 

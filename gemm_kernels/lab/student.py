@@ -40,6 +40,7 @@ import os
 import re
 import secrets
 import socket
+import stat
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -343,6 +344,9 @@ class StudentCopies:
     changes: dict = field(default_factory=dict)
     #: copy -> why it is no notebook this tool can read (not UTF-8, not JSON, ...): kept, never merged
     unreadable: dict = field(default_factory=dict)
+    #: copy -> why nothing was written there (a folder, a FIFO, a dangling link, a failed write):
+    #: left as it is, the other copies still written
+    blocked: dict = field(default_factory=dict)
 
     def __iter__(self):  # the copies now on disk, as write_student_copies returned before
         return iter(sorted(self.written + self.kept + self.merged))
@@ -392,6 +396,29 @@ def _read_copy(target: Path, raw: bytes):
         return f"{type(exc).__name__}: {reason[:150]}"
 
 
+def _existing_copy(target: Path) -> bytes | None:
+    """The bytes of the file at ``target`` (None when there is none); OSError naming what is there
+    instead when it is no regular file.  Never opens a non-regular file (a FIFO would block)."""
+    try:
+        os.lstat(target)
+    except FileNotFoundError:
+        return None
+    try:
+        info = os.stat(target)
+    except FileNotFoundError:
+        raise OSError(f"{target} is a dangling symbolic link") from None
+    except OSError as exc:  # ELOOP: a symbolic link loop
+        raise OSError(f"{target} cannot be followed ({exc.strerror})") from None
+    if not stat.S_ISREG(info.st_mode):
+        kind = "a folder" if stat.S_ISDIR(info.st_mode) else "not a regular file"
+        raise OSError(f"{target} is {kind}")
+    fd = os.open(target, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # swapped since the check: no hang
+    with os.fdopen(fd, "rb") as file:
+        if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
+            raise OSError(f"{target} is not a regular file")
+        return file.read()
+
+
 def write_student_copies(src_dir: Path | str | None = None, dest_dir: Path | str | None = None, *,
                          force: bool = False, merge: bool = False) -> StudentCopies:
     """Write a student copy of every ``NN_slug.ipynb`` in ``src_dir`` to ``dest_dir``.
@@ -412,7 +439,11 @@ def write_student_copies(src_dir: Path | str | None = None, dest_dir: Path | str
     for path in paths:
         target = dest / path.name
         text = texts[path]
-        raw = target.read_bytes() if target.exists() else None
+        try:
+            raw = _existing_copy(target)
+        except OSError as exc:  # one bad path costs its own copy only: the others are still written
+            done.blocked[target] = " ".join(str(exc).split())
+            continue
         if raw is not None and raw != text.encode("utf-8"):
             mine, fresh = _read_copy(target, raw), nbformat.reads(text, as_version=4)
             if isinstance(mine, str):
@@ -434,7 +465,11 @@ def write_student_copies(src_dir: Path | str | None = None, dest_dir: Path | str
                     nbformat.write(merge_copy(mine, fresh), target)
                     done.merged.append(target)
                     continue
-        target.write_text(text, encoding="utf-8")
+        try:
+            target.write_text(text, encoding="utf-8")
+        except OSError as exc:
+            done.blocked[target] = " ".join(str(exc).split())
+            continue
         done.written.append(target)
     return done
 
@@ -548,10 +583,12 @@ def main(argv=None) -> int:
             print(f"  the course changed {src.name}/{path.name} since your copy was made:")
             print("".join(f"    {line}\n" for line in done.changes[path]), end="")
             print("  `make student MERGE=1` brings these into your copy (a backup first; your answers stay)")
+    for path, reason in done.blocked.items():
+        print(f"error: no copy written at {path}: {reason}; move it away and run this again", file=sys.stderr)
     if args.serve:
         return serve(dest, args.port, extra)
     print("open them with: make lab")
-    return 0
+    return 1 if done.blocked else 0
 
 
 if __name__ == "__main__":
