@@ -673,3 +673,215 @@ def test_gpu_splitk_workspace_past_2_31_floats():
     assert_close(out, ref, torch.float16)
     del ref
     torch.cuda.empty_cache()
+
+
+# ----------------------------------------------------------------------------- round 4b (adv50): offs, keys, scales
+def _grouped_fp8(T=8, K=32, N=16, E=2, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    x, sx = fp8.quantize_fp8(torch.randn(T, K, generator=gen).to(DEVICE), "row")
+    w, sw = fp8.quantize_experts(torch.randn(E, K, N, generator=gen).to(DEVICE))
+    return x, w, sx.reshape(T), sw
+
+
+def test_grouped_mm_resolves_a_lazily_negated_offs():
+    """offs = _neg_view of its negation: the host check read the values, the kernel the memory
+    (negative ends: an all-zero output).  grouped_mm, its weight gradient and (below) the fp8 one."""
+    gen = torch.Generator().manual_seed(0)
+    x, w = torch.randn(5, 32, generator=gen).to(DEVICE), torch.randn(2, 32, 8, generator=gen).to(DEVICE)
+    plain = torch.tensor([2, 5], dtype=torch.int32, device=DEVICE)
+    offs = torch._neg_view(-plain)
+    assert offs.is_neg() and offs.tolist() == [2, 5]
+    assert_close(gk.grouped_mm(x, w, offs), gk.grouped_mm_ref(x, w, plain, out_dtype=torch.float64), torch.float32)
+    dy = torch.randn(5, 8, generator=gen).to(DEVICE)
+    assert torch.equal(moe.grouped_mm_wgrad(x, dy, offs), moe.grouped_mm_wgrad(x, dy, plain))
+
+
+@needs_fp8
+def test_scaled_grouped_mm_resolves_a_lazily_negated_offs():
+    x, w, sx, sw = _grouped_fp8()
+    plain = torch.tensor([3, 8], dtype=torch.int32, device=DEVICE)
+    out = fp8.scaled_grouped_mm(x, w, sx, sw, torch._neg_view(-plain), out_dtype=torch.float32)
+    assert_close(out, fp8.scaled_grouped_mm_ref(x, w, sx, sw, plain, out_dtype=torch.float64), torch.float32)
+    assert out.abs().sum() > 0
+
+
+@needs_fp8
+@pytest.mark.parametrize("options, pattern", [
+    (dict(use_fast_accum="no"), "use_fast_accum must be True or False"),
+    (dict(use_fast_accum=None), "use_fast_accum must be True or False"),
+    (dict(use_fast_accum=1), "use_fast_accum must be True or False"),
+    (dict(use_fast_accum=True, promote_every="bad"), "promote_every must be an int"),
+    (dict(use_fast_accum=True, promote_every=128.0), "promote_every must be an int"),
+])
+def test_scaled_grouped_mm_checks_its_accumulation_options_before_a_kept_launch(monkeypatch, options, pattern):
+    """Keeping forced on and every key found (a kept launch answers without checks): the options
+    the key does not hold (use_fast_accum; promote_every under fast accumulation) are still checked."""
+    x, w, sx, sw = _grouped_fp8()
+    offs = torch.tensor([3, 8], dtype=torch.int32, device=DEVICE)
+    monkeypatch.setattr(launches, "keeping", lambda: True)
+    monkeypatch.setattr(moe, "kept_forward", lambda *args, **kw: torch.zeros(8, 16))
+    with pytest.raises(TypeError, match=pattern):
+        fp8.scaled_grouped_mm(x, w, sx, sw, offs, **options)
+
+
+@pytest.mark.parametrize("meta, options", [({"BLOCK_M": 64.0}, {}), ({}, {"num_warps": 4.0}),
+                                           ({"BLOCK_K": 32.0}, {}), ({}, {"num_stages": 2.0})])
+def test_config_key_tells_apart_values_of_other_types(meta, options):
+    """64.0 == 64 (and True == 1) hash alike: without the types a float config found the valid one's launch."""
+    import triton
+
+    def config(meta, options):
+        return triton.Config({"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, **meta},
+                             **{"num_warps": 4, "num_stages": 2, **options})
+    assert launches.config_key(config(meta, options)) != launches.config_key(config({}, {}))
+    assert launches.config_key(config({}, {})) == launches.config_key(config({}, {}))
+
+
+def test_matmul_splitk_checks_a_float_config_after_a_kept_int_one(monkeypatch):
+    """matmul_splitk with keeping forced on: a kept launch answers its key without the checks, so
+    BLOCK_M=64.0 must not find the key of BLOCK_M=64."""
+    import triton
+
+    from gemm_kernels.kernels import splitk as splitk_module
+
+    a = torch.randn(64, 64, device=DEVICE)
+    keys = []
+
+    def run(key, **tensors):
+        if key is not None and key in keys:
+            return torch.zeros(64, 64)
+        keys.append(key)
+        return None
+
+    monkeypatch.setattr(launches, "keeping", lambda: True)
+    monkeypatch.setattr(splitk_module._KEPT, "run", run)
+    ok = triton.Config({"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32}, num_warps=4, num_stages=2)
+    bad = triton.Config({"BLOCK_M": 64.0, "BLOCK_N": 64, "BLOCK_K": 32}, num_warps=4, num_stages=2)
+    assert_close(gk.matmul_splitk(a, a, split_k=2, config=ok), a.double() @ a.double(), torch.float32)
+    assert torch.equal(gk.matmul_splitk(a, a, split_k=2, config=ok), torch.zeros(64, 64))  # kept
+    with pytest.raises((TypeError, ValueError), match="BLOCK_M"):
+        gk.matmul_splitk(a, a, split_k=2, config=bad)
+
+
+def _same_specials(out, ref):
+    assert torch.equal(out.isnan(), ref.isnan()) and torch.equal(out.isinf(), ref.isinf())
+    finite = ref.isfinite()
+    assert torch.equal(out[finite & out.isinf()], ref[finite & out.isinf()])  # no inf where ref is finite
+    assert torch.equal(torch.sign(out[ref.isinf()]), torch.sign(ref[ref.isinf()].float()))
+
+
+@needs_fp8
+@pytest.mark.parametrize("scaling", ["tensor", "row", "block"])
+@pytest.mark.parametrize("bad", [float("inf"), -float("inf"), float("nan")], ids=["inf", "-inf", "nan"])
+def test_scaled_mm_with_a_non_finite_scale_matches_its_reference(scaling, bad):
+    """An inf scale: the kernels scale the product (inf where it is nonzero), the reference used to
+    dequantize first (0 * inf = NaN wherever a value was 0).  Both now scale the product."""
+    M, N, K = 16, 16, 128
+    ga, gb = fp8.granularities(scaling)
+    gen = torch.Generator().manual_seed(1)
+    a, sa = fp8.quantize_fp8(torch.randn(M, K, generator=gen).to(DEVICE), ga)
+    b, sb = fp8.quantize_fp8(torch.randn(N, K, generator=gen).to(DEVICE).t(), gb)
+    a = a.clone()
+    a.view(torch.uint8)[:, : K // 2] = 0  # zeros in every row: where the two semantics differ
+    a.view(torch.uint8)[3] = 0  # an all-zero row: 0 * inf = NaN in both
+    sa = sa.clone()
+    sa.view(-1)[0] = bad
+    out = fp8.scaled_mm(a, b, sa, sb, out_dtype=torch.float32)
+    ref = fp8.scaled_mm_ref(a, b, sa, sb, out_dtype=torch.float64)
+    _same_specials(out, ref)
+    finite = ref.isfinite()
+    assert_close(out[finite], ref[finite], torch.float32)
+    if bad != bad:
+        assert ref.isnan().any()
+    else:
+        assert ref.isinf().any()  # not NaN wherever a row holds a zero
+
+
+@needs_fp8
+@pytest.mark.parametrize("scaling", ["tensor", "row", "block"])
+def test_scaled_mm_ref_equals_dequantizing_first_for_finite_scales(scaling):
+    M, N, K = 8, 24, 256
+    ga, gb = fp8.granularities(scaling)
+    gen = torch.Generator().manual_seed(2)
+    a, sa = fp8.quantize_fp8(torch.randn(M, K, generator=gen), ga)
+    b, sb = fp8.quantize_fp8(torch.randn(N, K, generator=gen).t(), gb)
+    dequantized = fp8.dequantize(a, sa, ga) @ fp8.dequantize(b, sb, gb)
+    torch.testing.assert_close(fp8.scaled_mm_ref(a, b, sa, sb, out_dtype=torch.float64), dequantized,
+                               rtol=1e-12, atol=1e-12)
+
+
+@needs_fp8
+@pytest.mark.parametrize("bad", [float("inf"), float("nan")], ids=["inf", "nan"])
+def test_scaled_grouped_mm_with_a_non_finite_scale_matches_its_reference(bad):
+    x, w, sx, sw = _grouped_fp8()
+    x = x.clone()
+    x.view(torch.uint8)[:, :16] = 0
+    sx, sw = sx.clone(), sw.clone()
+    sx[1] = bad
+    sw[1, 2] = bad
+    offs = torch.tensor([3, 8], dtype=torch.int32, device=DEVICE)
+    out = fp8.scaled_grouped_mm(x, w, sx, sw, offs, out_dtype=torch.float32)
+    ref = fp8.scaled_grouped_mm_ref(x, w, sx, sw, offs, out_dtype=torch.float64)
+    _same_specials(out, ref)
+    assert_close(out[ref.isfinite()], ref[ref.isfinite()], torch.float32)
+
+
+@needs_fp8
+@pytest.mark.parametrize("bad", [float("inf"), -float("inf"), float("nan")], ids=["inf", "-inf", "nan"])
+def test_scaled_grouped_mm_rows_past_the_last_expert_are_zero_whatever_their_scale(bad):
+    """The tail's zeros were multiplied by the tail rows' scale_x: NaN * 0 = NaN, inf * 0 = NaN."""
+    x, w, sx, sw = _grouped_fp8(T=8)
+    sx = sx.clone()
+    sx[5:] = bad
+    offs = torch.tensor([2, 5], dtype=torch.int32, device=DEVICE)
+    out = fp8.scaled_grouped_mm(x, w, sx, sw, offs, out_dtype=torch.float32)
+    assert torch.equal(out[5:], torch.zeros_like(out[5:]))
+    assert torch.equal(fp8.scaled_grouped_mm_ref(x, w, sx, sw, offs, out_dtype=torch.float32)[5:], out[5:])
+    assert out[:5].isfinite().all()
+
+
+@pytest.mark.gpu
+@needs_fp8
+def test_gpu_kept_scaled_grouped_mm_launch_does_not_pass_bad_options():
+    """On a GPU with launches kept: after a valid call, options its key cannot tell apart are refused."""
+    x, w, sx, sw = _grouped_fp8(T=64, K=128, N=64)
+    offs = torch.tensor([32, 64], dtype=torch.int32, device=DEVICE)
+    assert launches.keeping()
+    for valid, bads in [(dict(use_fast_accum=True), [dict(use_fast_accum="no"), dict(use_fast_accum=1),
+                                                     dict(use_fast_accum=True, promote_every="bad")]),
+                        (dict(), [dict(use_fast_accum=None), dict(use_fast_accum=0), dict(promote_every=128.0)])]:
+        fp8.scaled_grouped_mm(x, w, sx, sw, offs, **valid)
+        fp8.scaled_grouped_mm(x, w, sx, sw, offs, **valid)  # the kept launch
+        for bad in bads:
+            with pytest.raises(TypeError):
+                fp8.scaled_grouped_mm(x, w, sx, sw, offs, **bad)
+
+
+@pytest.mark.gpu
+def test_gpu_kept_splitk_launch_does_not_pass_a_float_config():
+    import triton
+
+    a = torch.randn(64, 64, device=DEVICE, dtype=torch.float16)
+    assert launches.keeping()
+    ok = triton.Config({"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32}, num_warps=4, num_stages=2)
+    gk.matmul_splitk(a, a, split_k=2, config=ok)
+    gk.matmul_splitk(a, a, split_k=2, config=ok)  # the kept launch
+    for meta, options in [({"BLOCK_M": 64.0}, {}), ({}, {"num_warps": 4.0})]:
+        bad = triton.Config({"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, **meta}, **{"num_warps": 4, "num_stages": 2,
+                                                                                     **options})
+        with pytest.raises((TypeError, ValueError)):
+            gk.matmul_splitk(a, a, split_k=2, config=bad)
+
+
+@pytest.mark.gpu
+@needs_fp8
+def test_gpu_torch_scaled_mm_scales_the_product_as_the_kernels_do():
+    """The semantics scaled_mm_ref documents: on CUDA torch._scaled_mm (cuBLASLt) scales the product,
+    so an inf scale gives inf where the product is nonzero (its CPU path dequantizes first: NaN)."""
+    a = torch.tensor([[0.0] * 15 + [1.0]] * 16, device=DEVICE).to(E4M3)
+    b = torch.ones(16, 16, device=DEVICE).to(E4M3).t()
+    inf, one = torch.tensor(float("inf"), device=DEVICE), torch.tensor(1.0, device=DEVICE)
+    theirs = torch._scaled_mm(a, b, inf, one, out_dtype=torch.float32)
+    ours = fp8.scaled_mm(a, b, inf, one, out_dtype=torch.float32)
+    ref = fp8.scaled_mm_ref(a, b, inf, one, out_dtype=torch.float32)
+    assert torch.equal(ours, ref) and torch.equal(theirs, ours)

@@ -24,8 +24,9 @@ Two kernels.  On Hopper, with TMA-readable inputs, promoting every 128 or never,
 runs ``matmul_ws``'s warp-specialized kernel: one consumer warpgroup adds while the other's wgmmas
 run (PERF_NOTES 34).  Otherwise (Ada, the interpreter, ``promote_every`` 32 or 64) it runs
 ``_scaled_mm_kernel`` below, one program per tile, TMA or pointer loads.  ``scaled_mm_ref`` is
-the float64 reference; ``quantize_fp8`` saturates (no inf, no NaN from a finite input) and gives
-an all-zero block the scale 1; a NaN or inf affects its own element only.
+the float64 reference (scales multiply the product, as the kernels apply them); ``quantize_fp8``
+saturates (no inf, no NaN from a finite input) and gives an all-zero block the scale 1; a NaN or
+inf affects its own element only.
 """
 
 from __future__ import annotations
@@ -380,12 +381,26 @@ def granularities(scaling: str) -> tuple:
 
 
 def scaled_mm_ref(a, b, scale_a, scale_b, *, out_dtype=torch.bfloat16, bias=None):
-    """Plain-torch reference: dequantize to float64, multiply, add the bias; ``out_dtype``
-    (``torch.float64`` keeps full precision for error measurements)."""
+    """Plain-torch reference in float64: each scale block's product of the fp8 values, times its
+    scales (``scale_a * scale_b``), summed, plus the bias; ``out_dtype`` (``torch.float64`` keeps
+    full precision for error measurements).  Scales multiply the *product*, as the kernels and
+    cuBLASLt's ``D = scale_a * scale_b * (A @ B)`` (torch._scaled_mm on CUDA) apply them: equal to
+    dequantizing first for finite scales; an inf scale gives inf where that product is nonzero
+    (dequantizing first, as torch's CPU _scaled_mm does, gives NaN wherever a value is 0)."""
     a, b, scale_a, scale_b, bias = checks.resolve_lazy_views(a, b, scale_a, scale_b, bias)  # torch cannot negate fp8
     scaling = _scaling_of(scale_a, scale_b, a.shape[0], b.shape[1], a.shape[1])
-    ga, gb = granularities(scaling)
-    acc = dequantize(a, scale_a, ga) @ dequantize(b, scale_b, gb)
+    sa, sb = scale_a.double(), scale_b.double()
+    if scaling == "block":  # one product per 128 values of K, scaled by its block's scales
+        M, K = a.shape
+        N = b.shape[1]
+        acc = torch.zeros((M, N), dtype=torch.float64, device=a.device)
+        for kb in range(K // SCALE_BLOCK):
+            ks = slice(kb * SCALE_BLOCK, (kb + 1) * SCALE_BLOCK)
+            sb_n = sb[kb].repeat_interleave(SCALE_BLOCK)[:N]
+            acc += (a[:, ks].double() @ b[ks].double()) * (sa[:, kb, None] * sb_n[None, :])
+    else:  # tensor ([1, 1] each) or row (scale_a [M, 1], scale_b [1, N])
+        two_d = (lambda s: s.reshape(1, 1)) if scaling == "tensor" else (lambda s: s)  # noqa: E731
+        acc = (a.double() @ b.double()) * (two_d(sa) * two_d(sb))
     if bias is not None:
         acc = acc + bias.double()
     return acc.to(out_dtype)
@@ -404,6 +419,9 @@ def scaled_grouped_mm(x, w, scale_x, scale_w, offs, *, out_dtype=torch.bfloat16,
     promoting every ``promote_every`` and the scales applied in its epilogue.  Forward only."""
     from . import moe
 
+    # before the kept-launch look-up: its key holds promote, not use_fast_accum ("no" would pass as
+    # True, promote_every="bad" under fast accumulation would not be read at all)
+    _check_accumulation(use_fast_accum, promote_every)
     promote = None if use_fast_accum else promote_every
     fp8 = (scale_x, scale_w, out_dtype, promote)
     # only tensors a key can stand for (moe._launch_key reads them; scales that need grad are refused below)
@@ -420,7 +438,7 @@ def scaled_grouped_mm(x, w, scale_x, scale_w, offs, *, out_dtype=torch.bfloat16,
     if check_offs is not None and not isinstance(check_offs, bool):
         raise TypeError(f"check_offs must be None, True or False, got {check_offs!r}")
     moe._check_shapes(x, w, offs, dtypes=FP8_DTYPES)
-    x, w, scale_x, scale_w = checks.resolve_lazy_views(x, w, scale_x, scale_w)  # as scaled_mm
+    x, w, scale_x, scale_w, offs = checks.resolve_lazy_views(x, w, scale_x, scale_w, offs)  # as scaled_mm
     fp8 = (scale_x, scale_w, out_dtype, promote)
     T, K = x.shape
     E, _, N = w.shape
@@ -434,7 +452,6 @@ def scaled_grouped_mm(x, w, scale_x, scale_w, offs, *, out_dtype=torch.bfloat16,
         raise ValueError(f"K = {K} must be a multiple of 16 (16-byte rows of fp8, as torch._scaled_grouped_mm requires)")
     if out_dtype not in OUT_DTYPES:
         raise TypeError(f"out_dtype must be one of {', '.join(map(_name, OUT_DTYPES))}, got {out_dtype}")
-    _check_accumulation(use_fast_accum, promote_every)
     for name, s, shape in (("scale_x", scale_x, [T]), ("scale_w", scale_w, [E, N])):
         if not isinstance(s, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor of float32 scales, got {type(s).__name__}")
@@ -453,13 +470,15 @@ def scaled_grouped_mm(x, w, scale_x, scale_w, offs, *, out_dtype=torch.bfloat16,
 
 
 def scaled_grouped_mm_ref(x, w, scale_x, scale_w, offs, *, out_dtype=torch.bfloat16):
-    """Plain-torch reference: dequantize to float64, then one product per expert."""
-    x, w, scale_x, scale_w = checks.resolve_lazy_views(x, w, scale_x, scale_w)  # torch cannot negate fp8
+    """Plain-torch reference in float64: one product per expert, times its rows' and columns'
+    scales (the scales multiply the product, as in :func:`scaled_mm_ref`); rows past offs[-1]
+    are zeros whatever their scale."""
+    x, w, scale_x, scale_w, offs = checks.resolve_lazy_views(x, w, scale_x, scale_w, offs)  # torch cannot negate fp8
     out = torch.zeros((x.shape[0], w.shape[2]), dtype=torch.float64, device=x.device)
-    xd = x.double() * scale_x.double()[:, None]
+    sx = scale_x.double()
     start = 0
     for e, end in enumerate(offs.tolist()):
-        out[start:end] = xd[start:end] @ (w[e].double() * scale_w[e].double()[None, :])
+        out[start:end] = (x[start:end].double() @ w[e].double()) * (sx[start:end, None] * scale_w[e].double()[None, :])
         start = end
     return out.to(out_dtype)
 

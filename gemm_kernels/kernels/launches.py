@@ -234,7 +234,9 @@ def launch_and_keep(cache, key, tuned, grid, args, out, sources, *, config_kwarg
 
 
 def config_key(config) -> tuple | None:
-    """A ``triton.Config``'s identity as a key part (None for the default, tuned, config)."""
+    """A ``triton.Config``'s identity as a key part (None for the default, tuned, config): each
+    value with its type, as ``call_key`` keys options (BLOCK_M=64.0 or num_warps=4.0 equal 64
+    and 4, but only the ints pass the checks)."""
     if config is None or not hasattr(config, "all_kwargs"):  # not a Config: the checks refuse it, nothing is kept
         return config
-    return tuple(sorted(config.all_kwargs().items()))
+    return tuple(sorted((name, value, type(value)) for name, value in config.all_kwargs().items()))

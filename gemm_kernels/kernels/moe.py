@@ -153,7 +153,8 @@ def _grouped_mm_kernel(
         if SCALED:  # row-wise fp8: a scale per token (row of x) and per output channel of the expert
             rows_m = first_row + tl.arange(0, BLOCK_M)
             cols_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-            sx = tl.load(sx_ptr + rows_m, mask=rows_m < row_end, other=0.0)
+            # the tail (expert E, rows past offs[-1]) reads no scale: a NaN one would turn its zeros NaN
+            sx = tl.load(sx_ptr + rows_m, mask=rows_m < tl.where(expert < E, row_end, 0), other=0.0)
             n_scaled = tl.where(expert < E, N, 0)  # the tail (expert E) has no scales
             sw = tl.load(sw_ptr + expert.to(tl.int64) * stride_swe + cols_n, mask=cols_n < n_scaled, other=0.0)
             acc = acc * (sx[:, None] * sw[None, :])
@@ -322,8 +323,8 @@ def _forward(x, w, offs, tma, check_offs, fp8=None):
     if not (isinstance(x, torch.Tensor) and isinstance(w, torch.Tensor) and isinstance(offs, torch.Tensor)) or (
             x.layout is not torch.strided or w.layout is not torch.strided or offs.layout is not torch.strided):
         _check_shapes(x, w, offs)  # a TypeError naming the argument, before any attribute (a stride) is read
-    if x.is_neg() or w.is_neg() or x.is_conj() or w.is_conj():  # the memory holds the values before it
-        x, w = checks.resolve_lazy_views(x, w)
+    if x.is_neg() or w.is_neg() or offs.is_neg() or x.is_conj() or w.is_conj():  # the memory holds the values
+        x, w, offs = checks.resolve_lazy_views(x, w, offs)  # before it; the kernel reads offs' memory too
     sx, sw, out_dtype, promote = fp8 if fp8 is not None else (offs, offs, x.dtype, None)  # offs: unused pointers
     on_gpu = runtime.on_gpu()
     device_check = check_offs is None and on_gpu

@@ -142,8 +142,8 @@ _LAUNCHES = launches.LaunchCache()
 def launch(x, dy, offs, tma) -> torch.Tensor:
     """The weight gradient's launch, unchecked (the backward pass's inputs were checked by the
     forward).  On a GPU a repeated shape takes a bound launch: no argument handling."""
-    if x.is_neg() or dy.is_neg() or x.is_conj() or dy.is_conj():  # the kernel reads memory, not the lazy bit
-        x, dy = checks.resolve_lazy_views(x, dy)
+    if x.is_neg() or dy.is_neg() or offs.is_neg() or x.is_conj() or dy.is_conj():  # the kernel reads memory,
+        x, dy, offs = checks.resolve_lazy_views(x, dy, offs)  # not the lazy bit (offs' too)
     key = _launch_key(x, dy, offs, tma) if runtime.on_gpu() else None
     kept = _LAUNCHES.get(key)
     if kept is not None:
