@@ -89,6 +89,20 @@ def test_the_sandbox_is_there_where_the_machine_allows_it():
 def test_an_autotuned_kernel_is_checked_on_a_cpu():
     """Issue 48: @triton.autotune, as in Triton's tutorial 03, failed on a CPU with "0 active drivers";
     in the check its first config is launched checked (so a wrong one is found), the tuner runs them all."""
+    autotuned_axpy_verdicts()
+
+
+@pytest.mark.gpu
+def test_an_autotuned_kernel_is_checked_on_a_gpu():
+    """On a GPU the tuner's own launches (``fn.run``) bypassed the check: a right autotuned axpy read
+    "it launched no @triton.jit kernel you wrote".  Its first config now runs checked, then it runs
+    (tuned) on the GPU."""
+    right = autotuned_axpy_verdicts()
+    assert "It ran on this GPU too" in right.message, right.message
+
+
+def autotuned_axpy_verdicts():
+    """The right autotuned axpy's result (asserted correct); a wrong one asserted wrong."""
     import torch
     import triton
     import triton.language as tl
@@ -102,14 +116,17 @@ def test_an_autotuned_kernel_is_checked_on_a_cpu():
     linecache.cache["<submission cell 1>"] = (len(AXPY_AUTOTUNED), None, AXPY_AUTOTUNED.splitlines(True),
                                              "<submission cell 1>")
     right = namespace["axpy"]
-    assert check_axpy(right).status == "correct"
+    verdict = check_axpy(right)
+    assert verdict.status == "correct", (verdict.message, verdict.details)
     wrong = AXPY_AUTOTUNED.replace("alpha * tl.load", "alpha - tl.load")
     linecache.cache["<submission cell 2>"] = (len(wrong), None, wrong.splitlines(True), "<submission cell 2>")
     other = {"triton": triton, "tl": tl, "torch": torch}
     exec(compile(wrong, "<submission cell 2>", "exec"), other)  # noqa: S102
     assert check_axpy(other["axpy"]).status == "wrong"
-    out = right(2.0, torch.ones(300), torch.ones(300))  # outside a check too: the tuner runs
-    assert torch.equal(out, torch.full((300,), 3.0))
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    out = right(2.0, torch.ones(300, device=device), torch.ones(300, device=device))  # outside a check: it tunes
+    assert torch.equal(out.cpu(), torch.full((300,), 3.0))
+    return verdict
 
 
 @pytest.mark.gpu

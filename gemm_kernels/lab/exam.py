@@ -13,7 +13,8 @@ In exam mode
 The mode is read once, when the package is imported, so a cell that sets the variable later
 changes nothing.  It hides the solutions from the package's interface; it is no lock (the
 package's source is on the learner's disk): ``python -m gemm_kernels.lab.grade`` is where grades
-come from.  Light: no torch, no triton.
+come from.  A class build (:mod:`.class_build`) is always in exam mode and holds no reference
+answer at all.  Light: no torch, no triton.
 """
 
 from __future__ import annotations
@@ -32,8 +33,18 @@ def enabled(value: str | None) -> bool:
     return _env.parse_flag(value, ENV, False)
 
 
-#: exam mode, decided when the package is imported
-ON = _env.flag(ENV, False)
+def _class_build() -> bool:
+    try:
+        from .._class_build import CLASS_BUILD  # only in a class build's wheel (lab.class_build)
+    except ImportError:
+        return False
+    return bool(CLASS_BUILD)
+
+
+#: a class build (:mod:`.class_build`): no reference answer and no hint past the nudge in the install
+CLASS_BUILD = _class_build()
+#: exam mode, decided when the package is imported (always on in a class build)
+ON = CLASS_BUILD or _env.flag(ENV, False)
 
 
 class ExamModeError(RuntimeError):

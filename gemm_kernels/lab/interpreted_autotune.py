@@ -1,15 +1,15 @@
-"""``@triton.autotune`` on a CPU: Triton's interpreter has no device to time on, so an autotuned
-kernel failed its first launch with "0 active drivers ([]). There should only be one." (the tuner
-asks the GPU driver for a benchmarker).  :func:`install`, when this process interprets, makes
+"""``@triton.autotune`` kernels inside the checks, on a CPU and on a GPU.  :func:`install` makes
 
-* the tuner run each config once and time it as 0 s (unless the caller gave it a ``do_bench`` of
-  its own): every config runs on the launch's inputs (as a GPU's tuning run does), the first is kept;
 * inside a check (a launch redirected by ``_triton_compat.redirect_launches``), the launch of the
   first config (after the tuner's pruning and its heuristics) go through the check's launch, so
-  it is recorded and run checked like a plain ``@triton.jit`` kernel's.  Its other configs are not
-  checked on a CPU.
+  it is recorded and run checked like a plain ``@triton.jit`` kernel's (the tuner's own launches
+  call ``fn.run`` and would bypass the check: on a GPU, a right autotuned answer read "launched no
+  kernel you wrote").  Its other configs are not checked; a check's plain GPU run tunes as usual;
+* when this process interprets, the tuner run each config once and time it as 0 s (unless the
+  caller gave it a ``do_bench`` of its own): Triton's interpreter has no device to time on (an
+  autotuned kernel failed with "0 active drivers ([]). There should only be one.").
 
-A GPU process is left as it is.
+Outside a check, a GPU process's tuner works as Triton's.
 """
 
 from __future__ import annotations
@@ -21,15 +21,18 @@ def _run_once(kernel_call, quantiles=None, **_):
 
 
 def install() -> bool:
-    """Patch Triton's Autotuner when this process runs the interpreter; whether it is patched."""
+    """Patch Triton's Autotuner (see the module docstring); whether its timing is the interpreter's."""
     from .. import runtime
 
-    if not runtime.interpreted():
-        return False
     from triton.runtime import autotuner
 
+    if not getattr(autotuner.Autotuner, "_gk_checked", False):
+        _redirect_in_checks(autotuner)
+    if not runtime.interpreted():
+        return False
     if getattr(autotuner.Autotuner, "_gk_interpreted", False):
         return True
+
     def do_bench(self):
         # a do_bench of the caller's stays theirs; Triton's own (the GPU's, or triton.testing.do_bench
         # for warmup/rep, defined in the autotuner's module) cannot time in the interpreter
@@ -40,13 +43,26 @@ def install() -> bool:
         return _run_once
 
     autotuner.Autotuner.do_bench = property(do_bench)
+    autotuner.Autotuner._gk_interpreted = True
+    return True
+
+
+def _redirect_in_checks(autotuner) -> None:
+    from .. import runtime
+
     original = autotuner.Autotuner.run
 
     def run(self, *args, **kwargs):
         from .._triton_compat import _LAUNCH_REDIRECTS, jit_source_function
+        from .exercises._kernel_checks import learner_jit
 
         launch = _LAUNCH_REDIRECTS.current()
         if launch is None or "grid" not in kwargs:
+            return original(self, *args, **kwargs)
+        fn = self.fn
+        while jit_source_function(fn) is None and hasattr(fn, "fn"):  # through @triton.heuristics
+            fn = fn.fn
+        if runtime.on_gpu() and not learner_jit(fn):  # the package's own tuned kernels tune on the GPU as usual
             return original(self, *args, **kwargs)
         grid = kwargs.pop("grid")
         kwargs.pop("warmup", None)
@@ -65,5 +81,4 @@ def install() -> bool:
         return launch(fn, grid, *args, **chosen)
 
     autotuner.Autotuner.run = run
-    autotuner.Autotuner._gk_interpreted = True
-    return True
+    autotuner.Autotuner._gk_checked = True

@@ -183,21 +183,34 @@ PIN_ENV = "GEMM_KERNELS_PIN"
 _PIN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,99}")
 
 
-def setup_source(repo: str | None = None, pin: str | None = None) -> str:
-    """:data:`SETUP` installing from ``repo`` (:func:`.published.github_repo`: so forks install their own)
-    at ``pin`` (a tag, branch or commit; default ``$GEMM_KERNELS_PIN``, else the default branch's head)."""
-    from .published import github_repo
-
+def check_pin(pin: str | None) -> str | None:
+    """``pin`` (a tag, branch or commit), else ``$GEMM_KERNELS_PIN``, else None; ValueError if malformed."""
     pin = pin if pin is not None else (os.environ.get(PIN_ENV) or "").strip() or None
     if pin is not None and not _PIN.fullmatch(pin):
         raise ValueError(f"{PIN_ENV}={pin!r}: expected a tag, branch or commit (letters, digits, . _ / -)")
+    return pin
+
+
+def setup_source(repo: str | None = None, pin: str | None = None, install: str | None = None) -> str:
+    """:data:`SETUP` installing from ``repo`` (:func:`.published.github_repo`: so forks install their own)
+    at ``pin`` (a tag, branch or commit; default ``$GEMM_KERNELS_PIN``, else the default branch's head);
+    ``install``: another pip source instead (a class build's wheel, :mod:`.class_build`)."""
+    from .published import github_repo
+
+    if install is not None:
+        if not re.fullmatch(r"https://[A-Za-z0-9._~/%+-]+\.whl", install):
+            raise ValueError(f"install must be an https address of a wheel, got {install!r}")
+        return SETUP.replace("git+https://github.com/{repo}", install)
+    pin = check_pin(pin)
     where = github_repo(repo) + (f"@{pin}" if pin else "")
     return SETUP.replace("{repo}", where)
 
 
-def student_notebook(nb, name: str = "the notebook", repo: str | None = None):
+def student_notebook(nb, name: str = "the notebook", repo: str | None = None, install: str | None = None,
+                     colab: str | None = None):
     """A copy of ``nb`` without solutions, outputs or execution counts, with the banner and the set-up
-    cell on top (``repo``: the GitHub repository they name, :func:`.published.github_repo`)."""
+    cell on top (``repo``: the GitHub repository they name, :func:`.published.github_repo`; ``install``
+    and ``colab``: a class build's wheel and Colab address, :mod:`.class_build`)."""
     from .published import colab_url
 
     source = nb
@@ -207,9 +220,9 @@ def student_notebook(nb, name: str = "the notebook", repo: str | None = None):
             cell.source = strip_solutions(strip_hidden_tests(cell.source), where=f"{name}, cell {i}")
             cell.outputs = []
             cell.execution_count = None
-    banner = nbformat.v4.new_markdown_cell(BANNER.format(name=name, colab=colab_url(name, repo)))
+    banner = nbformat.v4.new_markdown_cell(BANNER.format(name=name, colab=colab or colab_url(name, repo)))
     banner.id = "student-copy-banner"
-    setup = nbformat.v4.new_code_cell(setup_source(repo))
+    setup = nbformat.v4.new_code_cell(setup_source(repo, install=install))
     setup.id = SETUP_ID
     nb.cells[:0] = [banner, setup]
     nb.metadata[RECORD] = {"source": name, "source_hash": source_hash(source),

@@ -54,12 +54,15 @@ WRONG = "wrong"
 CORRECT = "correct"
 #: what a CPU could check holds, but not all that "correct" needs (notebook 08's Gluon loop)
 STRUCTURE_ONLY = "structure only"
+#: a class build (lab.class_build) has no reference answer to compare with: the teacher's grader decides
+HANDED_IN = "handed in"
 
 #: how many failing cases a wrong answer lists before "... and N more"
 MAX_DETAILS = 8
 
-_ICONS = {NOT_ATTEMPTED: "[ ]", WRONG: "[x]", CORRECT: "[ok]", STRUCTURE_ONLY: "[~]"}
-_COLOURS = {NOT_ATTEMPTED: "#6c757d", WRONG: "#b02a37", CORRECT: "#146c43", STRUCTURE_ONLY: "#997404"}
+_ICONS = {NOT_ATTEMPTED: "[ ]", WRONG: "[x]", CORRECT: "[ok]", STRUCTURE_ONLY: "[~]", HANDED_IN: "[?]"}
+_COLOURS = {NOT_ATTEMPTED: "#6c757d", WRONG: "#b02a37", CORRECT: "#146c43", STRUCTURE_ONLY: "#997404",
+            HANDED_IN: "#0a58ca"}
 
 
 @dataclass(frozen=True)
@@ -477,6 +480,11 @@ def _run_body(body, title, praise, answer, args, kwargs, budget=None) -> CheckRe
             problems = body(answer, *args, **kwargs)
     except NeverEnded as exc:
         return CheckResult(title, WRONG, exc.message, exc.details)
+    except exam.ExamModeError:
+        if not exam.CLASS_BUILD:
+            raise
+        return CheckResult(title, HANDED_IN, "handed in: this class build holds no reference answer to compare yours "
+                           "with; your teacher's grader checks it")
     except _NotAttempted:
         return _not_attempted(title)
     except AnswerRaised as exc:

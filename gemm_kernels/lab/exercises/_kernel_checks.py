@@ -1195,8 +1195,10 @@ def _compile_verdict(title: str, launches: list[Launch], forbid, fp32_dot: bool,
     """A sentence for the praise, or a "wrong" result for code that does not compile for sm_90
     (or breaks the ``compiled`` rule)."""
     results, module, skipped = compile_launches(launches, forbid=forbid, stages=stages if compiled else ())
-    if skipped is not None:
-        return f"(Not compiled for {_GPU_WHAT} here: {skipped}.)"
+    if skipped is not None:  # the grader says "not verified" (0 points) for this: say so where it counts
+        graded = " In a class this earns no point until it compiles: the grader's machine tries again." \
+            if exam.ON else ""
+        return f"(Not compiled for {_GPU_WHAT} here: {skipped}.){graded}"
     for outcome in results:
         if isinstance(outcome, CompileFailure):
             return CheckResult(title, WRONG, f"it runs in the interpreter, but it does not compile for {_GPU_WHAT}: "
