@@ -377,13 +377,30 @@ def arch_name() -> str:
     return f"sm_{cap[0]}{cap[1]}" if cap else "interpreter"
 
 
+def missing_feature(what: str, needs: str, instead: str = "", *, interpreter_has_it: bool = False,
+                    suggest_interpreter: bool = True) -> str:
+    """The message of every "``what`` needs ``needs``" error (one wording): what this machine is,
+    then the ways out.  Where GEMM_KERNELS_ARCH hides the feature, unsetting it (the interpreter
+    obeys it too, so sending someone there would send them where they may already be); otherwise
+    the CPU interpreter, when ``interpreter_has_it`` and it is not what runs (unless
+    ``suggest_interpreter`` is off); then ``instead``."""
+    ways = [f"{what} needs {needs}; {gpu_description()}."]
+    if RUNTIME.arch_from_env and (interpreter_has_it or not RUNTIME.interpreted):
+        ways.append(f"{ARCH_ENV} hides it: unset {ARCH_ENV} (read when gemm_kernels is imported) to use this "
+                    "machine's own features.")
+    elif interpreter_has_it and suggest_interpreter and not RUNTIME.interpreted:
+        ways.append(f"Run it in the CPU interpreter ({FORCE_INTERPRET_ENV}=1).")
+    return " ".join(ways + ([instead] if instead else []))
+
+
 def require_tma(what: str, instead: str) -> None:
     """Raise RuntimeError unless this GPU has TMA: names ``what`` needed it, the GPU's
     architecture, and ``instead``, the pointer-load alternative.  Never a silent fallback, so a
     benchmark never reports pointer-kernel numbers under a TMA name."""
     if not supports_tma():
-        raise RuntimeError(f"{what} needs the Tensor Memory Accelerator (tensor descriptors) of an sm_90 "
-                           f"(Hopper) or newer GPU; {gpu_description()}. {instead}")
+        raise RuntimeError(missing_feature(what, "the Tensor Memory Accelerator (tensor descriptors) of an sm_90 "
+                                                 "(Hopper) or newer GPU", instead, interpreter_has_it=True,
+                                           suggest_interpreter=False))
 
 
 def tma_row_length(length: int, itemsize: int) -> int:

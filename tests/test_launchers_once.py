@@ -135,6 +135,12 @@ def _quantize_fp8():
     return q.double() * scale.double(), a.double(), torch.float8_e4m3fn  # 3 mantissa bits: within 1/16 each
 
 
+def _quantize_experts():
+    _, w, _ = _moe_inputs(seed=6)
+    q, scale = gk.quantize_experts(w.float())
+    return q.double() * scale.double()[:, None, :], w.double(), torch.float8_e4m3fn  # as quantize_fp8's
+
+
 def _scaled_grouped_mm():
     _fp8()
     x, w, offs = _moe_inputs(seed=5)
@@ -168,6 +174,7 @@ CALLS = {
     "grouped_mm": _grouped_mm,
     "scaled_mm": _scaled_mm,
     "quantize_fp8": _quantize_fp8,
+    "quantize_experts": _quantize_experts,
     "scaled_grouped_mm": _scaled_grouped_mm,
     "trace_ws_tiles": _trace_ws_tiles,
 }
@@ -180,7 +187,7 @@ def test_every_public_launcher_is_called():
 @pytest.mark.parametrize("name", sorted(CALLS))
 def test_launcher_once(name):
     out, ref, dtype = CALLS[name]()
-    tolerance = {"quantize_fp8": 1 / 16, "trace_ws_tiles": 0.0}[name] if dtype is None or name == "quantize_fp8" \
-        else TOLERANCES[dtype]
+    not_products = {"quantize_fp8": 1 / 16, "quantize_experts": 1 / 16, "trace_ws_tiles": 0.0}
+    tolerance = not_products[name] if name in not_products else TOLERANCES[dtype]
     error = rel_err(out, ref)
     assert error <= tolerance, f"{name}: relative error {error:.3g} > {tolerance:g} (signature {inspect.signature(getattr(gk, name))})"

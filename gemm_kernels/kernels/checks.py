@@ -28,9 +28,8 @@ def check_tensor(x, name: str, ndim: int, dtypes=SUPPORTED_DTYPES, *, runs_here:
         names = ", ".join(str(d).replace("torch.", "") for d in dtypes)
         raise TypeError(f"{name} has dtype {str(x.dtype).replace('torch.', '')}; supported: {names}")
     if runs_here and x.dtype == torch.bfloat16 and not runtime.supports_bf16():
-        raise TypeError(f"{name} is bfloat16, which this GPU ({runtime.arch_name()}) cannot multiply on its tensor "
-                        "cores (bf16 needs sm_80 or newer): use float16, or the CPU interpreter "
-                        "(GEMM_KERNELS_INTERPRET=1)")
+        raise TypeError(runtime.missing_feature(f"{name} (bfloat16)", "bf16 tensor cores (sm_80 or newer)",
+                                                "Or use float16.", interpreter_has_it=True))
     if x.device.type != runtime.DEVICE.type:
         where = "compiled on the GPU" if runtime.on_gpu() else "in the CPU interpreter"
         raise ValueError(

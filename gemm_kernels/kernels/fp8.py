@@ -43,6 +43,7 @@ from .tma import tma_strides
 
 FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+REF_OUT_DTYPES = (*OUT_DTYPES, torch.float64)  # the references' (float64 for error measurements)
 #: the block edge of block-wise scaling (1x128 on a, 128x128 on b)
 SCALE_BLOCK = 128
 SCALINGS = ("tensor", "row", "block")
@@ -70,6 +71,18 @@ def _load_tiles(a_src, b_src, off_m, off_n, off_k, offs_m, offs_n, K, stride_am,
 
 
 @triton.jit
+def _tile_amax(acc, amax_ptr, off_m, off_n, M, N, OUT_DTYPE: tl.constexpr, BLOCK_M: tl.constexpr,
+               BLOCK_N: tl.constexpr):
+    """atomic max of this tile's largest finite |out| (as stored in OUT_DTYPE) into ``amax_ptr``
+    (fp8_training.scaled_mm_amax): the next quantization's amax, with no second pass over C."""
+    rows = off_m + tl.arange(0, BLOCK_M)
+    cols = off_n + tl.arange(0, BLOCK_N)
+    mags = tl.abs(acc.to(OUT_DTYPE).to(tl.float32))
+    keep = (rows[:, None] < M) & (cols[None, :] < N) & (mags < float("inf"))  # NaN and inf are skipped
+    tl.atomic_max(amax_ptr, tl.max(tl.where(keep, mags, 0.0)))  # all >= 0: float max as int max
+
+
+@triton.jit
 def _scaled_mm_kernel(
     a_ptr, b_ptr, c_ptr, sa_ptr, sb_ptr, bias_ptr,
     M, N, K,
@@ -78,6 +91,7 @@ def _scaled_mm_kernel(
     PROMOTE: tl.constexpr,  # K elements per tensor-core partial sum (None: all of K, fast accumulation)
     USE_TMA: tl.constexpr, HAS_BIAS: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_SIZE_M: tl.constexpr,
+    amax_ptr=None, HAS_AMAX: tl.constexpr = False,  # fp8_training.scaled_mm_amax's epilogue
 ):
     pid_m, pid_n = tile_coords(tl.program_id(0), tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), True, GROUP_SIZE_M)
     off_m = pid_m * BLOCK_M
@@ -113,6 +127,8 @@ def _scaled_mm_kernel(
         sb = tl.load(sb_ptr + offs_n * stride_sbn)
         acc = acc * (sa[:, None] * sb[None, :])
     acc = bias_and_activation(acc, bias, HAS_BIAS, None)
+    if HAS_AMAX:
+        _tile_amax(acc, amax_ptr, off_m, off_n, M, N, c_ptr.dtype.element_ty, BLOCK_M, BLOCK_N)
     store_tile_masked(acc, c_ptr, off_m, off_n, M, N, stride_cm, 1, BLOCK_M, BLOCK_N)
 
 
@@ -134,9 +150,9 @@ def _name(dtype) -> str:
 def require_fp8(what: str) -> None:
     """RuntimeError unless this GPU multiplies fp8 (sm_89+) or the interpreter runs."""
     if not runtime.supports_fp8():
-        raise RuntimeError(f"{what} needs fp8 tensor cores (Ada sm_89, Hopper sm_90 or newer); "
-                           f"{runtime.gpu_description()}. Run it in the CPU interpreter (GEMM_KERNELS_INTERPRET=1), "
-                           "or read the committed GPU results in notebook 10")
+        raise RuntimeError(runtime.missing_feature(what, "fp8 tensor cores (Ada sm_89, Hopper sm_90 or newer)",
+                                                   "Or read the committed GPU results in notebook 10.",
+                                                   interpreter_has_it=True))
 
 
 def _check_fp8(x, name: str) -> None:
@@ -153,8 +169,17 @@ def _check_accumulation(use_fast_accum, promote_every) -> None:
                          f"got {promote_every!r}")
 
 
-def check_scaled_mm_inputs(a, b, scale_a, scale_b, out_dtype, bias, promote_every, use_fast_accum=False) -> str:
-    """Every check of ``scaled_mm``; returns the scaling its scales' shapes ask for."""
+def _check_dtype(value, name: str, choices) -> None:
+    """TypeError unless ``value`` is one of the torch dtypes ``choices`` (a spelling such as
+    ``"e4m3"`` is named, not looked up: every fp8 entry point takes torch dtypes only)."""
+    if not isinstance(value, torch.dtype) or value not in choices:
+        raise TypeError(f"{name} must be one of {', '.join(map(_name, choices))} (a torch.dtype), got {value!r}")
+
+
+def check_scaled_mm_operands(a, b, scale_a, scale_b, out_dtype, bias, out_dtypes=OUT_DTYPES) -> str:
+    """What ``scaled_mm``'s arguments must be whoever computes the product (its kernels or
+    :func:`scaled_mm_ref`): fp8 ``a [M, K]``, ``b [K, N]`` with K a multiple of 16, scales of one
+    scaling, ``bias [N]``, all on the kernels' device; returns the scaling.  Not the layouts."""
     _check_fp8(a, "a")
     _check_fp8(b, "b")
     M, K = a.shape
@@ -163,18 +188,9 @@ def check_scaled_mm_inputs(a, b, scale_a, scale_b, out_dtype, bias, promote_ever
                          f"({K} != {b.shape[0]})")
     N = b.shape[1]
     checks.check_same({"a": a, "b": b}, "device")
-    if a.stride(1) != 1 and K > 1:
-        raise ValueError(f"a must be row-major (a.stride(1) == 1), got strides {tuple(a.stride())}: pass a.contiguous()")
-    if b.stride(0) != 1 and K > 1:
-        raise ValueError(
-            f"b must be column-major (b.stride(0) == 1, i.e. b.t() contiguous), got strides {tuple(b.stride())}: "
-            "fp8 tensor cores read B K-major. For an nn.Linear weight W [N, K] pass W.t(); otherwise "
-            "b.t().contiguous().t()")
     if K % 16:
         raise ValueError(f"K = {K} must be a multiple of 16 (16-byte rows of fp8, as torch._scaled_mm requires)")
-    if out_dtype not in OUT_DTYPES:
-        raise TypeError(f"out_dtype must be one of {', '.join(map(_name, OUT_DTYPES))}, got {out_dtype}")
-    _check_accumulation(use_fast_accum, promote_every)
+    _check_dtype(out_dtype, "out_dtype", out_dtypes)
     scaling = _scaling_of(scale_a, scale_b, M, N, K)
     checks.check_same({"a": a, "scale_a": scale_a, "scale_b": scale_b}, "device")
     if bias is not None:
@@ -182,6 +198,22 @@ def check_scaled_mm_inputs(a, b, scale_a, scale_b, out_dtype, bias, promote_ever
         if bias.shape[0] != N:
             raise ValueError(f"bias must have shape [N] = [{N}], got {list(bias.shape)}")
         checks.check_same({"a": a, "bias": bias}, "device")
+    return scaling
+
+
+def check_scaled_mm_inputs(a, b, scale_a, scale_b, out_dtype, bias, promote_every, use_fast_accum=False) -> str:
+    """Every check of ``scaled_mm``; returns the scaling its scales' shapes ask for."""
+    scaling = check_scaled_mm_operands(a, b, scale_a, scale_b, out_dtype, bias)
+    M, K = a.shape
+    N = b.shape[1]
+    if a.stride(1) != 1 and K > 1:
+        raise ValueError(f"a must be row-major (a.stride(1) == 1), got strides {tuple(a.stride())}: pass a.contiguous()")
+    if b.stride(0) != 1 and K > 1:
+        raise ValueError(
+            f"b must be column-major (b.stride(0) == 1, i.e. b.t() contiguous), got strides {tuple(b.stride())}: "
+            "fp8 tensor cores read B K-major. For an nn.Linear weight W [N, K] pass W.t(); otherwise "
+            "b.t().contiguous().t()")
+    _check_accumulation(use_fast_accum, promote_every)
     checks.check_no_grad({"a": a, "b": b, "scale_a": scale_a, "scale_b": scale_b, "bias": bias})
     for name, t in (("a", a), ("b", b), ("scale_a", scale_a), ("scale_b", scale_b)):
         checks.check_span(t, name)
@@ -286,9 +318,12 @@ _SOURCES = {"a_ptr": "a", "b_ptr": "b", "c_ptr": "out", "sa_ptr": "scale_a", "sb
 
 # ----------------------------------------------------------------------------- quantization and the reference
 def _check_any_device(x, name: str, ndim: int) -> None:
-    """Quantization is plain torch: any device, any float dtype (the kernels' device rule does not apply)."""
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    """Quantization is plain torch: any device, any float dtype (the kernels' device rule does not
+    apply), but values in strided memory: not a sparse tensor, nor a meta one (a shape only)."""
+    checks.check_strided(x, name)
+    if x.is_meta:
+        raise ValueError(f"{name} is on the meta device (a shape without values): quantization reads the values; "
+                         f"pass {name} on a real device")
     if x.dim() != ndim:
         raise ValueError(f"{name} must be {ndim}-D, got shape {tuple(x.shape)} ({x.dim()}-D)")
     if x.dtype not in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
@@ -342,8 +377,7 @@ def quantize_fp8(x, granularity="tensor", *, dtype=torch.float8_e4m3fn):
     inf stays inf in e5m2 and becomes NaN in e4m3fn, which has no inf (torch's cast saturates it).
     Plain torch ops (quantization is memory-bound and not this course's subject)."""
     _check_any_device(x, "x", 2)
-    if dtype not in FP8_DTYPES:
-        raise TypeError(f"dtype must be one of {', '.join(map(_name, FP8_DTYPES))}, got {dtype}")
+    _check_dtype(dtype, "dtype", FP8_DTYPES)
     bm, bk = _block_shape(granularity, x.shape)
     grid = _scale_grid(granularity, x.shape)
     rows, cols = x.shape
@@ -387,8 +421,8 @@ def scaled_mm_ref(a, b, scale_a, scale_b, *, out_dtype=torch.bfloat16, bias=None
     cuBLASLt's ``D = scale_a * scale_b * (A @ B)`` (torch._scaled_mm on CUDA) apply them: equal to
     dequantizing first for finite scales; an inf scale gives inf where that product is nonzero
     (dequantizing first, as torch's CPU _scaled_mm does, gives NaN wherever a value is 0)."""
+    scaling = check_scaled_mm_operands(a, b, scale_a, scale_b, out_dtype, bias, REF_OUT_DTYPES)
     a, b, scale_a, scale_b, bias = checks.resolve_lazy_views(a, b, scale_a, scale_b, bias)  # torch cannot negate fp8
-    scaling = _scaling_of(scale_a, scale_b, a.shape[0], b.shape[1], a.shape[1])
     sa, sb = scale_a.double(), scale_b.double()
     if scaling == "block":  # one product per 128 values of K, scaled by its block's scales
         M, K = a.shape
@@ -437,21 +471,35 @@ def scaled_grouped_mm(x, w, scale_x, scale_w, offs, *, out_dtype=torch.bfloat16,
         raise TypeError(f"tma must be None, True or False, got {tma!r}")
     if check_offs is not None and not isinstance(check_offs, bool):
         raise TypeError(f"check_offs must be None, True or False, got {check_offs!r}")
-    moe._check_shapes(x, w, offs, dtypes=FP8_DTYPES)
+    check_scaled_grouped_mm_operands(x, w, scale_x, scale_w, offs, out_dtype)
     x, w, scale_x, scale_w, offs = checks.resolve_lazy_views(x, w, scale_x, scale_w, offs)  # as scaled_mm
     fp8 = (scale_x, scale_w, out_dtype, promote)
-    T, K = x.shape
-    E, _, N = w.shape
+    K = x.shape[1]
     if x.stride(1) != 1 and K > 1:
         raise ValueError(f"x must be row-major (x.stride(1) == 1), got strides {tuple(x.stride())}: pass x.contiguous()")
     if w.stride(1) != 1 and K > 1:
         raise ValueError(
             f"w must be column-major per expert (w.stride(1) == 1: w = w_nk.transpose(1, 2) of [E, N, K] weights), "
             f"got strides {tuple(w.stride())}: fp8 tensor cores read B K-major")
+    for name, s in (("scale_x", scale_x), ("scale_w", scale_w)):
+        if s.numel() and s.stride(-1) != 1:
+            raise ValueError(f"{name} must be contiguous in its last dimension, got strides {tuple(s.stride())}")
+    checks.check_no_grad({"x": x, "w": w, "scale_x": scale_x, "scale_w": scale_w})
+    return moe._forward(x, w, offs, tma, check_offs, fp8=fp8)
+
+
+def check_scaled_grouped_mm_operands(x, w, scale_x, scale_w, offs, out_dtype, out_dtypes=OUT_DTYPES) -> None:
+    """What ``scaled_grouped_mm``'s arguments must be whoever computes the product (its kernel or
+    :func:`scaled_grouped_mm_ref`): ``grouped_mm``'s x, w and offs in fp8 with K a multiple of 16,
+    float32 scales [T] and [E, N] on their device, ``out_dtype``.  Not the layouts, nor offs' values."""
+    from . import moe
+
+    moe._check_shapes(x, w, offs, dtypes=FP8_DTYPES)
+    T, K = x.shape
+    E, _, N = w.shape
     if K % 16:
         raise ValueError(f"K = {K} must be a multiple of 16 (16-byte rows of fp8, as torch._scaled_grouped_mm requires)")
-    if out_dtype not in OUT_DTYPES:
-        raise TypeError(f"out_dtype must be one of {', '.join(map(_name, OUT_DTYPES))}, got {out_dtype}")
+    _check_dtype(out_dtype, "out_dtype", out_dtypes)
     for name, s, shape in (("scale_x", scale_x, [T]), ("scale_w", scale_w, [E, N])):
         if not isinstance(s, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor of float32 scales, got {type(s).__name__}")
@@ -462,18 +510,18 @@ def scaled_grouped_mm(x, w, scale_x, scale_w, offs, *, out_dtype=torch.bfloat16,
             raise ValueError(f"{name} must have shape {shape} (row-wise scales: "
                              f"{'one per token' if name == 'scale_x' else 'one per expert and output channel'}), "
                              f"got {list(s.shape)}")
-        if s.numel() and s.stride(-1) != 1:
-            raise ValueError(f"{name} must be contiguous in its last dimension, got strides {tuple(s.stride())}")
     checks.check_same({"x": x, "scale_x": scale_x, "scale_w": scale_w}, "device")
-    checks.check_no_grad({"x": x, "w": w, "scale_x": scale_x, "scale_w": scale_w})
-    return moe._forward(x, w, offs, tma, check_offs, fp8=fp8)
 
 
 def scaled_grouped_mm_ref(x, w, scale_x, scale_w, offs, *, out_dtype=torch.bfloat16):
     """Plain-torch reference in float64: one product per expert, times its rows' and columns'
     scales (the scales multiply the product, as in :func:`scaled_mm_ref`); rows past offs[-1]
-    are zeros whatever their scale."""
+    are zeros whatever their scale.  Refuses what ``scaled_grouped_mm`` refuses, offs' values too."""
+    from . import moe
+
+    check_scaled_grouped_mm_operands(x, w, scale_x, scale_w, offs, out_dtype, REF_OUT_DTYPES)
     x, w, scale_x, scale_w, offs = checks.resolve_lazy_views(x, w, scale_x, scale_w, offs)  # torch cannot negate fp8
+    moe.check_offs_values(offs.tolist(), x.shape[0])
     out = torch.zeros((x.shape[0], w.shape[2]), dtype=torch.float64, device=x.device)
     sx = scale_x.double()
     start = 0
@@ -488,6 +536,7 @@ def quantize_experts(w, *, dtype=torch.float8_e4m3fn):
     q the same shape, column-major per expert (fp8 wgmma reads it K-major), scale float32
     [E, N], one per expert and output channel."""
     _check_any_device(w, "w", 3)
+    _check_dtype(dtype, "dtype", FP8_DTYPES)
     E, K, N = w.shape
     q = torch.empty((E, N, K), dtype=dtype, device=w.device)
     scale = torch.empty((E, N), dtype=torch.float32, device=w.device)

@@ -582,10 +582,10 @@ def _tile_m(config) -> int:
 def _require_hopper() -> None:
     if runtime.supports_wgmma():
         return
-    where = runtime.gpu_description()
-    raise RuntimeError("matmul_ws needs an sm_90 (Hopper: H100/H200) GPU: it is a Gluon kernel built on wgmma "
-                       f"(warpgroup_mma), TMA and mbarriers, and does not run in Triton's interpreter; {where}. "
-                       "Use matmul_tma (sm_90+) or matmul_persistent (any GPU, or the interpreter) instead.")
+    raise RuntimeError(runtime.missing_feature(
+        "matmul_ws", "an sm_90 (Hopper: H100/H200) GPU: it is a Gluon kernel built on wgmma (warpgroup_mma), TMA "
+        "and mbarriers, and does not run in Triton's interpreter",
+        "Use matmul_tma (sm_90+) or matmul_persistent (any GPU, or the interpreter) instead."))
 
 
 def _fit_stages(config, in_bytes: int, out_bytes: int, *, block_scales: bool = False) -> dict:
