@@ -144,6 +144,8 @@ bench-quick: $(STAMP)  ## short benchmark run (on a CPU: every suite's kernels a
 BOOK_DIR ?= build/book
 # notebooks executed at once (each in its own kernel)
 BOOK_JOBS ?= 2
+# SOLUTIONS=0: pages without the solutions, as the student copies show them (a class's site)
+SOLUTIONS ?= 1
 BOOK_STAMP := $(VENV)/.installed-book
 .PHONY: book test-book
 
@@ -151,8 +153,8 @@ $(BOOK_STAMP): $(STAMP) pyproject.toml
 	$(BIN)/python -m pip install -q -e ".[book]"
 	@touch $(BOOK_STAMP)
 
-book: $(BOOK_STAMP)  ## the course as a website in build/book (open build/book/index.html); fails on any notebook error or broken link
-	$(BIN)/python -m gemm_kernels.book build $(BOOK_DIR) --jobs $(BOOK_JOBS)
+book: $(BOOK_STAMP)  ## the course as a website in build/book (open build/book/index.html; SOLUTIONS=0: without solutions); fails on any notebook error or broken link
+	$(BIN)/python -m gemm_kernels.book build $(BOOK_DIR) --jobs $(BOOK_JOBS)$(if $(filter 0,$(SOLUTIONS)), --no-solutions)
 
 test-book: $(BOOK_STAMP)  ## the site `make book` built: every notebook executed, links and images, every page in headless Chromium
 	GEMM_KERNELS_BOOK_SITE=$(BOOK_DIR) $(BIN)/python -m pytest -p no:cacheprovider -m book tests/test_book.py $(PYTEST_ARGS)

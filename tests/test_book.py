@@ -28,6 +28,8 @@ from gemm_kernels import book
 from gemm_kernels.book import build as bb
 from gemm_kernels.book import glossary, pages
 from gemm_kernels.book.sphinxext import find_terms
+from gemm_kernels.lab import student
+from gemm_kernels.lab.nbgrader_markup import is_prediction
 from gemm_kernels.lab.student import BEGIN, strip_hidden_tests
 
 REPO = Path(__file__).resolve().parents[1]
@@ -135,7 +137,9 @@ def test_page_header_links_launch_buttons_and_folded_solutions():
     assert "{download}`Student copy <../student/03_grouped_l2_ordering.ipynb>`" in card
     assert card.index("gk-nav") < card.index("gk-launch") < card.index("gk-objectives")
     assert "**What you will learn" in card.split("gk-objectives", 1)[1]
-    for original, cell in zip(source.cells[1:], page.cells[1:]):
+    shown = [c for c in source.cells if not is_prediction(c)]  # nowhere to write a prediction on a page
+    assert len(shown) < len(source.cells) and len(page.cells) == len(shown)
+    for original, cell in zip(shown[1:], page.cells[1:]):
         assert cell.source == (strip_hidden_tests(original.source) if cell.cell_type == "code" else original.source)
         folded = "hide-input" in cell.metadata.get("tags", [])
         assert folded == (cell.cell_type == "code" and BEGIN in cell.source)
@@ -143,6 +147,43 @@ def test_page_header_links_launch_buttons_and_folded_solutions():
     assert "←" not in opening and f"{infos[1].short_title} →" in opening
     closing = bb.page_notebook(nbformat.read(infos[-1].path, 4), infos[-1], infos[-2], None).cells[0].source
     assert "→" not in closing and f"← {infos[-2].short_title}" in closing
+
+
+def _solution_regions(nb) -> list[str]:
+    """The text between the markers of every solution region of ``nb`` (stripped lines, joined)."""
+    regions, inside = [], None
+    for index in student.solution_cells(nb):
+        for line in nb.cells[index].source.splitlines():
+            if line.strip() == BEGIN:
+                inside = []
+            elif line.strip() == student.END:
+                regions.append("\n".join(inside))
+                inside = None
+            elif inside is not None and line.strip():
+                inside.append(line.strip())
+    return regions
+
+
+def test_a_book_without_solutions(tmp_path):
+    """Issue 48: `make book SOLUTIONS=0` (--no-solutions) builds a class's site: every page's code is the
+    student copy's (solution regions replaced by their stub), nothing folded, no "Show the solution"
+    anywhere, and no file of the source tree holds a solution's text (a known solution line included)."""
+    src = tmp_path / "src"
+    assert bb.main(["assemble", str(src), "--no-solutions"]) == 0
+    text = {p: p.read_text(encoding="utf-8") for p in src.rglob("*") if p.suffix in (".ipynb", ".md", ".py")}
+    known = "programs = (n + block - 1) // block"  # 00's launch_stats, as notebooks/ solve it
+    assert known in (REPO / "notebooks" / "00_start_here.ipynb").read_text(encoding="utf-8")
+    assert not any(known in content or "Show the solution" in content for content in text.values())
+    for path in NOTEBOOKS:
+        nb = nbformat.read(path, 4)
+        page = nbformat.read(src / "notebooks" / path.name, 4)
+        assert not any("hide-input" in c.metadata.get("tags", []) for c in page.cells), path.name
+        code = [c.source for c in page.cells if c.cell_type == "code"]
+        assert sum(student.STUB in source for source in code) == len(student.solution_cells(nb)) > 0, path.name
+        shown = "\n".join(line.strip() for source in code for line in source.splitlines() if line.strip())
+        for region in _solution_regions(nb):
+            assert region not in shown, (path.name, region[:80])
+    assert "without their solutions" in text[src / "index.md"]
 
 
 def test_repository_for_the_launch_buttons(monkeypatch):

@@ -77,6 +77,7 @@ def test_bad_rosters_are_named(tmp_path, text, words):
     ({"notebooks": ["00_nope"]}, "unknown"),
     ({"weights": {"00_start_here": {"nope": 1}}}, "has no exercise 'nope'"),
     ({"weights": {"00_start_here": {"axpy": -1}}}, "must be a number >= 0"),
+    ({"predictions": "1"}, "'predictions' .* must be a number >= 0"),
     ([], "expected a JSON object"),
 ])
 def test_bad_configs_are_named(tmp_path, config, words):
@@ -86,6 +87,16 @@ def test_bad_configs_are_named(tmp_path, config, words):
     (tmp_path / "c.json").write_bytes(b"\xff{")
     with pytest.raises(gradebook.GradebookError, match="c.json"):
         gradebook.read_config(tmp_path / "c.json")
+
+
+def test_predict_answers_worth_points_are_noted_as_nbgraders(tmp_path):
+    """The grade command cannot grade a prediction (nbgrader collects them, graded by hand): with
+    "predictions" in the config every row says so, and the totals hold the checks only."""
+    grades = _rows("alice", "00_start_here", ["correct", "wrong"])
+    _, rows = gradebook.build(grades, config={"predictions": 1})
+    assert gradebook.PREDICTIONS_NOTE in rows[0]["notes"] and (rows[0]["total"], rows[0]["max"]) == (1, 2)
+    _, rows = gradebook.build(grades, config={})
+    assert gradebook.PREDICTIONS_NOTE not in rows[0]["notes"]
 
 
 def test_the_copy_rule(tmp_path):

@@ -23,8 +23,9 @@ def test_markup_is_current(path):
 def test_answers_checks_and_locks_follow_the_markers(path):
     nb = nbformat.read(path, as_version=4)
     meta = {i: c.metadata.get("nbgrader") for i, c in enumerate(nb.cells)}
-    assert [i for i, m in meta.items() if m and m["solution"]] == student.solution_cells(nb)
-    tests = [i for i, m in meta.items() if m and m["grade"]]
+    assert [i for i, m in meta.items() if m and m["solution"] and nb.cells[i].cell_type == "code"] == (
+        student.solution_cells(nb))
+    tests = [i for i, m in meta.items() if m and m["grade"] and nb.cells[i].cell_type == "code"]
     calls = [nbgrader_markup.CHECK_CALL.findall(student.strip_hidden_tests(nb.cells[i].source)) for i in tests]
     assert [meta[i]["grade_id"] for i in tests] == [found[0] for found in calls]
     assert all(meta[i]["points"] == 1 and meta[i]["locked"] for i in tests)
@@ -141,3 +142,59 @@ def test_a_cell_that_is_no_python_is_named():
     nb.cells.insert(2, cell)
     with pytest.raises(ValueError, match=rf"{PATHS[0].name}, cell {cell.id}: not Python"):
         nbgrader_markup.markup(nb, PATHS[0].name)
+
+
+@pytest.mark.parametrize("path", PATHS, ids=lambda p: p.name)
+def test_every_predict_prompt_has_a_manually_graded_answer_cell(path):
+    """Issue 48: the Predict prompts are collected.  Under each prompt, one markdown answer cell that
+    nbgrader releases as its text stub and leaves for formgrader (solution and grade, unlocked, 0
+    points by default), its id and grade_id made from the prompt's (stable across edits elsewhere)."""
+    cells = nbformat.read(path, as_version=4).cells
+    prompts = [i for i, c in enumerate(cells) if c.cell_type == "markdown" and nbgrader_markup.PREDICT in c.source]
+    answers = [i for i, c in enumerate(cells) if nbgrader_markup.is_prediction(c)]
+    assert prompts and answers == [i + 1 for i in prompts]
+    for i in prompts:
+        answer = cells[i + 1]
+        assert answer.id == f"{cells[i].id}-prediction"
+        assert answer.metadata["nbgrader"] == {"grade": True, "solution": True, "locked": False, "points": 0,
+                                               "grade_id": f"predict-{cells[i].id}", "schema_version": 3,
+                                               "task": False}
+
+
+def test_predictions_follow_their_prompts_and_keep_what_they_say():
+    """A prompt added gets its answer cell, a prompt removed loses it; a teacher's edit of an answer
+    cell's text stays (nbgrader replaces it in the release anyway)."""
+    nb = nbformat.read(PATHS[1], as_version=4)
+    prompts = [c for c in nb.cells if c.cell_type == "markdown" and nbgrader_markup.PREDICT in c.source]
+    prompts[0].source = prompts[0].source.replace(nbgrader_markup.PREDICT, "**Think:**")
+    new = nbformat.v4.new_markdown_cell(f"{nbgrader_markup.PREDICT} a new question?")
+    nb.cells.insert(3, new)
+    kept = next(c for c in nb.cells if c.id == f"{prompts[1].id}-prediction")
+    kept.source = "A teacher's words."
+    nbgrader_markup.markup(nb, PATHS[1].name)
+    ids = [c.id for c in nb.cells]
+    assert f"{prompts[0].id}-prediction" not in ids
+    assert ids[ids.index(new.id) + 1] == f"{new.id}-prediction"
+    assert next(c for c in nb.cells if c.id == f"{prompts[1].id}-prediction").source == "A teacher's words."
+
+
+def test_the_teachers_config_gives_the_points(tmp_path, capsys):
+    """--config (the grade command's JSON) sets each check's points from "weights" and each Predict
+    answer's from "predictions", in an assignment's copies; notebooks/ keep the defaults."""
+    import json
+
+    config = tmp_path / "week1.json"
+    config.write_text(json.dumps({"predictions": 1, "weights": {"00_start_here": {"axpy": 2.5}}}))
+    copy = tmp_path / PATHS[0].name
+    copy.write_text(PATHS[0].read_text())
+    assert nbgrader_markup.main(["--config", str(config), str(copy)]) == 0
+    points = {c.metadata["nbgrader"]["grade_id"]: c.metadata["nbgrader"]["points"]
+              for c in nbformat.read(copy, as_version=4).cells if c.metadata.get("nbgrader", {}).get("grade")}
+    assert points == {"predict-00-08": 1, "check_launch_stats": 1, "check_axpy": 2.5}
+    with pytest.raises(SystemExit):
+        nbgrader_markup.main(["--config", str(config)])
+    assert "name them" in capsys.readouterr().err
+    config.write_text(json.dumps({"predictions": -1}))
+    with pytest.raises(SystemExit):
+        nbgrader_markup.main(["--config", str(config), str(copy)])
+    assert "'predictions'" in capsys.readouterr().err

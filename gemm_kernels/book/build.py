@@ -7,6 +7,8 @@ on it with warnings as errors and checks every local link and image of the resul
 their outputs cached by jupyter-cache in ``cache_root/<fingerprint>``: the fingerprint covers the
 package's code, the committed results and the versions of torch, triton and numpy, so a change
 to any of them runs the notebooks again (the cache itself keys on each notebook's code).
+With ``solutions=False`` (``--no-solutions``, ``make book SOLUTIONS=0``: a class's site) the pages are
+the student copies' cells, every solution region replaced by its stub, and nothing is folded.
 """
 
 from __future__ import annotations
@@ -98,13 +100,16 @@ def _split_card(card: str, path: Path) -> tuple:
     return "\n".join(lines[:head + 1]), "\n".join(lines[head + 1:start]).strip(), "\n".join(lines[start:]).strip()
 
 
-def page_notebook(nb, info, previous=None, following=None, repo: str | None = None):
+def page_notebook(nb, info, previous=None, following=None, repo: str | None = None, solutions: bool = True):
     """A copy of ``nb`` as its book page shows it: under the title, links to the previous and next
     notebooks, the syllabus and the glossary, the launch buttons and the student copy; the objectives
-    and prerequisites in a box; every solution folded away (tag ``hide-input``), nbgrader's hidden tests left out."""
-    from ..lab.student import strip_hidden_tests
+    and prerequisites in a box; every solution folded away (tag ``hide-input``), or with ``solutions=False``
+    replaced by its stub as in a student copy; nbgrader's hidden tests and Predict answer cells left out."""
+    from ..lab.nbgrader_markup import is_prediction
+    from ..lab.student import strip_hidden_tests, strip_solutions
 
     nb = copy.deepcopy(nb)
+    nb.cells = [cell for cell in nb.cells if not is_prediction(cell)]  # a reader has nowhere to write
     name = info.path.name
     title, intro, objectives = _split_card(nb.cells[0].source, info.path)
     nav = []
@@ -125,6 +130,8 @@ def page_notebook(nb, info, previous=None, following=None, repo: str | None = No
     for cell in nb.cells:
         if cell.cell_type == "code":  # nbgrader's hidden tests are for autograding, not for readers
             cell.source = strip_hidden_tests(cell.source)
+            if not solutions:
+                cell.source = strip_solutions(cell.source, where=f"{name}, cell {cell.get('id')}")
         if cell.cell_type == "code" and "### BEGIN SOLUTION" in cell.source:
             tags = cell.metadata.setdefault("tags", [])
             if "hide-input" not in tags:
@@ -132,7 +139,7 @@ def page_notebook(nb, info, previous=None, following=None, repo: str | None = No
     return nb
 
 
-def conf_py(cache_path: Path) -> str:
+def conf_py(cache_path: Path, solutions: bool = True) -> str:
     """The Sphinx configuration of the book (written into the source tree)."""
     settings = {
         "project": TITLE,
@@ -157,18 +164,18 @@ def conf_py(cache_path: Path) -> str:
         "nb_execution_raise_on_error": True,
         "nb_execution_show_tb": True,
         "nb_merge_streams": True,
-        "nb_code_prompt_show": "Show the solution",  # the book folds away only the solutions (page_notebook)
-        "nb_code_prompt_hide": "Hide the solution",
     }
+    if solutions:  # the book folds away only the solutions (page_notebook)
+        settings.update(nb_code_prompt_show="Show the solution", nb_code_prompt_hide="Hide the solution")
     lines = ['"""Sphinx configuration of the book, written by gemm_kernels.book.build (edit that, not this)."""', ""]
     lines += [f"{key} = {value!r}" for key, value in settings.items()]
     return "\n".join(lines) + "\n"
 
 
 def assemble(source: Path | str, *, repo_root: Path = REPO_ROOT, cache_path: Path | None = None,
-             repo: str | None = None) -> list:
+             repo: str | None = None, solutions: bool = True) -> list:
     """Write the book's source tree into ``source`` (which must be empty or absent); returns the
-    notebooks' :class:`~.pages.NotebookInfo`, in order."""
+    notebooks' :class:`~.pages.NotebookInfo`, in order (``solutions=False``: no solution in it)."""
     from ..lab.student import write_student_copies
 
     source = Path(source)
@@ -181,7 +188,7 @@ def assemble(source: Path | str, *, repo_root: Path = REPO_ROOT, cache_path: Pat
     (source / "notebooks").mkdir(parents=True)
     for i, (path, info) in enumerate(zip(paths, infos)):
         page = page_notebook(books[path], info, infos[i - 1] if i else None,
-                             infos[i + 1] if i + 1 < len(infos) else None, repo)
+                             infos[i + 1] if i + 1 < len(infos) else None, repo, solutions)
         nbformat.write(page, source / "notebooks" / path.name)
     write_student_copies(Path(repo_root) / "notebooks", source / "student")
     images = Path(repo_root) / "images"
@@ -193,10 +200,10 @@ def assemble(source: Path | str, *, repo_root: Path = REPO_ROOT, cache_path: Pat
     (source / "_book").mkdir()
     (source / "_book" / "colab.svg").write_text(badge_svg("Open in Colab", "#e37400"))
     (source / "_book" / "binder.svg").write_text(badge_svg("Launch on Binder", "#579aca"))
-    (source / "index.md").write_text(index_markdown(infos, repo=repo, title=TITLE))
+    (source / "index.md").write_text(index_markdown(infos, repo=repo, title=TITLE, solutions=solutions))
     (source / "syllabus.md").write_text(syllabus_markdown(infos))
     (source / "glossary.md").write_text(glossary_markdown())
-    (source / "conf.py").write_text(conf_py(Path(cache_path) if cache_path else source / ".jupyter_cache"))
+    (source / "conf.py").write_text(conf_py(Path(cache_path) if cache_path else source / ".jupyter_cache", solutions))
     return infos
 
 
@@ -264,10 +271,10 @@ def _prepare_out(out: Path) -> None:
 
 
 def build(out: Path | str, *, cache_root: Path | str | None = None, source: Path | str | None = None,
-          jobs: int = 1, repo: str | None = None, repo_root: Path = REPO_ROOT) -> dict:
+          jobs: int = 1, repo: str | None = None, repo_root: Path = REPO_ROOT, solutions: bool = True) -> dict:
     """Build the site into ``out`` (replacing an earlier build there); BookError when Sphinx reports an
     error or a warning (an execution error, a broken reference, a missing image) or a local link of
-    the result is broken.  Returns {"seconds": ..., "pages": ...}."""
+    the result is broken (``solutions=False``: pages without solutions).  Returns {"seconds": ..., "pages": ...}."""
     _check_tools()
     from sphinx.cmd.build import build_main
 
@@ -279,7 +286,7 @@ def build(out: Path | str, *, cache_root: Path | str | None = None, source: Path
     with tempfile.TemporaryDirectory(prefix="gemm-book-") as scratch:
         scratch = Path(scratch)
         src = Path(source).resolve() if source else scratch / "src"
-        assemble(src, repo_root=repo_root, cache_path=cache, repo=repo)
+        assemble(src, repo_root=repo_root, cache_path=cache, repo=repo, solutions=solutions)
         # MyST-NB writes the outputs' images next to Sphinx's output folder: keep both in the scratch folder
         rendered = scratch / "site" / "html"
         args = ["-b", "html", "-W", "--keep-going", "-n", "-j", str(jobs), "-d", str(scratch / "doctrees"),
@@ -369,6 +376,10 @@ def main(argv=None) -> int:
     a = sub.add_parser("assemble", help="only write the source tree into DIR (an empty folder)")
     a.add_argument("dir", type=Path)
     a.add_argument("--repo", default=None)
+    for command in (b, a):
+        command.add_argument("--no-solutions", dest="solutions", action="store_false",
+                             help="pages as the student copies show them: no solution, nothing to unfold "
+                                  "(a class's site)")
     c = sub.add_parser("check", help="check every local link and image of a built site")
     c.add_argument("site", type=Path)
     args = parser.parse_args(argv)
@@ -376,11 +387,12 @@ def main(argv=None) -> int:
         if args.command == "build":
             if args.jobs < 1:
                 raise BookError(f"--jobs must be 1 or more, got {args.jobs}")
-            result = build(args.out, cache_root=args.cache, source=args.source, jobs=args.jobs, repo=args.repo)
+            result = build(args.out, cache_root=args.cache, source=args.source, jobs=args.jobs, repo=args.repo,
+                           solutions=args.solutions)
             print(f"the book: {len(result['pages'])} pages in {args.out.resolve()} "
                   f"({result['seconds']:.0f} s); open {args.out.resolve() / 'index.html'}")
         elif args.command == "assemble":
-            infos = assemble(args.dir, repo=args.repo)
+            infos = assemble(args.dir, repo=args.repo, solutions=args.solutions)
             print(f"source tree of {len(infos)} notebooks in {args.dir.resolve()}")
         else:
             problems = check_site(args.site)

@@ -237,8 +237,9 @@ def syllabus_markdown(infos: list) -> str:
     ])
 
 
-def index_markdown(infos: list, *, repo: str, title: str) -> str:
-    """The landing page: what the course is, its notebooks, how to run them, and what may be reused."""
+def index_markdown(infos: list, *, repo: str, title: str, solutions: bool = True) -> str:
+    """The landing page: what the course is, its notebooks, how to run them, and what may be reused
+    (``solutions``: whether the pages hold the solutions, folded away)."""
     cards = []
     for info in infos:
         label = "" if course_of(info).core else " *(optional)*"
@@ -254,8 +255,10 @@ def index_markdown(infos: list, *, repo: str, title: str) -> str:
         "benchmarks.", "",
         "Read it here, or run it: each page has an **Open in Colab** and a **Launch on Binder** button, and a "
         "student copy (the exercises without their solutions) to download. A student copy's first cell installs "
-        "the course's package where it is missing (Colab; never torch) and says what your machine runs. In these "
-        "pages the solutions are folded away under *Show the solution*: try the exercise first.", "",
+        "the course's package where it is missing (Colab; never torch) and says what your machine runs. "
+        + ("In these pages the solutions are folded away under *Show the solution*: try the exercise first."
+           if solutions else "These pages show the exercises without their solutions, as the student copies do."),
+        "",
         "## The notebooks", "", *cards, "",
         "The [syllabus](syllabus.md) gives the time each one takes, its prerequisites and what needs a Hopper "
         "GPU; the [glossary](glossary.md) explains the terms (their first use on every page links there).", "",

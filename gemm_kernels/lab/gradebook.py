@@ -7,7 +7,9 @@
   Without a roster the folder and file names are the ids.
 * **What counts.**  A config (JSON) may say which notebooks the assignment has (``"notebooks"``:
   missing ones count 0 of their maximum), the points of exercises (``"weights": {"00_start_here":
-  {"axpy": 2}}``, default 1 each) and the assignment's name (``"assignment"``).
+  {"axpy": 2}}``, default 1 each) and the assignment's name (``"assignment"``).  ``"predictions"``
+  gives each Predict answer points in nbgrader (default 0: collected, read in formgrader, not
+  counted); they are graded there by hand, never here, and the gradebook's notes say so.
 * **Copies.**  Where a student handed in one course notebook more than once (Jupyter's
   ``00_start_here-Copy1.ipynb`` beside ``00_start_here.ipynb``), :func:`pick_copies` keeps one by a
   stated rule and the others are reported: the copy named exactly as the course notebook (with the
@@ -97,6 +99,10 @@ def read_roster(path: Path) -> list[Student]:
     return students
 
 
+def _points(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < float("inf")
+
+
 def read_config(path: Path | None) -> dict:
     """The teacher's config: ``{"assignment": str, "notebooks": [...], "weights": {nb: {exercise: points}}}``."""
     if path is None:
@@ -111,6 +117,8 @@ def read_config(path: Path | None) -> dict:
     unknown = [nb for nb in config.get("notebooks", []) if nb not in NOTEBOOKS]
     if not isinstance(config.get("notebooks", []), list) or unknown:
         raise GradebookError(f"config {path}: 'notebooks' must list course notebooks (unknown: {unknown[:3]})")
+    if not _points(config.get("predictions", 0)):
+        raise GradebookError(f"config {path}: 'predictions' (the points of each Predict answer) must be a number >= 0")
     weights = config.get("weights", {})
     if not isinstance(weights, dict):
         raise GradebookError(f"config {path}: 'weights' must map notebooks to {{exercise: points}}")
@@ -122,7 +130,7 @@ def read_config(path: Path | None) -> dict:
         for title, points in per.items():
             if title not in titles:
                 raise GradebookError(f"config {path}: {notebook} has no exercise {title!r} (it has {titles})")
-            if not isinstance(points, (int, float)) or isinstance(points, bool) or points < 0 or points != points:
+            if not _points(points):
                 raise GradebookError(f"config {path}: the points of {notebook}:{title} must be a number >= 0")
     return config
 
@@ -150,6 +158,15 @@ def pick_copies(found: list[tuple[str, Path, str]]) -> tuple[list, list]:
 
 def weight(config: dict, notebook: str, exercise: str) -> float:
     return float(config.get("weights", {}).get(notebook, {}).get(exercise, 1))
+
+
+def prediction_points(config: dict) -> float:
+    """The points of each Predict answer in nbgrader (graded by hand there; not in this gradebook)."""
+    return float(config.get("predictions", 0))
+
+
+#: the note on every row when Predict answers are worth points (nbgrader has them, not the grade command)
+PREDICTIONS_NOTE = "Predict answers are graded by hand in nbgrader: not in this total"
 
 
 def _number(value: float):
@@ -183,7 +200,7 @@ def build(grades, *, roster: list[Student] | None = None, config: dict | None = 
         line = {"id": s.id, "name": s.name}
         mine = {(r.notebook, r.exercise): r for r in by_student.get(s.folder, [])}
         total = top = 0.0
-        notes = list(s.notes)
+        notes = list(s.notes) + ([PREDICTIONS_NOTE] if prediction_points(config) else [])
         for nb in notebooks:
             got = out_of = 0.0
             handed_in = any(key[0] == nb for key in mine)

@@ -19,8 +19,13 @@ leave out of the learner's copy, rebinds the name to :func:`graded`: the package
 answer cell that redefines ``check_axpy`` changes nothing), raising when the answer is not correct.
 The solved notebooks run it too, so CI fails when a solution stops passing its check.
 
+Each ``**Predict:**`` prompt is followed by a markdown answer cell (:data:`PREDICTION`, id and
+grade_id from the prompt's id) that nbgrader releases as "YOUR ANSWER HERE" and leaves to be graded
+by hand in formgrader: 0 points unless the teacher's config (:mod:`.gradebook`) says ``"predictions"``.
+
 ``python -m gemm_kernels.lab.nbgrader_markup`` rewrites ``notebooks/*.ipynb``; ``--check`` only
-says which are out of date (``tests/test_nbgrader_markup.py`` runs it).
+says which are out of date (``tests/test_nbgrader_markup.py`` runs it); ``--config week1.json
+source/week1/*.ipynb`` gives an assignment's copies the points of the teacher's config.
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ from pathlib import Path
 
 import nbformat
 
-from . import student
+from . import gradebook, student
 from .student import HIDDEN_BEGIN, HIDDEN_END, strip_hidden_tests
 
 #: a check cell's call, ``check_xxx(answer)``, at the start of a line
@@ -44,6 +49,20 @@ EXERCISE_MODULES = "gemm_kernels.lab.exercises"
 #: what nbgrader takes for a solution's marker anywhere in a line, in any cell (prose included)
 SOLUTION_DELIMITERS = ("BEGIN SOLUTION", "END SOLUTION")
 SCHEMA_VERSION = 3
+#: a Predict prompt (tests/test_notebooks_format.py holds the notebooks to this spelling)
+PREDICT = "**Predict:**"
+#: the answer cell under a prompt, as the solved notebooks and student copies show it (nbgrader's
+#: release shows its text stub instead)
+PREDICTION = "*Your prediction* (write it here before you run the next cell):"
+
+
+def prediction_id(prompt_id: str) -> str:
+    """The id of the answer cell under the prompt cell ``prompt_id`` (and, with ``predict-``, its grade_id)."""
+    return f"{prompt_id}-prediction"
+
+
+def is_prediction(cell) -> bool:
+    return cell.cell_type == "markdown" and str(cell.get("id", "")).endswith("-prediction")
 
 
 def graded(module: str, name: str):
@@ -100,18 +119,39 @@ def _check_modules(cells, name: str = "notebook") -> dict[str, str]:
     return found
 
 
-def _meta(grade_id: str, *, solution=False, grade=False, locked=False) -> dict:
+def _meta(grade_id: str, *, solution=False, grade=False, locked=False, points=1) -> dict:
     meta = {"grade": grade, "grade_id": grade_id, "locked": locked, "schema_version": SCHEMA_VERSION,
             "solution": solution, "task": False}
     if grade:
-        meta["points"] = 1
+        meta["points"] = int(points) if float(points).is_integer() else points
     return meta
 
 
-def markup(nb, name: str = "notebook"):
-    """``nb`` with nbgrader's metadata and the hidden tests, as the module docstring says (in place,
-    returned).  ValueError for a check cell that holds an answer or more than one check, and for a
-    marker's words elsewhere than on a marker line of a code cell (nbgrader would cut the text there)."""
+def _with_predictions(cells) -> list:
+    """``cells`` with one answer cell right under each Predict prompt (an existing one kept, with
+    what it says; one under no prompt dropped)."""
+    answers = {c.id: c for c in cells if is_prediction(c)}
+    out = []
+    for cell in cells:
+        if is_prediction(cell):
+            continue
+        out.append(cell)
+        if cell.cell_type == "markdown" and PREDICT in cell.source:
+            answer = answers.get(prediction_id(cell.id)) or nbformat.v4.new_markdown_cell(PREDICTION)
+            answer.id = prediction_id(cell.id)
+            out.append(answer)
+    return out
+
+
+def markup(nb, name: str = "notebook", config: dict | None = None):
+    """``nb`` with nbgrader's metadata, the hidden tests and the Predict answer cells, as the module
+    docstring says (in place, returned); points from ``config`` (:func:`.gradebook.read_config`: each
+    check's weight, ``"predictions"`` for each Predict answer, default 0).  ValueError for a check cell
+    that holds an answer or more than one check, and for a marker's words elsewhere than on a marker
+    line of a code cell (nbgrader would cut the text there)."""
+    config = config or {}
+    notebook = name.removesuffix(".ipynb")
+    nb.cells = _with_predictions(nb.cells)
     heading = student.exercises_heading(nb)
     if heading is None:
         raise ValueError(f"{name}: no '{student.EXERCISES_HEADING}' section")
@@ -135,16 +175,20 @@ def markup(nb, name: str = "notebook"):
                 raise ValueError(f"{name}, cell {cell.id}: a check cell calls one check imported from "
                                  f"{EXERCISE_MODULES}.* (found {checks})")
             cell.source = hidden_tests(modules[checks[0]], checks[0]) + visible
-            cell.metadata["nbgrader"] = _meta(checks[0], grade=True, locked=True)
+            points = gradebook.weight(config, notebook, checks[0].removeprefix("check_"))
+            cell.metadata["nbgrader"] = _meta(checks[0], grade=True, locked=True, points=points)
+        elif is_prediction(cell):  # a manually graded answer: nbgrader releases its text stub
+            cell.metadata["nbgrader"] = _meta(f"predict-{cell.id.removesuffix('-prediction')}", solution=True,
+                                              grade=True, points=gradebook.prediction_points(config))
         elif index == first_code or index >= heading:
             cell.metadata["nbgrader"] = _meta(f"locked-{cell.id}", locked=True)
     return nb
 
 
-def marked_up_text(path: Path) -> str:
+def marked_up_text(path: Path, config: dict | None = None) -> str:
     """The text of the notebook at ``path`` with its markup refreshed, as nbformat writes it."""
     nb = nbformat.read(path, as_version=4)
-    return nbformat.writes(markup(nb, path.name)) + "\n"
+    return nbformat.writes(markup(nb, path.name, config)) + "\n"
 
 
 def main(argv=None) -> int:
@@ -152,11 +196,20 @@ def main(argv=None) -> int:
                                      "notebooks, from their solution markers and check cells.")
     parser.add_argument("paths", nargs="*", type=Path, help="notebooks (default: notebooks/NN_slug.ipynb)")
     parser.add_argument("--check", action="store_true", help="change nothing; exit 1 when one is out of date")
+    parser.add_argument("--config", type=Path, help="the teacher's config (JSON, as for lab.grade): the points of "
+                        "each check and of each Predict answer; only for an assignment's copies (give their paths)")
     args = parser.parse_args(argv)
+    if args.config is not None and not args.paths:
+        parser.error("--config is for an assignment's copies (source/ASSIGNMENT/*.ipynb): name them; "
+                     "notebooks/ keep the default points")
+    try:
+        config = gradebook.read_config(args.config)
+    except gradebook.GradebookError as exc:
+        parser.error(str(exc))
     paths = args.paths or student.notebook_paths(student.REPO_ROOT / "notebooks")
     stale = []
     for path in paths:
-        text = marked_up_text(path)
+        text = marked_up_text(path, config)
         if path.read_text(encoding="utf-8") != text:
             stale.append(path)
             if not args.check:
