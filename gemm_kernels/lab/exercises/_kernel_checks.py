@@ -1287,7 +1287,7 @@ def _raised(title, raised: AnswerRaised | None, err, log, diagnose):
     if isinstance(err, OutOfBounds):
         # the check's own diagnosis knows the exercise (an expert's end row, not the tensor's last
         # row): when it explains the access, the generic one, which knows only tensors, stays out
-        if diagnose is None or not _safe(diagnose, log, err):
+        if not lines:  # the check's diagnosis said nothing (or there is none): ask once, not again
             lines += [f"diagnosis: {line}" for line in _safe(access_diagnosis, err, log)]
         result = out_of_bounds_result(title, err, raised.what if raised is not None else None)
         if lines:
