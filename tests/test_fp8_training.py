@@ -1,0 +1,262 @@
+"""FP8 for training (``kernels.fp8_training``): the fused cast-transpose against its float64
+reference and against ``quantize_fp8`` called twice, bit for bit; power-of-two (UE8M0) scales and
+their exact rescaling; ``scaled_mm_amax``'s epilogue amax against ``out``; bad inputs.  GPU-marked
+tests run the same checks compiled, with autotuning on and off."""
+
+import pytest
+import torch
+
+from gemm_kernels import DEVICE, runtime
+from gemm_kernels.kernels import fp8
+from gemm_kernels.kernels import fp8_training as ft
+from gemm_kernels.testing import assert_close
+
+hypothesis = pytest.importorskip("hypothesis")
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
+needs_fp8 = pytest.mark.skipif(not runtime.supports_fp8(), reason="needs fp8 (sm_89+) or the interpreter")
+pytestmark = needs_fp8
+
+
+def random_input(M, K, dtype=torch.bfloat16, *, seed=0, specials=True):
+    """Random values over several magnitudes (rows and columns scaled apart, so row and column
+    blocks get different scales), with a NaN, +inf and -inf when ``specials``."""
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(M, K, generator=gen) * torch.exp2(torch.randint(-6, 7, (M, 1), generator=gen).float())
+    x = x * torch.exp2(torch.randint(-3, 4, (1, K), generator=gen).float())
+    if specials and M * K >= 3:
+        flat = x.view(-1)
+        picks = torch.randperm(M * K, generator=gen)[:3]
+        flat[picks] = torch.tensor([float("nan"), float("inf"), -float("inf")])
+    return x.to(dtype).to(DEVICE)
+
+
+def same_fp8(a, b) -> bool:
+    """Equal bits, NaN matching NaN (its sign and payload are not part of the contract)."""
+    a, b = a.contiguous(), b.contiguous()
+    nan_a, nan_b = a.float().isnan(), b.float().isnan()
+    return torch.equal(nan_a, nan_b) and torch.equal(a.view(torch.uint8)[~nan_a], b.view(torch.uint8)[~nan_b])
+
+
+def assert_same(out, ref):
+    assert out.q.shape == ref.q.shape and out.q_t.shape == ref.q_t.shape
+    assert out.q.is_contiguous() and out.q_t.is_contiguous()
+    assert same_fp8(out.q, ref.q), "q differs from the reference"
+    assert same_fp8(out.q_t, ref.q_t), "q_t differs from the reference"
+    assert torch.equal(out.scale, ref.scale) and torch.equal(out.scale_t, ref.scale_t), "scales differ"
+
+
+# ---------------------------------------------------------------- the cast-transpose
+@pytest.mark.parametrize("M, K", [(128, 128), (130, 260), (5, 300), (257, 129), (1, 1)])
+@pytest.mark.parametrize("fp8_dtype", [E4M3, E5M2], ids=str)
+@pytest.mark.parametrize("scale_format", ft.SCALE_FORMATS)
+def test_matches_reference_bit_for_bit(M, K, fp8_dtype, scale_format):
+    x = random_input(M, K, torch.bfloat16, seed=M * 1000 + K)
+    out = ft.quantize_fp8_transposed(x, dtype=fp8_dtype, scale_format=scale_format)
+    assert_same(out, ft.quantize_fp8_transposed_ref(x.cpu(), dtype=fp8_dtype, scale_format=scale_format))
+
+
+@pytest.mark.parametrize("in_dtype", [torch.float16, torch.bfloat16, torch.float32], ids=str)
+@pytest.mark.parametrize("fp8_dtype", [E4M3, E5M2], ids=str)
+def test_equals_quantize_fp8_called_twice(in_dtype, fp8_dtype):
+    """The fused kernel is a faster ``quantize_fp8(x, (1, 128))`` plus ``quantize_fp8(x.t(), (1, 128))``."""
+    x = random_input(200, 300, in_dtype, seed=7)
+    out = ft.quantize_fp8_transposed(x, dtype=fp8_dtype)
+    q, s = fp8.quantize_fp8(x, (1, fp8.SCALE_BLOCK), dtype=fp8_dtype)
+    q_t, s_t = fp8.quantize_fp8(x.t(), (1, fp8.SCALE_BLOCK), dtype=fp8_dtype)
+    assert same_fp8(out.q, q) and torch.equal(out.scale, s)
+    assert same_fp8(out.q_t, q_t) and torch.equal(out.scale_t, s_t)
+
+
+@settings(max_examples=12, deadline=None, derandomize=True)
+@given(M=st.integers(1, 300), K=st.integers(1, 300), seed=st.integers(0, 2**16),
+       in_dtype=st.sampled_from([torch.float16, torch.bfloat16, torch.float32]),
+       fp8_dtype=st.sampled_from([E4M3, E5M2]), scale_format=st.sampled_from(ft.SCALE_FORMATS))
+def test_random_shapes_match_reference(M, K, seed, in_dtype, fp8_dtype, scale_format):
+    x = random_input(M, K, in_dtype, seed=seed)
+    out = ft.quantize_fp8_transposed(x, dtype=fp8_dtype, scale_format=scale_format)
+    assert_same(out, ft.quantize_fp8_transposed_ref(x.cpu(), dtype=fp8_dtype, scale_format=scale_format))
+
+
+def test_extremes_saturate_underflow_and_keep_zero_blocks_finite():
+    """float32 values past e4m3's range, tiny ones (the scale's floor, float32's smallest normal),
+    an all-zero block (scale 1) and -0.0."""
+    x = torch.zeros(130, 140)
+    x[0, :5] = torch.tensor([3e38, -3e38, 1.0, 1e-30, -0.0])
+    x[1, :3] = torch.tensor([1e-39, -2e-40, 5e-45])  # float32 subnormals: amax / 448 under tiny
+    x[129, 139] = -7.0
+    x = x.to(DEVICE)
+    for scale_format in ft.SCALE_FORMATS:
+        out = ft.quantize_fp8_transposed(x, scale_format=scale_format)
+        assert_same(out, ft.quantize_fp8_transposed_ref(x.cpu(), scale_format=scale_format))
+        assert torch.isfinite(out.q.float()).all() and torch.isfinite(out.q_t.float()).all()
+        assert out.scale[2:129, 0].eq(1).all()  # all-zero row blocks
+        assert out.q[0, 4].view(torch.uint8).item() == 0x80  # -0.0 keeps its sign, as torch's cast
+
+
+def test_nan_and_inf_change_only_their_element():
+    x = random_input(128, 256, torch.float32, seed=3, specials=False)
+    x[5, 7], x[6, 130], x[100, 8] = float("nan"), float("inf"), -float("inf")
+    for fp8_dtype in (E4M3, E5M2):
+        clean = ft.quantize_fp8_transposed(x.nan_to_num(0.0, 0.0, 0.0), dtype=fp8_dtype)
+        dirty = ft.quantize_fp8_transposed(x, dtype=fp8_dtype)
+        special = ~torch.isfinite(x)
+        assert torch.equal(clean.scale, dirty.scale) and torch.equal(clean.scale_t, dirty.scale_t)
+        assert torch.equal(clean.q.view(torch.uint8)[~special], dirty.q.view(torch.uint8)[~special])
+        assert torch.equal(clean.q_t.view(torch.uint8)[~special.t()], dirty.q_t.view(torch.uint8)[~special.t()])
+        got = dirty.q.float()
+        assert got[5, 7].isnan()
+        if fp8_dtype == E5M2:  # e5m2 has inf; e4m3fn has none, so an inf becomes NaN (never a finite 448)
+            assert got[6, 130] == float("inf") and got[100, 8] == -float("inf")
+        else:
+            assert got[6, 130].isnan() and got[100, 8].isnan()
+
+
+@pytest.mark.parametrize("view", ["transposed", "sliced", "negated", "negated_transposed"])
+def test_views_are_read_as_their_values(view):
+    base = random_input(150, 260, torch.bfloat16, seed=11, specials=False)
+    x = {"transposed": lambda: base.t(), "sliced": lambda: base[3:140, ::2],
+         "negated": lambda: torch._neg_view(-base),
+         "negated_transposed": lambda: torch._neg_view(-base).t()}[view]()
+    expected = ft.quantize_fp8_transposed_ref(x.cpu().resolve_neg())
+    assert_same(ft.quantize_fp8_transposed(x), expected)
+
+
+def test_empty_inputs_give_empty_outputs_of_the_promised_shapes():
+    for M, K in [(0, 5), (5, 0), (0, 0)]:
+        out = ft.quantize_fp8_transposed(torch.zeros(M, K, device=DEVICE))
+        ref_q, ref_s = fp8.quantize_fp8(torch.zeros(M, K), (1, 128))
+        ref_qt, ref_st = fp8.quantize_fp8(torch.zeros(K, M), (1, 128))
+        assert out.q.shape == ref_q.shape and out.scale.shape == ref_s.shape
+        assert out.q_t.shape == ref_qt.shape and out.scale_t.shape == ref_st.shape
+
+
+@pytest.mark.parametrize("bad, kwargs, error, words", [
+    ("int", {}, TypeError, "x has dtype int32"),
+    ("float64", {}, TypeError, "x has dtype float64"),
+    ("3d", {}, ValueError, "x must be 2-D"),
+    ("list", {}, TypeError, "x must be a torch.Tensor"),
+    ("ok", {"dtype": torch.float16}, TypeError, "dtype must be torch.float8_e4m3fn"),
+    ("ok", {"scale_format": "e8m0"}, ValueError, "scale_format must be one of"),
+    ("sparse", {}, TypeError, "x is a sparse_coo tensor"),
+])
+def test_bad_inputs_are_refused_clearly(bad, kwargs, error, words):
+    x = {"int": lambda: torch.ones(4, 4, dtype=torch.int32, device=DEVICE),
+         "float64": lambda: torch.ones(4, 4, dtype=torch.float64, device=DEVICE),
+         "3d": lambda: torch.ones(2, 4, 4, device=DEVICE), "list": lambda: [[1.0]],
+         "ok": lambda: torch.ones(4, 4, device=DEVICE),
+         "sparse": lambda: torch.ones(4, 4).to_sparse()}[bad]()
+    with pytest.raises(error, match=words):
+        ft.quantize_fp8_transposed(x, **kwargs)
+
+
+# ---------------------------------------------------------------- UE8M0: power-of-two scales
+def test_ue8m0_scales_are_powers_of_two_at_most_twice_the_fp32_scale():
+    x = random_input(256, 384, torch.float32, seed=5, specials=False)
+    exact = ft.quantize_fp8_transposed(x)
+    pow2 = ft.quantize_fp8_transposed(x, scale_format="ue8m0")
+    for s, s32 in ((pow2.scale, exact.scale), (pow2.scale_t, exact.scale_t)):
+        mantissa, _ = torch.frexp(s)
+        assert mantissa.eq(0.5).all(), "a UE8M0 scale has no mantissa bits"
+        assert (s >= s32).all() and (s < 2 * s32).all(), "rounded up, by less than a factor 2"
+
+
+def test_ue8m0_dequantization_and_requantization_are_exact():
+    """q * 2^e only moves q's exponent: float32 holds the product exactly, and dividing it by the
+    same scale gives q's bits back.  An arbitrary float32 scale rounds the product."""
+    x = random_input(128, 256, torch.float32, seed=9, specials=False)
+    for scale_format in ft.SCALE_FORMATS:
+        out = ft.quantize_fp8_transposed(x, scale_format=scale_format)
+        per_element = fp8.expand_scale(out.scale, out.q.shape, (1, 128))
+        dequantized = out.q.float() * per_element  # in float32, as a kernel's epilogue would
+        exact = out.q.double() * per_element.double()
+        if scale_format == "ue8m0":
+            assert torch.equal(dequantized.double(), exact)
+            requantized = (dequantized / per_element).to(E4M3)
+            assert torch.equal(requantized.view(torch.uint8), out.q.view(torch.uint8))
+        else:
+            assert not torch.equal(dequantized.double(), exact)  # float32 rounded q * scale somewhere
+
+
+# ---------------------------------------------------------------- the amax in scaled_mm's epilogue
+def amax_operands(M, N, K, scaling, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    ga, gb = fp8.granularities(scaling)
+    a, sa = fp8.quantize_fp8((torch.randn(M, K, generator=gen) * 4).to(DEVICE), ga)
+    b, sb = fp8.quantize_fp8(torch.randn(N, K, generator=gen).to(DEVICE).t(), gb)
+    return a, b, sa, sb
+
+
+@pytest.mark.parametrize("scaling", fp8.SCALINGS)
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
+@pytest.mark.parametrize("M, N, K", [(37, 53, 256), (130, 258, 128)])
+def test_amax_equals_the_outputs_largest_magnitude(scaling, out_dtype, M, N, K):
+    a, b, sa, sb = amax_operands(M, N, K, scaling, seed=M + N)
+    bias = torch.randn(N, device=DEVICE)
+    out, amax = ft.scaled_mm_amax(a, b, sa, sb, out_dtype=out_dtype, bias=bias)
+    assert_close(out, fp8.scaled_mm_ref(a, b, sa, sb, bias=bias, out_dtype=torch.float64), out_dtype)
+    assert amax.dtype == torch.float32 and amax.shape == ()
+    assert amax.item() == out.float().abs().max().item()
+    _, scale = fp8.quantize_fp8(out, "tensor")  # the next layer's per-tensor scale, from the amax
+    assert scale.item() == (amax / fp8.fp8_max(E4M3)).item()
+
+
+def test_amax_off_gives_the_same_product():
+    a, b, sa, sb = amax_operands(70, 90, 128, "row")
+    with_amax, _ = ft.scaled_mm_amax(a, b, sa, sb)
+    without, none = ft._scaled_mm_pointer_kernel(a, b, sa, sb, amax=False)
+    assert none is None and torch.equal(with_amax, without)
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered in cast:RuntimeWarning")  # the interpreter's fp16 inf
+def test_amax_skips_nan_and_inf():
+    """A NaN in a row of a makes that output row NaN; an fp16 output past 65504 is inf.  The amax
+    is the largest finite |out| (what quantize_fp8's scale uses); out.isfinite() reports the rest."""
+    a, b, sa, sb = amax_operands(64, 96, 128, "row", seed=2)
+    a.view(torch.uint8)[3, 5] = 0x7F  # e4m3fn NaN
+    out, amax = ft.scaled_mm_amax(a, b, sa, sb)
+    assert out[3].isnan().all() and amax.item() == ft.largest_finite_magnitude(out).item() > 0
+    sa_big = sa.clone()
+    sa_big[10] = 1e6  # row 10 overflows fp16
+    out, amax = ft.scaled_mm_amax(a, b, sa_big, sb, out_dtype=torch.float16)
+    assert out[10].isinf().any() and torch.isfinite(amax)
+    assert amax.item() == ft.largest_finite_magnitude(out).item()
+
+
+def test_amax_of_empty_and_k0_products():
+    a, b, sa, sb = amax_operands(0, 32, 64, "tensor")
+    out, amax = ft.scaled_mm_amax(a, b, sa, sb)
+    assert out.shape == (0, 32) and amax.item() == 0
+    a = torch.empty(8, 0, dtype=E4M3, device=DEVICE)
+    b = torch.empty(16, 0, dtype=E4M3, device=DEVICE).t()
+    one = torch.ones((), device=DEVICE)
+    bias = torch.linspace(-3, 2, 16, device=DEVICE)
+    out, amax = ft.scaled_mm_amax(a, b, one, one, bias=bias)
+    assert amax.item() == 3.0 and torch.equal(out.float(), bias.expand(8, 16).to(out.dtype).float())
+
+
+def test_amax_refuses_what_scaled_mm_refuses():
+    a, b, sa, sb = amax_operands(16, 16, 64, "row")
+    with pytest.raises(ValueError, match="b must be column-major"):
+        ft.scaled_mm_amax(a, b.contiguous(), sa, sb)
+    with pytest.raises(TypeError, match="out_dtype"):
+        ft.scaled_mm_amax(a, b, sa, sb, out_dtype=torch.int32)
+
+
+# ---------------------------------------------------------------- on a GPU, autotuning on and off
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode", ["full", "off"])
+def test_gpu_cast_transpose_and_amax(mode):
+    runtime.set_autotune(mode)
+    for M, K in [(4096, 4096), (1000, 4100), (257, 129)]:
+        for scale_format in ft.SCALE_FORMATS:
+            x = random_input(M, K, torch.bfloat16, seed=M + K)
+            out = ft.quantize_fp8_transposed(x, scale_format=scale_format)
+            assert_same(out, ft.quantize_fp8_transposed_ref(x, scale_format=scale_format))
+    for scaling in fp8.SCALINGS:
+        a, b, sa, sb = amax_operands(1000, 1003, 1024, scaling)
+        out, amax = ft.scaled_mm_amax(a, b, sa, sb)
+        assert_close(out, fp8.scaled_mm_ref(a, b, sa, sb, out_dtype=torch.float64), torch.bfloat16)
+        assert amax.item() == out.float().abs().max().item()
