@@ -32,6 +32,8 @@ _PUBLIC = {
     **dict.fromkeys(["grouped_mm", "grouped_mm_ref", "route_tokens", "raise_pending_offs_error"], "kernels.moe"),
     **dict.fromkeys(["scaled_mm", "scaled_mm_ref", "quantize_fp8", "scaled_grouped_mm", "scaled_grouped_mm_ref",
                      "quantize_experts"], "kernels.fp8"),
+    **dict.fromkeys(["quantize_fp8_transposed", "quantize_fp8_transposed_ref", "scaled_mm_amax"],
+                    "kernels.fp8_training"),
     **dict.fromkeys(["trace_program_tiles", "trace_persistent_tiles", "trace_streamk_segments",
                      "trace_grouped_schedule", "trace_moe_schedule"], "lab.traces"),
     **dict.fromkeys(["tile_schedule", "grouped_gemm_schedule"], "models.schedule"),

@@ -135,6 +135,25 @@ def _quantize_fp8():
     return q.double() * scale.double(), a.double(), torch.float8_e4m3fn  # 3 mantissa bits: within 1/16 each
 
 
+def _quantize_fp8_transposed():
+    _fp8()
+    a, _ = _operands(torch.float32, seed=7)
+    q, scale, q_t, scale_t = gk.quantize_fp8_transposed(a)
+    deq = torch.cat([(q.double() * scale.double().repeat_interleave(128, 1)[:, :a.shape[1]]).flatten(),
+                     (q_t.double() * scale_t.double().repeat_interleave(128, 1)[:, :a.shape[0]]).flatten()])
+    return deq, torch.cat([a.double().flatten(), a.double().t().flatten()]), torch.float8_e4m3fn
+
+
+def _scaled_mm_amax():
+    _fp8()
+    a, b = _operands(torch.float32, seed=8)
+    qa, sa = gk.quantize_fp8(a, "row")
+    qb, sb = gk.quantize_fp8(b, "column")  # b = W.t(): quantize_fp8 keeps its column-major layout
+    out, amax = gk.scaled_mm_amax(qa, qb, sa, sb)
+    assert amax.item() == out.float().abs().max().item(), "the epilogue's amax is not max |out|"
+    return out, gk.scaled_mm_ref(qa, qb, sa, sb, out_dtype=torch.float64), torch.float8_e4m3fn
+
+
 def _quantize_experts():
     _, w, _ = _moe_inputs(seed=6)
     q, scale = gk.quantize_experts(w.float())
@@ -175,6 +194,8 @@ CALLS = {
     "scaled_mm": _scaled_mm,
     "quantize_fp8": _quantize_fp8,
     "quantize_experts": _quantize_experts,
+    "quantize_fp8_transposed": _quantize_fp8_transposed,
+    "scaled_mm_amax": _scaled_mm_amax,
     "scaled_grouped_mm": _scaled_grouped_mm,
     "trace_ws_tiles": _trace_ws_tiles,
 }
@@ -187,7 +208,8 @@ def test_every_public_launcher_is_called():
 @pytest.mark.parametrize("name", sorted(CALLS))
 def test_launcher_once(name):
     out, ref, dtype = CALLS[name]()
-    not_products = {"quantize_fp8": 1 / 16, "quantize_experts": 1 / 16, "trace_ws_tiles": 0.0}
+    not_products = {"quantize_fp8": 1 / 16, "quantize_experts": 1 / 16, "quantize_fp8_transposed": 1 / 16,
+                    "trace_ws_tiles": 0.0}
     tolerance = not_products[name] if name in not_products else TOLERANCES[dtype]
     error = rel_err(out, ref)
     assert error <= tolerance, f"{name}: relative error {error:.3g} > {tolerance:g} (signature {inspect.signature(getattr(gk, name))})"
