@@ -1,11 +1,19 @@
-"""Notebook 09b's clock and cache experiments (GPU only): ``python tests/gpu_measuring_clocks.py OUT.json``.
+"""Notebook 09b's clock and cache experiments (GPU only):
+``python tests/gpu_measuring_clocks.py OUT.json [--parts cold,lock,ramp,idle,dirty,ncu]``
+(default ``lock,ramp,dirty,ncu``).
 
+- ``cold``: first in a fresh process, the SM clock and power (NVML) from before the first CUDA work
+  through 4096³ fp16 ``torch.matmul`` calls launched back to back, each between CUDA events;
 - ``ramp``: a warmed-up 4096³ fp16 ``torch.matmul``, launched back to back with a CUDA event pair
   around each launch, right after busy work and after the GPU sat idle ``IDLE_S`` seconds; the SM
   clock is sampled meanwhile (NVML through pynvml when it imports, else ``nvidia-smi -lms``);
+- ``idle``: the same after a busy second, once the GPU has sat idle until its clock fell (at most
+  ``IDLE_MAX_S``), the clock's fall sampled on the way;
 - ``dirty``: ``torch.matmul`` at n³ timed with events right after do_bench's flush (a 256 MiB
   ``zero_``: the L2 is left full of dirty lines), after a flush that reads the same buffer
-  (clean lines), and with no flush (inputs warm in L2); interleaved rounds, medians;
+  (clean lines), with no flush (the events then also time the host's launch), and with no flush
+  behind a spin kernel (``torch.cuda._sleep``: the host runs ahead, no memory traffic);
+  interleaved rounds, medians;
 - ``lock``: one try of ``nvidia-smi -lgc`` (the GPU's clocks reset with ``-rgc`` at once when it works);
 - ``ncu``: the installed ncu's version, its ``--help`` for ``--cache-control`` and
   ``--clock-control``, and one 1024³ GEMM profiled with ncu's defaults, ``--cache-control none``
@@ -27,7 +35,10 @@ from datetime import datetime
 
 IDLE_S = (0.0, 2.0, 5.0)
 RAMP_N, RAMP_CALLS = 4096, 1200
-DIRTY_SIZES, DIRTY_ROUNDS, DIRTY_CALLS = (512, 1024, 2048, 4096), 5, 40
+DIRTY_SIZES, DIRTY_ROUNDS, DIRTY_CALLS = (256, 512, 1024, 2048, 4096), 7, 60
+SPIN_CYCLES = 180_000  # ~90 µs at 2 GHz: as long as the flush, with no memory traffic
+IDLE_MAX_S, IDLE_MHZ = 40.0, 600  # how long to wait for the clock to fall, and below what it counts as fallen
+DEFAULT_PARTS = "lock,ramp,dirty,ncu"
 FLUSH_BYTES = 256 * 1024 * 1024  # triton.testing.do_bench's buffer (get_empty_cache_for_benchmark)
 LOCK_MHZ = 1755
 NCU_METRICS = ("gpu__time_duration.sum", "sm__cycles_elapsed.avg.per_second", "dram__bytes_read.sum",
@@ -54,7 +65,7 @@ class SmClock:
     """Background samples (host seconds, SM MHz): NVML when pynvml imports, else ``nvidia-smi -lms``."""
 
     def __init__(self, index=0, period_ms=5):
-        self.samples, self.source, self.index, self.period_ms = [], None, index, period_ms
+        self.samples, self.watts, self.source, self.index, self.period_ms = [], [], None, index, period_ms
         self._stop = threading.Event()
 
     def __enter__(self):
@@ -62,8 +73,9 @@ class SmClock:
             import pynvml
             pynvml.nvmlInit()
             handle = pynvml.nvmlDeviceGetHandleByIndex(self.index)
-            self.source = "pynvml nvmlDeviceGetClockInfo(SM)"
-            read = lambda: pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM)  # noqa: E731
+            self.source = "pynvml nvmlDeviceGetClockInfo(SM), nvmlDeviceGetPowerUsage"
+            read = lambda: (pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM),  # noqa: E731
+                            pynvml.nvmlDeviceGetPowerUsage(handle) / 1e3)
             self._thread = threading.Thread(target=self._poll, args=(read,), daemon=True)
         except Exception as exc:  # no pynvml: nvidia-smi's own loop, its timestamps
             self.source = f"nvidia-smi -lms {self.period_ms} (pynvml: {type(exc).__name__})"
@@ -76,7 +88,9 @@ class SmClock:
 
     def _poll(self, read):
         while not self._stop.is_set():
-            self.samples.append((time.time(), float(read())))
+            mhz, watts = read()
+            self.samples.append((time.time(), float(mhz)))
+            self.watts.append(watts)
             time.sleep(self.period_ms / 1e3)
 
     def _read_smi(self):
@@ -135,10 +149,82 @@ def ramp(torch):
     return series
 
 
+def _series(torch, a, b, calls, clock, t0):
+    """``calls`` launches of ``a @ b`` back to back, each between two events: per-launch µs, each
+    launch's start (µs after the first event), and the clock samples (s after ``t0``, MHz, W) meanwhile."""
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(calls)]
+    origin = torch.cuda.Event(enable_timing=True)
+    launched = time.time()
+    origin.record()
+    for start, end in events:
+        start.record()
+        torch.matmul(a, b)
+        end.record()
+    torch.cuda.synchronize()
+    done = time.time()
+    times = [s.elapsed_time(e) * 1e3 for s, e in events]
+    return {"launched_s": launched - t0, "done_s": done - t0, "times_us": times,
+            "start_offsets_us": [origin.elapsed_time(s) * 1e3 for s, _ in events],
+            **summarize(times)}
+
+
+def _timeline(clock, t0):
+    watts = clock.watts or [None] * len(clock.samples)
+    return [(round(t - t0, 4), mhz, w) for (t, mhz), w in zip(clock.samples, watts)]
+
+
+def cold(torch):
+    """The clock of a GPU no process used, through the first CUDA work of this one (run it first)."""
+    with SmClock(period_ms=2) as clock:
+        t0 = time.time()
+        time.sleep(0.3)
+        a = torch.randn(RAMP_N, RAMP_N, device="cuda", dtype=torch.float16)
+        b = torch.randn(RAMP_N, RAMP_N, device="cuda", dtype=torch.float16)
+        torch.cuda.synchronize()
+        ready = time.time() - t0
+        series = _series(torch, a, b, RAMP_CALLS, clock, t0)
+        time.sleep(0.1)
+    out = {"n": RAMP_N, "inputs_ready_s": ready, "clock_source": clock.source, **series,
+           "clock": _timeline(clock, t0)}
+    print(f"cold: SM clock first {out['clock'][:1]}, launches {[round(t) for t in out['times_us'][:8]]} µs, steady "
+          f"{out['steady_median_us']:.1f} µs", flush=True)
+    return out
+
+
+def idle(torch):
+    """A busy second, then idle until the SM clock stays under ``IDLE_MHZ`` for a second (or
+    ``IDLE_MAX_S``), then the series: how far the clock falls, and what the first launches pay."""
+    a = torch.randn(RAMP_N, RAMP_N, device="cuda", dtype=torch.float16)
+    b = torch.randn(RAMP_N, RAMP_N, device="cuda", dtype=torch.float16)
+    busy_until = time.perf_counter() + 1.0
+    while time.perf_counter() < busy_until:
+        for _ in range(20):
+            torch.matmul(a, b)
+        torch.cuda.synchronize()
+    with SmClock(period_ms=50) as clock:
+        t0 = time.time()
+        fell = None
+        while time.time() - t0 < IDLE_MAX_S:
+            time.sleep(0.05)
+            recent = [mhz for t, mhz in clock.samples if t > time.time() - 1.0]
+            if fell is None and clock.samples and clock.samples[-1][1] < IDLE_MHZ:
+                fell = clock.samples[-1][0] - t0
+            if fell is not None and time.time() - t0 > fell + 1.0 and recent and max(recent) < IDLE_MHZ:
+                break
+        clock.period_ms = 2
+        series = _series(torch, a, b, RAMP_CALLS, clock, t0)
+        time.sleep(0.1)
+    out = {"n": RAMP_N, "idle_max_s": IDLE_MAX_S, "idle_mhz": IDLE_MHZ, "clock_fell_after_s": fell,
+           "clock_source": clock.source, **series, "clock": _timeline(clock, t0)}
+    print(f"idle: clock under {IDLE_MHZ} MHz after {fell} s; launched at {out['launched_s']:.1f} s; launches "
+          f"{[round(t) for t in out['times_us'][:8]]} µs, steady {out['steady_median_us']:.1f} µs", flush=True)
+    return out
+
+
 def dirty(torch):
     buf = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
     flushes = {"write flush (do_bench's zero_)": buf.zero_, "read flush (sum)": lambda: buf.sum(),
-               "no flush": lambda: None}
+               "no flush": lambda: None, "no flush, behind a spin": lambda: torch.cuda._sleep(SPIN_CYCLES)}
     rows = []
     for n in DIRTY_SIZES:
         a = torch.randn(n, n, device="cuda", dtype=torch.float16)
@@ -161,7 +247,7 @@ def dirty(torch):
                "us": {name: statistics.median(v) for name, v in per_round.items()}}
         us = row["us"]
         row["write_over_read"] = us["write flush (do_bench's zero_)"] / us["read flush (sum)"]
-        row["read_over_none"] = us["read flush (sum)"] / us["no flush"]
+        row["read_over_spin"] = us["read flush (sum)"] / us["no flush, behind a spin"]
         print(f"dirty {n}^3: " + ", ".join(f"{k} {v:.2f} µs" for k, v in us.items())
               + f"; write/read {row['write_over_read']:.3f}", flush=True)
         rows.append(row)
@@ -232,17 +318,20 @@ def ncu(deadline):
     return result
 
 
-def main(path):
+def main(path, parts):
     import torch
 
     if not torch.cuda.is_available():
         raise SystemExit("gpu_measuring_clocks.py measures a CUDA GPU; none here")
     started = time.time()
-    record = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+    record = {"torch": torch.__version__,
               "date": time.strftime("%Y-%m-%d", time.gmtime()), "script": "tests/gpu_measuring_clocks.py",
               "nvidia_smi": smi_query("name,driver_version,clocks.sm,clocks.max.sm,power.limit,persistence_mode")}
-    for name, step in (("lock", lock), ("ramp", lambda: ramp(torch)), ("dirty", lambda: dirty(torch)),
-                       ("ncu", lambda: ncu(started + 70))):
+    steps = {"cold": lambda: cold(torch), "lock": lock, "ramp": lambda: ramp(torch), "idle": lambda: idle(torch),
+             "dirty": lambda: dirty(torch), "ncu": lambda: ncu(time.time() + 40)}
+    record["parts"] = [name for name in steps if name in parts]  # in this order: cold first
+    for name in record["parts"]:
+        step = steps[name]
         t = time.time()
         try:
             record[name] = step()
@@ -250,6 +339,7 @@ def main(path):
             record[name] = {"error": f"{type(exc).__name__}: {exc}"[:800]}
             print(name, "failed:", record[name], flush=True)
         print(f"{name}: {time.time() - t:.1f} s", flush=True)
+    record["device"] = torch.cuda.get_device_name()  # last: "cold" starts before this process touches the GPU
     with open(path, "w") as f:
         json.dump(record, f, indent=1)
         f.write("\n")
@@ -257,6 +347,11 @@ def main(path):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        raise SystemExit(__doc__.split("\n\n")[0])
-    main(sys.argv[1])
+    args = sys.argv[1:]
+    chosen = DEFAULT_PARTS
+    if len(args) == 3 and args[1] == "--parts":
+        args, chosen = args[:1], args[2]
+    unknown = set(chosen.split(",")) - {"cold", "lock", "ramp", "idle", "dirty", "ncu"}
+    if len(args) != 1 or unknown:
+        raise SystemExit(__doc__.split("\n\n")[0] + (f"\nunknown parts: {sorted(unknown)}" if unknown else ""))
+    main(args[0], chosen.split(","))
