@@ -198,3 +198,17 @@ def test_the_teachers_config_gives_the_points(tmp_path, capsys):
     with pytest.raises(SystemExit):
         nbgrader_markup.main(["--config", str(config), str(copy)])
     assert "'predictions'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("path", PATHS, ids=lambda p: p.name)
+def test_the_release_leaves_out_each_reveal_paragraph_and_nothing_else(path):
+    """nbgrader_judge.ClearReveals (the course config's last release step) turns each paragraph that opens
+    with **Reveal:** into a note; the rest of the cell, the Predict prompts included, stays."""
+    for cell in nbformat.read(path, as_version=4).cells:
+        if cell.cell_type != "markdown":
+            continue
+        released = nbgrader_markup.without_reveals(cell.source)
+        paragraphs = cell.source.split("\n\n")
+        kept = [p for p in paragraphs if not p.lstrip().startswith(nbgrader_markup.REVEAL)]
+        assert released.split("\n\n") == [p if p in kept else nbgrader_markup.REVEAL_LEFT_OUT for p in paragraphs]
+        assert released.count(nbgrader_markup.PREDICT) == cell.source.count(nbgrader_markup.PREDICT)

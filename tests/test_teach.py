@@ -18,7 +18,7 @@ import nbformat
 import pytest
 
 from gemm_kernels.lab import nbgrader_judge, student
-from gemm_kernels.lab.nbgrader_markup import CHECK_CALL
+from gemm_kernels.lab.nbgrader_markup import CHECK_CALL, PREDICT, REVEAL, REVEAL_LEFT_OUT, is_prediction
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _hostile import HOSTILE, NBGRADER_HOSTILE  # noqa: E402
@@ -44,6 +44,9 @@ c.GenerateFeedback.preprocessors = [GetGrades, ClearHiddenTests, CSSHTMLHeaderPr
 c.Application.logging_config = {
     "filters": {"hidden_tests": {"()": "gemm_kernels.lab.nbgrader_judge.HiddenTestsRestored"}},
     "handlers": {"console": {"filters": ["hidden_tests"]}}}
+# the answers to the Predict prompts (the **Reveal:** paragraphs) stay out of the release
+from gemm_kernels.lab.nbgrader_judge import ClearReveals
+c.GenerateAssignment.preprocessors.append(ClearReveals)
 """
 
 
@@ -81,13 +84,15 @@ def _solved(course, name, nb):
     answers = {c.id: c.source for c in solved.cells if c.cell_type == "code" and student.has_solution(c.source)}
     for cell in nb.cells:
         cell.source = answers.get(cell.id, cell.source)
+        if is_prediction(cell):  # a prediction written down, for the teacher to grade by hand
+            cell.source = "About twice as long, I think."
 
 
 def _spoofed(course, name, nb):
     """Every answer cell claims every check passes (rebinding their names), and answers wrong."""
     checks = [check for c in nb.cells if c.cell_type == "code" for check in CHECK_CALL.findall(c.source)]
     for cell in nb.cells:
-        if cell.metadata.get("nbgrader", {}).get("solution"):
+        if cell.metadata.get("nbgrader", {}).get("solution") and cell.cell_type == "code":
             cell.source = (" = ".join(checks) + " = lambda *args, **kwargs: 'correct'\n"
                            + cell.source.replace(student.STUB, "return 0"))
 
@@ -105,9 +110,31 @@ def test_the_release_has_no_solutions_and_no_hidden_tests(course):
         code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
         for hidden in (student.BEGIN, student.END, student.HIDDEN_BEGIN, "graded("):
             assert hidden not in code, f"{name}: {hidden!r} in the release"
-        answers = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("solution")]
+        answers = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("solution") and c.cell_type == "code"]
         assert answers and all(student.STUB in c.source for c in answers)
         assert len(re.findall(r"^check_\w+\(", code, re.MULTILINE)) >= 2
+
+
+def test_the_release_collects_predictions_and_hides_their_reveals(course):
+    """Issue 48: under each Predict prompt an answer cell (nbgrader's text stub, graded by hand, its
+    grade_id made from the prompt's id), and no reveal paragraph (ClearReveals, in the config)."""
+    for name in NAMES:
+        source = nbformat.read(course / "source" / ASSIGNMENT / f"{name}.ipynb", as_version=4)
+        nb = _released(course, name)
+        prompts = [i for i, c in enumerate(nb.cells) if c.cell_type == "markdown" and PREDICT in c.source]
+        assert prompts and len(prompts) == sum(PREDICT in c.source for c in source.cells)
+        answers = [i for i, c in enumerate(nb.cells) if c.metadata.get("nbgrader", {}).get("grade_id", "")
+                   .startswith("predict-")]
+        assert answers == [i + 1 for i in prompts], name
+        for i in prompts:
+            meta = nb.cells[i + 1].metadata["nbgrader"]
+            assert nb.cells[i + 1].cell_type == "markdown" and nb.cells[i + 1].source == "YOUR ANSWER HERE"
+            assert meta["grade_id"] == f"predict-{nb.cells[i].id}" and meta["solution"] and meta["grade"]
+            assert meta["points"] == 0 and not meta["locked"]
+        text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+        reveals = [c.source.split("\n")[0] for c in source.cells if c.source.startswith(REVEAL)]
+        assert reveals and not any(first in text for first in reveals), name
+        assert text.count(REVEAL_LEFT_OUT) == len(reveals) and text.count(REVEAL) == len(reveals)
 
 
 def test_autograde_gives_points_only_for_correct_answers(course):
@@ -126,10 +153,15 @@ def test_autograde_gives_points_only_for_correct_answers(course):
             assert top == len(CHECK_CALL.findall("\n".join(
                 c.source for c in _released(course, name).cells if c.cell_type == "code")))
             assert {s: nb.score for s, nb in scores.items()} == {"solved": top, "blank": 0, "spoofed": 0}, name
+            predictions = {s: [gradebook.find_grade(c.metadata["nbgrader"]["grade_id"], name, ASSIGNMENT, s)
+                               for c in _released(course, name).cells if is_prediction(c)] for s in SUBMISSIONS}
+            assert predictions["solved"] and all(g.needs_manual_grade and g.auto_score is None and g.max_score == 0
+                                                 for g in predictions["solved"]), "a prediction is left to the teacher"
+            assert all(g.score == 0 and not g.needs_manual_grade for g in predictions["blank"]), "left blank: 0"
             for student_id in ("blank", "spoofed"):  # failed by the hidden tests' check, not by something else
                 graded = nbformat.read(course / "autograded" / student_id / ASSIGNMENT / f"{name}.ipynb", as_version=4)
                 errors = [o.ename for c in graded.cells if c.metadata.get("nbgrader", {}).get("grade")
-                          for o in c.outputs if o.output_type == "error"]
+                          and c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
                 assert errors == ["AssertionError"] * int(top), (student_id, name, errors)
 
 
@@ -149,10 +181,13 @@ def test_the_whole_course_releases(tmp_path):
         released = nbformat.read(course / "release" / "all" / path.name, as_version=4)
         text = "\n".join(c.source for c in released.cells)
         assert student.BEGIN not in text and "BEGIN HIDDEN TESTS" not in text, path.name
-        graded = [c for c in released.cells if c.metadata.get("nbgrader", {}).get("grade")]
+        graded = [c for c in released.cells if c.metadata.get("nbgrader", {}).get("grade") and c.cell_type == "code"]
         checks = [c for c in nbformat.read(path, as_version=4).cells
                   if c.cell_type == "code" and CHECK_CALL.search(c.source)]
         assert len(graded) == len(checks) >= 2 and all(c.metadata["nbgrader"]["points"] == 1 for c in graded), path.name
+        manual = [c for c in released.cells if c.metadata.get("nbgrader", {}).get("grade") and c.cell_type == "markdown"]
+        assert len(manual) == text.count(PREDICT) >= 1 and all(c.source == "YOUR ANSWER HERE" for c in manual)
+        assert REVEAL_LEFT_OUT in text, path.name
 
 
 def test_the_judge_gives_nbgrader_its_scores(course):

@@ -13,6 +13,9 @@ decided in a process the notebook never reaches), then
   generate_feedback`` shows the verdict, not what the kernel printed;
 * reports a check cell whose source the student changed (nbgrader restores it, and logs every
   hidden-test cell as changed: the course's config silences that warning, this says the real ones).
+
+:class:`ClearReveals`, which the course's config appends to ``GenerateAssignment.preprocessors``, keeps
+the answers to the Predict prompts (the ``**Reveal:**`` paragraphs) out of the release.
 """
 
 from __future__ import annotations
@@ -26,7 +29,13 @@ from pathlib import Path
 import nbformat
 
 from . import grade
+from .nbgrader_markup import without_reveals
 from .student import strip_hidden_tests
+
+try:
+    from nbgrader.preprocessors import NbGraderPreprocessor
+except ImportError:  # without the [teach] extra nothing runs ClearReveals
+    NbGraderPreprocessor = object
 
 ICONS = {"correct": "[ok]", "not attempted": "[ ]"}
 
@@ -45,6 +54,18 @@ class HiddenTestsRestored(logging.Filter):
         args = record.args if isinstance(record.args, tuple) else ()
         return not (str(record.msg).startswith("Attribute '%s' for cell %s has changed!") and len(args) >= 2
                     and args[0] == "checksum" and str(args[1]).startswith("check_"))
+
+
+class ClearReveals(NbGraderPreprocessor):
+    """``nbgrader generate_assignment``'s last step in the course: in every markdown cell that is not an
+    nbgrader cell, the paragraph that answers a Predict prompt (``**Reveal:** ...``) is replaced by a
+    note (:func:`.nbgrader_markup.without_reveals`), so students predict before they read the answer.
+    The course's config: ``c.GenerateAssignment.preprocessors.append(ClearReveals)``."""
+
+    def preprocess_cell(self, cell, resources, index):
+        if cell.cell_type == "markdown" and "nbgrader" not in cell.metadata:
+            cell.source = without_reveals(cell.source)
+        return cell, resources
 
 
 def _graded(course: Path, assignment: str, jobs: int, options: dict) -> list[tuple]:

@@ -22,6 +22,8 @@ The solved notebooks run it too, so CI fails when a solution stops passing its c
 Each ``**Predict:**`` prompt is followed by a markdown answer cell (:data:`PREDICTION`, id and
 grade_id from the prompt's id) that nbgrader releases as "YOUR ANSWER HERE" and leaves to be graded
 by hand in formgrader: 0 points unless the teacher's config (:mod:`.gradebook`) says ``"predictions"``.
+The ``**Reveal:**`` paragraphs that answer them are left out of the release by
+:class:`.nbgrader_judge.ClearReveals`, a preprocessor the course's nbgrader config adds.
 
 ``python -m gemm_kernels.lab.nbgrader_markup`` rewrites ``notebooks/*.ipynb``; ``--check`` only
 says which are out of date (``tests/test_nbgrader_markup.py`` runs it); ``--config week1.json
@@ -54,6 +56,19 @@ PREDICT = "**Predict:**"
 #: the answer cell under a prompt, as the solved notebooks and student copies show it (nbgrader's
 #: release shows its text stub instead)
 PREDICTION = "*Your prediction* (write it here before you run the next cell):"
+
+
+#: how a Predict prompt's answer opens, in the paragraph after the cell that computes it
+REVEAL = "**Reveal:**"
+#: what nbgrader's release says instead (:class:`.nbgrader_judge.ClearReveals`)
+REVEAL_LEFT_OUT = "**Reveal:** *not in this release: compare the output above with your prediction.*"
+
+
+def without_reveals(text: str) -> str:
+    """Markdown ``text`` with each paragraph that opens with :data:`REVEAL` replaced by :data:`REVEAL_LEFT_OUT`
+    (the rest of the cell, the lesson going on, stays)."""
+    parts = re.split(r"(\n[ \t]*\n)", text)  # paragraphs, and the blank lines between them kept
+    return "".join(REVEAL_LEFT_OUT if part.lstrip().startswith(REVEAL) else part for part in parts)
 
 
 def prediction_id(prompt_id: str) -> str:
