@@ -2,7 +2,8 @@
 
 Each launcher of the course wins somewhere: the warp-specialized Gluon kernel on problems that
 fill the GPU, split-K on few tiles with a long K, the persistent TMA kernel where wgmma cannot run
-the inputs, the tiled pointer kernel where TMA cannot read them.  ``tiles.default_launcher`` is
+the inputs, the tiled pointer kernel where TMA cannot read them, the decode kernel for a few rows against a
+large weight (``decode_launcher``: ``decode.py``).  ``tiles.default_launcher`` is
 the rule (shape, SM count, what the GPU and the layouts allow; no per-shape table);
 ``pick_launcher`` applies it to tensors and says why.  A call that needs gradients goes to a
 differentiable launcher (``matmul_tma``, else ``matmul``); under ``torch.compile`` it is
@@ -26,13 +27,31 @@ from .. import runtime
 from ..models.tiles import default_launcher
 from . import launches
 from .autograd import grad_enabled_for
+from .decode import DECODE_MAX_ROWS, matmul_decode
 from .matmul import _matmul_forward, matmul
 from .persistent import matmul_tma
 from .splitk import matmul_splitk
 from .tma import tma_layout
 
 #: the launchers the rule names (``tiles.DISPATCH_LAUNCHERS``); matmul_ws is imported on first use
-LAUNCHERS = {"matmul_splitk": matmul_splitk, "matmul_tma": matmul_tma, "matmul": matmul}
+LAUNCHERS = {"matmul_splitk": matmul_splitk, "matmul_tma": matmul_tma, "matmul": matmul,
+             "matmul_decode": matmul_decode}
+
+#: the fewest weight elements (N x K) the decode kernel is picked for: 2 MB of fp16, under a
+#: microsecond of HBM time, below which a call costs its launch whatever kernel runs
+DECODE_MIN_WEIGHT = 1 << 20
+
+
+def decode_launcher(M: int, N: int, K: int, *, num_sms: int) -> tuple[str, str] | None:
+    """``("matmul_decode", why)`` when an ``M x N x K`` product is a decode (at most
+    ``DECODE_MAX_ROWS`` rows against a weight of at least ``DECODE_MIN_WEIGHT`` elements: its
+    time is the weight's bytes, and a GEMM tile would multiply mostly padding rows); else None
+    (``tiles.default_launcher`` decides).  ``num_sms`` sets the decode kernel's split of K."""
+    if M > DECODE_MAX_ROWS or N * K < DECODE_MIN_WEIGHT:
+        return None
+    return "matmul_decode", (f"{M} row{'s' * (M != 1)} against a {K}x{N} weight: a decode, bound by reading the "
+                             f"weight once; each program reads a block of columns for every row, K split when the "
+                             f"column blocks alone leave some of {num_sms} SMs idle")
 
 
 def _launcher(name: str):
@@ -65,6 +84,9 @@ def pick_launcher(a, b, bias=None, *, batch_invariant=False) -> tuple[str, str]:
                ("matmul", "gradients needed: differentiable, any layout")
     wgmma = tma and runtime.supports_wgmma() and a.dtype in (torch.float16, torch.bfloat16) and b.dtype == a.dtype
     M, K = a.shape
+    decode = decode_launcher(M, b.shape[1], K, num_sms=runtime.num_sms())
+    if decode is not None:
+        return decode
     return default_launcher(M, b.shape[1], K, num_sms=runtime.num_sms(), tma=tma, wgmma=wgmma)
 
 

@@ -1,0 +1,151 @@
+"""The decode kernel (``kernels/decode.py``) against the float64 reference, and the rule that makes
+``matmul_auto`` pick it (``dispatch.decode_launcher``).
+
+In the interpreter every launch is one 32-column, 32-deep config, so K = 130 is 5 K blocks: a
+split of 3 cuts them 2 + 2 + 1, a split of 7 leaves pieces empty.  Outputs are NaN-poisoned
+(``conftest.py``): an element no program wrote fails the comparison."""
+
+import pytest
+import torch
+
+from gemm_kernels import matmul_ref, pick_launcher, runtime
+from gemm_kernels.kernels import dispatch
+from gemm_kernels.kernels.decode import (DECODE_MAX_ROWS, FMA_MAX_ROWS, decode_method, decode_rows, decode_splits,
+                                         matmul_decode)
+from gemm_kernels.testing import assert_close, random_matrix
+
+# ragged N and K (not multiples of the 32-wide blocks), 1 row to DECODE_MAX_ROWS
+SHAPES = [(1, 37, 45), (1, 70, 130), (3, 33, 64), (4, 50, 99), (5, 40, 130), (16, 33, 31), (21, 65, 70)]
+DTYPES = [torch.float16, torch.bfloat16, torch.float32]
+
+
+def _ref(a, b, **epilogue):
+    return matmul_ref(a, b, out_dtype=torch.float64, **epilogue)
+
+
+def _weight_t(N, K, dtype):
+    """b = W.t(): nn.Linear's weight, strides (1, K)."""
+    return random_matrix(N, K, dtype).t()
+
+
+@pytest.mark.usefixtures("seed")
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "M{}-N{}-K{}".format(*s))
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("layout", ["W.t()", "contiguous"])
+def test_both_methods_both_layouts(shape, dtype, layout):
+    M, N, K = shape
+    a = random_matrix(M, K, dtype)
+    b = _weight_t(N, K, dtype) if layout == "W.t()" else random_matrix(K, N, dtype)
+    for method in ("fma", "dot"):
+        assert_close(matmul_decode(a, b, method=method), _ref(a, b), dtype, what=method)
+
+
+@pytest.mark.usefixtures("seed")
+@pytest.mark.parametrize("split_k", [1, 3, 7, 100])
+@pytest.mark.parametrize("method", ["fma", "dot"])
+def test_every_split_with_the_epilogue(split_k, method):
+    """The epilogue runs once, on the whole sum: a split that ran it per piece would add the bias
+    ``split_k`` times and put GELU inside the sum."""
+    M, N, K = 3, 40, 130
+    a, b = random_matrix(M, K), _weight_t(N, K, torch.float16)
+    bias = random_matrix(1, N)[0]
+    out = matmul_decode(a, b, method=method, split_k=split_k, bias=bias, activation="gelu")
+    assert_close(out, _ref(a, b, bias=bias, activation="gelu"))
+
+
+@pytest.mark.usefixtures("seed")
+def test_the_split_is_deterministic():
+    """Pieces are added in split order: the same bits on every run, whatever piece came last."""
+    a, b = random_matrix(2, 300, torch.float32), _weight_t(48, 300, torch.float32)
+    first = matmul_decode(a, b, split_k=5)
+    assert all(torch.equal(first, matmul_decode(a, b, split_k=5)) for _ in range(3))
+
+
+@pytest.mark.usefixtures("seed")
+def test_any_strides():
+    """A column-major a, a row-sliced a, a b with gaps between its columns."""
+    M, N, K = 4, 36, 70
+    a = random_matrix(M, K, transposed=True)
+    a_rows = random_matrix(2 * M, K)[::2]
+    b_gaps = random_matrix(N, 2 * K)[:, ::2].t()
+    for x, w in ((a, _weight_t(N, K, torch.float16)), (a_rows, random_matrix(K, N)), (a, b_gaps)):
+        assert_close(matmul_decode(x, w), _ref(x, w))
+
+
+def test_empty_and_zero_k():
+    a, b = random_matrix(0, 8), random_matrix(8, 5)
+    assert matmul_decode(a, b).shape == (0, 5)
+    bias = random_matrix(1, 5)[0]
+    out = matmul_decode(random_matrix(2, 0), random_matrix(0, 5), bias=bias, activation="relu")
+    assert_close(out, torch.relu(bias.double()).expand(2, 5))
+
+
+def test_nan_stays_in_its_row():
+    a, b = random_matrix(4, 64), _weight_t(40, 64, torch.float16)
+    a[2, 10] = float("nan")
+    out = matmul_decode(a, b, split_k=2)
+    assert torch.isnan(out[2]).all() and not torch.isnan(out[torch.arange(4) != 2]).any()
+
+
+def test_bad_inputs_are_named():
+    a, b = random_matrix(2, 8), random_matrix(8, 4)
+    with pytest.raises(ValueError, match="inner dimensions"):
+        matmul_decode(a, random_matrix(9, 4))
+    with pytest.raises(TypeError, match="dtype"):
+        matmul_decode(a, b.float())
+    with pytest.raises(ValueError, match="at most 64 rows"):
+        matmul_decode(random_matrix(DECODE_MAX_ROWS + 1, 8), b)
+    with pytest.raises(ValueError, match="method"):
+        matmul_decode(a, b, method="wgmma")
+    with pytest.raises(TypeError, match="split_k"):
+        matmul_decode(a, b, split_k=2.0)
+    with pytest.raises(ValueError, match="split_k"):
+        matmul_decode(a, b, split_k=0)
+    with pytest.raises(ValueError, match="activation"):
+        matmul_decode(a, b, activation="tanh")
+    with pytest.raises(ValueError, match="requires grad"):
+        matmul_decode(a.requires_grad_(), b)
+
+
+def test_rows_method_and_split_rules():
+    assert [decode_rows(m, "fma") for m in (1, 2, 3, 4)] == [1, 2, 4, 4]
+    assert [decode_rows(m, "dot") for m in (1, 8, 16, 17, 64)] == [16, 16, 16, 32, 64]
+    assert decode_method(FMA_MAX_ROWS) == "fma" and decode_method(FMA_MAX_ROWS + 1) == "dot"
+    assert decode_splits(n_blocks=256, k_blocks=64, num_sms=132) == 2  # 256 blocks: under two per SM
+    assert decode_splits(n_blocks=32, k_blocks=16, num_sms=132) == 4  # each piece at least 4 K blocks
+    assert decode_splits(n_blocks=300, k_blocks=64, num_sms=132) == 1  # the column blocks fill the SMs
+    assert decode_splits(n_blocks=1, k_blocks=3, num_sms=132) == 1
+
+
+def test_the_dispatch_picks_decode_for_a_few_rows_against_a_large_weight():
+    for M in (1, 8, 16, 32, 64):
+        for N, K in ((2048, 2048), (4096, 14336), (14336, 4096), (16384, 16384)):
+            name, why = dispatch.decode_launcher(M, N, K, num_sms=132)
+            assert name == "matmul_decode" and "decode" in why
+    assert dispatch.decode_launcher(65, 4096, 4096, num_sms=132) is None  # a GEMM tile wastes nothing
+    assert dispatch.decode_launcher(4096, 4096, 4096, num_sms=132) is None
+    assert dispatch.decode_launcher(8, 512, 512, num_sms=132) is None  # a launch's worth of bytes: the old rule
+
+
+def test_pick_launcher_names_decode_for_tensors():
+    """On tensors (never multiplied here): forward-only calls of a few rows take the decode kernel;
+    one that needs gradients, or a batch-invariant one, does not."""
+    a, b = random_matrix(8, 1024), _weight_t(1024, 1024, torch.float16)
+    assert pick_launcher(a, b)[0] == "matmul_decode"
+    assert pick_launcher(random_matrix(65, 1024), b)[0] != "matmul_decode"
+    assert pick_launcher(a.clone().requires_grad_(), b)[0] != "matmul_decode"
+    assert pick_launcher(a, b, batch_invariant=True)[0] == "matmul"
+
+
+@pytest.mark.usefixtures("seed")
+def test_matmul_auto_runs_decode(monkeypatch):
+    """A small weight stands in for a large one (the rule's floor lowered): matmul_auto's answer
+    is the decode kernel's, bit for bit."""
+    monkeypatch.setattr(dispatch, "DECODE_MIN_WEIGHT", 1)
+    monkeypatch.setattr(dispatch, "_PICKS", dispatch.launches.LaunchCache())
+    a, b = random_matrix(2, 70), _weight_t(40, 70, torch.bfloat16 if runtime.supports_bf16() else torch.float16)
+    a = a.to(b.dtype)
+    assert pick_launcher(a, b)[0] == "matmul_decode"
+    out = dispatch.matmul_auto(a, b, activation="relu")
+    assert torch.equal(out, matmul_decode(a, b, activation="relu"))
+    assert_close(out, _ref(a, b, activation="relu"))
