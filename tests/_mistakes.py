@@ -49,6 +49,7 @@ MISTAKES = {
     # 05b
     "streamk_share": ("share = num_programs - 1 - pid", "share = pid"),
     "streamk_loop": ("k_end = tl.minimum(k_tiles, k_first + (end - it))", "k_end = k_tiles"),  # past its share
+    "rows_match": ("torch.equal(first.view(as_int), second.view(as_int))", "torch.equal(first, second)"),  # values
     # 06
     "bounds_masks": ("c_mask = (rows[:, None] < M) & (cols[None, :] < N)",
                      "c_mask = (rows[:, None] < M) & (cols[None, :] < M)"),

@@ -45,7 +45,7 @@ CHECKS = {
     "03_grouped_l2_ordering.ipynb": ["column_grouped_tile", "wave_block_fetches", "column_grouped_triton"],
     "04_kernel_fusion.ipynb": ["activation_pass_bytes", "variant_reference", "gelu_tanh"],
     "05_persistent_tma.ipynb": ["waves_and_tail", "persistent_tiles", "tma_view", "persistent_loop"],
-    "05b_stream_k.ipynb": ["streamk_share", "streamk_loop"],
+    "05b_stream_k.ipynb": ["streamk_share", "streamk_loop", "rows_match"],
     "06_grouped_gemm.ipynb": ["bounds_masks", "program_tiles", "find_tile"],
     "07_moe_grouped_mm.ipynb": ["offs_from_counts", "tiles_per_expert", "padded_rows", "expert_rows_kernel"],
     "10_fp8.ipynb": ["block_scales", "block_scaled_loop", "promotion_interval"],
@@ -157,6 +157,7 @@ ALL_CHECKS = {
     "expert_rows_kernel": moe_ex.check_expert_rows_kernel,
     "streamk_share": streamk_ex.check_streamk_share,
     "streamk_loop": streamk_ex.check_streamk_loop,
+    "rows_match": streamk_ex.check_rows_match,
     "block_scales": fp8_ex.check_block_scales,
     "block_scaled_loop": fp8_ex.check_block_scaled_loop,
     "promotion_interval": fp8_ex.check_promotion_interval,
@@ -688,6 +689,97 @@ def test_streamk_share_an_endless_answer_says_perhaps_more():
 
     result = streamk_ex.check_streamk_share(lambda *a: itertools.repeat((5, 4, 8)))
     assert_wrong(result, "(5, 4, 8), (5, 4, 8), ... (perhaps more)")
+
+
+
+def _shared_rows(matmul, a, b, m1, m2):
+    rows = min(m1, m2)
+    return matmul(a[:m1], b)[:rows], matmul(a[:m2], b)[:rows]
+
+
+def _same_bits(first, second):
+    width = {2: torch.int16, 4: torch.int32}[first.element_size()]
+    return torch.equal(first.view(width), second.view(width))
+
+
+def test_rows_match_within_a_tolerance_is_named():
+    result = streamk_ex.check_rows_match(lambda *args: torch.allclose(*_shared_rows(*args)))
+    assert_wrong(result, "row 0 one bit higher in the batch of 40 rows, m1=3, m2=40: expected False, got True",
+                 "differ in the last bit: a tolerance (allclose, isclose) calls them the same")
+
+
+def test_rows_match_by_value_is_named_at_the_nan_and_the_signed_zero():
+    result = streamk_ex.check_rows_match(lambda *args: torch.equal(*_shared_rows(*args)))
+    assert_wrong(result, "NaN at row 1, column 3 in both batches, m1=2, m2=9: expected True, got False",
+                 "NaN != NaN as a value", "equal as values, but their sign bits differ")
+
+
+def test_rows_match_of_row_0_alone_is_named():
+    def row_0(matmul, a, b, m1, m2):
+        return _same_bits(matmul(a[:m1], b)[:1], matmul(a[:m2], b)[:1])
+
+    assert_wrong(streamk_ex.check_rows_match(row_0), "row 4 changed by 1 in the batch of 5 rows",
+                 "compare every row the two batches share, the first min(m1, m2) = 5, not row 0 alone")
+
+
+def test_rows_match_of_the_whole_batch_twice_is_named():
+    def whole(matmul, a, b, m1, m2):
+        rows = min(m1, m2)
+        return _same_bits(matmul(a, b)[:rows], matmul(a, b)[:rows])
+
+    assert_wrong(streamk_ex.check_rows_match(whole), "your function multiplied batches of 40 rows: the question is "
+                 "about the batches a[:m1] and a[:m2], here 3 and 40 rows")
+
+
+def test_rows_match_taking_m1_rows_from_both_is_named():
+    def m1_rows(matmul, a, b, m1, m2):
+        return _same_bits(matmul(a[:m1], b)[:m1], matmul(a[:m2], b)[:m1])
+
+    assert_wrong(streamk_ex.check_rows_match(m1_rows), "m1=16, m2=6: expected True, got False",
+                 "only the first min(m1, m2) = 6 rows are in both batches")
+
+
+def test_rows_match_accepts_a_one_element_bool_tensor_and_refuses_other_values():
+    def as_tensor(*args):
+        first, second = _shared_rows(*args)
+        width = {2: torch.int16, 4: torch.int32}[first.element_size()]
+        return (first.view(width) == second.view(width)).all()
+
+    assert streamk_ex.check_rows_match(as_tensor).passed
+    assert_wrong(streamk_ex.check_rows_match(lambda *args: 1), "expected True or False, got 1")
+    assert_wrong(streamk_ex.check_rows_match(lambda *args: _shared_rows(*args)[0]), "expected True or False, got tensor")
+
+
+def test_rows_match_reference_sees_the_batch_invariant_mode_keep_its_bits():
+    """What the check's last cases rest on: matmul_auto's batch-invariant rows keep their bits
+    (on a GPU in fp16 at 8 and 4096 rows, interpreted in fp32 at 5 and 300)."""
+    from gemm_kernels.kernels.dispatch import matmul_auto
+
+    *_, a, b, m1, m2 = streamk_ex._rows_cases()[-1]
+    with torch.no_grad():
+        assert streamk_ex.rows_match_ref(lambda x, w: matmul_auto(x, w, batch_invariant=True), a, b, m1, m2)
+
+
+@pytest.mark.gpu
+def test_rows_match_check_on_the_gpu():
+    """The check on CUDA tensors: the notebook's solution passes, three mistakes are named, and
+    the default path changes a row's bits between 8 and 4096 rows where the batch-invariant one does not
+    (PERF_NOTES entry 41: every M up to 128 at N = 4096)."""
+    from gemm_kernels.kernels.dispatch import matmul_auto
+
+    nb = nbformat.read(NOTEBOOKS / "05b_stream_k.ipynb", as_version=4)
+    namespace: dict = {}
+    results = {r.exercise: r for r in exercise_results(nb, "05b_stream_k", namespace)}
+    assert results["rows_match"].passed, str(results["rows_match"])
+    test_rows_match_within_a_tolerance_is_named()
+    test_rows_match_by_value_is_named_at_the_nan_and_the_signed_zero()
+    test_rows_match_of_row_0_alone_is_named()
+    cases = {what: (a, b, m1, m2) for what, _, a, b, m1, m2 in streamk_ex._rows_cases()}
+    a, b, m1, m2 = cases["matmul_auto by default"]
+    assert a.is_cuda and a.dtype == torch.float16 and (m1, m2) == (8, 4096)
+    with torch.no_grad():
+        assert not streamk_ex.rows_match_ref(matmul_auto, a, b, m1, m2)
+        assert streamk_ex.rows_match_ref(lambda x, w: matmul_auto(x, w, batch_invariant=True), a, b, m1, m2)
 
 
 # ----------------------------------------------------------------------------- notebook 06

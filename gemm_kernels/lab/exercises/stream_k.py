@@ -1,8 +1,10 @@
 """Checks for notebook 05b (Stream-K): the K iterations one program runs, cut at tile edges
-(:func:`check_streamk_share`), and the same walk as the segment loop of a real kernel
-(:func:`check_streamk_loop`, with :func:`run_segment`, the one-segment helper it calls).
+(:func:`check_streamk_share`), the same walk as the segment loop of a real kernel
+(:func:`check_streamk_loop`, with :func:`run_segment`, the one-segment helper it calls), and a
+test of batch invariance: whether a row has the same bits in two batches (:func:`check_rows_match`,
+on made-up matmuls with one known difference, then on ``torch.matmul`` and ``matmul_auto``).
 
-Both are compared with ``models.tiles.streamk_segments``, the numpy mirror the package's
+The first two are compared with ``models.tiles.streamk_segments``, the numpy mirror the package's
 ``matmul_streamk`` is traced against.  The kernel of the second exercise runs checked, in the
 interpreter, where programs run one after another in pid order; so :func:`run_segment` never
 spins on a flag: a partial sum that is not there yet is left out (and the check says which
@@ -11,6 +13,8 @@ for sm_90 (``_kernel_checks``) but never run on a GPU by the check: there a part
 program has not finished would be left out for real."""
 
 from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import torch
@@ -23,7 +27,7 @@ from ...kernels.tiles import record_tile, streamk_range
 from ...models.tiles import cdiv, streamk_segments
 from ...testing import TOLERANCES, rel_err
 from . import _kernel_checks as kc
-from ._core import Hints, call, compare_arrays, read_items, shown
+from ._core import Hints, call, compare_arrays, fmt, read_items, shown
 
 
 def _segments_text(segments) -> str:
@@ -300,4 +304,195 @@ def check_streamk_loop(kernel):
                                        index_names=("row", "col"))
         if problems:
             break
+    return problems
+
+
+# ----------------------------------------------------------------------------- exercise 3: a row's bits in two batches
+_SAME_WIDTH = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    """``t``'s memory read as integers of its width: a NaN equals the same NaN, -0.0 differs from 0.0."""
+    return t.view(_SAME_WIDTH[t.element_size()])
+
+
+@kc.reference
+def rows_match_ref(matmul, a: torch.Tensor, b: torch.Tensor, m1: int, m2: int) -> bool:
+    """Whether the rows both batches share (``a[:min(m1, m2)]``) come out of ``matmul(a[:m1], b)``
+    and ``matmul(a[:m2], b)`` with the same bits."""
+    rows = min(m1, m2)
+    return torch.equal(_bits(matmul(a[:m1], b)[:rows]), _bits(matmul(a[:m2], b)[:rows]))
+
+
+class _Batches:
+    """A case's matmul: each batch computed once (the same rows again get the same output, so the
+    check and the learner see one result per batch), and the row counts it was called with.  It
+    runs in a thread of its own: the check's patches (checked launches, NaN-poisoned ``torch.empty``,
+    the watchdog) hold in the checking thread only, and the package's kernels are no learner's code
+    to check (a checked run would interpret them on the CPU, on a GPU too)."""
+
+    def __init__(self, fn):
+        self.fn, self.done, self.rows_called = fn, [], []
+
+    def __call__(self, x, w):
+        self.rows_called.append(int(x.shape[0]))
+        for known, out in self.done:
+            if known.shape == x.shape and torch.equal(known, x):
+                return out.clone()
+        with ThreadPoolExecutor(max_workers=1) as plain:
+            out = plain.submit(self.fn, x, w).result()
+        self.done.append((x.clone(), out))
+        return out.clone()
+
+
+def _exact(x, w):
+    """The product of integer-valued inputs: exact in any order of the sums, so every batch has the same bits."""
+    return (x.double() @ w.double()).to(x.dtype)
+
+
+def _changed(rows: int, row: int, col: int, change):
+    """``_exact``, with ``change(out, row, col)`` applied to the batch of ``rows`` rows only."""
+    def matmul(x, w):
+        out = _exact(x, w)
+        if x.shape[0] == rows:
+            change(out, row, col)
+        return out
+    return matmul
+
+
+def _one_ulp_up(out, row, col):
+    _bits(out)[row, col] += 1
+
+
+def _plus_one(out, row, col):
+    out[row, col] += 1
+
+
+def _nan(out, row, col):
+    out[row, col] = float("nan")
+
+
+def _both(rows_a: int, rows_b: int, change):
+    """``_exact`` with ``change`` applied alike to the batches of ``rows_a`` and ``rows_b`` rows."""
+    def matmul(x, w):
+        out = _exact(x, w)
+        if x.shape[0] in (rows_a, rows_b):
+            change(out, 1, 3)
+        return out
+    return matmul
+
+
+def _signed_zero(rows_negative: int):
+    """Element (0, 2) is 0.0, and -0.0 in the batch of ``rows_negative`` rows."""
+    def matmul(x, w):
+        out = _exact(x, w)
+        out[0, 2] = -0.0 if x.shape[0] == rows_negative else 0.0
+        return out
+    return matmul
+
+
+def _rows_cases():
+    """(what, matmul, a, b, m1, m2): made-up matmuls with one known change (integer inputs, so
+    nothing else differs), then cuBLAS or torch and ``matmul_auto`` by default and batch-invariant."""
+    from ...kernels.dispatch import matmul_auto
+
+    gen = torch.Generator().manual_seed(49)
+
+    def ints(m, k, dtype):
+        return torch.randint(-3, 4, (m, k), generator=gen).to(runtime.DEVICE, dtype)
+
+    f16, f32 = torch.float16, torch.float32
+    made_up = [
+        ("the same bits in every batch", _exact, f32, 40, 3, 40),
+        ("row 0 one bit higher in the batch of 40 rows", _changed(40, 0, 1, _one_ulp_up), f32, 40, 3, 40),
+        ("row 4 changed by 1 in the batch of 5 rows", _changed(5, 4, 2, _plus_one), f16, 24, 5, 24),
+        ("row 10 changed in the batch of 16 rows (the batch of 6 has no row 10)", _changed(16, 10, 0, _plus_one),
+         f32, 16, 16, 6),
+        ("NaN at row 1, column 3 in both batches", _both(2, 9, _nan), f16, 9, 2, 9),
+        ("0.0 at row 0, column 2, -0.0 in the batch of 12 rows", _signed_zero(12), f32, 12, 4, 12),
+    ]
+    cases = [(what, fn, ints(m, 16, dtype), ints(16, 7, dtype), m1, m2) for what, fn, dtype, m, m1, m2 in made_up]
+    few, m, n, k, dtype = (8, 4096, 4096, 4096, f16) if runtime.on_gpu() else (5, 300, 32, 512, f32)
+    a = torch.randn(m, k, generator=gen).to(runtime.DEVICE, dtype)
+    b = torch.randn(k, n, generator=gen).to(runtime.DEVICE, dtype)
+    with torch.no_grad():
+        cases += [("torch.matmul", torch.matmul, a, b, few, m),
+                  ("matmul_auto by default", matmul_auto, a, b, few, m),
+                  ("matmul_auto(..., batch_invariant=True)",
+                   lambda x, w: matmul_auto(x, w, batch_invariant=True), a, b, m, few)]
+    return cases
+
+
+def _as_bool(value):
+    """The learner's verdict as a bool (a Python or numpy bool, or a one-element bool tensor), else None."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, torch.Tensor) and value.dtype == torch.bool and value.numel() == 1:
+        return bool(value.item())
+    return None
+
+
+def _first_difference(first, second):
+    """(row, col) of the first element whose bits differ, or None."""
+    found = (_bits(first) != _bits(second)).nonzero()
+    return None if found.numel() == 0 else tuple(int(i) for i in found[0])
+
+
+def _why_rows(got: bool, matmul: _Batches, a, b, m1: int, m2: int) -> str:
+    """A reason for a wrong verdict, when the mistake is a common one."""
+    called = sorted(set(matmul.rows_called))
+    if not called:
+        return f" (your function never called matmul: multiply the batches a[:m1] and a[:m2], here {m1} and {m2} rows)"
+    if m1 not in called or m2 not in called:
+        return (f" (your function multiplied batches of {', '.join(map(str, called))} rows: the question is "
+                f"about the batches a[:m1] and a[:m2], here {m1} and {m2} rows)")
+    rows = min(m1, m2)
+    first, second = matmul(a[:m1], b), matmul(a[:m2], b)
+    where = _first_difference(first[:rows], second[:rows])
+    if got and where is not None:
+        r, c = where
+        x, y = first[r, c].item(), second[r, c].item()
+        if x == y:
+            return (f" (row {r}, column {c}: {fmt(x)} against {fmt(y)} are equal as values, but their sign bits differ: "
+                    "compare the bits, not the values)")
+        if r > 0 and _first_difference(first[:1], second[:1]) is None:
+            return (f" (row {r} differs, column {c}: {fmt(x)} against {fmt(y)}; compare every row the two batches share, "
+                    f"the first min(m1, m2) = {rows}, not row 0 alone)")
+        if abs(x - y) <= 1e-3 * max(abs(x), abs(y)):
+            return (f" (row {r}, column {c}: {fmt(x)} against {fmt(y)} differ in the last bit: a tolerance (allclose, "
+                    "isclose) calls them the same; bit-identical means the same bits)")
+        return f" (row {r}, column {c}: {fmt(x)} against {fmt(y)})"
+    if not got and where is None:
+        shared = first[:rows]
+        if shared.is_floating_point() and bool(torch.isnan(shared).any()):
+            r, c = (int(i) for i in torch.isnan(shared).nonzero()[0])
+            return (f" (row {r}, column {c} is NaN in both, with the same bits: NaN != NaN as a value, so compare "
+                    "the bits: view both as integers of the same width, torch.int16 for fp16, torch.int32 for fp32)")
+        if first.shape[0] != second.shape[0]:
+            return (f" (only the first min(m1, m2) = {rows} rows are in both batches: the batch of "
+                    f"{max(m1, m2)} rows has more, and they are not part of the question)")
+    return ""
+
+
+@kc.plain_exercise("rows_match", hints=Hints(
+    nudge="which rows are in both batches, and what does 'the same bits' ask that 'the same values' does not "
+          "(think of NaN, of -0.0, of one bit in the last place)?",
+    approach="multiply a[:m1] and a[:m2], keep the first min(m1, m2) rows of each, and compare their memory as "
+             "integers of the same width (tensor.view(torch.int16) for fp16, torch.int32 for fp32), every element",
+    solution="rows = min(m1, m2); first = matmul(a[:m1], b)[:rows]; second = matmul(a[:m2], b)[:rows]; "
+             "as_int = {2: torch.int16, 4: torch.int32, 8: torch.int64}[first.element_size()]; "
+             "return torch.equal(first.view(as_int), second.view(as_int))"))
+def check_rows_match(rows_match):
+    problems = []
+    for what, fn, a, b, m1, m2 in _rows_cases():
+        matmul = _Batches(fn)
+        expected = rows_match_ref(matmul, a, b, m1, m2)
+        matmul.rows_called.clear()
+        value = call(rows_match, matmul, a, b, m1, m2, what=f"rows_match(<{what}>, a, b, {m1}, {m2})")
+        got = _as_bool(value)
+        if got is None:
+            return [f"{what}, m1={m1}, m2={m2}: expected True or False, got {shown(value)}"]
+        if got != expected:
+            problems.append(f"{what}, m1={m1}, m2={m2}: expected {expected}, got {got}"
+                            + _why_rows(got, matmul, a, b, m1, m2))
     return problems
