@@ -115,8 +115,8 @@ def _dirty_workspace(monkeypatch, counter):
     failed launch left dirty)."""
     real_workspace = streamk._workspace
 
-    def dirty(num_programs, tile_elements, device):
-        partials, flags = real_workspace(num_programs, tile_elements, device)
+    def dirty(num_programs, tile_elements, device, reduction="deterministic"):
+        partials, flags = real_workspace(num_programs, tile_elements, device, reduction)
         flags[num_programs] = counter
         return partials, flags
 
@@ -246,7 +246,8 @@ def test_needs_hopper_on_a_gpu(monkeypatch):
 
 
 def test_autotune_key_holds_the_epilogue_and_layouts():
-    assert _streamk_tuned.keys == [*configs.SINGLE_GEMM_KEY, "A_COL_MAJOR", "B_COL_MAJOR"]
+    assert _streamk_tuned.keys == [*configs.SINGLE_GEMM_KEY, "A_COL_MAJOR", "B_COL_MAJOR", "REDUCTION",
+                                   "sk_tiles_requested"]  # a pick per reduction mode and split rule
     for config in configs.streamk_configs(gpu=True):
         assert not config.kwargs["FLATTEN"] and not config.kwargs["WARP_SPECIALIZE"]
 

@@ -202,37 +202,72 @@ def streamk_default_tiles(num_tiles: int, num_programs: int, k_tiles: int) -> in
 STREAMK_FIELDS = ("program", "tile", "k_first", "k_end")
 
 
-def streamk_segments(num_tiles: int, k_tiles: int, num_programs: int, sk_tiles: int | None = None) -> np.ndarray:
+#: how the Stream-K kernel picks the tiles it splits: ``"tail"`` (``streamk_default_tiles``, or
+#: ``sk_tiles``) or ``"hybrid"`` (``streamk_hybrid_tiles``: the paper's data-parallel + two-tile Stream-K)
+STREAMK_SCHEDULES = ("tail", "hybrid")
+
+
+def streamk_hybrid_tiles(num_tiles: int, num_programs: int) -> int:
+    """Tiles the hybrid schedule splits (Osama et al., PPoPP 2023, "data-parallel + two-tile
+    Stream-K"): the partial last wave *and one full wave* before it, so each program's share is
+    between one and two tiles of K iterations and no tile is cut into more than two pieces (one
+    hand-over); the waves before run whole tiles.  No partial wave: nothing split; fewer tiles
+    than programs: all of them (each share under one tile, as Stream-K proper)."""
+    _check_ints(num_tiles=num_tiles, num_programs=num_programs)
+    if num_programs < 1 or num_tiles < 0:
+        raise ValueError(f"need num_programs >= 1 and num_tiles >= 0; got {num_programs}, {num_tiles}")
+    if num_tiles < num_programs:
+        return num_tiles
+    tail = num_tiles % num_programs
+    return tail + num_programs if tail else 0
+
+
+def streamk_rows_per_program(sk_tiles: int, num_programs: int) -> int:
+    """Segments a program may run (rows per program in ``streamk_segments``): 2 while a share is
+    at most one tile of K iterations (the end of one tile, the start of the next), 3 when it is
+    up to two (the hybrid's: the end of one tile, a whole tile, the start of another)."""
+    return 2 if sk_tiles <= num_programs else 3
+
+
+def streamk_segments(num_tiles: int, k_tiles: int, num_programs: int, sk_tiles: int | None = None,
+                     schedule: str = "tail") -> np.ndarray:
     """numpy mirror of the Stream-K kernel's schedule: who computes which K range of which tile.
 
     Tiles ``0 .. num_tiles - sk_tiles - 1`` are data-parallel: program ``p`` computes tiles
     ``p, p + num_programs, ...`` over all ``k_tiles`` K blocks, exactly as
     :func:`persistent_schedule`.  The last ``sk_tiles`` tiles (default
-    :func:`streamk_default_tiles`) form ``sk_tiles * k_tiles`` K
-    iterations, split by :func:`streamk_range`.  Returns an int64 array
-    ``[num_tiles - sk_tiles + 2 * num_programs, 4]`` with columns :data:`STREAMK_FIELDS`: row
-    ``t`` for data-parallel tile ``t``; rows ``dp + 2 * p`` and ``dp + 2 * p + 1`` for program
-    ``p``'s (at most two) Stream-K segments, in the order it runs them; ``-1`` rows where a
-    program has fewer.  A segment with ``k_first == 0`` finishes its tile (epilogue and store).
+    :func:`streamk_default_tiles`; with ``schedule="hybrid"``, :func:`streamk_hybrid_tiles`) form
+    ``sk_tiles * k_tiles`` K iterations, split by :func:`streamk_range`.  Returns an int64 array
+    ``[num_tiles - sk_tiles + R * num_programs, 4]`` with columns :data:`STREAMK_FIELDS`, ``R``
+    the :func:`streamk_rows_per_program`: row ``t`` for data-parallel tile ``t``; rows
+    ``dp + R * p ...`` for program ``p``'s Stream-K segments, in the order it runs them; ``-1``
+    rows where a program has fewer.  A segment with ``k_first == 0`` finishes its tile.
     """
     _check_ints(num_tiles=num_tiles, k_tiles=k_tiles, num_programs=num_programs,
                 **({} if sk_tiles is None else {"sk_tiles": sk_tiles}))
     if num_programs < 1 or k_tiles < 1 or num_tiles < 0:
         raise ValueError(f"need num_programs >= 1, k_tiles >= 1, num_tiles >= 0; got {num_programs}, {k_tiles}, {num_tiles}")
-    if sk_tiles is None:
+    if schedule not in STREAMK_SCHEDULES:
+        raise ValueError(f"schedule must be one of {STREAMK_SCHEDULES}, got {schedule!r}")
+    if schedule == "hybrid":
+        if sk_tiles is not None:
+            raise ValueError("sk_tiles is for schedule='tail'; the hybrid schedule picks its own (streamk_hybrid_tiles)")
+        sk_tiles = streamk_hybrid_tiles(num_tiles, num_programs)
+    elif sk_tiles is None:
         sk_tiles = streamk_default_tiles(num_tiles, num_programs, k_tiles)
-    if not 0 <= sk_tiles <= min(num_tiles, num_programs):
+    elif not 0 <= sk_tiles <= min(num_tiles, num_programs):
         raise ValueError(f"sk_tiles must be in [0, min(num_tiles, num_programs)] = [0, {min(num_tiles, num_programs)}], "
                          f"got {sk_tiles}: a program's share of the split is then under one tile of K iterations")
     dp_tiles = num_tiles - sk_tiles
-    out = np.full((dp_tiles + 2 * num_programs, len(STREAMK_FIELDS)), -1, dtype=np.int64)
+    rows = streamk_rows_per_program(sk_tiles, num_programs)
+    out = np.full((dp_tiles + rows * num_programs, len(STREAMK_FIELDS)), -1, dtype=np.int64)
     tiles = np.arange(dp_tiles)
     out[:dp_tiles] = np.stack([tiles % num_programs, tiles, np.zeros_like(tiles), np.full_like(tiles, k_tiles)], axis=1)
     total = sk_tiles * k_tiles
     for p in range(num_programs):
         share = num_programs - 1 - p
         it, end = share * total // num_programs, (share + 1) * total // num_programs
-        row = dp_tiles + 2 * p
+        row = dp_tiles + rows * p
         while it < end:
             t, k_first = divmod(it, k_tiles)
             k_end = min(k_tiles, k_first + end - it)
@@ -240,6 +275,52 @@ def streamk_segments(num_tiles: int, k_tiles: int, num_programs: int, sk_tiles: 
             row += 1
             it += k_end - k_first
     return out
+
+
+def streamk_schedule(num_tiles: int, k_tiles: int, num_programs: int, sk_tiles: int | None = None,
+                     schedule: str = "tail") -> dict:
+    """What :func:`streamk_segments` means for the time: ``sk_tiles`` and ``dp_tiles``;
+    ``iterations``, the K iterations each program runs (data-parallel and Stream-K together), and
+    ``busiest``, the most of them (the launch ends with its busiest SM); ``handovers``, per split
+    tile, how many partial sums are handed to the program that finishes it (its pieces minus one),
+    with ``max_handovers`` and ``mean_handovers``; ``segments``, the most any program runs."""
+    seg = streamk_segments(num_tiles, k_tiles, num_programs, sk_tiles, schedule)
+    sk = streamk_hybrid_tiles(num_tiles, num_programs) if schedule == "hybrid" else (
+        streamk_default_tiles(num_tiles, num_programs, k_tiles) if sk_tiles is None else sk_tiles)
+    dp_tiles = num_tiles - sk
+    ran = seg[seg[:, 0] >= 0]
+    split = seg[dp_tiles:][seg[dp_tiles:, 0] >= 0]  # the Stream-K segments
+    iterations = np.bincount(ran[:, 0], weights=ran[:, 3] - ran[:, 2], minlength=num_programs).astype(np.int64)
+    handovers = np.bincount(split[:, 1], minlength=num_tiles).astype(np.int64)[dp_tiles:] - 1
+    return {"sk_tiles": sk, "dp_tiles": dp_tiles, "iterations": iterations, "busiest": int(iterations.max()),
+            "handovers": handovers, "max_handovers": int(handovers.max()) if sk else 0,
+            "mean_handovers": float(handovers.mean()) if sk else 0.0,
+            "segments": int(np.bincount(split[:, 0], minlength=num_programs).max()) if sk else 0}
+
+
+#: how the Stream-K kernel adds the pieces of a split tile: ``"deterministic"`` (the program with the
+#: tile's first iterations waits for the others' partial sums, flags in a workspace, adds them in a
+#: fixed order), ``"atomic"`` (every piece atomically adds into a zeroed fp32 C: no waits, no
+#: workspace, no non-linear epilogue) or ``"separate"`` (every piece stores its partial sum; a
+#: second kernel adds them, in the same fixed order, and runs the epilogue)
+STREAMK_REDUCTIONS = ("deterministic", "atomic", "separate")
+
+
+def streamk_workspace_bytes(reduction: str, num_programs: int, block_m: int, block_n: int) -> int:
+    """Bytes of workspace the Stream-K kernel needs beside A, B and C, for ``reduction`` (of
+    :data:`STREAMK_REDUCTIONS`): one fp32 ``block_m x block_n`` slot per program and an int32
+    flag per program plus the ticket counter (``deterministic``: a program hands over at most one
+    partial sum, the end of its first tile); two slots per program (``separate``: a program may
+    also leave the start of its last tile unfinished); none (``atomic``, whose C is fp32 instead:
+    ``M * N * (4 - C's element size)`` bytes more than the others' C)."""
+    _check_ints(num_programs=num_programs, block_m=block_m, block_n=block_n)
+    if reduction not in STREAMK_REDUCTIONS:
+        raise ValueError(f"reduction must be one of {STREAMK_REDUCTIONS}, got {reduction!r}")
+    if min(num_programs, block_m, block_n) < 1:
+        raise ValueError(f"num_programs, block_m and block_n must be >= 1, got {num_programs}, {block_m}, {block_n}")
+    slot = 4 * block_m * block_n
+    return {"deterministic": num_programs * slot + 4 * (num_programs + 1),
+            "separate": 2 * num_programs * slot, "atomic": 0}[reduction]
 
 
 # ----------------------------------------------------------------------------- split-K
