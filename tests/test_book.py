@@ -186,6 +186,17 @@ def test_a_book_without_solutions(tmp_path):
     assert "without their solutions" in text[src / "index.md"]
 
 
+def test_pages_without_solutions_execute_their_exercises(monkeypatch):
+    """What the book's execution runs of a page without solutions: every check cell reports "not
+    attempted" (a check never raises, the hidden tests are out), so `make book SOLUTIONS=0` builds."""
+    monkeypatch.setenv("GEMM_KERNELS_PROGRESS", "off")
+    for path in NOTEBOOKS:
+        nb = nbformat.read(path, 4)
+        page = bb.page_notebook(nb, pages.notebook_info(path, nb), solutions=False)
+        results = student.exercise_results(page, path.name)
+        assert len(results) >= 2 and {r.status for r in results} == {"not attempted"}, path.name
+
+
 def test_repository_for_the_launch_buttons(monkeypatch):
     monkeypatch.delenv(book.REPO_ENV, raising=False)
     assert book.github_repo() == book.DEFAULT_REPO
