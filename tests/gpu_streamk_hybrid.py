@@ -40,7 +40,7 @@ CONFIG = triton.Config({"BLOCK_M": BM, "BLOCK_N": BN, "BLOCK_K": BK, "FLATTEN": 
                         "EPILOGUE_SUBTILE": False}, num_warps=8, num_stages=3)
 FIELDS = ["case", "M", "N", "K", "tiles", "tail", "k_tiles", "provider", "schedule", "reduction", "sk_tiles",
           "busiest_iters", "max_handovers", "mean_handovers", "workspace_bytes", "time_us", "tflops", "vs_tma",
-          "vs_cublas", "spread", "rel_err", "device", "triton", "torch", "error"]
+          "vs_cublas", "spread", "rel_err", "same_bits_as_deterministic", "device", "triton", "torch", "error"]
 TIMING = TimingSettings(warmup_ms=10, rep_ms=60, rounds=3)
 #: seconds of the run after which the optional provider (matmul_auto) is left out
 OPTIONAL_BUDGET_S = 70
@@ -72,7 +72,7 @@ def main(path):
         b = torch.randn(K, N, device="cuda", dtype=torch.float16)
         ref = a.double() @ b.double()
         with_auto = time.time() - started < OPTIONAL_BUDGET_S
-        timed, shape_rows = [], []
+        timed, shape_rows, deterministic = [], [], None
         for name, (fn, schedule, reduction, sk) in providers(a, b, num_tiles, num_sms, with_auto).items():
             row = dict(case=f"{M}x{N}x{K}", M=M, N=N, K=K, tiles=num_tiles, tail=num_tiles % num_sms, k_tiles=k_tiles,
                        provider=name, schedule=schedule or "", reduction=reduction or "", error="", **meta)
@@ -92,6 +92,10 @@ def main(path):
                 if not err < 2e-3:  # NaN fails too
                     raise AssertionError(f"relative error {err:.3e} against float64")
                 row["rel_err"] = err
+                if name == "hybrid deterministic":
+                    deterministic = out
+                elif name == "hybrid separate":  # both add the pieces in iteration order
+                    row["same_bits_as_deterministic"] = bool(torch.equal(out, deterministic))
                 timed.append((row, fn, []))
             except Exception as exc:  # recorded, and the provider is not timed
                 row["error"] = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
@@ -114,7 +118,7 @@ def main(path):
                   f"x{row.get('vs_tma', '')} of tma  busiest {row.get('busiest_iters', '')} "
                   f"handovers {row.get('mean_handovers', '')} {row['error']}", flush=True)
         write_rows(path, FIELDS, rows)
-        del a, b, ref
+        del a, b, ref, deterministic
     print(f"{len(rows)} rows in {time.time() - started:.0f} s -> {path}")
     assert not any(r["error"] for r in rows), "a provider failed its check"
 
