@@ -178,7 +178,7 @@ def _in_notebook() -> bool:
 #: every benchmark suite's name (``python -m gemm_kernels.bench``), in ``bench.suites.SUITES``' order;
 #: named here, below ``bench``, so that reading committed results needs no harness (tests/test_layers.py)
 SUITE_NAMES = ("square", "order", "fusion", "stream-k", "seed-grouped", "moe", "llm", "llm-linear", "fp8", "fp8-moe",
-               "host")
+               "host", "decode")
 
 
 def known_result_sets() -> list:
@@ -380,6 +380,7 @@ README_CASES = (
 #: how each suite is timed, as the table says it
 TIMING = {
     "stream-k": "CUDA graph (GPU time)",
+    "decode": "CUDA graph (GPU time)",
     "square": "do_bench (events, L2 flushed)",
     "fusion": "do_bench (events, L2 flushed)",
     "seed-grouped": "do_bench (events, L2 flushed)",

@@ -149,3 +149,27 @@ def test_matmul_auto_runs_decode(monkeypatch):
     out = dispatch.matmul_auto(a, b, activation="relu")
     assert torch.equal(out, matmul_decode(a, b, activation="relu"))
     assert_close(out, _ref(a, b, activation="relu"))
+
+
+# ------------------------------------------------------------------------------ on a GPU (compiled kernels)
+
+GPU_SHAPES = [(1, 4096, 4096), (3, 1000, 2050), (8, 4096, 14336), (33, 14336, 4096), (64, 2048, 2048)]
+
+
+@pytest.mark.gpu
+@pytest.mark.usefixtures("seed")
+@pytest.mark.parametrize("autotune", ["1", "0"])
+@pytest.mark.parametrize("shape", GPU_SHAPES, ids=lambda s: "M{}-N{}-K{}".format(*s))
+def test_gpu_decode_against_float64(shape, autotune, monkeypatch):
+    """Compiled, tuned (or the first config: GEMM_KERNELS_AUTOTUNE=0), both layouts of b, and
+    matmul_auto's pick, twice (the second call is the kept launch); outputs NaN-poisoned."""
+    monkeypatch.setenv(runtime.AUTOTUNE_ENV, autotune)
+    monkeypatch.setattr(dispatch, "_PICKS", dispatch.launches.LaunchCache())
+    M, N, K = shape
+    a = random_matrix(M, K, torch.bfloat16)
+    for b in (_weight_t(N, K, torch.bfloat16), random_matrix(K, N, torch.bfloat16)):
+        ref = _ref(a, b)
+        assert pick_launcher(a, b)[0] == "matmul_decode"
+        for _ in range(2):
+            assert_close(dispatch.matmul_auto(a, b), ref, torch.bfloat16, what="matmul_auto")
+            assert_close(matmul_decode(a, b, split_k=3), ref, torch.bfloat16, what="split 3")

@@ -12,6 +12,8 @@ Suites (``--suite``, comma-separated or ``all``):
   (``python -m gemm_kernels.bench.moe_host``: grouped_mm's host time per call);
 * ``llm``: dense projections (QKV, O, gate/up, down) of Llama-3-8B/70B, Qwen3-32B,
   Mistral-Small-24B and DeepSeek-V3, ``x @ W^T``, fp16 and bf16, with the cuBLAS kernel's name.
+* ``decode``: M = 1..64 rows against bf16 weights (b = W.t()), cuBLAS vs ``matmul_decode`` and
+  ``matmul_auto``, timed from CUDA graphs.
 
 Every cell is checked against a float64 reference once and, on a CUDA GPU, timed (``do_bench``
 median: CUDA events around each call, an L2-flushing write queued before it, which hides host

@@ -24,7 +24,7 @@ from ..results import (META_JSON, RESULTS_MD, geomean, kernel_label, provenance_
 from .core import COLUMNS, Row
 
 SUITE_ORDER = ("square", "order", "fusion", "stream-k", "seed-grouped", "moe", "llm", "llm-linear", "fp8", "fp8-moe", "host",
-               "l2")
+               "decode", "l2")
 _NUMERIC = {"x", "time_ms", "tflops", "pct_peak", "speedup", "baseline_spread", "gb_s", "rel_err", "tol"}
 _INTEGER = {"flops", "min_bytes"}
 
@@ -682,7 +682,7 @@ def publish_shards(sources: list[Path], dest: Path) -> list[str]:
 # ------------------------------------------------------------------------------ plots
 
 PLOT_KIND = {"square": "line", "order": "bar", "fusion": "bar", "stream-k": "bar", "seed-grouped": "line", "moe": "heatmap",
-             "llm": "bar", "llm-linear": "bar"}
+             "llm": "bar", "llm-linear": "bar", "decode": "bar"}
 X_LABEL = {"square": "M = N = K", "seed-grouped": "N (square problems) or M", "moe": "tokens"}
 
 

@@ -307,7 +307,7 @@ def _streamk_fixed_config():
 #: suites timed with do_bench_cudagraph (core.median_ms): their small problems run in ~30-100 us,
 #: less than a Python launch of our kernels (~100 us, PERF_NOTES.md), so do_bench would
 #: time the host instead of the schedule they are about
-CUDA_GRAPH_SUITES = ("stream-k",)
+CUDA_GRAPH_SUITES = ("stream-k", "decode")
 
 
 def streamk_suite(settings: SuiteSettings) -> list[Case]:
@@ -1155,6 +1155,45 @@ def _host_moe_case(experts, per_expert, K, N, backward, seed) -> Case:
                 {"experts": experts, "rows": rows, "K": K, "N": N}, host=True)
 
 
+# ------------------------------------------------------------------------------ decode
+
+#: (N, K) of the decode suite's weights (b = W.t(), nn.Linear's layout), 2048^2 to 16384^2 and
+#: Llama-3-8B's MLP shapes; cpu: one ragged weight in the interpreter
+DECODE_WEIGHTS = {
+    "full": ((2048, 2048), (4096, 4096), (8192, 8192), (16384, 16384), (4096, 14336), (14336, 4096)),
+    "quick": ((8192, 8192),),
+    "cpu": ((48, 160),),
+}
+#: rows per call: one token, then a few requests batched
+DECODE_M = {"full": (1, 8, 16, 32, 64), "quick": (1, 16), "cpu": (1, 5)}
+
+
+def decode_suite(settings: SuiteSettings) -> list[Case]:
+    """Decode (issue 51): M <= 64 rows against a weight, bound by reading it.  cuBLAS,
+    ``matmul_decode`` and ``matmul_auto`` (which picks it), timed from CUDA graphs: one call's
+    inputs replayed, so weights up to L2's size (2048^2, 4096^2 in bf16) are read from L2 after
+    the first call (``tests/gpu_decode.py`` cycles through copies instead: PERF_NOTES 44)."""
+    seeds = _Seeds(settings.seed)
+    cases = []
+    for dtype in _dtypes(settings, (torch.bfloat16,)):
+        for N, K in DECODE_WEIGHTS[settings.size_class]:
+            for M in DECODE_M[settings.size_class]:
+                def setup(M=M, N=N, K=K, dtype=dtype, seed=seeds()):
+                    gen = _generator(seed)
+                    x, b = _randn((M, K), dtype, gen), _randn((N, K), dtype, gen).t()
+
+                    def build():
+                        f = kernel("decode", "matmul_decode")
+                        return (lambda: f(x, b)), None
+
+                    providers = [Provider("cuBLAS", lambda: torch.matmul(x, b), ours=False),
+                                 lazy_provider("decode", build), _auto_provider(x, b)]
+                    return CaseData(providers, lambda: [_mm_ref(x, b)])
+                cases.append(Case("decode", f"{N}x{K}", f"M={M} {N}x{K}", M, dtype, [(M, N, K)], "cuBLAS", setup,
+                                  {"M": M, "N": N, "K": K, "layout": "b = W.t()"}, cuda_graph=True))
+    return cases
+
+
 #: the suites by name: results.SUITE_NAMES, which reads committed results without this module (a test checks they agree)
 SUITES = {
     "square": square_suite,
@@ -1168,4 +1207,5 @@ SUITES = {
     "fp8": fp8_suite,
     "fp8-moe": fp8_moe_suite,
     "host": host_suite,
+    "decode": decode_suite,
 }
