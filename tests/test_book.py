@@ -488,6 +488,26 @@ def test_a_small_book_end_to_end(tmp_path):
     assert bb.check_site(site) == []
 
 
+@pytest.mark.book
+def test_a_small_book_without_solutions(tmp_path):
+    """`make book SOLUTIONS=0` through Sphinx: the page shows the stub where the solution was, executed
+    (the stub is only defined, never called), and nothing to unfold."""
+    _sphinx()
+    root = tmp_path / "repo"
+    (root / "notebooks").mkdir(parents=True)
+    nbformat.write(_notebook(_card(title="# 00 · Start here: small"),
+                             code=(f"def f():\n    {BEGIN}\n    return 'the secret answer'\n    ### END SOLUTION",
+                                   "print(6 * 7)")),
+                   root / "notebooks" / "00_start_here.ipynb")
+    bb.build(tmp_path / "site", cache_root=tmp_path / "cache", repo_root=root, solutions=False)
+    site = tmp_path / "site"
+    html = "".join(p.read_text(encoding="utf-8") for p in site.rglob("*.html"))
+    page = (site / "notebooks" / "00_start_here.html").read_text(encoding="utf-8")
+    assert "NotImplementedError" in page and "42" in page
+    assert "the secret answer" not in html and "Show the solution" not in html
+    assert bb.check_site(site) == []
+
+
 # ------------------------------------------------------------------------------- the built site
 @pytest.fixture(scope="module")
 def site():
