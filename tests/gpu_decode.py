@@ -1,8 +1,9 @@
 """Decode on a GPU (PERF_NOTES 44): ``python tests/gpu_decode.py OUT_DIR [--check-only]``.
 
 M = 1, 8, 16, 32, 64 rows against bf16 weights b = W.t() (nn.Linear's layout) of N x K from 2048²
-to 16384², plus a contiguous b at M = 1 and 16: ``torch.matmul`` (cuBLAS), ``matmul_auto`` and the
-raw ``matmul_decode`` (its default method; at M = 1 its tl.dot method too).  Every provider is
+to 16384², plus a contiguous b at M = 1 and 16: ``torch.matmul`` (cuBLAS), ``matmul_auto``, the
+raw ``matmul_decode`` (its default method; at M = 1 its FMA method too) and the launcher the dispatch
+picked before the decode kernel (``tiles.default_launcher``), and the raw kernel at fixed splits.  Every provider is
 checked first (outputs NaN-poisoned, relative error against float64 and against torch), then
 timed from a CUDA graph: the calls captured once, the graph replayed, the replays timed with CUDA
 events.  The graph cycles through copies of the weight totalling at least ``ROTATE_BYTES`` (more
@@ -24,7 +25,9 @@ import torch
 
 import gemm_kernels as gk
 from gemm_kernels.kernels import configs, decode
+from gemm_kernels.kernels import dispatch
 from gemm_kernels.kernels.dispatch import matmul_auto, pick_launcher
+from gemm_kernels.models.tiles import default_launcher
 
 ROWS = (1, 8, 16, 32, 64)
 WEIGHTS = ((2048, 2048), (4096, 4096), (8192, 8192), (16384, 16384), (4096, 14336), (14336, 4096))  # N, K
@@ -142,11 +145,11 @@ def main(out_dir, check_only=False, tiny=False):
         copies = 1 if check_only else max(1, math.ceil(ROTATE_BYTES / w0.nbytes))
         ws = [w0] + [torch.randn_like(w0) for _ in range(copies - 1)]
         for layout in ("W.t()", "contiguous"):
-            weights = [w.t() for w in ws] if layout == "W.t()" else [ws[0].t().contiguous()]
+            if layout == "contiguous" and (N, K) not in ((4096, 4096), (4096, 14336), (40, 70)):
+                continue
+            weights = [w.t() if layout == "W.t()" else w.t().contiguous() for w in ws]
             b = weights[0]
             for M in ROWS if layout == "W.t()" else (1, 16):
-                if layout == "contiguous" and (N, K) not in ((4096, 4096), (4096, 14336), (40, 70)):
-                    continue
                 a = torch.randn(M, K, device=gk.DEVICE, dtype=torch.bfloat16)
                 ref64 = a.double() @ b.double()
                 torch_out = torch.matmul(a, b)
@@ -154,8 +157,13 @@ def main(out_dir, check_only=False, tiny=False):
                              "matmul_auto": (matmul_auto, pick_launcher(a, b)[0], decode.decode_method(M), -1),
                              "matmul_decode": (decode.matmul_decode, "matmul_decode", decode.decode_method(M), -1)}
                 if M == 1:
-                    providers["matmul_decode dot"] = (lambda x, y: decode.matmul_decode(x, y, method="dot"),
-                                                      "matmul_decode", "dot", -1)
+                    providers["matmul_decode fma"] = (lambda x, y: decode.matmul_decode(x, y, method="fma"),
+                                                      "matmul_decode", "fma", -1)
+                before = default_launcher(M, N, K, num_sms=gk.num_sms(), tma=gk.supports_tma(),
+                                          wgmma=gk.supports_wgmma())[0]  # the pick before the decode kernel
+                if not check_only or tiny:
+                    providers["previous default"] = (lambda x, y, f=dispatch._launcher(before): f(x, y), before,
+                                                     None, -1)
                 if (N, K, M, layout) == (2048, 2048, 1, "W.t()") and not check_only:  # what one graph node costs
                     providers["zero-fill node alone"] = (
                         lambda x, y: torch.zeros(64, dtype=torch.int32, device=x.device), "torch.zeros", None, -1)

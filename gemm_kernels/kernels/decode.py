@@ -5,15 +5,20 @@ weight: ``2 M N K`` flops on ``2 N K`` bytes of weight, about M flops per byte w
 does ~300 per byte.  Memory bound: the time is the weight's bytes over HBM's bandwidth, and a
 kernel wins by keeping enough loads in flight on every SM, not by its arithmetic.  A GEMM tile
 of 128 rows would multiply 127 rows of padding.  So each program here owns ``BLOCK_N`` columns
-of C for *all* M rows (``ROWS``, M rounded up to a power of two) and one slice of K:
+of C for *all* M rows (``ROWS``, M rounded up to a power of two) and one slice of K, by
 
-* ``ROWS <= FMA_MAX_ROWS``: plain FMAs (a ``ROWS x BLOCK_K x BLOCK_N`` product summed over K);
-* more rows: ``tl.dot`` on a tile of at least 16 rows (the tensor cores' smallest, padding masked).
+* ``tl.dot`` on a tile of at least 16 rows (the tensor cores' smallest; padding rows masked, never
+  read), the default: its loads are software-pipelined (``num_stages``), so one program per SM
+  keeps enough of the weight in flight;
+* or plain FMAs (``method="fma"``, up to ``FMA_MAX_ROWS`` rows: a ``ROWS x BLOCK_K x BLOCK_N``
+  product summed over K), which multiply no padding but whose loads Triton does not pipeline.
+  Measured on an H100 (PERF_NOTES 44): no faster at M = 1 (within 2% from 4096^2 up), 20% slower
+  at 2048^2; the multiply is not what costs.
 
 B is read along its contiguous dimension either way: ``b = W.t()`` (nn.Linear's weight, strides
 ``(1, K)``) along K, a contiguous ``b`` along N; Triton sees the unit stride (it specialises an
 argument equal to 1) and issues 16-byte loads.  With few column blocks (``N / BLOCK_N`` under
-the SMs' count) K is split too (``decode_splits``): program ``(n, s)`` sums its K slice, leaves
+half the SMs' count) K is split too (``decode_splits``): program ``(n, s)`` sums its K slice, leaves
 an fp32 partial, and the last slice to arrive adds them *in split order* and runs the epilogue
 (deterministic, one launch: ``splitk.py``'s scheme).
 
@@ -34,14 +39,12 @@ from .epilogue import activation_ref, bias_and_activation, load_bias, mma_operan
 
 #: the most rows ``matmul_decode`` takes: above, a GEMM tile of 64 rows wastes nothing
 DECODE_MAX_ROWS = 64
-#: the most rows the FMA loop runs (its ``ROWS x BLOCK_K x BLOCK_N`` product lives in registers)
+#: the most rows ``method="fma"`` takes (its ``ROWS x BLOCK_K x BLOCK_N`` product lives in registers)
 FMA_MAX_ROWS = 4
 #: the rows of tl.dot's smallest tile (the tensor cores' m16n8k16)
 DOT_MIN_ROWS = 16
-#: programs per SM the split aims at: two, so one program's loads overlap another's sum and store
-PROGRAMS_PER_SM = 2
 #: fewest K blocks per split piece (each piece's partial is a round trip through L2)
-MIN_K_BLOCKS_PER_SPLIT = 4
+MIN_K_BLOCKS_PER_SPLIT = 2
 METHODS = ("fma", "dot")
 
 
@@ -53,14 +56,16 @@ def decode_rows(M: int, method: str) -> int:
 
 
 def decode_method(M: int) -> str:
-    """FMAs for a few rows (a 16-row MMA would multiply mostly padding), ``tl.dot`` above."""
-    return "fma" if M <= FMA_MAX_ROWS else "dot"
+    """The default method: ``tl.dot`` at every M (the FMAs were no faster: PERF_NOTES 44)."""
+    return "dot"
 
 
 def decode_splits(n_blocks: int, k_blocks: int, num_sms: int) -> int:
-    """K pieces per column block: enough for ``PROGRAMS_PER_SM`` programs on each SM, each piece
-    at least ``MIN_K_BLOCKS_PER_SPLIT`` K blocks long; 1 when the column blocks fill that already."""
-    return max(1, min(cdiv(PROGRAMS_PER_SM * num_sms, max(n_blocks, 1)), k_blocks // MIN_K_BLOCKS_PER_SPLIT))
+    """K pieces per column block: as many as keep the programs within one per SM (a pipelined
+    program streams as fast as the SM takes bytes, and a second wave would run at a fraction of
+    the GPU), each piece at least ``MIN_K_BLOCKS_PER_SPLIT`` K blocks; so 1 (no split, no partial
+    sums) once the column blocks fill half the SMs.  Measured against fixed splits in PERF_NOTES 44."""
+    return max(1, min(num_sms // max(n_blocks, 1), k_blocks // MIN_K_BLOCKS_PER_SPLIT))
 
 
 @triton.jit(do_not_specialize=[*configs.ROWS, "split_request"])  # M only masks rows: one compile per ROWS
@@ -137,7 +142,7 @@ def decode_configs(rows: int, method: str, gpu: bool | None = None):
         return [_cfg(rows, 64, k_block, 3, 4), _cfg(rows, 32, 2 * k_block, 3, 4), _cfg(rows, 128, k_block, 3, 8),
                 _cfg(rows, 16, 4 * k_block, 3, 2)]
     return [_cfg(rows, 64, 128, 4, 4), _cfg(rows, 32, 256, 3, 4), _cfg(rows, 128, 128, 3, 4),
-            _cfg(rows, 64, 256, 3, 4)]
+            _cfg(rows, 64, 256, 3, 4), _cfg(rows, 16, 256, 4, 4)]
 
 
 #: the tuning key: the exact weight shape and layout (a model has a few), the rows by their TunedKernel
@@ -181,6 +186,9 @@ def matmul_decode(a, b, *, activation=None, bias=None, method=None, split_k=None
         method = decode_method(M)
     elif method not in METHODS:
         raise ValueError(f"method must be one of {METHODS} (or None for the default), got {method!r}")
+    if method == "fma" and M > FMA_MAX_ROWS:
+        raise ValueError(f"method='fma' takes at most {FMA_MAX_ROWS} rows (its product lives in registers), "
+                         f"got {M}: use method='dot' (the default)")
     if split_k is not None:
         split_k = checks.check_int(split_k, "split_k")
     c = torch.empty((M, N), device=a.device, dtype=a.dtype)
