@@ -391,7 +391,9 @@ def quantize_fp8(x, granularity="tensor", *, dtype=torch.float8_e4m3fn):
     if amax.numel() and amax.max() > f32.max * fmax:  # float64 only: no float32 scale reaches it
         raise ValueError(f"x holds {amax.max().item():.3g}, past what an fp8 value times a float32 scale "
                          f"represents ({f32.max * fmax:.3g} for {_name(dtype)}): rescale x first")
-    scale = torch.where(amax > 0, (amax / fmax).clamp(f32.tiny, f32.max), torch.ones_like(amax)).float()
+    # a tensor divisor: torch's CUDA division by a Python number multiplies by its reciprocal, an ulp
+    # off amax / fmax at times (the CPU divides): the scale would depend on the device
+    scale = torch.where(amax > 0, (amax / amax.new_tensor(fmax)).clamp(f32.tiny, f32.max), torch.ones_like(amax)).float()
     q = xf / expand_scale(scale.to(xf.dtype), x.shape, granularity)
     q = torch.where(torch.isfinite(xf), q.clamp(-fmax, fmax), xf)  # saturate finite values only
     if dtype == torch.float8_e4m3fn:  # no inf: torch's cast would saturate it to 448, hiding it
