@@ -146,7 +146,11 @@ def main(out_dir, quick=False):
     write_rows(f"{out_dir}/cast_transpose.csv", list(ct[0]), ct)
     am = amax_rows(GEMMS[:1] if quick else GEMMS)
     write_rows(f"{out_dir}/amax.csv", list(am[0]), am)
-    meta = dict(gpu=gk.gpu_name(), torch=torch.__version__, triton=__import__("triton").__version__,
+    # the reason quantize_fp8 divides by a tensor: torch's division by a Python number on this device
+    amax = (torch.rand(20000, generator=torch.Generator().manual_seed(1), dtype=torch.float64) * 100 + 1).float()
+    amax = amax.to(gk.DEVICE)
+    by_number = int((amax / 448.0 != amax / amax.new_tensor(448.0)).sum())
+    meta = dict(gpu=gk.gpu_name(), division_by_python_number_differs=f"{by_number} of {amax.numel()}", torch=torch.__version__, triton=__import__("triton").__version__,
                 copy_1GiB_tb_s=round(copy_rate, 3), datasheet_tb_s=DATASHEET_TB_S, rounds=ROUNDS,
                 timing="bench.core.median_ms: do_bench median, L2 flushed; median of the rounds",
                 seconds=round(time.time() - started, 1))
