@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import importlib.util
 import json
 import shutil
 import subprocess
@@ -98,11 +99,8 @@ def build_wheel(out_dir: Path, repo_root: Path = REPO_ROOT) -> Path:
     with tempfile.TemporaryDirectory() as tmp:
         tree = Path(tmp) / "src"
         _package_tree(tree, repo_root)
-        try:
-            import setuptools  # noqa: F401  (built here; without it pip fetches it into an isolated env)
-            isolation = ["--no-build-isolation"]
-        except ImportError:
-            isolation = []
+        # built with this Python's setuptools where it has one; else pip fetches it into an isolated env
+        isolation = ["--no-build-isolation"] if importlib.util.find_spec("setuptools") else []
         done = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", *isolation, "-w",
                                str(Path(tmp) / "wheels"), str(tree)], capture_output=True, text=True)
         if done.returncode:
