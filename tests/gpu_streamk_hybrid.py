@@ -11,6 +11,7 @@ the schedule model's numbers (``tiles.streamk_schedule``) and the workspace of e
 
 ``python tests/gpu_streamk_hybrid.py --sanitize``: the hybrid in every mode at small ragged
 shapes, checked; the process to run under ``compute-sanitizer --tool memcheck``.
+``--dram ORDER.csv``: one call of each kernel per shape, for Nsight Compute's DRAM bytes (``dram``).
 """
 
 import statistics
@@ -51,6 +52,8 @@ def providers(a, b, num_tiles, num_sms, with_auto):
     if with_auto:
         out["auto"] = (lambda: gk.matmul_auto(a, b), None, None, None)
     out["tma"] = (lambda: gk.matmul_tma(a, b, config=CONFIG), "none", "-", 0)
+    # the Stream-K kernel splitting nothing: what its code costs beside matmul_tma's, at the same schedule
+    out["stream_k none split"] = (lambda: matmul_streamk(a, b, config=CONFIG, sk_tiles=0), "tail", "deterministic", 0)
     tail = num_tiles % num_sms
     out["stream_k tail"] = (lambda: matmul_streamk(a, b, config=CONFIG, sk_tiles=tail), "tail", "deterministic", tail)
     for reduction in tiles.STREAMK_REDUCTIONS:
@@ -123,6 +126,38 @@ def main(path):
     assert not any(r["error"] for r in rows), "a provider failed its check"
 
 
+#: the providers ``dram`` profiles, in the order their kernels run (``--dram``)
+DRAM_PROVIDERS = ("tma", "stream_k none split", "stream_k tail", "hybrid deterministic", "hybrid separate")
+
+
+def dram(order_path):
+    """One call of each of :data:`DRAM_PROVIDERS` per shape inside a profiler range, for Nsight
+    Compute (L2 flushed before each kernel: ``--cache-control all``, its default):
+
+        ncu --profile-from-start off -k regex:"_matmul_(tma|streamk)_kernel" --csv \\
+            --metrics dram__bytes_read.sum,lts__t_sector_hit_rate.pct,gpu__time_duration.sum \\
+            python tests/gpu_streamk_hybrid.py --dram ORDER.csv
+
+    ORDER.csv names the case and provider of each profiled kernel, in launch order."""
+    num_sms, order = gk.num_sms(), []
+    torch.manual_seed(0)
+    for M, N, K in SHAPES:
+        num_tiles = tiles.cdiv(M, BM) * tiles.cdiv(N, BN)
+        a = torch.randn(M, K, device="cuda", dtype=torch.float16)
+        b = torch.randn(K, N, device="cuda", dtype=torch.float16)
+        fns = providers(a, b, num_tiles, num_sms, with_auto=False)
+        for name in DRAM_PROVIDERS:  # compile outside the profiled range
+            fns[name][0]()
+        torch.cuda.synchronize()
+        torch.cuda.cudart().cudaProfilerStart()
+        for name in DRAM_PROVIDERS:
+            fns[name][0]()
+            order.append(dict(case=f"{M}x{N}x{K}", provider=name))
+        torch.cuda.synchronize()
+        torch.cuda.cudart().cudaProfilerStop()
+    write_rows(order_path, ["case", "provider"], order)
+
+
 def sanitize():
     """Small ragged shapes, every mode, fp16 and bf16, bias and (but for atomic) gelu: checked."""
     from gemm_kernels.kernels.tma import tma_aligned
@@ -155,6 +190,8 @@ def sanitize():
 if __name__ == "__main__":
     if sys.argv[1:] == ["--sanitize"]:
         sanitize()
+    elif len(sys.argv) == 3 and sys.argv[1] == "--dram":
+        dram(sys.argv[2])
     elif len(sys.argv) == 2:
         main(sys.argv[1])
     else:

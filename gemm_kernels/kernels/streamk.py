@@ -316,6 +316,8 @@ def _launch_streamk(a, b, *, activation, bias, order, group_size_m, num_programs
     partials = c if partials is None else partials
     flags = partials if flags is None else flags
     requested = sk_tiles if sk_tiles is not None else (HYBRID_SPLIT.value if schedule == "hybrid" else DEFAULT_SPLIT.value)
+    if reduction == "atomic":  # fp32 C by pointer stores: a TMA store would stage a whole fp32 tile in shared
+        args["C_TMA"] = False  # memory (128 KiB at 128 x 256), past the limit beside three pipeline stages
     args.update(partial_ptr=partials, flag_ptr=flags, error_ptr=_errors.tensor, spin_limit=SPIN_LIMIT,
                 sk_tiles_requested=requested, SYSTEM_FENCE=runtime.on_gpu(),
                 REDUCTION=tiles.STREAMK_REDUCTIONS.index(reduction))
