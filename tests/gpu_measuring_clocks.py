@@ -18,7 +18,9 @@
 - ``ncu``: the installed ncu's version, its ``--help`` for ``--cache-control`` and
   ``--clock-control``, and one 1024³ GEMM profiled with ncu's defaults, ``--cache-control none``
   and ``--clock-control none`` (time, SM clock, DRAM bytes).
-Nothing is left changed on the GPU.  Whole run: under two minutes on an H100.
+Nothing is left changed on the GPU.  Whole run: under two minutes on an H100.  The committed
+records: ``images/bench/measuring_clocks.json`` (the default parts, written before ``dirty`` had
+its spin control and its 256³ row) and ``measuring_clocks_idle.json`` (``--parts cold,idle,dirty``).
 """
 
 import json

@@ -251,6 +251,7 @@ def claims():
     yield "notebooks/09b_measuring.ipynb", f"`matmul_streamk` stays above it, at {over['matmul_streamk']:.2f}x"
 
     yield from measuring_claims()
+    yield from measuring_clocks_claims()
     yield from fp8_claims()
 
 
@@ -307,6 +308,62 @@ def measuring_claims():
     dur = {c: ncu[c]["gpu__time_duration.sum"]["value"] for c in ncu}
     mhz = {c: ncu[c]["sm__cycles_elapsed.avg.per_second"]["value"] / 1e6 for c in ncu}
     yield nb, f"the kernel ran {dur['base'] / dur['none'] - 1:.0%} slower, at {mhz['base']:.0f} MHz against {mhz['none']:.0f}"
+
+
+def measuring_clocks_claims():
+    """Appendix 09b's clock lock, ncu defaults, rested GPU and dirty lines, from
+    images/bench/measuring_clocks.json and measuring_clocks_idle.json (tests/gpu_measuring_clocks.py)."""
+    nb = "notebooks/09b_measuring.ipynb"
+    first = json.loads((ROOT / "images/bench/measuring_clocks.json").read_text())
+    rested = json.loads((ROOT / "images/bench/measuring_clocks_idle.json").read_text())
+    lock = first["lock"]
+    assert lock["locked"] and lock["reset"]["rc"] == 0, "the prose says the lock worked and was reset"
+    ncu = first["ncu"]
+    assert "(=base)" in ncu["help"]["clock-control"] and "(=all)" in ncu["help"]["cache-control"]
+    version = re.search(r"Version (\d+\.\d+\.\d+)", ncu["version"]).group(1)
+    yield nb, f"the `ncu` on the course's H100 ({version}) prints `base` and `all` in its `--help`"
+    runs = {name: next(iter(run["kernels"].values())) for name, run in ncu["runs"].items()}
+    us = {name: m["gpu__time_duration.sum"] / 1e3 for name, m in runs.items()}
+    mhz = {name: m["sm__cycles_elapsed.avg.per_second"] / 1e6 for name, m in runs.items()}
+    mb = {name: (m["dram__bytes_read.sum"] / 1e6, m["dram__bytes_write.sum"] / 1e6) for name, m in runs.items()}
+    yield nb, (f"Under the defaults the kernel ran at {mhz['defaults']:.0f} MHz and took {us['defaults']:.2f} µs; at the "
+               f"GPU's own clock (`--clock-control none`) at {mhz['clock-control none']:.0f} MHz, in "
+               f"{us['clock-control none']:.2f} µs")
+    assert mb["defaults"][1] == 0
+    yield nb, (f"{mb['cache-control none'][0]:.2f} MB came from DRAM instead of {mb['defaults'][0]:.2f} MB, and "
+               f"{mb['cache-control none'][1]:.2f} MB was written to DRAM during the kernel, against none after a flush")
+
+    cold, idle = rested["cold"], rested["idle"]
+    early = {p: statistics.median(r["times_us"][1:101]) for p, r in (("cold", cold), ("idle", idle))}
+    late = {p: statistics.median(r["times_us"][-200:]) for p, r in (("cold", cold), ("idle", idle))}
+
+    def settled_s(run, early_us):
+        """GPU seconds from launch 2 to the first block of 100 launches from which on all are 10% slower."""
+        t, starts = run["times_us"], run["start_offsets_us"]
+        blocks = [(starts[i] - starts[1], statistics.median(t[i:i + 100])) for i in range(100, len(t), 100)]
+        return next(at for k, (at, _) in enumerate(blocks) if all(b > 1.1 * early_us for _, b in blocks[k:])) / 1e6
+
+    assert cold["clock"][0][1] == 345 and max(mhz for s, mhz, _ in cold["clock"] if s < cold["launched_s"]) == 1980
+    assert min(mhz for s, mhz, _ in idle["clock"] if 1.0 < s < idle["launched_s"]) > 1000, "the clock came down"
+    assert round(early["cold"]) == round(early["idle"]) == 180
+    yield nb, (f"(the process's first cuBLAS call: {cold['times_us'][0] / 1e3:.0f} ms; after the pause, "
+               f"{idle['times_us'][0]:.0f} µs)")
+    yield nb, (f"{settled_s(cold, early['cold']):.2f} to {settled_s(idle, early['idle']):.2f} s of back-to-back GEMMs later")
+    yield nb, (f"it took {late['cold']:.0f} and {late['idle']:.0f} µs: a rested GPU is *faster* for a while, by "
+               f"{late['cold'] / early['cold'] - 1:.0%} and {late['idle'] / early['idle'] - 1:.0%} here")
+
+    def write_minus_read(record):
+        return {r["n"]: (r["us"]["write flush (do_bench's zero_)"] - r["us"]["read flush (sum)"], r["us"])
+                for r in record["dirty"]["rows"] if r["n"] < 4096}
+
+    now, before = write_minus_read(rested), write_minus_read(first)
+    least, most = min(now, key=lambda n: now[n][0]), max(now, key=lambda n: now[n][0])
+    assert (least, f"{now[least][0]:.2f}") == (512, "0.00")
+    yield nb, (f"between nothing ({least}³) and {now[most][0]:.2f} µs ({most}³, "
+               f"{now[most][0] / now[most][1]['read flush (sum)']:.0%}) over the read flush in one run, "
+               f"{min(d for d, _ in before.values()):.2f} to {max(d for d, _ in before.values()):.2f} µs in the other")
+    us256 = now[256][1]
+    yield nb, f"(read flush against warm L2: {us256['read flush (sum)'] - us256['no flush, behind a spin']:.2f} µs at 256³)"
 
 
 def text_of(where: str) -> str:
