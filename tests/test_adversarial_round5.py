@@ -9,7 +9,10 @@ sparse or meta input and a dtype given as a string; ``quantize_experts`` is publ
 
 D12: with ``GEMM_KERNELS_ARCH`` naming an older GPU in the CPU interpreter, the fp8 launchers told
 the learner to run in the interpreter, where they were.  Every "needs a feature" error is now
-built by ``runtime.missing_feature``: where the variable hides the feature, it says to unset it."""
+built by ``runtime.missing_feature``: where the variable hides the feature, it says to unset it.
+
+Found by the fuzzer (tests/test_fuzz.py) since: with K = 0 the references scaled the empty sum
+(0 * NaN = NaN) where the kernels, like torch._scaled_mm on the CPU, give 0."""
 
 from __future__ import annotations
 
@@ -203,3 +206,27 @@ def test_a_missing_feature_on_a_gpu_names_the_way_out(monkeypatch, arch_from_env
     assert ("GEMM_KERNELS_INTERPRET=1" in message) != arch_from_env, message
     ws = runtime.missing_feature("matmul_ws", "an sm_90 GPU", "Use matmul_tma.")
     assert "GEMM_KERNELS_INTERPRET=1" not in ws and ("unset GEMM_KERNELS_ARCH" in ws) == arch_from_env, ws
+
+
+# ----------------------------------------------------------------------------- found by the fuzzer
+@needs_fp8
+@pytest.mark.parametrize("scale", [float("nan"), float("inf")])
+def test_an_empty_sum_is_zero_whatever_the_scales_in_kernels_and_references(scale):
+    """K = 0: the kernels launch nothing (zeros, then the bias), as torch._scaled_mm does on the CPU;
+    the references scaled the empty product, 0 * NaN = NaN (the fuzzer's find).  With K > 0 and
+    zero values the product is scaled: NaN in both."""
+    bad = torch.tensor(scale, device=DEVICE)
+    a, b = torch.zeros(2, 0, device=DEVICE).to(E4M3), torch.zeros(3, 0, device=DEVICE).to(E4M3).t()
+    bias = torch.arange(3.0, device=DEVICE)
+    for fn in (fp8.scaled_mm, fp8.scaled_mm_ref):
+        got = fn(a, b, bad, ONE, bias=bias, out_dtype=torch.float32)
+        assert torch.equal(got.cpu(), bias.cpu().expand(2, 3)), (fn.__name__, got)
+    x, w = torch.zeros(3, 0, device=DEVICE).to(E4M3), torch.zeros(2, 4, 0, device=DEVICE).to(E4M3).transpose(1, 2)
+    sx = torch.tensor([1.0, scale, 1.0], device=DEVICE)
+    offs = torch.tensor([1, 3], dtype=torch.int32, device=DEVICE)
+    for fn in (fp8.scaled_grouped_mm, fp8.scaled_grouped_mm_ref):
+        got = fn(x, w, sx, torch.ones(2, 4, device=DEVICE), offs, out_dtype=torch.float32)
+        assert torch.equal(got.cpu(), torch.zeros(3, 4)), (fn.__name__, got)
+    a16 = torch.zeros(2, 16, device=DEVICE).to(E4M3)
+    for fn in (fp8.scaled_mm, fp8.scaled_mm_ref):
+        assert fn(a16, a16.t(), bad, ONE, out_dtype=torch.float32).isnan().all(), fn.__name__

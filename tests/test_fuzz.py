@@ -1,8 +1,10 @@
 """Property-based fuzzing (Hypothesis) of the package's public entry points (``gk._PUBLIC``).
 
 Every call gets shapes (0, 1, ragged), layouts (transposed, sliced, large strides, lazily negated,
-conjugated, expanded, sparse), dtypes, options in their odd spellings (``8.0`` for 8, ``True`` for
-1, ``"RELU"``), requires-grad inputs and non-finite values, and must either
+conjugated, expanded, sparse; offs negated or strided; spans past 2^31 elements), dtypes (e4m3 x
+e5m2 too), options in their odd spellings (``8.0`` for 8, ``True`` for 1, ``"RELU"``, float
+configs; a valid call then the same one with an invalid option), scales zero, negative, NaN, inf
+or [1]-shaped, requires-grad inputs and non-finite values, and must either
 
 * return the float64 reference's answer (NaN where the reference has NaN, the same infinities,
   the finite rest within the dtype's tolerance; an output of an input that requires grad keeps
@@ -15,6 +17,10 @@ conjugated, expanded, sparse), dtypes, options in their odd spellings (``8.0`` f
   launcher may take (sparse, complex, unsupported or mixed dtypes, mismatched shapes, bad
   options) must raise one.
 
+The environment's parsers and the readers of a user's files (progress, tuning cache, results,
+student copies) get random, truncated, non-UTF-8, deeply nested and hand-edited content: a value
+or an error naming the variable or file, and no file's data lost.
+
 ``make test`` runs the ``ci`` profile (few examples per entry point, derandomized: the same
 inputs every run, about a minute of interpreter time on 2 cores); ``make fuzz`` the ``long``
 profile (``GEMM_KERNELS_FUZZ=long``: many more, random; ``GEMM_KERNELS_FUZZ_EXAMPLES=N`` sets
@@ -24,24 +30,37 @@ the count).  The inputs run and refused per entry point are printed (``-s``) and
 
 from __future__ import annotations
 
+import contextlib
+import importlib
+import io
+import json
 import math
 import os
 import re
+import shutil
+import tempfile
+import warnings
 from collections import Counter
+from pathlib import Path
 
+import nbformat
 import numpy as np
 import pytest
 import torch
+import triton
 
 hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, assume, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 import gemm_kernels as gk  # noqa: E402
-from gemm_kernels import DEVICE, runtime  # noqa: E402
-from gemm_kernels.kernels import checks, fp8  # noqa: E402
+from gemm_kernels import DEVICE, _env, results, runtime  # noqa: E402
+from gemm_kernels.kernels import checks, fp8, launches, tuning_cache  # noqa: E402
+from gemm_kernels.lab import exam, student  # noqa: E402
 from gemm_kernels.kernels.epilogue import ACTIVATIONS  # noqa: E402
 from gemm_kernels.testing import TOLERANCES, rel_err  # noqa: E402
+
+lab_progress = importlib.import_module("gemm_kernels.lab.progress")  # the package's ``progress`` is a function
 
 PROFILE = os.environ.get("GEMM_KERNELS_FUZZ", "ci").strip().lower() or "ci"
 _common = dict(deadline=None, database=None, print_blob=True,
@@ -96,9 +115,9 @@ def assert_clear(exc: BaseException, names, context: str) -> None:
         f"{context}: {type(exc).__name__} names none of {sorted(names)}: {message}")
 
 
-def call(fn, args: dict, names, context: str, *, must_fail: str | None = None):
+def call(fn, args: dict, names, context: str, *, must_fail: str | None = None, label: str | None = None):
     """``fn(**args)``: its result, or None after checking the error is clear.  ``must_fail``: why
-    this call must raise (then returning is a failure)."""
+    this call must raise (then returning is a failure); ``label``: the count it adds to (fn's name)."""
     try:
         out = fn(**args)
     except AssertionError:
@@ -107,7 +126,7 @@ def call(fn, args: dict, names, context: str, *, must_fail: str | None = None):
         what = getattr(fn, "__name__", str(fn))
         if not (type(exc) is RuntimeError and re.match(rf"{what} needs ", str(exc))):  # this machine cannot run it
             assert_clear(exc, names, context)
-        REFUSED[what] += 1
+        REFUSED[label or what] += 1
         if os.environ.get("GEMM_KERNELS_FUZZ_SHOW"):
             print(f"refused: {context}: {type(exc).__name__}: {exc}")
         return None
@@ -417,11 +436,27 @@ def moe_calls(draw, dtypes=FLOATS, k_multiple=1):
         offs[-1] = T + 3
     offs_t = torch.tensor(offs[:-1] if kind == "short" else offs,
                           dtype=torch.int64 if kind == "int64" else torch.int32, device=DEVICE)
+    offs_layout = draw(st.sampled_from(["plain"] * 4 + ["negated", "strided", "expanded"]))
+    offs_t = offs_view(offs_t, offs_layout)
     bad_offs = any(o < 0 or o > T for o in offs) or any(x > y for x, y in zip(offs, offs[1:]))
     return dict(T=T, E=E, K=K, N=N, dtype=dtype, offs=offs_t, kind=kind if (bad_offs or kind in ("int64", "short"))
-                else "valid", layout_x=draw(LAYOUT), layout_w=draw(LAYOUT),
+                else "valid", offs_layout=offs_layout, layout_x=draw(LAYOUT), layout_w=draw(LAYOUT),
                 check_offs=draw(st.sampled_from([None, None, True, False, 1])),
                 tma=draw(st.sampled_from([None, None, False, True, 0])))
+
+
+def offs_view(offs: torch.Tensor, layout: str) -> torch.Tensor:
+    """``offs``' values laid out as ``layout`` asks: a lazily negated view (its memory the
+    negation), every other element of a longer tensor, or one value expanded (stride 0)."""
+    if layout == "negated":
+        return torch._neg_view(-offs)
+    if layout == "strided":
+        big = torch.zeros(2 * offs.numel() + 1, dtype=offs.dtype, device=offs.device)
+        big[1::2] = offs
+        return big[1::2]
+    if layout == "expanded" and offs.numel() and bool((offs == offs[0]).all()):
+        return offs[:1].expand(offs.shape)
+    return offs
 
 
 def grouped_ref(x64, w64, offs) -> torch.Tensor:
@@ -451,7 +486,8 @@ def test_fuzz_grouped_mm(case, data):
     if case["kind"] not in ("valid", "int64", "short") and not trusted and not runtime.on_gpu():
         refusal = refusal or "a bad offs, checked on the host"
     context = f"grouped_mm(T={case['T']}, E={case['E']}, K={case['K']}, N={case['N']}, {case['dtype']}, " \
-              f"x {case['layout_x']}, w {case['layout_w']}, offs {case['offs'].tolist()} ({case['kind']}), " \
+              f"x {case['layout_x']}, w {case['layout_w']}, offs {case['offs'].tolist()} ({case['kind']}, " \
+              f"{case['offs_layout']}), " \
               f"tma={case['tma']!r}, check_offs={case['check_offs']!r})"
     names = {"x", "w", "offs", "tma", "check_offs", "T", "K", "E", "inputs", "grouped_mm"}
     out = call(gk.grouped_mm, args, names, context, must_fail=refusal)
@@ -516,6 +552,26 @@ def test_fuzz_quantize_fp8(rows, cols, granularity, dtype, x_dtype, layout, data
         assert deq[inf].isnan().all(), f"{context}: inf should be NaN in e4m3fn"
 
 
+#: what a scale holds beside the quantizer's own (three in five as is); all valid
+SCALE_VALUES = st.sampled_from(["as_is"] * 6 + ["zero", "negative", "nan", "inf", "-inf", "one_shaped"])
+
+
+def scale_values(s: torch.Tensor, kind: str, index: int, one_shape) -> torch.Tensor:
+    """``s`` with ``kind`` applied: all zero, negated, one element NaN or +-inf, or (a single
+    scale) reshaped to ``one_shape`` ([], [1] or [1, 1]: every one-element scale is tensor-wise)."""
+    if kind == "zero":
+        return torch.zeros_like(s)
+    if kind == "negative":
+        return -s
+    if kind in ("nan", "inf", "-inf") and s.numel():
+        s = s.clone()
+        s.view(-1)[index % s.numel()] = float(kind)
+        return s
+    if kind == "one_shaped" and s.numel() == 1:
+        return s.reshape(one_shape)
+    return s
+
+
 @st.composite
 def scaled_mm_calls(draw):
     valid = draw(MOSTLY)  # three in four calls valid in every part
@@ -527,10 +583,15 @@ def scaled_mm_calls(draw):
     ga, gb = fp8.granularities(scaling)
     xa, xb = draw(values((M, K))), draw(values((N, K)))
     qdtype = dtype if dtype in FP8 else torch.float8_e4m3fn
+    dtype_b = draw(st.sampled_from([qdtype] * 3 + [*FP8]))  # one in five an e4m3 x e5m2 mix
     a, sa = fp8.quantize_fp8(xa.to(DEVICE), ga, dtype=qdtype)
-    b, sb = fp8.quantize_fp8(xb.to(DEVICE).t(), gb, dtype=qdtype)
+    b, sb = fp8.quantize_fp8(xb.to(DEVICE).t(), gb, dtype=dtype_b)
     if dtype not in FP8:
         a = a.float().to(dtype)
+    one_shape = draw(st.sampled_from([(), (1,), (1, 1)]))
+    scales = {name: draw(SCALE_VALUES) for name in ("scale_a", "scale_b")}
+    sa = scale_values(sa, scales["scale_a"], draw(st.integers(0, 64)), one_shape)
+    sb = scale_values(sb, scales["scale_b"], draw(st.integers(0, 64)), one_shape)
     layouts = {}
     for name in ("a", "b", "scale_a", "scale_b"):
         pool = (["as_is"] * 3 + ["negated"] + (["sliced", "transposed"] if name.startswith("scale") else [])) if valid \
@@ -559,12 +620,33 @@ def scaled_mm_calls(draw):
         bias = realise(draw(values((N,))), draw(st.sampled_from([torch.float32, torch.bfloat16])),
                        draw(st.sampled_from(["contiguous", "every_other", "negated"] + ([] if valid else
                                                                                         ["requires_grad"]))))
+    options = draw(fp8_options(valid))
+    return dict(**tensors, bias=bias, **options), dict(M=M, N=N, K=K, scaling=scaling, dtype=dtype, dtype_b=dtype_b,
+                                                       **{f"{k} values": v for k, v in scales.items()}, **layouts)
+
+
+@st.composite
+def fp8_options(draw, valid: bool):
+    """out_dtype, use_fast_accum and promote_every: valid ones, or (``valid`` False) with odd spellings."""
     out_dtypes, fast, promote = [torch.bfloat16, torch.float16, torch.float32], [False, True], [128, 32, 64]
     if not valid:
-        out_dtypes, fast, promote = out_dtypes + [torch.float64], fast + [1], promote + [128.0, 16, True]
-    options = dict(out_dtype=draw(st.sampled_from(out_dtypes)), use_fast_accum=draw(st.sampled_from(fast)),
-                   promote_every=draw(st.sampled_from(promote)))
-    return dict(**tensors, bias=bias, **options), dict(M=M, N=N, K=K, scaling=scaling, dtype=dtype, **layouts)
+        out_dtypes = out_dtypes + [torch.float64, torch.int32, "bfloat16", None]
+        fast, promote = fast + [1, "no", None], promote + [128.0, 16, True, np.int64(64), "128"]
+    return dict(out_dtype=draw(st.sampled_from(out_dtypes)), use_fast_accum=draw(st.sampled_from(fast)),
+                promote_every=draw(st.sampled_from(promote)))
+
+
+def fp8_options_valid(options: dict) -> bool:
+    promote = options["promote_every"]
+    return (isinstance(options["out_dtype"], torch.dtype) and options["out_dtype"] in fp8.OUT_DTYPES
+            and isinstance(options["use_fast_accum"], bool)
+            and isinstance(promote, (int, np.integer)) and not isinstance(promote, bool)
+            and promote in fp8.PROMOTE_CHOICES)
+
+
+def out_tolerance_dtype(out_dtype):
+    """The tolerance an fp8 product is held to: e4m3's where the output is bf16 (coarser), else the output's."""
+    return torch.float8_e4m3fn if out_dtype == torch.bfloat16 else out_dtype
 
 
 @examples(ci=40)
@@ -582,8 +664,7 @@ def test_fuzz_scaled_mm(case):
         refusal = refusal or "K % 16"
     if info["K"] > 1 and (a.stride(1) != 1 or b.stride(0) != 1):
         refusal = refusal or "a not row-major or b not column-major"
-    if args["out_dtype"] not in fp8.OUT_DTYPES or not isinstance(args["use_fast_accum"], bool) or (
-            type(args["promote_every"]) is not int or args["promote_every"] not in fp8.PROMOTE_CHOICES):
+    if not fp8_options_valid(args):
         refusal = refusal or "a bad option"
     grads = [k for k in ("a", "b", "scale_a", "scale_b", "bias") if args[k] is not None and args[k].requires_grad]
     if grads and torch.is_grad_enabled():
@@ -593,13 +674,10 @@ def test_fuzz_scaled_mm(case):
     RAN["scaled_mm"] += 1
     if out is None:
         return
-    ref = fp8.scaled_mm_ref(*(logical(args[k]).to(args[k].dtype) if args[k].dtype not in checks._ONE_BYTE_FLOATS
-                              else checks.resolved_copy(args[k]) if args[k].is_neg() else args[k]
-                              for k in ("a", "b", "scale_a", "scale_b")),
-                            bias=None if args["bias"] is None else logical(args["bias"]), out_dtype=torch.float64)
+    # the reference resolves lazy views itself and runs scaled_mm's argument checks (not its layout rules)
+    ref = fp8.scaled_mm_ref(a, b, args["scale_a"], args["scale_b"], bias=args["bias"], out_dtype=torch.float64)
     assert out.dtype == args["out_dtype"]
-    tolerance_dtype = torch.float8_e4m3fn if args["out_dtype"] == torch.bfloat16 else args["out_dtype"]
-    assert_matches(out, ref, tolerance_dtype, context)
+    assert_matches(out, ref, out_tolerance_dtype(args["out_dtype"]), context)
 
 
 @examples(ci=25)
@@ -609,8 +687,10 @@ def test_fuzz_scaled_grouped_mm(case, data):
     x, sx = fp8.quantize_fp8(data.draw(values((T, K))).to(DEVICE), "row", dtype=case["dtype"])
     w, sw = fp8.quantize_experts(data.draw(values((E, K, N))).to(DEVICE), dtype=case["dtype"])
     sx = sx.reshape(T)
+    sx = scale_values(sx, data.draw(SCALE_VALUES), data.draw(st.integers(0, 64)), ())
+    sw = scale_values(sw, data.draw(SCALE_VALUES), data.draw(st.integers(0, 64)), ())
     layout = data.draw(st.sampled_from(["as_is"] * 3 + ["negated_scale_w", "negated_scale_x", "sparse_scale_x",
-                                                         "grad_x", "strided_scale_w", "wrong_shape"]))
+                                                         "grad_x", "strided_scale_w", "wrong_shape", "e5m2_w"]))
     if layout == "negated_scale_w":
         sw = torch.complex(torch.zeros_like(sw), -sw).conj().imag
     elif layout == "negated_scale_x":
@@ -623,9 +703,14 @@ def test_fuzz_scaled_grouped_mm(case, data):
         sw = sw.t().contiguous().t()
     elif layout == "wrong_shape":
         sx = sx[: max(T - 1, 0)] if T else torch.ones(1, device=DEVICE)
+    elif layout == "e5m2_w":  # an e4m3 x e5m2 mix: x and w must share a dtype here
+        w = w.float().to(FP8[1] if w.dtype == FP8[0] else FP8[0])
+    valid_options = data.draw(MOSTLY)
+    options = data.draw(fp8_options(valid_options))
     args = dict(x=x, w=w, scale_x=sx, scale_w=sw, offs=case["offs"], tma=case["tma"], check_offs=case["check_offs"],
-                out_dtype=torch.float32)
-    refusal = {"sparse_scale_x": "sparse", "grad_x": "x requires grad", "wrong_shape": "scale_x's shape"}.get(layout)
+                **options)
+    refusal = {"sparse_scale_x": "sparse", "grad_x": "x requires grad", "wrong_shape": "scale_x's shape",
+               "e5m2_w": "x and w differ in dtype"}.get(layout)
     if layout == "strided_scale_w" and sw.numel() and sw.stride(-1) != 1:
         refusal = "scale_w not contiguous in N"
     if case["kind"] in ("int64", "short"):
@@ -633,18 +718,22 @@ def test_fuzz_scaled_grouped_mm(case, data):
     for flag in ("check_offs", "tma"):
         if case[flag] is not None and not isinstance(case[flag], bool):
             refusal = refusal or f"{flag} must be a bool"
+    if not fp8_options_valid(options):
+        refusal = refusal or "a bad option"
     trusted = case["check_offs"] is False and case["kind"] != "valid"
     if case["kind"] not in ("valid", "int64", "short") and not trusted and not runtime.on_gpu():
         refusal = refusal or "a bad offs, checked on the host"
     context = f"scaled_grouped_mm(T={T}, E={E}, K={K}, N={N}, {case['dtype']}, {layout}, offs " \
-              f"{case['offs'].tolist()} ({case['kind']}), tma={case['tma']!r}, check_offs={case['check_offs']!r})"
+              f"{case['offs'].tolist()} ({case['kind']}, {case['offs_layout']}), tma={case['tma']!r}, " \
+              f"check_offs={case['check_offs']!r}, {options})"
     names = {*args, "T", "K", "E", "inputs", "scaled_grouped_mm"}
     out = call(fp8.scaled_grouped_mm, args, names, context, must_fail=refusal)
     RAN["scaled_grouped_mm"] += 1
     if out is None or trusted:
         return
+    assert out.dtype == options["out_dtype"], context
     ref = fp8.scaled_grouped_mm_ref(x, w, sx, sw, case["offs"], out_dtype=torch.float64)
-    assert_matches(out, ref, torch.float32, context)
+    assert_matches(out, ref, out_tolerance_dtype(options["out_dtype"]), context)
 
 
 # ----------------------------------------------------------------------------- models and schedules (no kernels)
@@ -739,6 +828,444 @@ def test_fuzz_ws_schedule(M, N, schedule, num_programs):
     RAN["ws_schedule"] += 1
     if got is not None:
         assert _int_valid(M, 0) and _int_valid(N, 0) and _int_valid(num_programs), f"{context}: accepted"
+
+
+# ----------------------------------------------------------------------------- spans past 32-bit offsets
+def spread(t: torch.Tensor, dim: int, stride: int) -> torch.Tensor:
+    """``t``'s values in a view whose dimension ``dim`` steps ``stride`` elements (its other
+    dimensions dense, innermost last); the memory between is torch.empty's: never touched."""
+    shape = list(t.shape)
+    rest = [d for d in range(t.dim()) if d != dim]
+    strides = [0] * t.dim()
+    step = 1
+    for d in reversed(rest):
+        strides[d] = step
+        step *= shape[d]
+    strides[dim] = stride
+    span = sum((n - 1) * s for n, s in zip(shape, strides)) + 1
+    out = torch.empty(span, dtype=t.dtype, device=t.device).as_strided(shape, strides)
+    if t.element_size() == 1:  # fp8: no copy kernel on every torch; the bytes are the values
+        out.view(torch.uint8).copy_(t.view(torch.uint8))
+    else:
+        out.copy_(t)
+    return out
+
+
+#: (rows along the spread dimension, stride): past 2^31 elements, or just under it (must run)
+SPANS = st.sampled_from([(9, 2**28 + 17), (2, 2**31 + 3), (7, 2**28 + 17)])
+SPAN_CALLS = ("matmul", "matmul_persistent", "matmul_tma", "matmul_streamk", "matmul_splitk", "matmul_auto",
+              "matmul_ws", "grouped_matmul", "grouped_mm", "scaled_mm", "scaled_grouped_mm")
+
+
+@examples(ci=12)
+@given(st.sampled_from(SPAN_CALLS), SPANS, st.integers(0, 3), st.integers(0, 2**31 - 1))
+def test_fuzz_a_span_past_32_bit_offsets(name, span, which, seed):
+    """A tiny tensor whose rows (or columns) lie 2^31 elements apart: a clear error naming it, or
+    the right answer (a kernel with 64-bit offsets); never an illegal access or wrapped offsets."""
+    rows, stride = span
+    gen = torch.Generator().manual_seed(seed)
+    randn = lambda *shape: torch.randn(*shape, generator=gen).to(DEVICE)  # noqa: E731
+    K, half = 16, torch.float16
+    e4m3 = torch.float8_e4m3fn
+    if name in SINGLE or name == "grouped_matmul":
+        arg = ("a", "b")[which % 2]
+        args = dict(a=randn(rows if arg == "a" else 8, K).to(half), b=randn(K, rows if arg == "b" else 8).to(half))
+        args[arg] = spread(args[arg], 0 if arg == "a" else 1, stride)
+        a, b = args["a"], args["b"]
+        fn, ref = getattr(gk, name), gk.matmul_ref(a, b, out_dtype=torch.float64)
+        if name == "grouped_matmul":
+            args = dict(group_a=[a], group_b=[b])
+    elif name == "grouped_mm":
+        x, w = randn(rows, K).to(half), randn(2, K, 8).to(half)
+        arg = ("x", "w")[which % 2]
+        x, w = (spread(x, 0, stride), w) if arg == "x" else (x, spread(w, 0, stride))
+        offs = torch.tensor([1, rows], dtype=torch.int32, device=DEVICE)
+        args, fn, ref = dict(x=x, w=w, offs=offs), gk.grouped_mm, grouped_ref(x.double().cpu(), w.double().cpu(), offs)
+    elif name == "scaled_mm":
+        a, sa = fp8.quantize_fp8(randn(rows, K), "row")
+        b, sb = fp8.quantize_fp8(randn(K, rows), "column")
+        b = b.t().contiguous().t()
+        arg = ("a", "b", "scale_a", "scale_b")[which]
+        args = dict(a=a, b=b, scale_a=sa, scale_b=sb, out_dtype=torch.float32)
+        args[arg] = spread(args[arg], 0 if arg in ("a", "scale_a") else 1, stride)
+        fn = fp8.scaled_mm
+        ref = fp8.scaled_mm_ref(args["a"], args["b"], args["scale_a"], args["scale_b"], out_dtype=torch.float64)
+    else:  # scaled_grouped_mm
+        x, sx = fp8.quantize_fp8(randn(rows, K), "row")
+        w, sw = fp8.quantize_experts(randn(2, K, 8))
+        args = dict(x=x, w=w, scale_x=sx.reshape(rows), scale_w=sw,
+                    offs=torch.tensor([1, rows], dtype=torch.int32, device=DEVICE), out_dtype=torch.float32)
+        arg = ("x", "w", "scale_x", "scale_w")[which]
+        args[arg] = spread(args[arg] if arg != "w" else args[arg].transpose(1, 2).contiguous(), 0, stride)
+        if arg == "w":
+            args[arg] = args[arg].transpose(1, 2)  # column-major per expert, experts 2^31 apart
+        fn = fp8.scaled_grouped_mm
+        ref = fp8.scaled_grouped_mm_ref(**args)
+    context = f"{name}({arg} {rows} rows {stride} apart)"
+    out = call(fn, args, {arg, "inputs", name}, context, label=f"{name} (span)")
+    RAN[f"{name} (span)"] += 1
+    if out is not None:
+        assert_matches(out[0] if isinstance(out, list) else out, ref, torch.float16 if name in SINGLE or name in (
+            "grouped_matmul", "grouped_mm") else torch.float32, context)
+
+
+# ----------------------------------------------------------------------------- a valid call, then an invalid one
+def _config(**fields):
+    kwargs = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32}
+    warps, stages = fields.pop("num_warps", 4), fields.pop("num_stages", 2)
+    return triton.Config({**kwargs, **fields}, num_warps=warps, num_stages=stages)
+
+
+#: launcher -> option -> (a valid value, values that must be refused: most compare equal to a valid one)
+SEQUENCES = {
+    "matmul": {"group_size_m": (8, [8.0, np.float64(8), "8"]), "order": ("grouped", ["GROUPED", None]),
+               "activation": ("relu", ["RELU", 5])},
+    "matmul_persistent": {"num_programs": (3, [3.0, True, "3"]), "config": (_config(), [
+        _config(BLOCK_M=32.0), _config(num_warps=4.0), _config(num_stages=2.0), _config(BLOCK_K=True)])},
+    "matmul_tma": {"group_size_m": (1, [True, 1.0]), "config": (_config(), [_config(BLOCK_N=32.0)])},
+    "matmul_streamk": {"num_programs": (2, [2.0, np.float32(2)]), "config": (_config(), [_config(BLOCK_M=32.0)])},
+    "matmul_splitk": {"split_k": (2, [2.0, "2"]), "config": (_config(), [_config(num_warps=4.0)])},
+    "matmul_auto": {"batch_invariant": (False, [0, "no", None])},
+    "grouped_matmul": {"tma": (False, [0, "no"])},
+    "grouped_mm": {"tma": (False, [0]), "check_offs": (True, [1, "yes"])},
+    "scaled_mm": {"promote_every": (64, [64.0, np.float64(64), "64"]), "use_fast_accum": (False, [0, "no"]),
+                  "out_dtype": (torch.float32, ["float32", torch.float64]), "batch_invariant": (True, [1])},
+    "scaled_grouped_mm": {"promote_every": (64, [64.0, True]), "use_fast_accum": (True, [1, "yes"]),
+                          "out_dtype": (torch.float32, [torch.float64, "float32"]), "tma": (False, [0]),
+                          "check_offs": (True, [1])},
+}
+
+
+def _sequence_call(name: str):
+    """``(fn, tensors, reference)`` of one small valid call of ``name`` (seeded: the same every time)."""
+    gen = torch.Generator().manual_seed(7)
+    randn = lambda *shape: torch.randn(*shape, generator=gen).to(DEVICE)  # noqa: E731
+    offs = torch.tensor([5, 32], dtype=torch.int32, device=DEVICE)
+    if name in SINGLE or name == "grouped_matmul":
+        a, b = randn(32, 32).half(), randn(32, 32).half()
+        ref = gk.matmul_ref(a, b, out_dtype=torch.float64)
+        if name == "grouped_matmul":
+            return gk.grouped_matmul, dict(group_a=[a], group_b=[b]), ref
+        return getattr(gk, name), dict(a=a, b=b), ref
+    if name == "grouped_mm":
+        x, w = randn(32, 32), randn(2, 32, 16)
+        return gk.grouped_mm, dict(x=x, w=w, offs=offs), grouped_ref(x.double().cpu(), w.double().cpu(), offs)
+    if name == "scaled_mm":
+        a, sa = fp8.quantize_fp8(randn(32, 32), "row")
+        b, sb = fp8.quantize_fp8(randn(16, 32).t(), "column")
+        return fp8.scaled_mm, dict(a=a, b=b, scale_a=sa, scale_b=sb), fp8.scaled_mm_ref(a, b, sa, sb,
+                                                                                       out_dtype=torch.float64)
+    x, sx = fp8.quantize_fp8(randn(32, 32), "row")
+    w, sw = fp8.quantize_experts(randn(2, 32, 16))
+    tensors = dict(x=x, w=w, scale_x=sx.reshape(32), scale_w=sw, offs=offs)
+    return fp8.scaled_grouped_mm, tensors, fp8.scaled_grouped_mm_ref(**tensors, out_dtype=torch.float64)
+
+
+@examples(ci=15)
+@given(st.data())
+def test_fuzz_a_valid_call_then_an_invalid_option(data):
+    """The same tensors with a valid option, then an invalid one (equal-comparing: 8.0 for 8, True for
+    1, a float config), then the valid one again: the second is refused naming the option, the third
+    still right.  A kept launch (GPU) must never let the second skip its checks, nor key it alike."""
+    name = data.draw(st.sampled_from(sorted(SEQUENCES)))
+    option = data.draw(st.sampled_from(sorted(SEQUENCES[name])))
+    valid, invalids = SEQUENCES[name][option]
+    invalid = data.draw(st.sampled_from(invalids))
+    fn, tensors, ref = _sequence_call(name)
+    context = f"{name}(..., {option}={valid!r}), then {option}={invalid!r}"
+    dtype = torch.float16 if name in SINGLE or name == "grouped_matmul" else torch.float32
+    for value, must_fail in ((valid, None), (invalid, "an invalid option after a valid call"), (valid, None)):
+        out = call(fn, {**tensors, option: value}, {option, "config", "BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps",
+                                                    "num_stages"}, context, must_fail=must_fail,
+                   label=f"{name} (sequence)")
+        RAN[f"{name} (sequence)"] += 1
+        if out is not None:
+            got = out[0] if isinstance(out, list) else out
+            want = gk.matmul_ref(tensors["a"], tensors["b"], activation=value, out_dtype=torch.float64) \
+                if option == "activation" else ref
+            assert_matches(got, want, out_tolerance_dtype(got.dtype) if got.dtype != dtype else dtype, context)
+    if option == "config":
+        assert launches.config_key(valid) != launches.config_key(invalid), context
+    elif not isinstance(invalid, str):
+        assert launches.call_key((), (valid,)) != launches.call_key((), (invalid,)), context
+
+
+# ----------------------------------------------------------------------------- explicit configs
+CONFIG_BLOCKS = st.sampled_from([16, 32, 16, 32, 64, 16.0, 32.0, True, np.int64(16), 24, 0, 512, "16", None])
+CONFIG_WARPS = st.sampled_from([4, 2, 4, 1, 4.0, True, 3, np.int64(4), 32])
+CONFIG_STAGES = st.sampled_from([1, 2, 2, 3, 2.0, True, 0, -1])
+
+
+def _plain_int(value) -> bool:
+    return type(value) is int
+
+
+@examples(ci=12)
+@given(st.sampled_from(["matmul_persistent", "matmul_tma", "matmul_streamk", "matmul_splitk"]), CONFIG_BLOCKS,
+       CONFIG_BLOCKS, CONFIG_BLOCKS, CONFIG_WARPS, CONFIG_STAGES,
+       st.sampled_from([{}] * 4 + [{"FLATTEN": False}, {"FLATTEN": 0}, {"FLATTEN": 0.0}, {"BLOCK_Q": 16}]),
+       st.sampled_from([(17, 9, 20), (32, 32, 32), (1, 40, 16)]))
+def test_fuzz_explicit_configs(name, block_m, block_n, block_k, warps, stages, extra, shape):
+    """``config=triton.Config(...)`` with odd values (floats, bools, numpy ints, strings, sizes no
+    kernel compiles): the product, or a clear error naming the config."""
+    M, N, K = shape
+    gen = torch.Generator().manual_seed(M * N + K)
+    a = torch.randn(M, K, generator=gen).to(DEVICE, torch.float16)
+    b = torch.randn(K, N, generator=gen).to(DEVICE, torch.float16)
+    config = triton.Config({"BLOCK_M": block_m, "BLOCK_N": block_n, "BLOCK_K": block_k, **extra}, num_warps=warps,
+                           num_stages=stages)
+    blocks_ok = all(_plain_int(v) and 16 <= v <= 256 and v & (v - 1) == 0 for v in (block_m, block_n, block_k))
+    ok = (blocks_ok and _plain_int(warps) and warps in (1, 2, 4, 8, 16) and _plain_int(stages) and stages >= 1
+          and "BLOCK_Q" not in extra and all(isinstance(v, bool) for k, v in extra.items() if k == "FLATTEN"))
+    numpy_ints = any(isinstance(v, np.integer) for v in (block_m, block_n, block_k, warps))
+    context = f"{name}({M}x{N}x{K}, config={config})"
+    must_fail = None if ok or numpy_ints else "a config no kernel takes"
+    out = call(getattr(gk, name), dict(a=a, b=b, config=config), {"config", "a", "b"}, context, must_fail=must_fail,
+               label=f"{name} (config)")
+    RAN[f"{name} (config)"] += 1
+    if out is not None:
+        assert_matches(out, gk.matmul_ref(a, b, out_dtype=torch.float64), torch.float16, context)
+
+
+# ----------------------------------------------------------------------------- environment variables
+ENV_TEXT = st.one_of(
+    st.sampled_from(["1", "0", "true", "FALSE", " yes ", "On", "off", "no", "none", "None", "disabled", "small",
+                     "SMALL ", "flase", "2", "", "   ", "nan", "inf", "-inf", "4", "4.5", "-1", "1e400", "0x10",
+                     "sm_86", "86", "8.6", "SM_90", "sm_100", "ampere", "/tmp/x", "~/cache", "y", "\t1\n"]),
+    st.text(max_size=12))
+
+
+def _named(exc: BaseException, variable: str) -> None:
+    assert isinstance(exc, ValueError) and variable in str(exc), f"{type(exc).__name__} not naming {variable}: {exc}"
+
+
+@examples(ci=60)
+@given(ENV_TEXT)
+def test_fuzz_environment_spellings(value):
+    """Every GEMM_KERNELS_ variable's parser (gemm_kernels._env and what reads through it): a
+    value, or a ValueError naming the variable; never a spelling read as its opposite."""
+    text = value.strip().lower()
+    try:  # flags: the listed words only
+        got = _env.parse_flag(value, "GEMM_KERNELS_X", None)
+        assert got is (None if not text else text in _env.TRUE) and (not text or text in _env.TRUE + _env.FALSE)
+    except ValueError as exc:
+        _named(exc, "GEMM_KERNELS_X")
+        assert text and text not in _env.TRUE + _env.FALSE, value
+    try:  # a path, or off
+        got = _env.parse_path_or_off(value, "GEMM_KERNELS_P")
+        assert got == (None if not text else "off" if text in _env.PATH_OFF else value.strip()), (value, got)
+    except ValueError as exc:
+        _named(exc, "GEMM_KERNELS_P")
+        assert text in _env.TRUE and text not in _env.PATH_OFF, value
+    try:
+        arch = runtime.parse_arch(value)
+        assert arch in runtime.ARCH_SHARED_MEMORY, (value, arch)
+    except ValueError as exc:
+        _named(exc, runtime.ARCH_ENV)
+    RAN["_env parsers"] += 1
+    if "\x00" in value:  # no environment holds a NUL
+        return
+    with pytest.MonkeyPatch.context() as mp:
+        for variable in (runtime.AUTOTUNE_ENV, tuning_cache.ENV, lab_progress.ENV, runtime.MEMORY_GB_ENV, exam.ENV):
+            mp.setenv(variable, value)
+        readers = {runtime.AUTOTUNE_ENV: runtime.autotune_mode, tuning_cache.ENV: tuning_cache.cache_directory,
+                   lab_progress.ENV: lab_progress.progress_path, runtime.MEMORY_GB_ENV: lambda: _env.number(
+                       runtime.MEMORY_GB_ENV), exam.ENV: lambda: exam.enabled(os.environ[exam.ENV])}
+        for variable, read in readers.items():
+            try:
+                got = read()
+            except ValueError as exc:
+                _named(exc, variable)
+                continue
+            if variable == runtime.MEMORY_GB_ENV:
+                assert got is None or math.isfinite(got), (value, got)
+            elif variable == runtime.AUTOTUNE_ENV:
+                assert got == ("small" if text == "small" else "off" if text in _env.FALSE else "full"), (value, got)
+            RAN["environment readers"] += 1
+
+
+# ----------------------------------------------------------------------------- files a learner or teacher hands us
+JSON_VALUES = st.recursive(st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats() | st.text(max_size=8),
+                           lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner,
+                                                                                       max_size=3), max_leaves=8)
+
+
+def _json_nodes(doc, path=()):
+    """Every (container path, key) of a JSON document, depth first."""
+    items = doc.items() if isinstance(doc, dict) else enumerate(doc) if isinstance(doc, list) else ()
+    for key, value in items:
+        yield path, key
+        yield from _json_nodes(value, (*path, key))
+
+
+@st.composite
+def damaged(draw, good: bytes, json_doc: bool = True):
+    """``good`` (a valid file's bytes) damaged one way: random bytes, truncated, a byte changed,
+    not UTF-8, a byte-order mark, nested deeply, or (JSON) one node replaced by any JSON value."""
+    how = draw(st.sampled_from(["as_is", "random", "truncated", "byte", "not_utf8", "bom", "nested", "node", "node",
+                                "empty"]))
+    if how == "random":
+        return how, draw(st.binary(max_size=200))
+    if how == "truncated":
+        return how, good[:draw(st.integers(0, max(len(good) - 1, 0)))]
+    if how in ("byte", "not_utf8") and good:
+        i = draw(st.integers(0, len(good) - 1))
+        new = b"\xff\xfe" if how == "not_utf8" else bytes([draw(st.integers(0, 255))])
+        return how, good[:i] + new + good[i + 1:]
+    if how == "bom":
+        return how, b"\xef\xbb\xbf" + good
+    if how == "nested":
+        n = draw(st.sampled_from([50, 5000, 200_000]))
+        return how, (b'{"a":' * n + b"1" + b"}" * n) if draw(st.booleans()) else b"[" * n + good + b"]" * n
+    if how == "node" and json_doc:
+        doc = json.loads(good)
+        nodes = list(_json_nodes(doc))
+        if nodes:
+            path, key = nodes[draw(st.integers(0, len(nodes) - 1))]
+            parent = doc
+            for step in path:
+                parent = parent[step]
+            parent[key] = draw(JSON_VALUES)
+        return how, json.dumps(doc).encode()
+    if how == "empty":
+        return how, b""
+    return "as_is", good
+
+
+def _progress_record() -> bytes:
+    entries = {f"{ex.notebook}/{ex.title}": {"status": "wrong", "updated": "2026-01-01T00:00:00"}
+               for ex in lab_progress.exercises()[:3]}
+    return json.dumps({"version": lab_progress.VERSION, "exercises": entries}).encode()
+
+
+@examples(ci=15)
+@given(st.data())
+def test_fuzz_a_damaged_progress_file(data):
+    """gk.lab.progress() shows a table whatever the file holds; the next check's record is kept, the
+    file's readable entries with it, and a damaged file is set aside whole (never lost)."""
+    good = _progress_record()
+    how, content = data.draw(damaged(good))
+    exercise = lab_progress.exercises()[data.draw(st.integers(0, 3))]
+    with tempfile.TemporaryDirectory() as tmp, pytest.MonkeyPatch.context() as mp, warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a damaged file is warned about (that is the point)
+        path = Path(tmp) / "progress.json"
+        path.write_bytes(content)
+        mp.setenv(lab_progress.ENV, str(path))
+        table = gk.lab.progress()
+        assert str(table) and table._repr_html_(), how
+        module = f"{lab_progress.EXERCISES_PACKAGE}.{exercise.notebook.split('_', 1)[1]}"
+        lab_progress.record(module, exercise.title, "correct")
+        after = json.loads(path.read_text(encoding="utf-8"))
+        assert lab_progress._valid(after), (how, after)
+        key = f"{exercise.notebook}/{exercise.title}"
+        assert after["exercises"][key]["status"] == "correct", (how, after)
+        try:
+            before = json.loads(content.decode("utf-8"))
+        except (ValueError, RecursionError):
+            before = None
+        if lab_progress._valid(before):  # a valid record loses nothing
+            assert set(before["exercises"]) <= set(after["exercises"]), how
+        else:  # a damaged one is kept aside, byte for byte
+            assert any(p.read_bytes() == content for p in Path(tmp).glob("progress.json.corrupt*")), how
+        assert dict(((ex.notebook, ex.title), status) for ex, status, *_ in gk.lab.progress().rows)[
+            (exercise.notebook, exercise.title)] == "correct", how
+    RAN["progress file"] += 1
+
+
+def _tuning_kernel():
+    from gemm_kernels.kernels.matmul import _matmul_kernel
+
+    return _matmul_kernel, [_config(), _config(BLOCK_M=16), _config(num_warps=2)]
+
+
+@examples(ci=15)
+@given(st.data())
+def test_fuzz_a_damaged_tuning_cache_file(data):
+    """A tuning file of any content: its picks read (or a warning and none), a new pick kept, the
+    file rewritten valid with every pick that was a config; never an exception."""
+    kernel, cfgs = _tuning_kernel()
+    with tempfile.TemporaryDirectory() as tmp, pytest.MonkeyPatch.context() as mp, warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        mp.setenv(tuning_cache.ENV, tmp)
+        writer = tuning_cache.DiskPicks(kernel, cfgs, "-fuzz")
+        writer.put(("good",), cfgs[1])
+        good = writer.path().read_bytes()
+        how, content = data.draw(damaged(good))
+        picks = tuning_cache.DiskPicks(kernel, cfgs, "-fuzz")
+        picks.path().write_bytes(content)
+        got = picks.get(("good",), cfgs)
+        assert got is None or got in cfgs, how
+        if how == "as_is":
+            assert got is cfgs[1]
+        picks.put(("new",), cfgs[2])
+        again = tuning_cache.DiskPicks(kernel, cfgs, "-fuzz")
+        assert again.get(("new",), cfgs) is cfgs[2], how
+        assert json.loads(again.path().read_text(encoding="utf-8"))["picks"], how
+    RAN["tuning cache file"] += 1
+
+
+@examples(ci=15)
+@given(st.sampled_from(["csv", "meta", "md"]), st.data())
+def test_fuzz_damaged_results_files(which, data):
+    """The committed results' readers on a damaged copy of one file: rows, or a ResultsFileError
+    naming the file; show_committed prints what is readable, warning about the rest."""
+    suite = "order"
+    files = {"csv": f"{suite}.csv", "meta": results.META_JSON, "md": results.RESULTS_MD}
+    how, content = data.draw(damaged((results.BENCH_DIR / files[which]).read_bytes(), json_doc=which == "meta"))
+    with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        directory = Path(tmp)
+        for kind, name in files.items():
+            (directory / name).write_bytes(content if kind == which else (results.BENCH_DIR / name).read_bytes())
+        path = directory / files[which]
+        readers = {"csv": results.read_csv, "meta": results.read_json, "md": results.read_text}
+        for read in (readers[which], lambda p: results.committed_rows(suite, directory)):
+            try:
+                read(path)
+            except results.ResultsFileError as exc:
+                assert str(path) in str(exc) or str(directory / files["csv"]) in str(exc), (how, exc)
+        with contextlib.redirect_stdout(io.StringIO()) as shown:
+            found = results.show_committed(suite, directory)
+        assert found is not None and shown.getvalue(), how
+    RAN["results files"] += 1
+
+
+#: two of the course's notebooks, read once (their student copies are what the fuzzing damages)
+STUDENT_SOURCES = ("00_start_here.ipynb", "04_kernel_fusion.ipynb")
+
+
+@examples(ci=8)
+@given(st.data())
+def test_fuzz_a_damaged_student_copy(data):
+    """``make lab`` with one student copy damaged (bytes, JSON, its metadata or cells hand-edited):
+    the other copy is written, the damaged one is kept or backed up byte for byte, never lost."""
+    force, merge = data.draw(st.booleans()), data.draw(st.booleans())
+    with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        src, dest = Path(tmp) / "src", Path(tmp) / "dest"
+        src.mkdir()
+        for name in STUDENT_SOURCES:
+            shutil.copy(student.REPO_ROOT / "notebooks" / name, src / name)
+        student.write_student_copies(src, dest)
+        target = dest / STUDENT_SOURCES[0]
+        how, content = data.draw(damaged(target.read_bytes()))
+        target.write_bytes(content)
+        (dest / STUDENT_SOURCES[1]).unlink()
+        done = student.write_student_copies(src, dest, force=force, merge=merge)
+        assert dest / STUDENT_SOURCES[1] in done.written, (how, done)
+        kept = [p for p in dest.iterdir() if p.name.startswith(STUDENT_SOURCES[0])]
+        if not any(p.read_bytes() == content for p in kept):  # neither in place nor as a .bak: rewritten, so
+            # it held none of the learner's work: its cells (id, type, source) those written now, none run
+            mine = nbformat.reads(content.decode("utf-8"), as_version=4)
+            now = nbformat.read(target, as_version=4)
+            assert [[c.get("id"), c.get("cell_type"), c.get("source")] for c in mine.cells] == [
+                [c.id, c.cell_type, c.source] for c in now.cells], (how, done)
+            assert not any(c.get("outputs") or c.get("execution_count") for c in mine.cells), (how, done)
+        for path in done.written + done.merged:  # what it wrote is a notebook (a kept copy stays as it was)
+            nbformat.validate(nbformat.read(path, as_version=4))
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            assert student.main([str(src), str(dest)]) in (0, 1), how
+    RAN["student copies"] += 1
 
 
 def test_no_error_is_left_pending():

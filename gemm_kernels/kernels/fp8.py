@@ -422,7 +422,8 @@ def scaled_mm_ref(a, b, scale_a, scale_b, *, out_dtype=torch.bfloat16, bias=None
     full precision for error measurements).  Scales multiply the *product*, as the kernels and
     cuBLASLt's ``D = scale_a * scale_b * (A @ B)`` (torch._scaled_mm on CUDA) apply them: equal to
     dequantizing first for finite scales; an inf scale gives inf where that product is nonzero
-    (dequantizing first, as torch's CPU _scaled_mm does, gives NaN wherever a value is 0)."""
+    (dequantizing first, as torch's CPU _scaled_mm does, gives NaN wherever a value is 0).  K = 0
+    gives 0 (and the bias) whatever the scales: no product to scale (torch._scaled_mm's CPU too)."""
     scaling = check_scaled_mm_operands(a, b, scale_a, scale_b, out_dtype, bias, REF_OUT_DTYPES)
     a, b, scale_a, scale_b, bias = checks.resolve_lazy_views(a, b, scale_a, scale_b, bias)  # torch cannot negate fp8
     sa, sb = scale_a.double(), scale_b.double()
@@ -436,7 +437,9 @@ def scaled_mm_ref(a, b, scale_a, scale_b, *, out_dtype=torch.bfloat16, bias=None
             acc += (a[:, ks].double() @ b[ks].double()) * (sa[:, kb, None] * sb_n[None, :])
     else:  # tensor ([1, 1] each) or row (scale_a [M, 1], scale_b [1, N])
         two_d = (lambda s: s.reshape(1, 1)) if scaling == "tensor" else (lambda s: s)  # noqa: E731
-        acc = (a.double() @ b.double()) * (two_d(sa) * two_d(sb))
+        acc = a.double() @ b.double()
+        if a.shape[1]:  # K = 0: an empty sum has no term to scale (0 for a NaN scale, as the kernels give)
+            acc = acc * (two_d(sa) * two_d(sb))
     if bias is not None:
         acc = acc + bias.double()
     return acc.to(out_dtype)
@@ -517,8 +520,9 @@ def check_scaled_grouped_mm_operands(x, w, scale_x, scale_w, offs, out_dtype, ou
 
 def scaled_grouped_mm_ref(x, w, scale_x, scale_w, offs, *, out_dtype=torch.bfloat16):
     """Plain-torch reference in float64: one product per expert, times its rows' and columns'
-    scales (the scales multiply the product, as in :func:`scaled_mm_ref`); rows past offs[-1]
-    are zeros whatever their scale.  Refuses what ``scaled_grouped_mm`` refuses, offs' values too."""
+    scales (the scales multiply the product, as in :func:`scaled_mm_ref`); rows past offs[-1],
+    and every row when K = 0, are zeros whatever their scale.  Refuses what ``scaled_grouped_mm``
+    refuses, offs' values too."""
     from . import moe
 
     check_scaled_grouped_mm_operands(x, w, scale_x, scale_w, offs, out_dtype, REF_OUT_DTYPES)
@@ -528,7 +532,9 @@ def scaled_grouped_mm_ref(x, w, scale_x, scale_w, offs, *, out_dtype=torch.bfloa
     sx = scale_x.double()
     start = 0
     for e, end in enumerate(offs.tolist()):
-        out[start:end] = (x[start:end].double() @ w[e].double()) * (sx[start:end, None] * scale_w[e].double()[None, :])
+        out[start:end] = x[start:end].double() @ w[e].double()
+        if x.shape[1]:  # K = 0: an empty sum, no term to scale (as in scaled_mm_ref)
+            out[start:end] *= sx[start:end, None] * scale_w[e].double()[None, :]
         start = end
     return out.to(out_dtype)
 
