@@ -12,7 +12,7 @@ of C for *all* M rows (``ROWS``, M rounded up to a power of two) and one slice o
   keeps enough of the weight in flight;
 * or plain FMAs (``method="fma"``, up to ``FMA_MAX_ROWS`` rows: a ``ROWS x BLOCK_K x BLOCK_N``
   product summed over K), which multiply no padding but whose loads Triton does not pipeline.
-  Measured on an H100 (PERF_NOTES 44): no faster at M = 1 (within 2% from 4096^2 up), 20% slower
+  Measured on an H100 (PERF_NOTES 44): no faster at M = 1 (within 2% from 4096^2 up), 23% slower
   at 2048^2; the multiply is not what costs.
 
 B is read along its contiguous dimension either way: ``b = W.t()`` (nn.Linear's weight, strides
@@ -22,8 +22,8 @@ half the SMs' count) K is split too (``decode_splits``): program ``(n, s)`` sums
 an fp32 partial, and the last slice to arrive adds them *in split order* and runs the epilogue
 (deterministic, one launch: ``splitk.py``'s scheme).
 
-``matmul_auto`` runs this kernel for ``decode_rows`` (``dispatch.pick_launcher``); measured in
-PERF_NOTES entry 44 (``tests/gpu_decode.py``).
+``matmul_auto`` runs this kernel for at most ``DECODE_MAX_ROWS`` rows against a large weight
+(``dispatch.decode_launcher``); measured in PERF_NOTES entry 44 (``tests/gpu_decode.py``).
 """
 
 from __future__ import annotations
