@@ -14,6 +14,7 @@ program has not finished would be left out for real."""
 
 from __future__ import annotations
 
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -340,9 +341,17 @@ class _Batches:
             if known.shape == x.shape and torch.equal(known, x):
                 return out.clone()
         with ThreadPoolExecutor(max_workers=1) as plain:
-            out = plain.submit(self.fn, x, w).result()
+            out = plain.submit(_quietly, self.fn, x, w).result()
         self.done.append((x.clone(), out))
         return out.clone()
+
+
+def _quietly(fn, *args):
+    """``fn(*args)`` in a fresh thread, without PyTorch's note that cuBLAS found no CUDA context
+    current there (it makes the primary context current itself: nothing for a learner to act on)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Attempting to run cuBLAS, but there was no current CUDA context")
+        return fn(*args)
 
 
 def _exact(x, w):
