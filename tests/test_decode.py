@@ -175,3 +175,37 @@ def test_gpu_decode_against_float64(shape, autotune, monkeypatch):
         for _ in range(2):
             assert_close(dispatch.matmul_auto(a, b), ref, torch.bfloat16, what="matmul_auto")
             assert_close(matmul_decode(a, b, split_k=3), ref, torch.bfloat16, what="split 3")
+
+
+# ------------------------------------------------------------------------------ the committed GPU runs
+
+def test_perf_notes_44_quotes_the_committed_runs():
+    """PERF_NOTES 44's ratios are those of ``images/bench/entry44`` (both H100 runs)."""
+    import csv
+    import math
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    notes = (root / "gemm_kernels" / "bench" / "PERF_NOTES.md").read_text(encoding="utf-8")
+    entry = notes[notes.index("## 44. Decode"):]
+    weights = [(2048, 2048), (4096, 4096), (8192, 8192), (16384, 16384), (4096, 14336), (14336, 4096)]
+    for name, with_before in (("decode_first.csv", False), ("decode.csv", True)):
+        with open(root / "images" / "bench" / "entry44" / name, newline="") as f:
+            rows = {(r["layout"], int(r["M"]), int(r["N"]), int(r["K"]), r["provider"]): r for r in csv.DictReader(f)}
+        assert not any(r["error"] for r in rows.values())
+        assert {r["gpu"] for r in rows.values()} == {"NVIDIA H100 80GB HBM3"}
+
+        def ratios(M, provider):
+            return [float(rows["W.t()", M, N, K, provider]["vs_cublas"]) for N, K in weights]
+
+        auto = []
+        for M in (1, 8, 16, 32, 64):
+            auto += ratios(M, "matmul_auto")
+            quoted = f"M = {M}: " + ", ".join(f"{x:.3f}" for x in ratios(M, "matmul_auto"))
+            if with_before:
+                quoted += " | " + ", ".join(f"{x:.3f}" for x in ratios(M, "previous default"))
+            assert quoted in entry, quoted
+        geomean = math.exp(sum(map(math.log, auto)) / len(auto))
+        assert f"{sum(x >= 0.95 for x in auto)} of 30 at >= 0.95, geomean {geomean:.3f}" in entry
+    before = [float(r["vs_cublas"]) for k, r in rows.items() if k[0] == "W.t()" and k[4] == "previous default"]
+    assert f"the previous default's {math.exp(sum(map(math.log, before)) / len(before)):.3f}" in entry
