@@ -5,7 +5,8 @@ ignored; unset or empty is the default.  Anything else is a ValueError naming th
 bad ``GEMM_KERNELS_ARCH`` is: ``GEMM_KERNELS_KEEP_LAUNCHES=flase`` must not quietly mean either.
 Paths that may be switched off (:func:`path_or_off`): an off-word (``off``, ``0``, ``no``,
 ``none``, ``false``, ``disabled``) is off, an on-word is refused (a path is expected), anything
-else is the path.  Numbers (:func:`number`): a float, or a ValueError naming the variable.
+else is the path, ``~`` expanded (a ``~user`` with no home is refused).  Numbers
+(:func:`number`): a float, or a ValueError naming the variable.
 """
 
 from __future__ import annotations
@@ -38,8 +39,9 @@ def flag(name: str, default: bool) -> bool:
 
 def parse_path_or_off(value: str | None, name: str) -> str | None:
     """``value`` of the path-or-off variable ``name``: None when unset or blank, ``"off"`` for an
-    off-word, else the path (stripped); an on-word such as ``1`` is a ValueError (a path is
-    expected, not a file named ``1``)."""
+    off-word, else the path (stripped, ``~`` expanded); an on-word such as ``1`` is a ValueError (a
+    path is expected, not a file named ``1``), and so is ``~user`` for a user with no home
+    (pathlib's ``expanduser`` would raise a RuntimeError naming nothing)."""
     text = (value or "").strip()
     if not text:
         return None
@@ -48,7 +50,10 @@ def parse_path_or_off(value: str | None, name: str) -> str | None:
     if text.lower() in TRUE:
         raise ValueError(f"{name}={value!r}: give a path, or one of {', '.join(PATH_OFF)} to switch it "
                          "off, or leave it unset for the default")
-    return text
+    path = os.path.expanduser(text)
+    if path.startswith("~"):
+        raise ValueError(f"{name}={value!r}: {path.split('/')[0]} is no user's home directory here; give a path")
+    return path
 
 
 def path_or_off(name: str) -> str | None:

@@ -12,7 +12,8 @@ the learner to run in the interpreter, where they were.  Every "needs a feature"
 built by ``runtime.missing_feature``: where the variable hides the feature, it says to unset it.
 
 Found by the fuzzer (tests/test_fuzz.py) since: with K = 0 the references scaled the empty sum
-(0 * NaN = NaN) where the kernels, like torch._scaled_mm on the CPU, give 0."""
+(0 * NaN = NaN) where the kernels, like torch._scaled_mm on the CPU, give 0; a path variable set to
+``~user`` with no home raised pathlib's RuntimeError naming no variable."""
 
 from __future__ import annotations
 
@@ -230,3 +231,21 @@ def test_an_empty_sum_is_zero_whatever_the_scales_in_kernels_and_references(scal
     a16 = torch.zeros(2, 16, device=DEVICE).to(E4M3)
     for fn in (fp8.scaled_mm, fp8.scaled_mm_ref):
         assert fn(a16, a16.t(), bad, ONE, out_dtype=torch.float32).isnan().all(), fn.__name__
+
+
+@pytest.mark.parametrize("variable", ["GEMM_KERNELS_TUNING_CACHE", "GEMM_KERNELS_PROGRESS"])
+def test_a_path_variable_naming_no_users_home_is_refused_by_name(variable, monkeypatch):
+    """``~0`` (the fuzzer's find): pathlib's expanduser raised "Could not determine home directory",
+    naming no variable.  ``~`` itself is expanded once, where the variable is parsed."""
+    import importlib
+
+    from gemm_kernels.kernels import tuning_cache
+
+    progress = importlib.import_module("gemm_kernels.lab.progress")
+    read = {"GEMM_KERNELS_TUNING_CACHE": tuning_cache.cache_directory,
+            "GEMM_KERNELS_PROGRESS": progress.progress_path}[variable]
+    monkeypatch.setenv(variable, "~no-such-user-here/x")
+    with pytest.raises(ValueError, match=rf"^{variable}='~no-such-user-here/x': ~no-such-user-here is no user's home"):
+        read()
+    monkeypatch.setenv(variable, "~/x")
+    assert str(read()) == os.path.expanduser("~/x")

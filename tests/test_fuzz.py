@@ -332,8 +332,10 @@ def check_single(launcher: str, args: dict, layouts) -> None:
               + ", ".join(f"{k}={v!r}" for k, v in args.items() if k not in ("a", "b", "bias")) + ")"
     refusal = single_refusal(args)
     names = {*args, "M", "N", "K", "C", "inputs", "A", "B"}
-    if refusal and refusal.startswith("bad option"):
-        names = set(eval(refusal[len("bad option "):]))  # noqa: S307  (our own list): the option must be named
+    if refusal and refusal.startswith("bad option"):  # the option must be named (or, where it has no backward,
+        # an input that requires grad: that refusal is the launcher's too)
+        names = set(eval(refusal[len("bad option "):])) | {  # noqa: S307  (our own list)
+            k for k in ("a", "b", "bias") if args[k] is not None and args[k].requires_grad}
     if launcher == "matmul_ws" and refusal is None and args["a"].dtype == torch.float32:
         refusal = "matmul_ws takes float16 or bfloat16"
     out = call(fn, args, names, context, must_fail=refusal)
@@ -843,6 +845,8 @@ def spread(t: torch.Tensor, dim: int, stride: int) -> torch.Tensor:
         step *= shape[d]
     strides[dim] = stride
     span = sum((n - 1) * s for n, s in zip(shape, strides)) + 1
+    free = runtime.free_gpu_bytes()  # on a GPU the memory is allocated (untouched): a small card skips
+    assume(free is None or span * t.element_size() <= free // 2)
     out = torch.empty(span, dtype=t.dtype, device=t.device).as_strided(shape, strides)
     if t.element_size() == 1:  # fp8: no copy kernel on every torch; the bytes are the values
         out.view(torch.uint8).copy_(t.view(torch.uint8))
@@ -1053,10 +1057,12 @@ def test_fuzz_environment_spellings(value):
         assert text and text not in _env.TRUE + _env.FALSE, value
     try:  # a path, or off
         got = _env.parse_path_or_off(value, "GEMM_KERNELS_P")
-        assert got == (None if not text else "off" if text in _env.PATH_OFF else value.strip()), (value, got)
+        path = os.path.expanduser(value.strip())
+        assert got == (None if not text else "off" if text in _env.PATH_OFF else path), (value, got)
     except ValueError as exc:
         _named(exc, "GEMM_KERNELS_P")
-        assert text in _env.TRUE and text not in _env.PATH_OFF, value
+        assert (text in _env.TRUE or os.path.expanduser(value.strip()).startswith("~")) and text not in _env.PATH_OFF, \
+            value
     try:
         arch = runtime.parse_arch(value)
         assert arch in runtime.ARCH_SHARED_MEMORY, (value, arch)
