@@ -34,16 +34,13 @@ import triton.language as tl
 
 from .. import runtime
 from . import checks, configs
-from .fp8 import (FP8_DTYPES, SCALE_BLOCK, _scaled_mm_kernel, check_scaled_mm_inputs, fp8_max, kernel_args,
-                  require_fp8)
+from .fp8 import (FP8_DTYPES, PROMOTE_EVERY, SCALE_BLOCK, _scaled_mm_kernel, check_scaled_mm_inputs, fp8_max,
+                  kernel_args, require_fp8)
 from .tma import tma_strides
 
 #: how a block's scale is stored: any float32, or a power of two (one exponent byte, UE8M0)
 SCALE_FORMATS = ("fp32", "ue8m0")
 _F32 = torch.finfo(torch.float32)
-#: fp8 bit patterns written for a NaN, and for an inf in e4m3fn (which has none: quantize_fp8 makes it NaN)
-_NAN_BITS = 0x7F
-_E5M2_INF_BITS = 0x7C
 _TL_FP8 = {torch.float8_e4m3fn: tl.float8e4nv, torch.float8_e5m2: tl.float8e5}
 
 
@@ -210,9 +207,10 @@ def _ref_rows(x64, dtype, scale_format):
 
 def quantize_fp8_transposed_ref(x, *, dtype=torch.float8_e4m3fn, scale_format="fp32") -> TransposedFp8:
     """Plain-torch float64 reference of :func:`quantize_fp8_transposed` (any device)."""
-    if not isinstance(x, torch.Tensor) or x.dim() != 2:
-        raise TypeError(f"x must be a 2-D torch.Tensor, got {type(x).__name__}"
-                        f"{' of shape ' + str(tuple(x.shape)) if isinstance(x, torch.Tensor) else ''}")
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
+    if x.dim() != 2:
+        raise ValueError(f"x must be 2-D, got shape {tuple(x.shape)}")
     if dtype not in FP8_DTYPES or scale_format not in SCALE_FORMATS:
         raise ValueError(f"dtype must be one of {FP8_DTYPES} and scale_format one of {SCALE_FORMATS}, "
                          f"got {dtype!r}, {scale_format!r}")
@@ -229,7 +227,7 @@ _scaled_mm_amax_tuned = configs.TunedKernel(_scaled_mm_kernel, configs.fp8_confi
 
 
 def _scaled_mm_pointer_kernel(a, b, scale_a, scale_b, *, out_dtype=torch.bfloat16, bias=None, use_fast_accum=False,
-                              promote_every=128, amax=True):
+                              promote_every=PROMOTE_EVERY, amax=True):
     """``scaled_mm`` through ``_scaled_mm_kernel`` (one program per tile; never the warp-specialized
     kernel), with or without the amax epilogue: ``(out, amax or None)``."""
     require_fp8("scaled_mm_amax")
@@ -259,7 +257,7 @@ def _scaled_mm_pointer_kernel(a, b, scale_a, scale_b, *, out_dtype=torch.bfloat1
 
 
 def scaled_mm_amax(a, b, scale_a, scale_b, *, out_dtype=torch.bfloat16, bias=None, use_fast_accum=False,
-                   promote_every=128):
+                   promote_every=PROMOTE_EVERY):
     """``(out, amax)``: ``scaled_mm``'s product (same arguments and checks) and, from its epilogue,
     ``amax`` = the largest finite |out| (a 0-d float32 tensor, as stored in ``out_dtype``): what the
     next per-tensor quantization needs (``quantize_fp8(out)``'s scale is ``amax / fp8_max``).
