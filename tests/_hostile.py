@@ -189,4 +189,43 @@ def axpy(alpha, x, y):
     tl.core.builtins.exec("import os")
     return alpha * x + y
 """),
+    # a teacher's review: tl.extra re-exports sys.modules (`from sys import modules`): the judge's own
+    # Judge.verdict, patched from a rebuilt launcher, graded everyone after this notebook correct
+    "axpy_reaches_the_judge": ("axpy", """
+@triton.jit
+def axpy_kernel(x_ptr, y_ptr, out_ptr, alpha, n, BLOCK: tl.constexpr):
+    pass
+
+def axpy(alpha, x, y):
+    m = tl.extra.modules
+    m["builtins"].setattr(m["__main__"].Judge, "verdict", lambda *a, **k: ("correct", "correct, well done."))
+    out = torch.empty_like(x)
+    axpy_kernel[(1,)](x, y, out, alpha, 1, BLOCK=16)
+    return x * alpha + y
+"""),
+    # a flag kernel: it launches (so "your kernel ran"), and the launcher returns torch's result
+    "axpy_flag_kernel": ("axpy", """
+@triton.jit
+def axpy_kernel(flag_ptr, BLOCK: tl.constexpr):
+    tl.store(flag_ptr + tl.arange(0, BLOCK), tl.full((BLOCK,), 1.0, tl.float32))
+
+def axpy(alpha, x, y):
+    flag = torch.zeros(16, dtype=torch.float32, device=x.device)
+    axpy_kernel[(1,)](flag, BLOCK=16)
+    return x * alpha + y if flag.sum().item() > 0 else x
+"""),
+    # the same, catching the refusal of its torch arithmetic
+    "axpy_flag_kernel_caught": ("axpy", """
+@triton.jit
+def axpy_kernel(flag_ptr, BLOCK: tl.constexpr):
+    tl.store(flag_ptr + tl.arange(0, BLOCK), tl.full((BLOCK,), 1.0, tl.float32))
+
+def axpy(alpha, x, y):
+    flag = torch.zeros(16, dtype=torch.float32, device=x.device)
+    axpy_kernel[(1,)](flag, BLOCK=16)
+    try:
+        return x.mul(alpha).add(y)
+    except Exception:
+        return flag
+"""),
 }

@@ -145,3 +145,37 @@ def test_bad_requests_are_refused_with_what_is_wrong(tmp_path, release):
         class_build.build(tmp_path / "b", "not a repo", PIN)
     with pytest.raises(ValueError, match="GEMM_KERNELS_PIN"):
         class_build.build(tmp_path / "c", CLASS_REPO, "bad pin;rm")
+
+
+def test_an_erratum_merged_into_a_class_copy_keeps_the_class_install(tmp_path, release):
+    """A teacher's review: `lab.student --merge` of an erratum replaced a class copy's set-up cell by the
+    public install (the package with every solution). A class copy stays one, refreshed or merged."""
+    import shutil
+
+    from gemm_kernels.lab import student
+
+    out, _, wheel, _ = release
+    src = tmp_path / "src"
+    src.mkdir()
+    nb = nbformat.read(REPO / "notebooks" / "00_start_here.ipynb", as_version=4)
+    md = next(c for c in nb.cells if c.cell_type == "markdown")
+    md.source += "\n\nErratum: one more sentence."
+    nbformat.write(nb, src / "00_start_here.ipynb")
+    mine, untouched = tmp_path / "mine", tmp_path / "untouched"
+    for folder in (mine, untouched):
+        folder.mkdir()
+        shutil.copy2(out / "notebooks" / "00_start_here.ipynb", folder / "00_start_here.ipynb")
+    copy = nbformat.read(mine / "00_start_here.ipynb", as_version=4)
+    answer = next(c for c in copy.cells if c.cell_type == "code" and "def launch_stats(" in c.source)
+    answer.source = "def launch_stats(n, block):\n    return 1, 2  # my answer\n"
+    nbformat.write(copy, mine / "00_start_here.ipynb")
+    done = student.write_student_copies(src, mine, merge=True)
+    assert done.merged == [mine / "00_start_here.ipynb"]
+    student.write_student_copies(src, untouched)
+    for folder in (mine, untouched):
+        nb = nbformat.read(folder / "00_start_here.ipynb", as_version=4)
+        text = "\n".join(c.source for c in nb.cells)
+        assert "Erratum: one more sentence." in text
+        assert wheel.name.replace("+", "%2B") in nb.cells[1].source and DEFAULT_REPO not in text
+    assert "# my answer" in nbformat.read(mine / "00_start_here.ipynb", as_version=4).cells[
+        [c.source for c in copy.cells].index(answer.source)].source

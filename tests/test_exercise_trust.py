@@ -845,3 +845,15 @@ def test_on_a_gpu_a_solution_also_runs_there():
 @pytest.mark.gpu
 def test_on_a_gpu_the_fp16_accumulator_is_still_refused():
     assert_wrong(tiling.check_my_matmul(matmul_launcher("fp16 accumulator")), "does not compile for a GPU")
+
+
+def test_a_package_drawing_that_computes_the_answer_is_refused():
+    """A teacher's review: viz.drawings.block_pointers computes 01's offsets and masks, and no check
+    named it; a plain answer may now call no package function but the harmless ones."""
+    from gemm_kernels.viz.drawings import block_pointers
+
+    def block_offsets(pid_m, pid_n, block_m, block_n, stride_m, stride_n):
+        return block_pointers(pid_m * block_m, pid_n * block_n, block_m, block_n, stride_m, stride_n, 10**9,
+                              10**9)[0]
+
+    assert_wrong(pointers.check_block_offsets(block_offsets), "your answer calls viz.drawings.block_pointers")

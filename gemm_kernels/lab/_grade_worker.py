@@ -152,7 +152,8 @@ def _is_jit(obj) -> bool:
 
 
 def _package_dir() -> str:
-    return os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "")
+    """gemm_kernels' own folder (not the folder above it: in a checkout that holds the venv too)."""
+    return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "")
 
 
 def describe(namespace: dict, name: str) -> dict:

@@ -39,7 +39,7 @@ DENIED_ATTRIBUTES = frozenset({"numpy", "tofile", "dump", "dumps", "save", "load
                                "register_post_accumulate_grad_hook", "backward", "handle", "data", "fn", "src",
                                "cache", "run", "warmup", "format", "format_map", "from_file", "mro", "gi_frame",
                                "cr_frame", "tb_frame", "f_back", "f_globals", "f_locals", "f_builtins",
-                               "set_", "resize_", "as_strided", "as_strided_", "grad_fn", "module", "modules"})
+                               "set_", "resize_", "as_strided", "as_strided_", "grad_fn", "module", "modules", "type"})
 #: what a launcher may take from torch and triton
 TORCH_NAMES = frozenset({"empty", "empty_like", "empty_strided", "zeros", "zeros_like", "ones", "ones_like", "full",
                          "full_like", "float16", "float32", "float64", "bfloat16", "half", "float", "int8", "int16",
@@ -65,13 +65,29 @@ def _module_allows(module: str, chain: list[str]) -> bool:
     if not _open_module(module):
         return False
     obj = importlib.import_module(module)
-    for part in chain:  # every module on the way stays inside the open ones (no tl.core.os.system)
+    for part in chain:  # every object on the way is the open modules' own (no tl.core.os, no tl.extra.modules)
         obj = getattr(obj, part, None)
         if obj is None:
             return True  # no such name: Triton says so when it runs
-        if isinstance(obj, types.ModuleType) and not _open_module(obj.__name__):
+        if not _open_object(obj):
             return False
     return True
+
+
+def _open_object(obj) -> bool:
+    """An open module, a plain value, or a function, class or value that an open module defines
+    (``sys.modules``, re-exported as ``tl.extra.modules``, is none of them)."""
+    if isinstance(obj, types.ModuleType):
+        return _open_module(obj.__name__)
+    if obj is None or type(obj) in (int, float, bool, str):
+        return True
+    if isinstance(obj, type) and obj.__module__.startswith("triton._C.") or type(obj).__module__.startswith("triton._C."):
+        return type(obj).__name__ != "module"  # Triton's enumerations (tl.PropagateNan.ALL), defined in its C++
+    if _jit_like(obj):  # a @triton.jit helper of the language (tl.cdiv), compiled or interpreted
+        obj = getattr(obj, "fn", obj)
+    owner = getattr(obj, "__module__", None) if isinstance(obj, (type, types.FunctionType)) or callable(obj) \
+        else type(obj).__module__
+    return isinstance(owner, str) and _open_module(owner)
 
 
 def _open_module(name: str) -> bool:

@@ -10,7 +10,8 @@ writes a folder to push as a repository of the teacher's own (``OWNER/CLASS``):
   checks that compare with torch still say right or wrong); a verdict that needs a reference reads
   "handed in": the teacher's grader, with the full package, decides;
 * ``notebooks/``: the student copies (no solution, no hidden test), whose set-up cell installs that
-  wheel from ``OWNER/CLASS`` at ``--pin`` and whose Colab badge opens them there;
+  wheel from ``OWNER/CLASS`` at ``--pin`` and whose Colab badge opens them there (an erratum merged
+  in later, ``lab.student --merge``, keeps both);
 * ``requirements.txt`` (Binder installs the wheel) and ``README.md`` with the nbgitpuller, Binder and
   Colab links, which all serve these copies and nothing else.
 
@@ -34,7 +35,7 @@ from pathlib import Path
 import nbformat
 
 from .exam import HINT_LEVEL
-from .student import REPO_ROOT, check_pin, notebook_paths, student_notebook
+from .student import REPO_ROOT, as_class_copy, check_pin, notebook_paths, student_notebook
 
 #: what replaces a hint past the nudge in a class build
 HINT_OFF = f"hints beyond level {HINT_LEVEL} are off in this class build"
@@ -142,9 +143,10 @@ def build(out: Path | str, repo: str, pin: str | None = "main", notebooks: list[
     found = links(repo, pin, names)
     (out / "notebooks").mkdir()
     for path in sources:
-        copy = student_notebook(nbformat.read(path, as_version=4), path.name, repo=repo, install=install,
-                                colab=found["colab"][path.name])
-        copy.cells[0].source = CLASS_BANNER.format(name=path.name, colab=found["colab"][path.name])
+        copy = student_notebook(nbformat.read(path, as_version=4), path.name, repo=repo)
+        colab = found["colab"][path.name]
+        as_class_copy(copy, {"banner": CLASS_BANNER.format(name=path.name, colab=colab), "install": install,
+                             "colab": colab})
         nbformat.write(copy, out / "notebooks" / path.name)
     (out / "requirements.txt").write_text(
         "# Binder: torch's CPU build, then the class wheel (no reference answers)\n"

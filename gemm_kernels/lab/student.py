@@ -3,10 +3,9 @@
 The committed notebooks (``notebooks/``) hold each exercise's solution between two marker
 lines, nbgrader style::
 
-    def launch_stats(n, block):
+    def mean(xs):
         ### BEGIN SOLUTION
-        programs = (n + block - 1) // block
-        return programs, programs * block - n
+        return sum(xs) / len(xs)
         ### END SOLUTION
 
 CI executes those notebooks, so every solution is known to pass its check.  A student copy
@@ -228,6 +227,19 @@ def student_notebook(nb, name: str = "the notebook", repo: str | None = None, in
     nb.metadata[RECORD] = {"source": name, "source_hash": source_hash(source),
                            "answers": [source.cells[i].id for i in solution_cells(source)],
                            "cells": [[cell.id, cell_hash(cell)] for cell in nb.cells]}
+    return nb
+
+
+def as_class_copy(nb, info: dict):
+    """A student copy made a class build's (:mod:`.class_build`): ``info`` holds its banner, the wheel its
+    set-up cell installs and its Colab address; kept in its record, so that a later refresh or
+    ``--merge`` of an erratum keeps the class build's install, never the public one."""
+    info = {k: str(info[k]) for k in ("banner", "install", "colab")}
+    nb.cells[0].source = info["banner"]
+    nb.cells[1].source = setup_source(install=info["install"])
+    record = nb.metadata[RECORD]
+    record["cells"] = [[cell.id, cell_hash(cell)] for cell in nb.cells]
+    record["class"] = info
     return nb
 
 
@@ -462,6 +474,14 @@ def write_student_copies(src_dir: Path | str | None = None, dest_dir: Path | str
             if isinstance(mine, str):
                 done.unreadable[target] = mine
                 mine = None
+            info = (copy_record(mine) or {}).get("class") if mine is not None else None
+            if isinstance(info, dict):  # a class build's copy stays one (its wheel, not the public package)
+                try:
+                    fresh = as_class_copy(fresh, info)
+                    text = nbformat.writes(fresh)
+                except (KeyError, ValueError) as exc:
+                    done.blocked[target] = f"its class-build record is damaged ({exc}): left as it is"
+                    continue
             if mine is not None and untouched(mine, fresh):
                 done.refreshed.append(target)
             else:

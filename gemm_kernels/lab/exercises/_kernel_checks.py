@@ -292,6 +292,62 @@ def plain_launches():
         _LOGS.plain -= 1
 
 
+#: what a launcher may ask of torch: allocate, describe and view tensors (its kernel computes the answer)
+LAUNCHER_TORCH = frozenset({
+    "empty", "empty_like", "empty_strided", "zeros", "zeros_like", "ones", "ones_like", "full", "full_like",
+    "new_empty", "new_zeros", "new_ones", "new_full", "zero_", "fill_", "__get__", "__len__", "__getitem__", "__repr__",
+    "__format__", "__str__", "size", "stride", "dim", "numel", "element_size", "data_ptr", "storage_offset",
+    "is_contiguous", "contiguous", "t", "transpose", "permute", "view", "reshape", "expand", "unsqueeze",
+    "squeeze", "flatten", "to", "float", "half", "bfloat16", "cuda", "cpu"})
+
+
+_LAUNCHER_FIX = ("allocate with torch.empty/empty_like/zeros, read shapes and strides, and let your @triton.jit "
+                 "kernel do the arithmetic (no torch math, .copy_, .sum or .item in the launcher)")
+
+
+class _LauncherTorch(torch.overrides.TorchFunctionMode):
+    """While a launcher runs: the torch calls made by the learner's own lines that are not in
+    :data:`LAUNCHER_TORCH` are noted (calls from Triton, torch or this package pass: a launch, a tuner)."""
+
+    def __init__(self):
+        super().__init__()
+        self.computed: list[str] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        name = getattr(func, "__name__", str(func))
+        if name not in LAUNCHER_TORCH and self._from_learner():
+            self.computed.append(name)  # noted, not raised: the check still says what else is wrong
+        return func(*args, **(kwargs or {}))
+
+    @staticmethod
+    def _from_learner() -> bool:
+        frame = sys._getframe(2)
+        while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_TORCH_DIR):
+            frame = frame.f_back  # torch's own Python (torch.functional, overrides) on the way
+        return frame is not None and _learner_caller(frame.f_code.co_filename)
+
+
+_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
+
+
+def allocating_only(answer):
+    """``answer`` (a launcher), its own torch calls noted (:class:`_LauncherTorch`) in
+    ``wrapper.computed``: a launcher that computes with torch is refused, with or without a kernel
+    launch (a flag kernel that launches, then returns torch's result)."""
+
+    @functools.wraps(answer)
+    def launcher(*args, **kwargs):
+        mode = _LauncherTorch()
+        try:
+            with mode:
+                return answer(*args, **kwargs)
+        finally:
+            launcher.computed += mode.computed
+
+    launcher.computed = []
+    return launcher
+
+
 def without_your_kernels(answer, args: tuple, expected, *, what: str, close) -> None:
     """Run ``answer(*args)`` with the learner's launches skipped; :class:`Refused` when it still
     returns ``expected`` (``close(got, expected)``): the numbers do not come from their kernel."""
@@ -1062,6 +1118,18 @@ def learner_calls(functions=None):
         sys.setprofile(previous)
 
 
+#: package functions a plain answer may call (they compute no exercise's answer)
+HARMLESS_HELPERS = frozenset({"models.tiles.cdiv", "runtime.on_gpu", "runtime.interpreted"})
+
+
+def helper_computes(name: str, forbid=()) -> bool:
+    """Whether a package function an answer calls (``models.tiles.launch_order_grid``) may compute
+    the answer for it: one the check names, or any outside :data:`HARMLESS_HELPERS` (the models,
+    the drawings' ``block_pointers`` ...: no solution calls the package; the lab's own, such as a
+    function a check hands the answer, are the check's business)."""
+    return name in forbid or (name not in HARMLESS_HELPERS and not name.startswith("lab."))
+
+
 def plain_exercise(title: str, *, hints, praise: str = "correct, well done.", forbid=()):
     """:func:`_core.exercise` for an answer in plain Python, refusing the package's own functions
     (the checks' ``*_ref`` references) passed as answers, a right answer that got there by
@@ -1072,8 +1140,11 @@ def plain_exercise(title: str, *, hints, praise: str = "correct, well done.", fo
         @functools.wraps(body)
         def checked(answer, *args, **kwargs):
             _REFERENCE_CALLS.names = []
-            with learner_calls(forbid() if callable(forbid) else forbid) as helpers:
+            with learner_calls(None) as called:  # every package function the answer's own lines call
                 problems = body(answer, *args, **kwargs)
+            named = {qualified_name(f).replace("gemm_kernels.", "", 1) for f in (forbid() if callable(forbid)
+                                                                                 else forbid) or ()}
+            helpers = [name for name in dict.fromkeys(called) if helper_computes(name, named)]
             used = list(dict.fromkeys(getattr(_REFERENCE_CALLS, "names", [])))
             _REFERENCE_CALLS.names = []
             if problems:  # wrong whoever wrote it
@@ -1139,6 +1210,8 @@ def kernel_exercise(title: str, *, hints, kind: str, praise: str = "correct, wel
             if refused is not None:
                 return CheckResult(title, WRONG, refused.message, refused.details)
             prestart_compiler()
+            if kind == "launcher":
+                answer = allocating_only(answer)
             try:
                 with recording() as log:
                     problems = body(answer, *args, **kwargs)
@@ -1169,6 +1242,11 @@ def kernel_exercise(title: str, *, hints, kind: str, praise: str = "correct, wel
                 extra = [line for line in _diagnoses(diagnose, log, problems) if line not in problems]
                 return _right_only_with_zeros(title, CheckResult(title, WRONG, f"not yet: {_count(problems)}",
                                                                  problems + extra), log, body, answer, args, kwargs)
+            computed = getattr(answer, "computed", None)
+            if computed:  # right numbers, but torch's (the kernel may only set a flag)
+                return CheckResult(title, WRONG, f"your launcher computes with torch ({computed[0]}): a launcher may "
+                                   "only allocate its output and launch the kernel, which computes the answer",
+                                   [_LAUNCHER_FIX])
             try:
                 verdict = _compile_verdict(title, mine, forbid, fp32_dot, compiled, stages)
             except Refused as exc:
