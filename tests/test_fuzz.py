@@ -1005,13 +1005,19 @@ def _plain_int(value) -> bool:
 
 
 @examples(ci=12)
-@given(st.sampled_from(["matmul_persistent", "matmul_tma", "matmul_streamk", "matmul_splitk"]), CONFIG_BLOCKS,
-       CONFIG_BLOCKS, CONFIG_BLOCKS, CONFIG_WARPS, CONFIG_STAGES,
-       st.sampled_from([{}] * 4 + [{"FLATTEN": False}, {"FLATTEN": 0}, {"FLATTEN": 0.0}, {"BLOCK_Q": 16}]),
-       st.sampled_from([(17, 9, 20), (32, 32, 32), (1, 40, 16)]))
-def test_fuzz_explicit_configs(name, block_m, block_n, block_k, warps, stages, extra, shape):
+@given(st.sampled_from(["matmul_persistent", "matmul_tma", "matmul_streamk", "matmul_splitk"]),
+       st.sampled_from([(17, 9, 20), (32, 32, 32), (1, 40, 16)]), st.data())
+def test_fuzz_explicit_configs(name, shape, data):
     """``config=triton.Config(...)`` with odd values (floats, bools, numpy ints, strings, sizes no
     kernel compiles): the product, or a clear error naming the config."""
+    if data.draw(MOSTLY):  # three in four: a config every kernel takes
+        blocks, warps, stages, extra = (st.sampled_from([16, 32, 64]), st.sampled_from([1, 2, 4, 8]),
+                                        st.sampled_from([1, 2, 3]), st.sampled_from([{}, {"FLATTEN": False}]))
+    else:
+        blocks, warps, stages, extra = CONFIG_BLOCKS, CONFIG_WARPS, CONFIG_STAGES, st.sampled_from(
+            [{}] * 4 + [{"FLATTEN": False}, {"FLATTEN": 0}, {"FLATTEN": 0.0}, {"BLOCK_Q": 16}])
+    block_m, block_n, block_k = data.draw(blocks), data.draw(blocks), data.draw(blocks)
+    warps, stages, extra = data.draw(warps), data.draw(stages), data.draw(extra)
     M, N, K = shape
     gen = torch.Generator().manual_seed(M * N + K)
     a = torch.randn(M, K, generator=gen).to(DEVICE, torch.float16)
