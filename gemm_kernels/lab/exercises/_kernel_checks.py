@@ -1118,16 +1118,11 @@ def learner_calls(functions=None):
         sys.setprofile(previous)
 
 
-#: package functions a plain answer may call (they compute no exercise's answer)
-HARMLESS_HELPERS = frozenset({"models.tiles.cdiv", "runtime.on_gpu", "runtime.interpreted"})
-
-
 def helper_computes(name: str, forbid=()) -> bool:
-    """Whether a package function an answer calls (``models.tiles.launch_order_grid``) may compute
-    the answer for it: one the check names, or any outside :data:`HARMLESS_HELPERS` (the models,
-    the drawings' ``block_pointers`` ...: no solution calls the package; the lab's own, such as a
-    function a check hands the answer, are the check's business)."""
-    return name in forbid or (name not in HARMLESS_HELPERS and not name.startswith("lab."))
+    """Whether a package function an answer calls (``models.tiles.launch_order_grid``) computes the
+    answer for it: one the check names, or any of the drawings' (``viz.drawings.block_pointers``
+    computes 01's offsets and masks; the models stay, as notebooks hand some to the learner)."""
+    return name in forbid or name.startswith("viz.")
 
 
 def plain_exercise(title: str, *, hints, praise: str = "correct, well done.", forbid=()):

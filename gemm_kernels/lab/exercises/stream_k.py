@@ -347,8 +347,12 @@ class _Batches:
 
 
 def _quietly(fn, *args):
-    """``fn(*args)`` in a fresh thread, without PyTorch's note that cuBLAS found no CUDA context
-    current there (it makes the primary context current itself: nothing for a learner to act on)."""
+    """``fn(*args)`` in a fresh thread, its tensors' CUDA device current there first (a TMA kernel's
+    descriptor is made through the driver, which needs a context current in the thread: "invalid
+    device context" otherwise; cuBLAS makes one current itself, with a note we silence)."""
+    device = next((a.device for a in args if isinstance(a, torch.Tensor) and a.is_cuda), None)
+    if device is not None:
+        torch.cuda.set_device(device)  # CUDA 12: makes the device's primary context current in this thread
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Attempting to run cuBLAS, but there was no current CUDA context")
         return fn(*args)
