@@ -1387,3 +1387,22 @@ def test_hints_name_the_exercises_own_parameters():
     assert "GROUP_SIZE_N" in ordering.check_column_grouped_triton.hint(3).text
     assert "GROUP_SIZE " not in ordering.check_column_grouped_triton.hint(3).text
     assert "pad" not in tiling.check_one_program.hint(3).text and "np.where" in tiling.check_one_program.hint(3).text
+
+
+def test_rows_match_solution_reads_one_byte_outputs():
+    """05b's rows_match solution and the reference read an fp8 (1-byte) output's bits too: the
+    solution's width table once lacked 1 and raised a KeyError."""
+    import json
+
+    (cell,) = [c for c in json.loads((NOTEBOOKS / "05b_stream_k.ipynb").read_text())["cells"]
+               if c.get("id") == "05b-rows-match-answer"]
+    namespace = {"torch": torch}
+    exec("".join(cell["source"]), namespace)
+
+    def fp8_matmul(x, w):
+        return (x @ w).to(torch.float8_e4m3fn)
+
+    a, b = torch.randn(6, 8), torch.randn(8, 4)
+    for rows_match in (namespace["rows_match"], streamk_ex.rows_match_ref):
+        assert rows_match(fp8_matmul, a, b, 3, 6) is True
+        assert rows_match(lambda x, w: fp8_matmul(x + (x.shape[0] == 6), w), a, b, 3, 6) is False
