@@ -65,3 +65,44 @@ def test_exam_mode_hides_solutions_and_references_and_still_grades():
 def test_outside_exam_mode_the_solution_is_there():
     assert not exam.ON and exam.enabled("1") and not exam.enabled("0") and not exam.enabled(None)
     assert check_launch_stats.hint(level=3).text == check_launch_stats.hints.solution != exam.OFF
+
+
+_DIAGNOSIS_SCRIPT = r'''
+import json, linecache
+from gemm_kernels.lab.exercises.pointer_arithmetic import check_transpose
+
+source = """
+import torch, triton, triton.language as tl
+
+@triton.jit
+def transpose_kernel(x_ptr, out_ptr, M, N, sxm, sxn, som, son, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask = (rows[:, None] < M) & (cols[None, :] < N)
+    block = tl.load(x_ptr + rows[:, None] * sxm + cols[None, :] * sxn, mask=mask)
+    tl.store(out_ptr + rows[:, None] * som + cols[None, :] * son, block, mask=mask)  # not transposed
+
+def transpose(x):
+    M, N = x.shape
+    out = torch.empty((N, M), dtype=x.dtype, device=x.device)
+    grid = (triton.cdiv(M, 16), triton.cdiv(N, 16))
+    transpose_kernel[grid](x, out, M, N, x.stride(0), x.stride(1), out.stride(0), out.stride(1), BLOCK_M=16, BLOCK_N=16)
+    return out
+"""
+linecache.cache["<cell 1>"] = (len(source), None, source.splitlines(True), "<cell 1>")
+space = {}
+exec(compile(source, "<cell 1>", "exec"), space)
+print(json.dumps(str(check_transpose(space["transpose"]))))
+'''
+
+
+def test_exam_mode_feedback_names_no_fix():
+    """A teacher's review: in a class build, the transpose check's diagnosis printed the solution's
+    store ("address out with cols[None, :] * stride_om + rows[:, None] * stride_on"). In exam mode a
+    kernel check's diagnoses are left out; the failing case still says what is wrong."""
+    env = {**os.environ, exam.ENV: "1", "GEMM_KERNELS_PROGRESS": "off"}
+    done = subprocess.run([sys.executable, "-c", _DIAGNOSIS_SCRIPT], capture_output=True, text=True, env=env,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    feedback = json.loads(done.stdout.strip().splitlines()[-1])
+    assert feedback.startswith("[x] transpose") and "diagnosis:" not in feedback and "stride_om" not in feedback

@@ -5,6 +5,7 @@ right.  Notebook 00, trimmed to its first cell and its Exercises section (what a
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import nbformat
@@ -213,3 +214,23 @@ def test_teaching_md_counts_the_forgeries():
     assert f"each cell stopped after {grade.CELL_TIMEOUT_S:g} s" in text
     assert f"costs {grade.CELL_TIMEOUT_S:g} s once,\nor {grade.CELL_TIMEOUT_S + _grade_judge.GRACE_S:g} s" in text
     assert f"does not return in {_grade_judge.CALL_TIMEOUT_S:g} s" in text
+
+
+def test_the_sandbox_starts_with_a_home_under_tmp(tmp_path):
+    """A teacher's review: with HOME (or the venv) under /tmp the sandbox's fresh /tmp hid it, the
+    sandbox could not start, and grading went on unsandboxed with a warning blaming unshare. The
+    home is now carried into the fresh /tmp (read-only); where no sandbox starts, the reason is its own."""
+    if not _grade_judge.sandbox_available():
+        assert _grade_judge.sandbox_problem()  # says why, whatever it is
+        pytest.skip(f"no sandbox on this machine: {_grade_judge.sandbox_problem()}")
+    home = tmp_path / "home"
+    home.mkdir()
+    probe = ("import subprocess; from gemm_kernels.lab import _grade_judge as j; p = j.sandbox_prefix([]); "
+             "print(p is not None and subprocess.run([*p, 'sh', '-c', 'test -d \"$HOME\" && ! touch \"$HOME/x\"'], "
+             "capture_output=True).returncode == 0, j.sandbox_problem())")
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "HOME": str(home)})
+    assert done.stdout.split()[:1] == ["True"], done.stdout + done.stderr[-2000:]

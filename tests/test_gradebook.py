@@ -142,3 +142,17 @@ def test_the_command_grades_a_class(tmp_path, capsys):
     data = json.loads((out / "grades.json").read_text())
     assert data["copies_left_out"][0]["file"].endswith("00_start_here-Copy1.ipynb") and data["seconds"] > 0
     assert len(_read(out / "grades.csv")) == 2
+
+
+def test_the_copy_with_the_answers_is_graded(tmp_path):
+    """A teacher's review: yara worked in 00_start_here-Copy1.ipynb and left the original blank; the
+    blank one was graded (3 of 8). The copy with the most answers written wins, then the name."""
+    yara = tmp_path / "yara"
+    yara.mkdir()
+    blank, worked = yara / "00_start_here.ipynb", yara / "00_start_here-Copy1.ipynb"
+    stub = json.dumps('raise NotImplementedError("your turn")')
+    blank.write_text("{" + f'"a": {stub}, "b": {stub}' + "}")
+    worked.write_text('{"a": "return 1", "b": "return 2"}')
+    os.utime(worked, (1, 1))  # older, and not named as the course notebook: its answers still win
+    kept, dropped = gradebook.pick_copies([("yara", blank, "00_start_here"), ("yara", worked, "00_start_here")])
+    assert kept == [("yara", worked, "00_start_here")] and dropped == [("yara", blank, "00_start_here", worked)]

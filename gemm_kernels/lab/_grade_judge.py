@@ -76,8 +76,8 @@ def sandbox_prefix(hide: list[str]) -> list[str] | None:
     if not _env.flag("GEMM_KERNELS_GRADE_SANDBOX", True) or unshare is None or sys.platform != "linux":
         return None
     package = _package_dir()
-    steps = ["mount -t tmpfs tmpfs /tmp"]
     read_only = [str(package), sys.prefix, os.path.expanduser("~")]
+    steps = _fresh_tmp([p for p in read_only if _under_tmp(p)])
     repo = package.parent
     if (repo / "notebooks").is_dir():  # a checkout: only the package, the venv and the images come back
         keep = [p for p in (package, Path(sys.prefix), repo / "images") if p.is_dir() and repo in p.resolve().parents]
@@ -100,8 +100,40 @@ def sandbox_prefix(hide: list[str]) -> list[str] | None:
               "--mount-proc", "--", "sh", "-c", script, "sh"]
     if _SANDBOX is None:
         probe = subprocess.run([*prefix, "true"], capture_output=True, timeout=30)
-        _SANDBOX = [probe.returncode == 0]
+        _SANDBOX = [probe.returncode == 0, " ".join(probe.stderr.decode(errors="replace").split())[-300:]]
     return prefix if _SANDBOX[0] else None
+
+
+def _under_tmp(path) -> bool:
+    return Path(path).resolve().is_relative_to(Path("/tmp").resolve())
+
+
+def _fresh_tmp(keep: list) -> list[str]:
+    """Steps giving the sandbox a ``/tmp`` of its own that still shows ``keep`` (a home, a venv or the
+    package under ``/tmp``: without them the sandbox could not start): the old ``/tmp`` is held on a
+    private tmpfs (``/dev/shm`` or ``/mnt``) while the new one is mounted, and ``keep`` bound back."""
+    if not keep:
+        return ["mount -t tmpfs tmpfs /tmp"]
+    hold = next((h for h in ("/dev/shm", "/mnt") if Path(h).is_dir()), None)
+    if hold is None:
+        return ["false"]  # nowhere to hold them: no sandbox, and sandbox_problem() says why
+    steps = [f"mount -t tmpfs tmpfs {hold}", f"mkdir {hold}/.oldtmp", f"mount --rbind /tmp {hold}/.oldtmp",
+             "mount -t tmpfs tmpfs /tmp"]
+    for path in dict.fromkeys(str(Path(p).resolve()) for p in keep):
+        inside = Path(path).relative_to(Path("/tmp").resolve())
+        steps.append(f"mkdir -p {_q(path)} && mount --rbind {_q(f'{hold}/.oldtmp/{inside}')} {_q(path)}")
+    return steps + [f"umount -l {hold}/.oldtmp"]
+
+
+def sandbox_problem() -> str:
+    """Why the sandbox could not start here (its probe's error), or "" where it can."""
+    if sandbox_available():
+        return ""
+    if shutil.which("unshare") is None or sys.platform != "linux":
+        return "no unshare (Linux's util-linux) on this machine"
+    if not _env.flag("GEMM_KERNELS_GRADE_SANDBOX", True):
+        return "GEMM_KERNELS_GRADE_SANDBOX turns it off"
+    return (_SANDBOX[1] if _SANDBOX and len(_SANDBOX) > 1 else "") or "unshare could not make the namespaces"
 
 
 def sandbox_available() -> bool:

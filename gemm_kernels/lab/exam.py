@@ -6,6 +6,8 @@ In exam mode
   the fix and the *solution* is the fix, so ``check_xxx.hint(level=2)`` and ``hint(level=3)`` say
   that hints beyond level 1 are off, and a wrong answer's feedback has no "stuck? ... shows a
   solution" line and no "show a solution" expander;
+* a kernel check's diagnoses (the mistake behind a failure, which often names its fix) are left out:
+  the failing cases still say what is wrong;
 * the checks' ``*_ref`` reference answers cannot be taken from ``gemm_kernels.lab.exercises``
   (``from ...start_here import launch_stats_ref`` raises :class:`ExamModeError`), nor called from a
   learner's code; the checks still use them internally.

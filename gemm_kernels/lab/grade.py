@@ -361,11 +361,11 @@ def main(argv: list[str] | None = None) -> int:
         config = gradebook.read_config(args.config)
     except gradebook.GradebookError as exc:
         parser.error(str(exc))
-    from ._grade_judge import sandbox_available
+    from ._grade_judge import sandbox_available, sandbox_problem
 
     sandboxed = sandbox_available()
     if not sandboxed:
-        print("warning: no sandbox here (unshare cannot make a user namespace): each notebook runs as this user "
+        print(f"warning: no sandbox here ({sandbox_problem()}): each notebook runs as this user "
               "and can read the package's source, its reference answers included (notebooks/TEACHING.md)")
     started = time.monotonic()
     grades, dropped = grade_class(args.submissions, jobs=args.jobs, exam_mode=args.exam, timeout=args.timeout,

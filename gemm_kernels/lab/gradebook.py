@@ -12,8 +12,9 @@
   counted); they are graded there by hand, never here, and the gradebook's notes say so.
 * **Copies.**  Where a student handed in one course notebook more than once (Jupyter's
   ``00_start_here-Copy1.ipynb`` beside ``00_start_here.ipynb``), :func:`pick_copies` keeps one by a
-  stated rule and the others are reported: the copy named exactly as the course notebook (with the
-  student's prefix, for a flat folder), else the copy changed last.
+  stated rule and the others are reported: the copy with the most answers written (the fewest
+  ``raise NotImplementedError("your turn")`` stubs left), then the one named exactly as the course
+  notebook (with the student's prefix, for a flat folder), then the one changed last.
 
 :func:`write_wide_csv` writes one column per exercise (``00_start_here:axpy``), per notebook and
 the totals; :func:`write_canvas_csv` the one column Canvas's gradebook import takes per assignment.
@@ -136,6 +137,10 @@ def read_config(path: Path | None) -> dict:
     return config
 
 
+#: an answer cell still as handed out (the student copies' stub, JSON-escaped as a notebook holds it)
+STUB_BYTES = b'raise NotImplementedError(\\"your turn\\")'
+
+
 def pick_copies(found: list[tuple[str, Path, str]]) -> tuple[list, list]:
     """(kept, dropped) of (student, path, notebook) triples: one copy per student and notebook,
     the rule in the module docstring."""
@@ -148,9 +153,10 @@ def pick_copies(found: list[tuple[str, Path, str]]) -> tuple[list, list]:
             exact = path.stem in (notebook, f"{student}_{notebook}", f"{student}-{notebook}", student)
             try:
                 changed = path.stat().st_mtime
+                stubs = path.read_bytes().count(STUB_BYTES)
             except OSError:
-                changed = 0.0
-            return (exact, changed, -len(path.name))
+                changed, stubs = 0.0, 1 << 30
+            return (-stubs, exact, changed, -len(path.name))
         paths = sorted(paths, key=rank, reverse=True)
         kept.append((student, paths[0], notebook))
         dropped += [(student, path, notebook, paths[0]) for path in paths[1:]]

@@ -1314,7 +1314,7 @@ def _run_on_gpu(gpu_case, answer) -> list[str]:
 
 
 def _diagnoses(diagnose, log, failure) -> list[str]:
-    if diagnose is None:
+    if diagnose is None or exam.ON:  # a diagnosis names the fix ("address out with ..."): not in exam mode
         return []
     try:
         return [f"diagnosis: {line}" for line in diagnose(log, failure) or []]
@@ -1360,7 +1360,7 @@ def _raised(title, raised: AnswerRaised | None, err, log, diagnose):
     if isinstance(err, OutOfBounds):
         # the check's own diagnosis knows the exercise (an expert's end row, not the tensor's last
         # row): when it explains the access, the generic one, which knows only tensors, stays out
-        if not lines:  # the check's diagnosis said nothing (or there is none): ask once, not again
+        if not lines and not exam.ON:  # the check's diagnosis said nothing (or there is none): ask once
             lines += [f"diagnosis: {line}" for line in _safe(access_diagnosis, err, log)]
         result = out_of_bounds_result(title, err, raised.what if raised is not None else None)
         if lines:
@@ -1368,7 +1368,8 @@ def _raised(title, raised: AnswerRaised | None, err, log, diagnose):
         return result
     if raised is None:
         raise err
-    lines += [f"diagnosis: {line}" for line in _safe(api_confusions, err, log)]
+    if not exam.ON:
+        lines += [f"diagnosis: {line}" for line in _safe(api_confusions, err, log)]
     return CheckResult(title, WRONG, _raised_text(raised), lines)
 
 
