@@ -181,21 +181,43 @@ def test_ue8m0_scales_are_powers_of_two_at_most_twice_the_fp32_scale():
         assert (s >= s32).all() and (s < 2 * s32).all(), "rounded up, by less than a factor 2"
 
 
-def test_ue8m0_dequantization_and_requantization_are_exact():
-    """q * 2^e only moves q's exponent: float32 holds the product exactly, and dividing it by the
-    same scale gives q's bits back.  An arbitrary float32 scale rounds the product."""
+def test_ue8m0_dequantization_is_exact_and_requantization_is_not_what_it_adds():
+    """q * 2^e only moves q's exponent: float32 holds the product exactly; an arbitrary float32
+    scale rounds it.  Dividing the product by the same scale gives q's bits back in both formats."""
     x = random_input(128, 256, torch.float32, seed=9, specials=False)
     for scale_format in ft.SCALE_FORMATS:
         out = ft.quantize_fp8_transposed(x, scale_format=scale_format)
         per_element = fp8.expand_scale(out.scale, out.q.shape, (1, 128))
         dequantized = out.q.float() * per_element  # in float32, as a kernel's epilogue would
         exact = out.q.double() * per_element.double()
-        if scale_format == "ue8m0":
-            assert torch.equal(dequantized.double(), exact)
-            requantized = (dequantized / per_element).to(E4M3)
-            assert torch.equal(requantized.view(torch.uint8), out.q.view(torch.uint8))
-        else:
-            assert not torch.equal(dequantized.double(), exact)  # float32 rounded q * scale somewhere
+        assert torch.equal(dequantized.double(), exact) == (scale_format == "ue8m0")
+        requantized = (dequantized / per_element).to(E4M3)
+        assert torch.equal(requantized.view(torch.uint8), out.q.view(torch.uint8))
+
+
+def test_notebook_10_ue8m0_prose_holds():
+    """Notebook 10's UE8M0 section: of every finite e4m3 value times 20,000 random float32 scales,
+    29% of the float32 products are exact and every one requantizes to its own bits; a power-of-two
+    scale makes every product exact; q / 8 keeps 81% of the finite e4m3 values exact."""
+    finite = torch.arange(256, dtype=torch.uint8).view(E4M3)
+    finite = finite[finite.float().isfinite()]
+    q = finite.float()
+    gen = torch.Generator().manual_seed(0)
+    scales = torch.exp(torch.empty(20000).uniform_(-20, 20, generator=gen))  # float32, 24 significant bits
+    products = q[None, :] * scales[:, None]
+    exact = products.double() == q.double()[None, :] * scales.double()[:, None]
+    requantized = (products / scales[:, None]).to(E4M3)
+    assert torch.equal(requantized.view(torch.uint8), finite.view(torch.uint8).expand_as(requantized))
+    pow2 = 2.0 ** torch.arange(-40, 40).float()
+    assert (( q[None, :] * pow2[:, None]).double() == q.double()[None, :] * pow2.double()[:, None]).all()
+    eighth = q / 8
+    kept = (eighth.to(E4M3).float() == eighth).float().mean().item()
+    assert fp8.fp8_max(E4M3) == 448.0 and torch.finfo(E4M3).smallest_normal * 2.0 ** -3 == 2.0 ** -9
+    text = _notebook_markdown()
+    assert (f"of every finite e4m3 value times 20,000 random float32 scales, {exact.float().mean().item():.0%} of "
+            f"the products were exact") in text
+    assert f"`q / 8` keeps {kept:.0%} of the finite e4m3 values exact" in text
+    assert "requantizing `q * scale` with the same scale gives `q`'s bits back for a float32 scale too" in text
 
 
 # ---------------------------------------------------------------- the amax in scaled_mm's epilogue
@@ -310,6 +332,39 @@ def test_notebook_10_cast_transpose_prose_matches_entry43():
     assert all(r["same_bits_as_twice"] == "True" for r in rows)
 
 
+def test_notebook_10_cast_transpose_memory_arithmetic_matches_entry43():
+    """The Predict's anchor (the 1 GiB copy) and the reveal's arithmetic per round of tiles: the
+    numbers that argue against 'too few bytes in flight' (a hypothesis, labelled so)."""
+    import math
+
+    from gemm_kernels.results import BENCH_DIR, read_json
+
+    text = _notebook_markdown()
+    copy = read_json(BENCH_DIR / "entry43" / "meta.json")["copy_1GiB_tb_s"] * 1e12  # bytes/s
+    fused = {(int(r["M"]), int(r["K"])): r for r in _committed("cast_transpose.csv")
+             if r["provider"] == "quantize_fp8_transposed"}
+    square = fused[4096, 4096]
+    floor_us = int(square["bytes"]) / copy * 1e6
+    assert (f"for a 4096 × 4096 `x`, {int(square['bytes']) / 1e6:.1f} MB, which the 1 GiB copy's "
+            f"{copy / 1e12:.1f} TB/s on the H100 (printed below) would move in {floor_us:.1f} µs") in text
+    assert f"with the {floor_us:.1f} µs the memory allows" in text
+    assert f"the fused kernel runs at {float(square['ms']) * 1e3 / floor_us:.1f} times the {floor_us:.1f} µs" in text
+    rounds = {shape: math.ceil(shape[0] * shape[1] // 128 ** 2 / 132) for shape in fused}
+    per_round = {shape: float(fused[shape]["ms"]) * 1e3 / rounds[shape] for shape in fused}
+    assert (f"4096 × 4096 is {4096 * 4096 // 128 ** 2} tiles in {rounds[4096, 4096]} rounds, "
+            f"{per_round[4096, 4096]:.1f} µs a round; 8192 × 5120 is {rounds[8192, 5120]} rounds, "
+            f"{per_round[8192, 5120]:.1f} µs; 16384 × 2048 is {rounds[16384, 2048]} rounds, "
+            f"{per_round[16384, 2048]:.1f} µs") in text
+    tile_in, tile_out = 128 * 128 * 2, 128 * 128 * 2 + 2 * 128 * 4  # bf16 in; q, q_t and two fp32 scales out
+    tile_us = 132 * (tile_in + tile_out) / copy * 1e6
+    assert (f"A tile moves {tile_in // 1024} KiB in and {tile_out // 1024} KiB out, {tile_us:.1f} µs at a 132nd "
+            f"of the copy's {copy / 1e12:.1f} TB/s: under a quarter of a round") in text
+    assert all(tile_us < v / 4 for v in per_round.values())
+    in_flight = 132 * tile_in
+    assert (f"one tile in flight per SM is {in_flight / 1e6:.1f} MB over the GPU, what the copy moves in "
+            f"{in_flight / copy * 1e6:.1f} µs") in text
+
+
 def test_notebook_10_amax_prose_matches_entry43():
     text = _notebook_markdown()
     assert "The epilogue's amax is not free: a few percent of the kernel's time" in text
@@ -344,3 +399,38 @@ def test_one_cast_transpose_program_fills_an_sms_registers():
     if view.num_regs is None:
         pytest.skip("no cuobjdump here to read the register count")
     assert view.num_regs * 32 * view.num_warps > 65536 // 2
+
+
+def test_perf_notes_43_holds_the_reveal_arithmetic_and_the_atomic_split():
+    """PERF_NOTES 43: the per-round arithmetic (as in notebook 10), the transpose copy's 16%, and
+    Triton's float atomic_max as two masked integer atomics (int max, uint min), which is why the
+    compile view shows two atomics per program."""
+    import inspect
+    import math
+    import re
+    from pathlib import Path
+
+    from triton.language import semantic
+
+    from gemm_kernels.results import BENCH_DIR, read_json
+
+    notes = (Path(__file__).resolve().parents[1] / "gemm_kernels" / "bench" / "PERF_NOTES.md").read_text()
+    start = notes.index("## 43. ")
+    entry = re.sub(r"\s+", " ", notes[start:notes.index("\n## ", start)])
+    copy = read_json(BENCH_DIR / "entry43" / "meta.json")["copy_1GiB_tb_s"] * 1e12
+    rows = _committed("cast_transpose.csv")
+    fused = {(int(r["M"]), int(r["K"])): float(r["ms"]) * 1e3 for r in rows if r["provider"] == "quantize_fp8_transposed"}
+    rounds = {s: math.ceil(s[0] * s[1] // 128 ** 2 / 132) for s in fused}
+    per_round = {s: fused[s] / rounds[s] for s in fused}
+    assert (f"(4096 x 4096: 1024 tiles in {rounds[4096, 4096]} rounds, {per_round[4096, 4096]:.1f} µs a round; "
+            f"8192 x 5120: {rounds[8192, 5120]} rounds, {per_round[8192, 5120]:.1f} µs; 16384 x 2048: "
+            f"{rounds[16384, 2048]} rounds, {per_round[16384, 2048]:.1f} µs)") in entry
+    tile_us = 132 * (2 * 128 * 128 * 2 + 2 * 128 * 4) / copy * 1e6
+    assert f"a tile moves 32 KiB in and 33 KiB out, {tile_us:.1f} µs at a 132nd of the copy's {copy / 1e12:.1f} TB/s" in entry
+    assert f"one tile in flight per SM is {132 * 32768 / 1e6:.1f} MB over the GPU, what the copy moves in " \
+           f"{132 * 32768 / copy * 1e6:.1f} µs" in entry
+    copies = {round(float(r["pct_datasheet"])) for r in rows if r["provider"] == "x.t().contiguous()"}
+    assert copies == {16} and "torch's transpose copy reached 16% of the datasheet" in entry
+    source = inspect.getsource(semantic.TritonSemantic.atomic_max)
+    assert "atomic_umin" in source and "_signbit" in source
+    assert "an int `atomic_max` on the bits where the value is non-negative and a uint `atomic_umin`" in entry
