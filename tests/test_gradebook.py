@@ -125,7 +125,8 @@ def test_the_command_grades_a_class(tmp_path, capsys):
     nbformat.write(with_answer(nb, "launch_stats", WRONG), sub / "alice" / "00_start_here-Copy1.ipynb")
     os.utime(sub / "alice" / "00_start_here.ipynb", (1, 1))
     (tmp_path / "roster.csv").write_text("id,name,folder\n7,Alice,alice\n8,Bob,bob\n", encoding="utf-8")
-    (tmp_path / "config.json").write_text(json.dumps({"notebooks": ["00_start_here"], "assignment": "W1"}))
+    (tmp_path / "config.json").write_text(json.dumps({"notebooks": ["00_start_here"], "assignment": "W1",
+                                                      "weights": {"00_start_here": {"axpy": 2}}}))
     out = tmp_path / "out"
     out.mkdir()
     assert grade.main([str(sub), "--out", str(out / "grades.csv"), "--gradebook", str(out / "gradebook.csv"),
@@ -136,12 +137,14 @@ def test_the_command_grades_a_class(tmp_path, capsys):
     assert "00_start_here-Copy1.ipynb left out, 00_start_here.ipynb graded" in printed
     assert "graded 1 notebooks in" in printed
     table = {r["id"]: r for r in _read(out / "gradebook.csv")}
-    assert (table["7"]["total"], table["7"]["max"]) == ("2", "2")
+    assert (table["7"]["total"], table["7"]["max"]) == ("3", "3")
     assert "Copy1.ipynb ignored" in table["7"]["notes"]
-    assert (table["8"]["total"], table["8"]["max"]) == ("0", "2") and "missing" in table["8"]["notes"]
+    assert (table["8"]["total"], table["8"]["max"]) == ("0", "3") and "missing" in table["8"]["notes"]
     data = json.loads((out / "grades.json").read_text())
     assert data["copies_left_out"][0]["file"].endswith("00_start_here-Copy1.ipynb") and data["seconds"] > 0
-    assert len(_read(out / "grades.csv")) == 2
+    # the per-exercise rows in the config's points too (a teacher's review: axpy read 1 there, 2 in the gradebook)
+    assert {r["exercise"]: r["points"] for r in _read(out / "grades.csv")} == {"launch_stats": "1", "axpy": "2"}
+    assert {r["exercise"]: r["points"] for r in data["grades"]} == {"launch_stats": 1, "axpy": 2}
 
 
 def test_the_copy_with_the_answers_is_graded(tmp_path):

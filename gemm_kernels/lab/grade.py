@@ -34,7 +34,7 @@ import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from . import exam
@@ -68,7 +68,7 @@ class Grade:
     notebook: str
     exercise: str
     status: str  # correct (1 point); wrong, not attempted, error, timeout, crashed, out of memory, not verified (0)
-    points: int
+    points: float  # the exercise's points (1, or its weight in the teacher's config) when correct, else 0
     message: str
     file: str
 
@@ -315,6 +315,17 @@ def summary(grades: list[Grade]) -> str:
     return "\n".join(lines)
 
 
+def weighted(grades: list[Grade], config: dict) -> list[Grade]:
+    """``grades`` with each exercise's points in the teacher's weights (``--config``; 1 each by default)."""
+    from .gradebook import weight
+
+    def points(row: Grade):
+        value = row.points * weight(config, row.notebook, row.exercise)
+        return int(value) if float(value).is_integer() else round(value, 4)
+
+    return [replace(row, points=points(row)) for row in grades]
+
+
 def write_csv(grades: list[Grade], path: Path) -> None:
     with open(path, "w", newline="", encoding="utf-8") as f:
         writer = csv.DictWriter(f, fieldnames=FIELDS)
@@ -373,6 +384,7 @@ def main(argv: list[str] | None = None) -> int:
     seconds = time.monotonic() - started
     notebooks = len({row.file for row in grades})
     columns, rows = gradebook.build(grades, roster=roster, config=config, duplicates=dropped)
+    grades = weighted(grades, config)  # the per-exercise rows in the config's points, as the gradebook has them
     write_csv(grades, args.out)
     if args.gradebook is None:  # beside the grades, never wherever the command happened to run
         args.gradebook = Path(args.out).with_name("gradebook.csv")
