@@ -317,7 +317,15 @@ def measuring_clocks_claims():
     first = json.loads((ROOT / "images/bench/measuring_clocks.json").read_text())
     rested = json.loads((ROOT / "images/bench/measuring_clocks_idle.json").read_text())
     lock = first["lock"]
-    assert lock["locked"] and lock["reset"]["rc"] == 0, "the prose says the lock worked and was reset"
+    assert lock["locked"] and lock["reset"]["rc"] == 0, "the prose says the lock was accepted and reset"
+    assert "GPU clocks set" in lock["lock"]["stdout"] and lock["lock"]["cmd"].endswith("-lgc 1755,1755")
+    assert set(lock) == {"before", "lock", "locked", "reset", "after"}, "nothing timed or sampled while locked"
+    after_mhz = int(lock["after"]["stdout"].splitlines()[1].split(" MHz")[0])
+    yield nb, (f"`nvidia-smi -lgc 1755,1755` answered that the clocks were set, and after `-rgc` the idle GPU "
+               f"read {after_mhz} MHz. Nothing was timed or sampled while the lock held")
+    capped = json.loads((ROOT / "images/bench/measuring.json").read_text())["clocks"]["sm_mhz_median"]
+    assert 1755 > capped
+    yield nb, f"1755 MHz is above the {capped:.0f} MHz the power cap allowed the large GEMM"
     ncu = first["ncu"]
     assert "(=base)" in ncu["help"]["clock-control"] and "(=all)" in ncu["help"]["cache-control"]
     version = re.search(r"Version (\d+\.\d+\.\d+)", ncu["version"]).group(1)
@@ -349,8 +357,14 @@ def measuring_clocks_claims():
     yield nb, (f"(the process's first cuBLAS call: {cold['times_us'][0] / 1e3:.0f} ms; after the pause, "
                f"{idle['times_us'][0]:.0f} µs)")
     yield nb, (f"{settled_s(cold, early['cold']):.2f} to {settled_s(idle, early['idle']):.2f} s of back-to-back GEMMs later")
-    yield nb, (f"it took {late['cold']:.0f} and {late['idle']:.0f} µs: a rested GPU is *faster* for a while, by "
+    first_late = len(cold["times_us"]) - 200 + 1  # late: the last 200 launches
+    yield nb, (f"it took {late['cold']:.0f} and {late['idle']:.0f} µs (the medians of launches {first_late} to "
+               f"{len(cold['times_us'])}, not rows the table prints): a rested GPU is *faster* for a while, by "
                f"{late['cold'] / early['cold'] - 1:.0%} and {late['idle'] / early['idle'] - 1:.0%} here")
+    top = [w for s, mhz, w in cold["clock"] if cold["launched_s"] <= s <= cold["done_s"] and mhz == 1980]
+    yield nb, f"read {min(top):.0f} to {max(top):.0f} W in the cold run while the GEMMs ran at 1980 MHz"
+    assert rested["dirty"]["flush_bytes"] == 256 * 2 ** 20
+    yield nb, "`do_bench`'s flush is `cache.zero_()` (section 1): a *write* of 256 MiB"
 
     def write_minus_read(record):
         return {r["n"]: (r["us"]["write flush (do_bench's zero_)"] - r["us"]["read flush (sum)"], r["us"])
@@ -362,6 +376,8 @@ def measuring_clocks_claims():
     yield nb, (f"between nothing ({least}³) and {now[most][0]:.2f} µs ({most}³, "
                f"{now[most][0] / now[most][1]['read flush (sum)']:.0%}) over the read flush in one run, "
                f"{min(d for d, _ in before.values()):.2f} to {max(d for d, _ in before.values()):.2f} µs in the other")
+    yield nb, (f"a small kernel timed after it took up to {now[most][0]:.2f} µs longer than after a read flush "
+               "(write-back inside its time, a hypothesis)")
     us256 = now[256][1]
     yield nb, f"(read flush against warm L2: {us256['read flush (sum)'] - us256['no flush, behind a spin']:.2f} µs at 256³)"
 
