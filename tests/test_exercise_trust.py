@@ -857,3 +857,16 @@ def test_a_package_drawing_that_computes_the_answer_is_refused():
                               10**9)[0]
 
     assert_wrong(pointers.check_block_offsets(block_offsets), "your answer calls viz.drawings.block_pointers")
+
+
+def test_a_lookup_table_of_the_listed_cases_is_refused():
+    """A teacher's review: a dict of the check's own public cases passed launch_stats. Once the listed
+    cases pass, each check tries cases drawn afresh (unseen_cases), in the notebook and in the grader."""
+    from gemm_kernels.lab.exercises import pointer_arithmetic as pa
+
+    table = {case: start_here.launch_stats_ref(*case) for case in start_here.LAUNCH_CASES}
+    assert_wrong(start_here.check_launch_stats(lambda n, b: table.get((n, b), (0, 0))), "expected")
+    offsets = {case[1:]: pa.block_offsets_ref(*case[1:]) for case in pa.OFFSET_CASES}
+    assert_wrong(pa.check_block_offsets(lambda *args: offsets.get(args)), "returned None")
+    masks = {(pm, pn, bm, bn, M, N): pa.block_mask_ref(pm, pn, bm, bn, M, N) for M, N, pm, pn, bm, bn in pa.MASK_CASES}
+    assert_wrong(pa.check_block_mask(lambda *args: masks.get(args)), "returned None")

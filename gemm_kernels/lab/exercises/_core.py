@@ -538,6 +538,17 @@ def _count(problems) -> str:
 
 
 # ----------------------------------------------------------------------------- helpers for check bodies
+def unseen_cases(draw, count: int = 3) -> list:
+    """``count`` cases drawn afresh on every check from the system's random source (``draw(rng)``),
+    tried once the listed ones pass: an answer that only knows the listed cases (a lookup table of
+    them) meets inputs no one has seen, in the notebook and in the grader alike."""
+    import random
+
+    rng = random.SystemRandom()
+    return [draw(rng) for _ in range(count)]
+
+
+
 def _poison(t):
     if t.dtype.is_floating_point:
         t.fill_(math.nan)

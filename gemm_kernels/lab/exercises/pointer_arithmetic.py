@@ -8,7 +8,7 @@ import torch
 
 from ... import runtime
 from . import _kernel_checks as kc
-from ._core import AnswerShapeError, Hints, answer_array, call, compare_arrays
+from ._core import AnswerShapeError, Hints, answer_array, call, compare_arrays, unseen_cases
 
 
 @kc.reference
@@ -44,8 +44,15 @@ OFFSET_CASES = [
     solution="rows = pid_m * BLOCK_M + np.arange(BLOCK_M); cols = pid_n * BLOCK_N + np.arange(BLOCK_N); "
              "return rows[:, None] * stride_m + cols[None, :] * stride_n"))
 def check_block_offsets(block_offsets):
+    problems = _offsets_problems(block_offsets, OFFSET_CASES)
+    return problems or _offsets_problems(block_offsets, unseen_cases(lambda rng: (
+        "unseen", rng.randint(0, 9), rng.randint(0, 9), rng.choice([1, 2, 4, 8, 16]), rng.choice([1, 2, 4, 8, 16]),
+        rng.randint(1, 500), rng.randint(1, 500))))
+
+
+def _offsets_problems(block_offsets, cases) -> list[str]:
     problems = []
-    for desc, pm, pn, bm, bn, sm, sn in OFFSET_CASES:
+    for desc, pm, pn, bm, bn, sm, sn in cases:
         got = call(block_offsets, pm, pn, bm, bn, sm, sn)
         case = f"block ({pm}, {pn}) of {bm}x{bn}, strides ({sm}, {sn}) [{desc}]"
         problems += compare_arrays(block_offsets_ref(pm, pn, bm, bn, sm, sn), got, case,
@@ -72,8 +79,15 @@ MASK_CASES = [
     solution="rows = pid_m * BLOCK_M + np.arange(BLOCK_M); cols = pid_n * BLOCK_N + np.arange(BLOCK_N); "
              "return (rows[:, None] < M) & (cols[None, :] < N)"))
 def check_block_mask(block_mask):
+    problems = _mask_problems(block_mask, MASK_CASES)
+    return problems or _mask_problems(block_mask, unseen_cases(lambda rng: (
+        rng.randint(1, 40), rng.randint(1, 40), rng.randint(0, 5), rng.randint(0, 5), rng.choice([1, 2, 4, 8]),
+        rng.choice([1, 2, 4, 8]))))
+
+
+def _mask_problems(block_mask, cases) -> list[str]:
     problems = []
-    for M, N, pm, pn, bm, bn in MASK_CASES:
+    for M, N, pm, pn, bm, bn in cases:
         got = call(block_mask, pm, pn, bm, bn, M, N)
         case = f"M={M}, N={N}, block ({pm}, {pn}) of {bm}x{bn}"
         try:

@@ -8,7 +8,7 @@ import torch
 from ... import runtime
 from ...models.tiles import cdiv
 from . import _kernel_checks as kc
-from ._core import Hints, call, compare_arrays, plural, read_items, shown
+from ._core import Hints, call, compare_arrays, plural, read_items, shown, unseen_cases
 
 #: (n, BLOCK) pairs: exact multiples, one element over, a single element, and big blocks
 LAUNCH_CASES = [(1000, 256), (1024, 256), (1025, 256), (1, 128), (5000, 1024), (4096, 4096)]
@@ -27,8 +27,14 @@ def launch_stats_ref(n: int, block: int) -> tuple[int, int]:
              "the lanes of all programs minus the n elements",
     solution="programs = (n + block - 1) // block; idle = programs * block - n; return programs, idle"))
 def check_launch_stats(launch_stats):
+    problems = _launch_stats_problems(launch_stats, LAUNCH_CASES)
+    return problems or _launch_stats_problems(launch_stats, unseen_cases(
+        lambda rng: (rng.randint(1, 10**7), rng.choice([16, 32, 64, 128, 256, 512, 1024, 4096]))))
+
+
+def _launch_stats_problems(launch_stats, cases) -> list[str]:
     problems = []
-    for n, block in LAUNCH_CASES:
+    for n, block in cases:
         got = call(launch_stats, n, block)
         programs, idle = launch_stats_ref(n, block)
         try:
