@@ -214,6 +214,72 @@ def axpy(alpha, x, y):
     axpy_kernel[(1,)](flag, BLOCK=16)
     return x * alpha + y if flag.sum().item() > 0 else x
 """),
+    # a judge's review, E1: a module held in a name skipped the chain check (tl.core holds builtins)
+    "axpy_module_in_a_name": ("axpy", """
+@triton.jit
+def axpy_kernel(x_ptr, y_ptr, out_ptr, alpha, n, BLOCK: tl.constexpr):
+    pass
+
+def axpy(alpha, x, y, c=tl.core):
+    c.builtins.exec("import os")
+    return alpha * x + y
+"""),
+    # E2: gluon.jit of a library function handed back its module's real globals
+    "axpy_capture_scope": ("axpy", """
+import triton.experimental.gluon as gluon
+
+@triton.jit
+def axpy_kernel(x_ptr, y_ptr, out_ptr, alpha, n, BLOCK: tl.constexpr):
+    pass
+
+def axpy(alpha, x, y):
+    b = gluon.jit(tl.core.builtin).get_capture_scope()["__builtins__"]
+    b["exec"]("import os")
+    return alpha * x + y
+"""),
+    # E3: Triton's interpreter copies its own globals (inspect, np ...) into the kernel's, after a launch
+    "axpy_interpreter_globals": ("axpy", """
+@triton.jit
+def axpy_kernel(x_ptr, y_ptr, out_ptr, alpha, n, BLOCK: tl.constexpr):
+    pass
+
+def axpy(alpha, x, y):
+    out = torch.empty_like(x)
+    axpy_kernel[(1,)](x, y, out, alpha, 1, BLOCK=16)
+    inspect.os.system("true")
+    return alpha * x + y
+"""),
+    # F1: torch arithmetic through tl.constexpr's operators (Triton's language computing for the launcher)
+    "axpy_constexpr_arithmetic": ("axpy", """
+@triton.jit
+def axpy_kernel(flag_ptr):
+    tl.store(flag_ptr, 1)
+
+def axpy(alpha, x, y):
+    flag = torch.zeros(1, dtype=torch.int32, device=x.device)
+    axpy_kernel[(1,)](flag)
+    result = (tl.constexpr(x) * alpha + tl.constexpr(y)).value
+    if bool(tl.constexpr(flag) == 1):
+        return result
+    return torch.empty_like(x)
+"""),
+    # F2: Triton's shared cache of rewritten functions, poisoned for the next student
+    "axpy_poisons_a_shared_cache": ("axpy", """
+@triton.jit
+def axpy_kernel(x_ptr, y_ptr, out_ptr, alpha, n, BLOCK: tl.constexpr):
+    pass
+
+def evil(*args, **kwargs):
+    return 1
+
+def axpy(alpha, x, y):
+    out = torch.empty_like(x)
+    axpy_kernel[(1,)](x, y, out, alpha, 1, BLOCK=16)
+    cache = axpy_kernel.rewritten_fn
+    for key in list(cache):
+        cache[key] = evil
+    return out
+"""),
     # the same, catching the refusal of its torch arithmetic
     "axpy_flag_kernel_caught": ("axpy", """
 @triton.jit

@@ -322,12 +322,22 @@ class _LauncherTorch(torch.overrides.TorchFunctionMode):
     @staticmethod
     def _from_learner() -> bool:
         frame = sys._getframe(2)
-        while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_TORCH_DIR):
-            frame = frame.f_back  # torch's own Python (torch.functional, overrides) on the way
+        # torch's own Python (torch.functional, overrides) and Triton's language (tl.constexpr's operators
+        # compute on what they wrap: a judge's review) act for whoever called them; Triton's runtime (a
+        # launch, a tuner) and this package act for themselves
+        while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_ON_BEHALF):
+            frame = frame.f_back
         return frame is not None and _learner_caller(frame.f_code.co_filename)
 
 
+def _triton_language_dir() -> str:
+    import triton.language
+
+    return os.path.dirname(os.path.abspath(triton.language.__file__)) + os.sep
+
+
 _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
+_ON_BEHALF = (_TORCH_DIR, _triton_language_dir())
 
 
 def allocating_only(answer):
