@@ -870,3 +870,126 @@ def test_a_lookup_table_of_the_listed_cases_is_refused():
     assert_wrong(pa.check_block_offsets(lambda *args: offsets.get(args)), "returned None")
     masks = {(pm, pn, bm, bn, M, N): pa.block_mask_ref(pm, pn, bm, bn, M, N) for M, N, pm, pn, bm, bn in pa.MASK_CASES}
     assert_wrong(pa.check_block_mask(lambda *args: masks.get(args)), "returned None")
+
+
+def _lookup(table, key):
+    """An answer that knows the listed cases only: table[key(args)], None for any other input."""
+    return lambda *args: table.get(key(*args))
+
+
+def _lookup_answers():
+    """check name -> (check, a lookup table of its listed cases from its reference, what the verdict says)."""
+    import numpy as np
+
+    from gemm_kernels.bench.fp8_numerics import load
+    from gemm_kernels.lab.exercises import fp8 as fp8_ex
+    from gemm_kernels.lab.exercises import measuring as measuring_ex
+    from gemm_kernels.lab.exercises import warp_specialization as ws_ex
+    from gemm_kernels.models.l2model import l2_traffic
+    from gemm_kernels.models.tiles import launch_order_grid
+
+    def same(*args):
+        return tuple(tuple(a) if isinstance(a, list) else a for a in args)
+
+    def table(cases, ref):
+        return {same(*case): ref(*case) for case in cases}
+
+    def fetches():
+        out = {}
+        for m, n, order, group, in_flight, k in ordering.FETCH_CASES:
+            schedule, tiles = ordering.first_wave(m, n, order, group, in_flight)
+            traffic = l2_traffic(schedule, block_k=ordering._BLOCK, K=k * ordering._BLOCK)
+            out[(tiles.tobytes(), k)] = traffic.upto(0)["misses"]
+        return _lookup(out, lambda tiles, k: (np.asarray(tiles).tobytes(), k))
+
+    def one_program():
+        rng, out = np.random.default_rng(2), {}
+        for M, N, K, bm, bn, bk, pid in tiling.ONE_PROGRAM_CASES:
+            A, B = rng.standard_normal((M, K)), rng.standard_normal((K, N))
+            out[(A.tobytes(), B.tobytes(), pid, bm, bn, bk)] = tiling.one_program_ref(A, B, pid, bm, bn, bk)
+        return _lookup(out, lambda A, B, *rest: (A.tobytes(), B.tobytes(), *rest))
+
+    def values(x):
+        return str(x.dtype), tuple(x.shape), x.float().cpu().numpy().tobytes()
+
+    def scales():
+        out = {(*values(x), tuple(block)): fp8_ex.block_scales_ref(x, block) for _, x, block in fp8_ex._block_cases()}
+        return _lookup(out, lambda x, block: (*values(x), tuple(block)))
+
+    def errors_of(rows, kind, K):
+        return tuple(sorted(r["rel_err"] for r in rows if r["provider"] == "scaled_mm" and r["kind"] == kind
+                            and r["K"] == K))
+
+    def promotion():
+        out = {(errors_of(t, kind, K), kind, K, budget): fp8_ex.promotion_interval_ref(t, kind, K, budget)
+               for _, t, kind, K, budget in fp8_ex.promotion_cases(load()["errors"])}
+        return _lookup(out, lambda rows, kind, K, budget: (errors_of(rows, kind, K), kind, K, budget))
+
+    def variant():
+        x = torch.tensor(fusion.VARIANT_POINTS)
+        out = {tuple(x.tolist()): fusion.apply_elementwise(fusion.leaky_relu_variant, x)}
+        return _lookup(out, lambda x: tuple(x.tolist()))
+
+    def tma():
+        def layout(x):
+            return tuple(x.shape), tuple(x.stride()), x.dtype, x.data_ptr() % 16
+        out = {layout(make()): persistent_ex.tma_view_ref(make())[0] or False for _, make in persistent_ex.TMA_CASES}
+        return _lookup(out, layout)
+
+    def tiles_of(cases, ref):
+        return _lookup(table(cases, ref), same)
+
+    persistent_walks = [(pid, m, n, p, g) for m, n, p, g in persistent_ex.WALK_CASES for pid in range(min(p, m * n))]
+    shares = [(pid, *case) for case in streamk_ex.SHARE_CASES for pid in range(case[2])]
+    walks = [(list(shapes), bm, bn, p, pid) for shapes, bm, bn, p in grouped_ex.WALK_CASES for pid in range(p)]
+    return {
+        "column_grouped_tile": (ordering.check_column_grouped_tile, tiles_of(
+            [(pid, m, n, g) for m, n, g in ordering.COLUMN_GROUP_CASES for pid in range(m * n)],
+            lambda *a: tuple(int(v) for v in ordering.column_grouped_tile_ref(*a)))),
+        "wave_block_fetches": (ordering.check_wave_block_fetches, fetches()),
+        "program_tiles": (grouped_ex.check_program_tiles, tiles_of(walks, grouped_ex.program_tiles_ref)),
+        "block_scales": (fp8_ex.check_block_scales, scales()),
+        "promotion_interval": (fp8_ex.check_promotion_interval, promotion(), "got None"),
+        "activation_pass_bytes": (fusion.check_activation_pass_bytes, tiles_of(fusion.BYTES_CASES,
+                                                                               lambda M, N, b: 2 * M * N * b)),
+        "variant_reference": (fusion.check_variant_reference, variant()),
+        "do_bench_reading": (measuring_ex.check_do_bench_reading,
+                             tiles_of(measuring_ex.READING_CASES, measuring_ex.do_bench_reading_ref)),
+        "timing_verdict": (measuring_ex.check_timing_verdict,
+                           tiles_of(measuring_ex.VERDICT_CASES, measuring_ex.timing_verdict_ref)),
+        "offs_from_counts": (moe_ex.check_offs_from_counts, _lookup(
+            {tuple(c): moe_ex.offs_ref(c) for c in moe_ex.COUNT_CASES}, lambda counts: tuple(counts.tolist()))),
+        "tiles_per_expert": (moe_ex.check_tiles_per_expert, tiles_of(
+            [(c, *s) for c in moe_ex.COUNT_CASES for s in moe_ex.TILE_SHAPES], moe_ex.tiles_per_expert_ref)),
+        "padded_rows": (moe_ex.check_padded_rows, tiles_of(
+            [(c, bm) for c in moe_ex.COUNT_CASES for bm in moe_ex.PADDING_BLOCKS], moe_ex.padded_rows_ref)),
+        "wgrad_work": (training_ex.check_wgrad_work, tiles_of(training_ex.WORK_CASES, training_ex.wgrad_work_ref)),
+        "one_program": (tiling.check_one_program, one_program()),
+        "row_major_launch_order": (tiling.check_row_major_launch_order, tiles_of(
+            tiling.LAUNCH_ORDER_CASES, lambda m, n: launch_order_grid(m, n, 1, 1, order="row_major"))),
+        "waves_and_tail": (persistent_ex.check_waves_and_tail, tiles_of(persistent_ex.WAVE_CASES,
+                                                                        persistent_ex.waves_ref)),
+        "persistent_tiles": (persistent_ex.check_persistent_tiles, tiles_of(persistent_walks,
+                                                                            persistent_ex.persistent_tiles_ref)),
+        "tma_view": (persistent_ex.check_tma_view, tma()),
+        "streamk_share": (streamk_ex.check_streamk_share, tiles_of(shares, streamk_ex.share_ref)),
+        "ring_phases": (ws_ex.check_ring_phases, tiles_of(  # and the praise's table of the ring of 4 slots
+            [*ws_ex.PHASE_CASES, *((q, 4) for q in range(10))], ws_ex.ring_phases_ref)),
+    }
+
+
+@pytest.mark.parametrize("name", ["column_grouped_tile", "wave_block_fetches", "program_tiles", "block_scales",
+                                  "promotion_interval", "activation_pass_bytes", "variant_reference",
+                                  "do_bench_reading", "timing_verdict", "offs_from_counts", "tiles_per_expert",
+                                  "padded_rows", "wgrad_work", "one_program", "row_major_launch_order",
+                                  "waves_and_tail", "persistent_tiles", "tma_view", "streamk_share", "ring_phases"])
+def test_every_plain_check_refuses_a_lookup_table_of_its_listed_cases(name, monkeypatch):
+    """The same review, for every other plain check: an answer that knows only the listed cases (from
+    the check's reference) passes them, then meets the cases drawn afresh and returns None."""
+    import sys
+
+    check, answer, *said = _lookup_answers()[name]
+    assert_wrong(check(answer), *(said or ["returned None"]))
+    with monkeypatch.context() as m:  # the table itself is right: with no case drawn, it passes
+        m.setattr(sys.modules[check.__module__], "unseen_cases", lambda draw, count=3: [])
+        assert_correct(check(answer))

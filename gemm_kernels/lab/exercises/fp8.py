@@ -34,7 +34,7 @@ from ...kernels.fp8 import SCALE_BLOCK, quantize_fp8, scaled_mm_ref
 from ...models.tiles import cdiv
 from ...testing import rel_err
 from . import _kernel_checks as kc
-from ._core import AnswerShapeError, Hints, answer_array, call, compare_arrays, fmt, shown
+from ._core import AnswerShapeError, Hints, answer_array, call, compare_arrays, fmt, shown, unseen_cases
 
 #: the largest finite e4m3 value: a block's amax maps there
 E4M3_MAX = float(torch.finfo(torch.float8_e4m3fn).max)
@@ -103,8 +103,27 @@ def _why_scales(got: torch.Tensor, x: torch.Tensor, block, expected: torch.Tenso
              "-xf.shape[0] % br)); amax = p.reshape(p.shape[0] // br, br, p.shape[1] // bc, bc).abs().amax(dim=(1, "
              "3)); return torch.where(amax > 0, amax / 448, torch.ones_like(amax))"))
 def check_block_scales(block_scales):
+    problems = _block_scales_problems(block_scales, _block_cases())
+    return problems or _block_scales_problems(block_scales, unseen_cases(_draw_block_case))
+
+
+def _draw_block_case(rng) -> tuple:
+    """(label, x, block) as _block_cases gives them: a ragged float32 or bf16 x of up to 160 x 300, one
+    row block in six all zero, in blocks of 1 to 128 rows and 1 to 128 columns."""
+    gen = torch.Generator().manual_seed(rng.getrandbits(62))
+    rows, cols = rng.randint(1, 160), rng.randint(1, 300)
+    block = (rng.choice([1, 2, 32, 128]), rng.choice([1, 32, 64, 128]))
+    x = torch.randn(rows, cols, generator=gen) * 10.0 ** rng.uniform(-3, 3)
+    if rng.random() < 1 / 6:
+        x[:block[0]] = 0.0
+    dtype = rng.choice([torch.float32, torch.bfloat16])
+    name = str(dtype).replace("torch.", "")
+    return f"x [{rows}, {cols}] in {name}, in {block} blocks", x.to(dtype), block
+
+
+def _block_scales_problems(block_scales, cases) -> list[str]:
     problems = []
-    for case, x, block in _block_cases():
+    for case, x, block in cases:
         expected = block_scales_ref(x, block)
         got = call(block_scales, x.clone(), block)
         shape = list(expected.shape)
@@ -373,16 +392,19 @@ def _budgets(errors, kind: str, K: int) -> list[float]:
     return between + [values[-1] * 2, values[len(values) // 2]]
 
 
-def _other_table(errors) -> list[dict]:
+def _other_table(errors, rng=None) -> list[dict]:
     """The committed table's form with other numbers: every scaled_mm error scaled by a factor per
-    (kind, K), the model's and torch's rows kept, the rows shuffled."""
-    rng = random.Random(2026)
+    (kind, K), the model's and torch's rows kept, the rows shuffled (``rng``: a random.Random; the
+    listed cases' own by default, a fresh one for the unseen cases, whose factors are any in 0.02..3)."""
+    listed = rng is None
+    rng = random.Random(2026) if listed else rng
     factors = {}
     rows = []
     for r in errors:
         r = dict(r)
         if r.get("provider") == "scaled_mm":
-            r["rel_err"] *= factors.setdefault((r["kind"], r["K"]), rng.choice((0.02, 0.3, 3.0)))
+            r["rel_err"] *= factors.setdefault((r["kind"], r["K"]), rng.choice((0.02, 0.3, 3.0)) if listed
+                                               else rng.uniform(0.02, 3.0))
         rows.append(r)
     rng.shuffle(rows)
     return rows
@@ -427,8 +449,23 @@ def _why_interval(got, expected, table, kind, K, budget) -> str:
 def check_promotion_interval(promotion_interval):
     from ...bench.fp8_numerics import load
 
+    errors = load()["errors"]
+    problems = _promotion_problems(promotion_interval, promotion_cases(errors))
+    return problems or _promotion_problems(promotion_interval, unseen_cases(
+        lambda rng: _draw_promotion_case(errors, rng)))
+
+
+def _draw_promotion_case(errors, rng) -> tuple:
+    """(label, table, kind, K, budget) as promotion_cases gives them: a table with other numbers drawn
+    afresh, any kind and K of it, a budget between (or on) its errors."""
+    table = _other_table(errors, rng)
+    kind, K = rng.choice(sorted({(r["kind"], r["K"]) for r in table if r.get("provider") == "scaled_mm"}))
+    return "a table with other numbers", table, kind, K, rng.choice(_budgets(table, kind, K))
+
+
+def _promotion_problems(promotion_interval, cases) -> list[str]:
     problems = []
-    for label, table, kind, K, budget in promotion_cases(load()["errors"]):
+    for label, table, kind, K, budget in cases:
         expected = promotion_interval_ref(table, kind, K, budget)
         rows = [dict(r) for r in table]
         got = call(promotion_interval, rows, kind, K, budget, none_ok=True)  # None is explained below

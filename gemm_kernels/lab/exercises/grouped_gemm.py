@@ -19,7 +19,7 @@ from ...models.tiles import multi_problem_schedule, problem_tile_starts
 from ...kernels.tiles import locate_problem, locate_problem_in_ends
 from ..checked import OutOfBounds
 from . import _kernel_checks as kc
-from ._core import Hints, call, out_of_bounds_result, plural, read_items, shown
+from ._core import Hints, call, out_of_bounds_result, plural, read_items, shown, unseen_cases
 from .persistent_tma import compare_schedule
 
 # ----------------------------------------------------------------------------- exercise 1
@@ -185,8 +185,21 @@ def _grouped_models():
     solution="starts = running sum of cdiv(M, BM) * cdiv(N, BN); for t in range(pid, total, NUM_PROGRAMS): g = last "
              "problem with starts[g] <= t; local = t - starts[g]; n = cdiv(N_g, BN); yield (g, local // n, local % n)"))
 def check_program_tiles(program_tiles):
+    problems = _program_tiles_problems(program_tiles, WALK_CASES)
+    return problems or _program_tiles_problems(program_tiles, unseen_cases(_draw_walk_case))
+
+
+def _draw_walk_case(rng) -> tuple:
+    """One to five problems of up to 160 x 160 (an empty one now and then) in blocks of 16 to 64, on 1 to 9
+    programs, as WALK_CASES lists them."""
+    shapes = [(0 if rng.random() < 0.1 else rng.randint(1, 160), rng.randint(1, 160))
+              for _ in range(rng.randint(1, 5))]
+    return shapes, rng.choice([16, 32, 64]), rng.choice([16, 32, 64]), rng.randint(1, 9)
+
+
+def _program_tiles_problems(program_tiles, cases) -> list[str]:
     problems = []
-    for shapes, bm, bn, programs in WALK_CASES:
+    for shapes, bm, bn, programs in cases:
         total = sum(-(-M // bm) * -(-N // bn) for M, N in shapes)
         case = f"problems {', '.join(f'{M}x{N}' for M, N in shapes[:4])}{' ...' if len(shapes) > 4 else ''} " \
                f"in {bm}x{bn} tiles ({plural(total, 'tile')}), {plural(programs, 'program')}"

@@ -14,7 +14,7 @@ from ...models.l2model import l2_traffic
 from ...models.schedule import tile_schedule
 from ...models.tiles import tile_coords_np
 from . import _kernel_checks as kc
-from ._core import AnswerRaised, Hints, call, read_items, shown
+from ._core import AnswerRaised, Hints, call, read_items, shown, unseen_cases
 
 # (num_pid_m, num_pid_n, GROUP_SIZE_N): a square grid, a ragged last group, a group wider than the
 # grid, groups of one column (= column-major), a wide grid
@@ -77,8 +77,14 @@ def _as_pair(value, case: str):
              "cols = min(num_pid_n - first_n, GROUP_SIZE_N); pid_n = first_n + (pid % in_group) % cols; "
              "pid_m = (pid % in_group) // cols; return pid_m, pid_n"))
 def check_column_grouped_tile(column_grouped_tile):
+    problems = _column_grouped_problems(column_grouped_tile, COLUMN_GROUP_CASES)
+    return problems or _column_grouped_problems(column_grouped_tile, unseen_cases(
+        lambda rng: (rng.randint(1, 10), rng.randint(1, 10), rng.randint(1, 6))))
+
+
+def _column_grouped_problems(column_grouped_tile, cases) -> list[str]:
     problems = []
-    for num_pid_m, num_pid_n, group in COLUMN_GROUP_CASES:
+    for num_pid_m, num_pid_n, group in cases:
         n = num_pid_m * num_pid_n
         case = f"{num_pid_m}x{num_pid_n} tiles, GROUP_SIZE_N={group}"
         got = np.array([_as_pair(call(column_grouped_tile, pid, num_pid_m, num_pid_n, group), case)
@@ -112,8 +118,20 @@ def first_wave(num_pid_m, num_pid_n, order, group, in_flight):
              "them streams k_blocks blocks from DRAM once",
     solution="return (len(np.unique(tiles[:, 0])) + len(np.unique(tiles[:, 1]))) * k_blocks"))
 def check_wave_block_fetches(wave_block_fetches):
+    problems = _fetches_problems(wave_block_fetches, FETCH_CASES)
+    return problems or _fetches_problems(wave_block_fetches, unseen_cases(_draw_fetch_case))
+
+
+def _draw_fetch_case(rng) -> tuple:
+    """A wave of a grid of up to 16 x 16 tiles, in either order, as FETCH_CASES lists them."""
+    order = rng.choice(["row_major", "grouped"])
+    return (rng.randint(1, 16), rng.randint(1, 16), order, rng.randint(1, 8) if order == "grouped" else 1,
+            rng.randint(1, 40), rng.randint(1, 64))
+
+
+def _fetches_problems(wave_block_fetches, cases) -> list[str]:
     problems = []
-    for num_pid_m, num_pid_n, order, group, in_flight, k_blocks in FETCH_CASES:
+    for num_pid_m, num_pid_n, order, group, in_flight, k_blocks in cases:
         schedule, tiles = first_wave(num_pid_m, num_pid_n, order, group, in_flight)
         expected = l2_traffic(schedule, block_k=_BLOCK, K=k_blocks * _BLOCK).upto(0)["misses"]
         got = call(wave_block_fetches, tiles.copy(), k_blocks)

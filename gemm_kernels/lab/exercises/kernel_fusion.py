@@ -15,7 +15,7 @@ import triton.language as tl
 
 from ... import runtime
 from . import _kernel_checks as kc
-from ._core import Hints, call, fmt
+from ._core import Hints, call, fmt, unseen_cases
 
 # ----------------------------------------------------------------------------- the harness
 _ELEMENTWISE_BLOCK = 1024
@@ -51,8 +51,14 @@ BYTES_CASES = [(4096, 4096, 2), (8192, 1024, 2), (1000, 3000, 4), (1, 1, 2)]
     approach="it reads every element of C once and writes every result once; count elements, then bytes",
     solution="return 2 * M * N * bytes_per_element"))
 def check_activation_pass_bytes(activation_pass_bytes):
+    problems = _bytes_problems(activation_pass_bytes, BYTES_CASES)
+    return problems or _bytes_problems(activation_pass_bytes, unseen_cases(
+        lambda rng: (rng.randint(1, 16384), rng.randint(1, 16384), rng.choice([1, 2, 4, 8]))))
+
+
+def _bytes_problems(activation_pass_bytes, cases) -> list[str]:
     problems = []
-    for M, N, nbytes in BYTES_CASES:
+    for M, N, nbytes in cases:
         got = call(activation_pass_bytes, M, N, nbytes)
         one_way = M * N * nbytes
         expected = 2 * one_way
@@ -92,7 +98,22 @@ VARIANT_POINTS = [-3.0, -1.5, -1.0, -0.75, -0.5, -0.01, 0.0, 0.01, 0.5, 2.0]
              "returns the shifted value; write that in torch",
     solution="y = x + 1; return torch.where(y >= 0, y, 0.01 * y)"))
 def check_variant_reference(variant_reference):
-    x = torch.tensor(VARIANT_POINTS, dtype=torch.float32, device=runtime.DEVICE)
+    problems = _variant_problems(variant_reference, [VARIANT_POINTS])
+    # then one set of points drawn afresh (one launch, as many points as listed, anywhere in [-4, 4])
+    return problems or _variant_problems(variant_reference, unseen_cases(
+        lambda rng: sorted(round(rng.uniform(-4, 4), 3) for _ in VARIANT_POINTS), count=1))
+
+
+def _variant_problems(variant_reference, point_sets) -> list[str]:
+    for points in point_sets:
+        problems = _variant_set_problems(variant_reference, points)
+        if problems:
+            return problems
+    return []
+
+
+def _variant_set_problems(variant_reference, points) -> list[str]:
+    x = torch.tensor(points, dtype=torch.float32, device=runtime.DEVICE)
     expected = apply_elementwise(leaky_relu_variant, x).double().cpu()
     got = call(variant_reference, x.clone())
     if not isinstance(got, torch.Tensor) or got.shape != x.shape:
@@ -100,7 +121,7 @@ def check_variant_reference(variant_reference):
         return [f"expected a tensor of shape {list(x.shape)} (one output per input), got {shape}"]
     got = got.detach().double().cpu()
     problems = []
-    for xi, e, g in zip(VARIANT_POINTS, expected.tolist(), got.tolist()):
+    for xi, e, g in zip(points, expected.tolist(), got.tolist()):
         if not abs(g - e) <= 1e-5 + 1e-5 * abs(e):
             problems.append(f"x={fmt(xi)}: leaky_relu_variant gives {fmt(e)}, yours gives {fmt(g)}")
     return problems

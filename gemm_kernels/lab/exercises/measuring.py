@@ -9,7 +9,7 @@ from __future__ import annotations
 import statistics
 
 from . import _kernel_checks as kc
-from ._core import Hints, call, fmt, shown
+from ._core import Hints, call, fmt, shown, unseen_cases
 
 
 # ----------------------------------------------------------------------------- exercise 1
@@ -43,8 +43,15 @@ def _why_reading(got, host_us, kernel_us, hidden_us, events_us) -> str:
              "longer than what the flush hides (never less than zero)",
     solution="return events_us + kernel_us + max(0.0, host_us - hidden_us)"))
 def check_do_bench_reading(do_bench_reading):
+    problems = _reading_problems(do_bench_reading, READING_CASES)
+    return problems or _reading_problems(do_bench_reading, unseen_cases(lambda rng: (
+        round(rng.uniform(0, 500), 1), round(rng.uniform(0.1, 600), 2), round(rng.uniform(0, 150), 1),
+        round(rng.uniform(1, 6), 2))))
+
+
+def _reading_problems(do_bench_reading, cases) -> list[str]:
     problems = []
-    for case in READING_CASES:
+    for case in cases:
         expected = do_bench_reading_ref(*case)
         got = call(do_bench_reading, *case)
         try:
@@ -106,8 +113,22 @@ def _why_verdict(got, baseline, ours, noise_pct) -> str:
     solution="ratio = statistics.median(b / o for b, o in zip(baseline_us, ours_us)); return 'faster' if ratio > 1 + "
              "2 * noise_pct / 100 else 'slower' if ratio < 1 - 2 * noise_pct / 100 else 'noise'"))
 def check_timing_verdict(timing_verdict):
+    problems = _verdict_problems(timing_verdict, VERDICT_CASES)
+    return problems or _verdict_problems(timing_verdict, unseen_cases(_draw_rounds))
+
+
+def _draw_rounds(rng) -> tuple:
+    """(baseline rounds, our rounds, noise %) as VERDICT_CASES lists them: 2 to 9 rounds of a kernel of
+    10 to 500 µs, ours about 0.9 to 1.1 times as long, each round a little off."""
+    rounds, base, speed = rng.randint(2, 9), rng.uniform(10, 500), rng.uniform(0.9, 1.1)
+    baseline = [round(base * rng.uniform(0.97, 1.03), 2) for _ in range(rounds)]
+    ours = [round(b * speed * rng.uniform(0.99, 1.01), 2) for b in baseline]
+    return baseline, ours, round(rng.uniform(0.2, 3.0), 1)
+
+
+def _verdict_problems(timing_verdict, cases) -> list[str]:
     problems = []
-    for baseline, ours, noise in VERDICT_CASES:
+    for baseline, ours, noise in cases:
         expected = timing_verdict_ref(baseline, ours, noise)
         got = call(timing_verdict, list(baseline), list(ours), noise)
         if got not in ("faster", "slower", "noise"):

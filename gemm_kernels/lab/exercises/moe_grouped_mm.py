@@ -12,7 +12,7 @@ from ... import runtime
 from ...kernels.moe import grouped_mm_ref
 from ...models.tiles import cdiv, problem_tile_starts
 from . import _kernel_checks as kc
-from ._core import AnswerShapeError, Hints, answer_array, call, plural, shown
+from ._core import AnswerShapeError, Hints, answer_array, call, plural, shown, unseen_cases
 
 #: rows routed to each expert: skewed with idle experts, uniform, one busy expert, a single expert,
 #: every expert idle but one at the end
@@ -24,6 +24,13 @@ COUNT_CASES = [
     [0, 0, 0, 1],
     [129, 1, 64, 63, 65, 0, 2, 31],
 ]
+
+
+
+
+def _draw_counts(rng) -> list[int]:
+    """Rows routed to each of 1 to 8 experts, as COUNT_CASES lists them: up to 200 each, a third of them idle."""
+    return [0 if rng.random() < 1 / 3 else rng.randint(1, 200) for _ in range(rng.randint(1, 8))]
 
 
 # ----------------------------------------------------------------------------- exercise 1
@@ -38,8 +45,13 @@ def offs_ref(counts) -> torch.Tensor:
     approach="a running total of the counts, one entry per expert (no leading 0), in the int32 that grouped_mm takes",
     solution="return torch.cumsum(counts, 0).to(torch.int32)"))
 def check_offs_from_counts(offs_from_counts):
+    problems = _offs_problems(offs_from_counts, COUNT_CASES)
+    return problems or _offs_problems(offs_from_counts, unseen_cases(_draw_counts))
+
+
+def _offs_problems(offs_from_counts, cases) -> list[str]:
     problems = []
-    for counts in COUNT_CASES:
+    for counts in cases:
         case = f"counts {counts}"
         got = call(offs_from_counts, torch.tensor(counts, dtype=torch.int64))
         expected = offs_ref(counts)
@@ -81,25 +93,31 @@ def tiles_per_expert_ref(counts, N, block_m, block_n) -> np.ndarray:
     approach="tile rows and tile columns each round up; an expert with no rows has none",
     solution="return [cdiv(c, BLOCK_M) * cdiv(N, BLOCK_N) for c in counts]"))
 def check_tiles_per_expert(tiles_per_expert):
+    problems = _tiles_problems(tiles_per_expert, [(counts, *shape) for counts in COUNT_CASES for shape in TILE_SHAPES])
+    return problems or _tiles_problems(tiles_per_expert, unseen_cases(lambda rng: (
+        _draw_counts(rng), rng.randint(1, 5000), rng.choice([16, 32, 64, 128]), rng.choice([16, 32, 64, 128, 256]))))
+
+
+def _tiles_problems(tiles_per_expert, cases) -> list[str]:
+    """``cases``: (counts, N, BLOCK_M, BLOCK_N)."""
     problems, wrong = [], []
-    for counts in COUNT_CASES:
-        for N, bm, bn in TILE_SHAPES:
-            case = f"counts {counts}, N={N}, tiles {bm}x{bn}"
-            got = call(tiles_per_expert, list(counts), N, bm, bn)
-            expected = tiles_per_expert_ref(counts, N, bm, bn)
-            try:  # never more of it than one number per expert and one more
-                got = answer_array(got, expected.shape, np.int64).reshape(-1)
-            except AnswerShapeError as exc:
-                problems.append(f"{case}: expected {len(expected)} numbers (one per expert), got {exc}")
-                continue
-            except (TypeError, ValueError, OverflowError):
-                problems.append(f"{case}: expected one number of tiles per expert, got {shown(got)}")
-                continue
-            if got.shape != expected.shape:
-                problems.append(f"{case}: expected {len(expected)} numbers (one per expert), got {len(got)}")
-                continue
-            if (got != expected).any():
-                wrong.append((case, counts, N, bm, bn, got, expected))
+    for counts, N, bm, bn in cases:
+        case = f"counts {counts}, N={N}, tiles {bm}x{bn}"
+        got = call(tiles_per_expert, list(counts), N, bm, bn)
+        expected = tiles_per_expert_ref(counts, N, bm, bn)
+        try:  # never more of it than one number per expert and one more
+            got = answer_array(got, expected.shape, np.int64).reshape(-1)
+        except AnswerShapeError as exc:
+            problems.append(f"{case}: expected {len(expected)} numbers (one per expert), got {exc}")
+            continue
+        except (TypeError, ValueError, OverflowError):
+            problems.append(f"{case}: expected one number of tiles per expert, got {shown(got)}")
+            continue
+        if got.shape != expected.shape:
+            problems.append(f"{case}: expected {len(expected)} numbers (one per expert), got {len(got)}")
+            continue
+        if (got != expected).any():
+            wrong.append((case, counts, N, bm, bn, got, expected))
 
     def fits(formula, counts, N, bm, bn, got):
         return all(got[i] == formula(counts[i], N, bm, bn) for i in range(len(counts)))
@@ -153,27 +171,33 @@ def padded_rows_ref(counts, block_m) -> int:
              "expert with no rows has no tile, hence no padding)",
     solution="return sum(cdiv(c, BLOCK_M) * BLOCK_M - c for c in counts)"))
 def check_padded_rows(padded_rows):
+    problems = _padding_problems(padded_rows, [(counts, bm) for counts in COUNT_CASES for bm in PADDING_BLOCKS])
+    return problems or _padding_problems(padded_rows, unseen_cases(
+        lambda rng: (_draw_counts(rng), rng.choice(PADDING_BLOCKS))))
+
+
+def _padding_problems(padded_rows, cases) -> list[str]:
+    """``cases``: (counts, BLOCK_M)."""
     problems = []
-    for counts in COUNT_CASES:
-        for bm in PADDING_BLOCKS:
-            case = f"counts {counts}, BLOCK_M={bm}"
-            got = call(padded_rows, list(counts), bm)
-            expected = padded_rows_ref(counts, bm)
-            try:
-                got = int(got)
-            except (TypeError, ValueError):
-                problems.append(f"{case}: expected a number of rows, got {shown(got)}")
-                continue
-            if got == expected:
-                continue
-            why = ""
-            if got == sum(bm - c % bm for c in counts):
-                why = (" (that adds BLOCK_M - c % BLOCK_M for every expert, but an expert whose rows fill whole "
-                       "tiles, c % BLOCK_M == 0, has no padding, and one with no rows has no tile at all)")
-            elif got == expected + bm * sum(1 for c in counts if c == 0):
-                why = " (an expert with no rows has no tile, hence no padding)"
-            per = [cdiv(c, bm) * bm - c for c in counts]
-            problems.append(f"{case}: expected {expected} padded rows (per expert {per}), got {got}{why}")
+    for counts, bm in cases:
+        case = f"counts {counts}, BLOCK_M={bm}"
+        got = call(padded_rows, list(counts), bm)
+        expected = padded_rows_ref(counts, bm)
+        try:
+            got = int(got)
+        except (TypeError, ValueError):
+            problems.append(f"{case}: expected a number of rows, got {shown(got)}")
+            continue
+        if got == expected:
+            continue
+        why = ""
+        if got == sum(bm - c % bm for c in counts):
+            why = (" (that adds BLOCK_M - c % BLOCK_M for every expert, but an expert whose rows fill whole "
+                   "tiles, c % BLOCK_M == 0, has no padding, and one with no rows has no tile at all)")
+        elif got == expected + bm * sum(1 for c in counts if c == 0):
+            why = " (an expert with no rows has no tile, hence no padding)"
+        per = [cdiv(c, bm) * bm - c for c in counts]
+        problems.append(f"{case}: expected {expected} padded rows (per expert {per}), got {got}{why}")
     return problems
 
 

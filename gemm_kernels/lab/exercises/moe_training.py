@@ -14,7 +14,7 @@ from ... import runtime
 from ...models.tiles import cdiv, tile_coords_np
 from ...kernels.moe_wgrad import wgrad_tile as _package_wgrad_tile
 from . import _kernel_checks as kc
-from ._core import Hints, call, read_items, shown
+from ._core import Hints, call, read_items, shown, unseen_cases
 
 #: (rows per expert, T, num_pid_m, num_pid_n, GROUP_SIZE_M): idle experts first, in the middle
 #: and last, rows past offs[-1], one expert, more row tiles than a group
@@ -50,8 +50,15 @@ WORK_CASES = [([50, 0, 12, 3], 256, 128, 64, 64, 32), ([1000], 64, 64, 64, 64, 6
              "number of K-loop steps of each tile (an idle expert: none)",
     solution="tiles = cdiv(K, block_m) * cdiv(N, block_n) for every expert; steps = cdiv(rows_e, block_k)"))
 def check_wgrad_work(wgrad_work):
+    problems = _work_problems(wgrad_work, WORK_CASES)
+    return problems or _work_problems(wgrad_work, unseen_cases(lambda rng: (
+        [0 if rng.random() < 0.25 else rng.randint(1, 1000) for _ in range(rng.randint(1, 6))],
+        rng.randint(1, 512), rng.randint(1, 512), *(rng.choice([16, 32, 64, 128]) for _ in range(3)))))
+
+
+def _work_problems(wgrad_work, cases) -> list[str]:
     problems = []
-    for counts, K, N, bm, bn, bk in WORK_CASES:
+    for counts, K, N, bm, bn, bk in cases:
         case = f"counts {counts}, K={K}, N={N}, blocks {bm}x{bn}x{bk}"
         got = call(wgrad_work, list(counts), K, N, bm, bn, bk)
         tiles, steps = wgrad_work_ref(counts, K, N, bm, bn, bk)

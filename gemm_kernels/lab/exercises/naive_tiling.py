@@ -12,7 +12,7 @@ from ...kernels.matmul import matmul_ref
 from ...testing import TOLERANCES, rel_err
 from ...models.tiles import cdiv, launch_order_grid
 from . import _kernel_checks as kc
-from ._core import AnswerShapeError, Hints, answer_array, call, compare_arrays, shown
+from ._core import AnswerShapeError, Hints, answer_array, call, compare_arrays, shown, unseen_cases
 
 # (M, N, K, BLOCK_M, BLOCK_N, BLOCK_K, pid): an exact fit, a ragged corner tile, an inside tile of
 # the same ragged problem, a 1x1 problem, a K much longer than BLOCK_K
@@ -50,9 +50,23 @@ def one_program_ref(A: np.ndarray, B: np.ndarray, pid: int, block_m: int, block_
              "np.arange(BLOCK_K); a = np.where((rows[:, None] < M) & (ks[None, :] < K), A[np.minimum(rows, M - 1)][:, "
              "np.minimum(ks, K - 1)], 0.0); b likewise with (ks, cols); acc += a @ b"))
 def check_one_program(one_program):
+    problems = _one_program_problems(one_program, ONE_PROGRAM_CASES, np.random.default_rng(2))
+    return problems or _one_program_problems(one_program, unseen_cases(_draw_program_case),
+                                             np.random.default_rng())
+
+
+def _draw_program_case(rng) -> tuple:
+    """(M, N, K, BLOCK_M, BLOCK_N, BLOCK_K, pid) as ONE_PROGRAM_CASES lists them: up to 12 x 12 x 12 in
+    blocks of 1 to 8, any program of the launch."""
+    M, N, K = rng.randint(1, 12), rng.randint(1, 12), rng.randint(1, 12)
+    bm, bn, bk = rng.choice([1, 2, 4, 8]), rng.choice([1, 2, 4, 8]), rng.choice([1, 2, 4, 8])
+    return M, N, K, bm, bn, bk, rng.randrange(cdiv(M, bm) * cdiv(N, bn))
+
+
+def _one_program_problems(one_program, cases, rng) -> list[str]:
+    """``rng``: the numpy generator of the cases' A and B."""
     problems = []
-    rng = np.random.default_rng(2)
-    for M, N, K, bm, bn, bk, pid in ONE_PROGRAM_CASES:
+    for M, N, K, bm, bn, bk, pid in cases:
         A, B = rng.standard_normal((M, K)), rng.standard_normal((K, N))
         num_pid_n = cdiv(N, bn)
         case = (f"M={M}, N={N}, K={K}, blocks {bm}x{bn}x{bk}, program {pid} "
@@ -103,8 +117,14 @@ def _order_models():
              "(m, n); count how many programs come before row m, then add the column",
     solution="return np.arange(num_pid_m * num_pid_n).reshape(num_pid_m, num_pid_n)  (entry m * num_pid_n + n)"))
 def check_row_major_launch_order(row_major_launch_order):
+    problems = _row_major_problems(row_major_launch_order, LAUNCH_ORDER_CASES)
+    return problems or _row_major_problems(row_major_launch_order, unseen_cases(
+        lambda rng: (rng.randint(1, 16), rng.randint(1, 16))))
+
+
+def _row_major_problems(row_major_launch_order, cases) -> list[str]:
     problems = []
-    for num_pid_m, num_pid_n in LAUNCH_ORDER_CASES:
+    for num_pid_m, num_pid_n in cases:
         got = call(row_major_launch_order, num_pid_m, num_pid_n)
         expected = launch_order_grid(num_pid_m, num_pid_n, 1, 1, order="row_major")
         case = f"{num_pid_m}x{num_pid_n} tiles"

@@ -17,7 +17,7 @@ from ...kernels.tma import tma_aligned, tma_layout
 from ...models.tiles import cdiv, persistent_schedule
 from ...testing import TOLERANCES, rel_err
 from . import _kernel_checks as kc
-from ._core import Hints, call, compare_arrays, plural, read_items, shown
+from ._core import Hints, call, compare_arrays, plural, read_items, shown, unseen_cases
 
 # ----------------------------------------------------------------------------- exercise 1
 # (M, N, BLOCK_M, BLOCK_N, number of SMs): H100-sized squares, a single partial wave, an exact
@@ -62,8 +62,15 @@ def _persistent_models():
     solution="tiles = cdiv(M, BLOCK_M) * cdiv(N, BLOCK_N); waves = cdiv(tiles, num_sms); "
              "return waves, waves * num_sms - tiles"))
 def check_waves_and_tail(waves_and_tail):
+    problems = _waves_problems(waves_and_tail, WAVE_CASES)
+    return problems or _waves_problems(waves_and_tail, unseen_cases(lambda rng: (
+        rng.randint(1, 16384), rng.randint(1, 16384), rng.choice([64, 128, 256]), rng.choice([64, 128, 256]),
+        rng.choice([4, 8, 16, 78, 114, 132, 144]))))
+
+
+def _waves_problems(waves_and_tail, cases) -> list[str]:
     problems = []
-    for M, N, bm, bn, sms in WAVE_CASES:
+    for M, N, bm, bn, sms in cases:
         case = f"M={M}, N={N}, tiles {bm}x{bn}, {sms} SMs"
         got = call(waves_and_tail, M, N, bm, bn, sms)
         try:
@@ -120,8 +127,14 @@ def _as_tiles(value, case, expected_tiles: int):
     solution="return [tuple(int(v) for v in tiles.tile_coords_np(t, num_pid_m, num_pid_n, 'grouped', GROUP_SIZE_M)) "
              "for t in range(pid, num_pid_m * num_pid_n, NUM_PROGRAMS)]"))
 def check_persistent_tiles(persistent_tiles):
+    problems = _walk_problems(persistent_tiles, WALK_CASES)
+    return problems or _walk_problems(persistent_tiles, unseen_cases(lambda rng: (
+        rng.randint(1, 12), rng.randint(1, 12), rng.randint(1, 20), rng.randint(1, 8))))
+
+
+def _walk_problems(persistent_tiles, cases) -> list[str]:
     problems = []
-    for num_pid_m, num_pid_n, programs, group in WALK_CASES:
+    for num_pid_m, num_pid_n, programs, group in cases:
         launched = min(programs, num_pid_m * num_pid_n)
         case = f"{num_pid_m}x{num_pid_n} tiles, {programs} programs, GROUP_SIZE_M={group}"
         wrong_programs = 0
@@ -197,8 +210,26 @@ def _describe(x: torch.Tensor) -> str:
              "True, x.stride(1) else: return False; if (outer * x.element_size()) % 16 or x.data_ptr() % 16: return "
              "False; return col_major, outer"))
 def check_tma_view(tma_view):
+    problems = _tma_problems(tma_view, TMA_CASES)
+    return problems or _tma_problems(tma_view, unseen_cases(_draw_tma_case))
+
+
+def _draw_tma_case(rng) -> tuple:
+    """(description, tensor maker) as TMA_CASES lists them: a contiguous fp16, bf16 or fp32 matrix of 3 to
+    80 rows and columns, or a transpose, slice, strided view or padded copy of one."""
+    dtype = rng.choice([torch.float16, torch.bfloat16, torch.float32])
+    rows, cols = rng.randint(3, 80), rng.randint(3, 80)
+    first = rng.randint(1, cols - 2)
+    views = [("x", lambda x: x), ("x.t()", lambda x: x.t()), (f"x[:, {first}:]", lambda x: x[:, first:]),
+             ("x[::2]", lambda x: x[::2]), ("x[:, ::2]", lambda x: x[:, ::2]), ("tma_aligned(x)", tma_aligned)]
+    name, view = rng.choice(views)
+    text = f"{name}, x a contiguous {rows}x{cols} {str(dtype).replace('torch.', '')} matrix"
+    return text, lambda: view(torch.zeros(rows, cols, dtype=dtype, device=runtime.DEVICE))
+
+
+def _tma_problems(tma_view, cases) -> list[str]:
     problems = []
-    for text, make in TMA_CASES:
+    for text, make in cases:
         x = make()
         (expected, reason) = tma_view_ref(x)
         got = call(tma_view, x)

@@ -28,7 +28,7 @@ from ...kernels.tiles import record_tile, streamk_range
 from ...models.tiles import cdiv, streamk_segments
 from ...testing import TOLERANCES, rel_err
 from . import _kernel_checks as kc
-from ._core import Hints, call, compare_arrays, fmt, read_items, shown
+from ._core import Hints, call, compare_arrays, fmt, read_items, shown, unseen_cases
 
 
 def _segments_text(segments) -> str:
@@ -116,8 +116,20 @@ def _traces():
              "k_end = min(k_tiles, k_first + end - it); segments.append((num_tiles - sk_tiles + t, k_first, k_end)); "
              "it += k_end - k_first; return segments"))
 def check_streamk_share(streamk_share):
+    problems = _share_problems(streamk_share, SHARE_CASES)
+    return problems or _share_problems(streamk_share, unseen_cases(_draw_share_case))
+
+
+def _draw_share_case(rng) -> tuple:
+    """(num_tiles, k_tiles, num_programs, sk_tiles) as SHARE_CASES lists them: up to 40 tiles of up to 16
+    K iterations on up to 20 programs, 1 to min(num_tiles, num_programs) of the tiles split."""
+    num_tiles, k_tiles, num_programs = rng.randint(1, 40), rng.randint(1, 16), rng.randint(1, 20)
+    return num_tiles, k_tiles, num_programs, rng.randint(1, min(num_tiles, num_programs))
+
+
+def _share_problems(streamk_share, cases) -> list[str]:
     problems = []
-    for num_tiles, k_tiles, num_programs, sk_tiles in SHARE_CASES:
+    for num_tiles, k_tiles, num_programs, sk_tiles in cases:
         case = f"{num_tiles} tiles of {k_tiles} K iterations, {num_programs} programs, sk_tiles={sk_tiles}"
         wrong = 0
         for pid in range(num_programs):

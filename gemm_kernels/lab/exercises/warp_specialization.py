@@ -53,7 +53,7 @@ from ...kernels import matmul_ws as ws
 from ...models import ws_timeline as wt
 from . import _kernel_checks as kc
 from ._core import (CORRECT, STRUCTURE_ONLY, AnswerRaised, CheckResult, Hints, _NotAttempted, call, exercise,
-                    is_stub_error, read_items, shown)
+                    is_stub_error, read_items, shown, unseen_cases)
 
 #: the package's folder: an answer that runs code from here returns the package's numbers, not the learner's
 _PACKAGE_DIR = os.path.join(str(Path(__file__).resolve().parents[2]), "")
@@ -124,7 +124,8 @@ def check_ring_phases(slot_and_phases):
     if code is not None:
         return [_not_yours(_code_name(code), own)]
     with kc.learner_calls() as called:
-        problems = _ring_phase_problems(slot_and_phases)
+        problems = _ring_phase_problems(slot_and_phases, PHASE_CASES) or _ring_phase_problems(
+            slot_and_phases, unseen_cases(lambda rng: (rng.randint(0, 10**6), rng.randint(1, 8))))
         table = [] if problems else _ring_table(slot_and_phases)
     if called:
         return [_not_yours(called[0], own)]
@@ -139,10 +140,11 @@ def _ring_table(slot_and_phases, stages: int = 4, positions: int = 10) -> list[s
             *(f"{name:<5}: " + " ".join(str(r[i]) for r in rows) for i, name in enumerate(("slot", "ready", "empty")))]
 
 
-def _ring_phase_problems(slot_and_phases) -> list[str]:
+def _ring_phase_problems(slot_and_phases, cases) -> list[str]:
+    """``cases``: (q, stages) pairs."""
     for step, index in (("slot", 0), ("ready", 1), ("empty", 2)):  # stepwise: the first wrong step only
         problems = []
-        for q, stages in PHASE_CASES:
+        for q, stages in cases:
             answer = call(slot_and_phases, q, stages)
             try:
                 got = tuple(int(v) for v in read_items(answer, 3))  # an endless answer: 4 items read, wrong
