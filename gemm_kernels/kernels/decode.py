@@ -36,6 +36,7 @@ from .. import runtime
 from ..models.tiles import cdiv
 from . import checks, configs, launches
 from .epilogue import activation_ref, bias_and_activation, load_bias, mma_operand, store_tile_masked, widen_for_dot
+from .splitk import _workspace as splitk_workspace
 
 #: the most rows ``matmul_decode`` takes: above, a GEMM tile of 64 rows wastes nothing
 DECODE_MAX_ROWS = 64
@@ -232,11 +233,5 @@ def matmul_decode(a, b, *, activation=None, bias=None, method=None, split_k=None
 
 
 def _workspace(slots: int, blocks: int, device: torch.device):
-    """The fp32 partial-sum slots and the int32 arrival counts (zero, and left zero by every
-    launch): kept per stream on a GPU, fresh in the interpreter."""
-    if runtime.interpreted():
-        return (torch.empty(slots, dtype=torch.float32, device=device),
-                torch.zeros(blocks, dtype=torch.int32, device=device))
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    return runtime.stream_buffers(index, (("decode partials", slots, torch.float32, False),
-                                          ("decode counts", blocks, torch.int32, True)))
+    """split-K's partial-sum slots and arrival counts, in buffers of decode's own."""
+    return splitk_workspace(slots, blocks, device, owner="decode")

@@ -185,12 +185,13 @@ def _tma_layouts(a, b, use_tma):
 _KEPT = launches.LaunchCache()
 
 
-def _workspace(slots: int, tiles: int, device: torch.device):
+def _workspace(slots: int, tiles: int, device: torch.device, owner: str = "splitk"):
     """The fp32 partial-sum slots and the int32 arrival counts (zero, and left zero by every
-    launch): kept per stream on a GPU, fresh in the interpreter."""
+    launch): kept per stream on a GPU (named after ``owner``: each kernel family its own), fresh in
+    the interpreter."""
     if runtime.interpreted():
         return (torch.empty(slots, dtype=torch.float32, device=device),
                 torch.zeros(tiles, dtype=torch.int32, device=device))
     index = device.index if device.index is not None else torch.cuda.current_device()
-    return runtime.stream_buffers(index, (("splitk partials", slots, torch.float32, False),
-                                          ("splitk counts", tiles, torch.int32, True)))
+    return runtime.stream_buffers(index, ((f"{owner} partials", slots, torch.float32, False),
+                                          (f"{owner} counts", tiles, torch.int32, True)))
