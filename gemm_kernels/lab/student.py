@@ -205,11 +205,10 @@ def setup_source(repo: str | None = None, pin: str | None = None, install: str |
     return SETUP.replace("{repo}", where)
 
 
-def student_notebook(nb, name: str = "the notebook", repo: str | None = None, install: str | None = None,
-                     colab: str | None = None):
+def student_notebook(nb, name: str = "the notebook", repo: str | None = None):
     """A copy of ``nb`` without solutions, outputs or execution counts, with the banner and the set-up
-    cell on top (``repo``: the GitHub repository they name, :func:`.published.github_repo`; ``install``
-    and ``colab``: a class build's wheel and Colab address, :mod:`.class_build`)."""
+    cell on top (``repo``: the GitHub repository they name, :func:`.published.github_repo`; a class
+    build's copy: :func:`as_class_copy`)."""
     from .published import colab_url
 
     source = nb
@@ -219,9 +218,9 @@ def student_notebook(nb, name: str = "the notebook", repo: str | None = None, in
             cell.source = strip_solutions(strip_hidden_tests(cell.source), where=f"{name}, cell {i}")
             cell.outputs = []
             cell.execution_count = None
-    banner = nbformat.v4.new_markdown_cell(BANNER.format(name=name, colab=colab or colab_url(name, repo)))
+    banner = nbformat.v4.new_markdown_cell(BANNER.format(name=name, colab=colab_url(name, repo)))
     banner.id = "student-copy-banner"
-    setup = nbformat.v4.new_code_cell(setup_source(repo, install=install))
+    setup = nbformat.v4.new_code_cell(setup_source(repo))
     setup.id = SETUP_ID
     nb.cells[:0] = [banner, setup]
     nb.metadata[RECORD] = {"source": name, "source_hash": source_hash(source),
