@@ -414,6 +414,35 @@ def test_strides_whose_products_pass_2_to_the_31_are_read_right(tmp_path):
                  moe_wgrad.grouped_mm_wgrad_ref(x.contiguous(), dy, offs).flatten(0, 1), torch.float16)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("tma", [False, None], ids=["pointers", "auto"])
+@pytest.mark.parametrize("layout", ["columns", "rows"])
+def test_gpu_strides_whose_products_pass_2_to_the_31_are_read_right(layout, tma):
+    """The test above on a GPU, compiled, in two layouts: x[t, k] at t + k * 2**28 elements
+    (columns) or at t * 2**28 + k (rows, 10 rows: a 4.5e9-element span that TMA can describe), in
+    a buffer of 5.5 or 9 GiB of which only the touched elements hold data.  With 32-bit offsets
+    the kernel would read outside x (an illegal address) or garbage."""
+    T, K, N, stride = (6, 12, 8, 2**28) if layout == "columns" else (10, 16, 8, 2**28)
+    shape_strides = ((T, K), (1, stride)) if layout == "columns" else ((T, K), (stride, 1))
+    elements = (max(T, K) - 1) * stride + max(T, K)
+    free = runtime.free_gpu_bytes()
+    if free is not None and free < elements * 2 * 1.2:
+        pytest.skip(f"needs about {elements * 2 / 2**30:.1f} GiB of GPU memory, {free / 2**30:.1f} GiB free")
+    storage = torch.empty(elements, device=DEVICE, dtype=torch.float16)
+    x = storage.as_strided(*shape_strides)
+    x.copy_(torch.randn(T, K, generator=torch.Generator().manual_seed(0)).half().to(DEVICE))
+    w = torch.randn(2, K, N, generator=torch.Generator().manual_seed(1)).half().to(DEVICE)
+    offs = torch.tensor([2, T], dtype=torch.int32, device=DEVICE)
+    ref = grouped_mm_ref(x.contiguous(), w, offs, out_dtype=torch.float64)
+    assert_close(grouped_mm(x, w, offs, tma=tma), ref, torch.float16)
+    dy = torch.randn(T, N, generator=torch.Generator().manual_seed(2)).half().to(DEVICE)
+    assert_close(moe.grouped_mm_wgrad(x, dy, offs, tma=tma).flatten(0, 1),
+                 moe_wgrad.grouped_mm_wgrad_ref(x.contiguous(), dy, offs).flatten(0, 1), torch.float16)
+    torch.cuda.synchronize()
+    del storage, x
+    torch.cuda.empty_cache()
+
+
 # ---------------------------------------------------------------- the weight gradient kernel
 @pytest.mark.parametrize("tma", [False, True])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32], ids=str)
