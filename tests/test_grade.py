@@ -146,3 +146,23 @@ def test_the_command_on_a_notebook_of_no_course(tmp_path, capsys):
     with open(tmp_path / "g.csv", newline="", encoding="utf-8") as f:
         (row,) = csv.DictReader(f)
     assert row["status"] == "error" and "not a notebook of the course" in row["message"]
+
+
+def test_each_student_has_a_judge_of_their_own(tmp_path, monkeypatch):
+    """Rebuilt kernels run in the judge's process: whatever one student's leave there must not meet
+    another student's notebooks.  So each judge (one ``grade_notebooks`` call) holds one student's
+    notebooks, all of them, whatever ``jobs`` is."""
+    for student in ("ann", "bob", "cy"):
+        (tmp_path / student).mkdir()
+        for name in ("00_start_here", "01_pointer_arithmetic"):
+            (tmp_path / student / f"{name}.ipynb").write_text((NOTEBOOKS / f"{name}.ipynb").read_text())
+    judged = []
+
+    def fake(items, **options):
+        judged.append(sorted(Path(path).parent.name + "/" + notebook for path, notebook in items))
+        return [{title: ("correct", "") for title, _ in grade.ANSWERS[notebook]} for _, notebook in items]
+
+    monkeypatch.setattr(grade, "grade_notebooks", fake)
+    rows, _ = grade.grade_class(tmp_path, jobs=2)
+    assert sorted(judged) == [[f"{s}/00_start_here", f"{s}/01_pointer_arithmetic"] for s in ("ann", "bob", "cy")]
+    assert {row.student for row in rows} == {"ann", "bob", "cy"} and all(row.points == 1 for row in rows)

@@ -6,8 +6,8 @@ the folder's.  A notebook is known by its name (``NN_slug``, anywhere in it) or,
 the check module its cells import.  One copy per student and notebook is graded
 (:func:`gemm_kernels.lab.gradebook.pick_copies`: ``-Copy1`` beside the original).
 
-A judge (:mod:`gemm_kernels.lab._grade_judge`, a process of its own; one per ``--jobs``, taking
-its notebooks in turn) runs each notebook's cells in another process (every cell in order, each
+A judge (:mod:`gemm_kernels.lab._grade_judge`, a process of its own for each student, taking
+their notebooks in turn; ``--jobs`` at a time) runs each notebook's cells in another process (every cell in order, each
 with a time limit, a memory cap, sandboxed where Linux allows it) and decides every verdict
 itself: plain answers are called through a pipe and return plain data, kernel answers are rebuilt
 from their source and run by the judge.  Nothing the notebook patches or writes reaches a
@@ -261,8 +261,10 @@ def grade_class(root: Path, *, jobs: int = 1, **options) -> tuple[list[Grade], l
     kept += [f for f in found if f[2] is None]
     kept.sort(key=lambda f: (f[0], str(f[1])))
     options.setdefault("hide", [root])  # the class's notebooks, out of every notebook's sight (the sandbox)
-    jobs = max(1, min(jobs, len(kept) or 1))
-    shares = [kept[j::jobs] for j in range(jobs)]  # one judge per job, its notebooks in turn
+    # a judge of its own for each student (their notebooks in turn), ``jobs`` at a time: whatever one
+    # student's rebuilt kernels leave in a judge's process dies with it, before anyone else is judged
+    shares = [[f for f in kept if f[0] == student] for student in dict.fromkeys(f[0] for f in kept)]
+    jobs = max(1, min(jobs, len(shares) or 1))
 
     def judged(share):
         verdicts = grade_notebooks([(path, notebook) for _, path, notebook in share if notebook], **options)
