@@ -1,4 +1,5 @@
-"""What batch invariance costs, measured (GPU only): ``python tests/gpu_batch_invariance.py OUT.csv [--quick]``.
+"""What batch invariance costs, measured (GPU only):
+``python tests/gpu_batch_invariance.py OUT.csv [--quick] [--dtypes=float16,bfloat16] [--no-fp8] [--budget=S]``.
 
 For each weight shape (N x K, ``x @ W.t()`` as in a linear layer, and W row-major) and each token
 count M: ``torch.matmul`` (cuBLAS), ``matmul_auto`` by default and ``matmul_auto(...,
@@ -7,7 +8,9 @@ batch_invariant=True)``, each checked against float64 first, then timed from a C
 whether its first rows have the same bits as the same rows computed at the largest M
 (``same_bits_as_largest_m``): for the batch-invariant mode always, for the others where it happens.
 Then ``scaled_mm`` (e4m3, row/column scales) against ``torch._scaled_mm`` the same way, where fp8 runs.
-The CSV is written after every shape; ``PERF_NOTES`` and a notebook may quote it once committed.
+The CSV is written after every weight layout; ``--budget=S`` starts no new weight layout after S
+seconds (a cut run keeps whole blocks); ``launcher`` names what ``pick_launcher`` chose for the row.
+``PERF_NOTES`` and a notebook may quote the CSV once committed.
 """
 
 import sys
@@ -25,19 +28,22 @@ FIELDS = ["dtype", "layout", "M", "N", "K", "provider", "launcher", "ms", "tflop
           "same_bits_as_largest_m", "error"]
 
 
-def main(path, quick=False):
+def main(path, quick=False, dtype_names=("float16", "bfloat16"), fp8=True, budget_s=float("inf")):
     if not gk.on_gpu():
         raise SystemExit("gpu_batch_invariance.py times a CUDA GPU; none here")
     rows, started = [], time.time()
     weights = WEIGHTS[:1] if quick else WEIGHTS
     ms_list = ROWS[::2] if quick else ROWS
-    dtypes = [torch.float16] + ([torch.bfloat16] if gk.supports_bf16() else [])
+    dtypes = [getattr(torch, name) for name in dtype_names if name != "bfloat16" or gk.supports_bf16()]
     torch.manual_seed(0)
     for dtype in dtypes:
         for N, K in weights:
-            x_all = torch.randn(max(ms_list), K, device="cuda", dtype=dtype)
-            w = torch.randn(N, K, device="cuda", dtype=dtype)
+            x_all = torch.randn(max(ms_list), K, device=gk.DEVICE, dtype=dtype)
+            w = torch.randn(N, K, device=gk.DEVICE, dtype=dtype)
             for layout, b in (("W.t()", w.t()), ("row-major", w.t().contiguous())):
+                if time.time() - started > budget_s:
+                    print(f"budget of {budget_s:.0f} s spent: {dtype} {N}x{K} {layout} and later blocks not run")
+                    break
                 providers = {
                     "cuBLAS": lambda a: torch.matmul(a, b),
                     "matmul_auto": lambda a: matmul_auto(a, b),
@@ -59,7 +65,7 @@ def main(path, quick=False):
                             rows.append(row)
                             print(row, flush=True)
                 write_rows(path, FIELDS, rows)
-    if gk.supports_fp8():
+    if fp8 and gk.supports_fp8() and time.time() - started <= budget_s:
         rows += fp8_rows(path, rows, weights, ms_list)
     invariant = [r for r in rows if r["provider"].endswith("batch_invariant")]
     assert all(r["same_bits_as_largest_m"] for r in invariant), "batch_invariant=True changed bits"
@@ -73,7 +79,7 @@ def fp8_rows(path, rows, weights, ms_list):
 
     out = []
     for N, K in weights:
-        x, w = torch.randn(max(ms_list), K, device="cuda"), torch.randn(N, K, device="cuda")
+        x, w = torch.randn(max(ms_list), K, device=gk.DEVICE), torch.randn(N, K, device=gk.DEVICE)
         a_all, sa_all = fp8.quantize_fp8(x, "row")
         b, sb = fp8.quantize_fp8(w.t(), "column")
         providers = {
@@ -99,6 +105,8 @@ def fp8_rows(path, rows, weights, ms_list):
 
 if __name__ == "__main__":
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
-    if len(args) != 1:
-        raise SystemExit(__doc__.splitlines()[0])
-    main(args[0], quick="--quick" in sys.argv)
+    opts = dict(a[2:].partition("=")[::2] for a in sys.argv[1:] if a.startswith("--"))
+    if len(args) != 1 or not set(opts) <= {"quick", "dtypes", "no-fp8", "budget"}:
+        raise SystemExit(" ".join(__doc__.splitlines()[:2]))
+    main(args[0], quick="quick" in opts, dtype_names=tuple(opts.get("dtypes", "float16,bfloat16").split(",")),
+         fp8="no-fp8" not in opts, budget_s=float(opts.get("budget", "inf")))

@@ -15,6 +15,10 @@
 Timing: ``bench.core.median_ms`` (do_bench medians, L2 flushed), providers interleaved over
 ``ROUNDS`` rounds, the median of the rounds kept.  Writes cast_transpose.csv, amax.csv and
 meta.json to OUT_DIR; prints a table last.
+
+``--configs`` instead: which of ``CAST_TRANSPOSE_CONFIGS`` the autotuner picks for each shape and
+scale format (its candidates' CUDA-graph timings beside), and each config timed as above
+(cast_transpose_configs.json).
 """
 
 import json
@@ -64,12 +68,17 @@ def same(out, ref) -> bool:
             and torch.equal(out.scale_t, ref.scale_t))
 
 
+def bf16_input(M, K):
+    """Random bf16 rows whose magnitudes differ by powers of two up to 2^4 (scales that differ)."""
+    gen = torch.Generator(device=gk.DEVICE).manual_seed(M + K)
+    return (torch.randn(M, K, device=gk.DEVICE, generator=gen)
+            * torch.exp2(torch.randint(-4, 5, (M, 1), device=gk.DEVICE, generator=gen).float())).bfloat16()
+
+
 def cast_transpose_rows(shapes, copy_rate):
     rows = []
     for M, K in shapes:
-        gen = torch.Generator(device=gk.DEVICE).manual_seed(M + K)
-        x = (torch.randn(M, K, device=gk.DEVICE, generator=gen)
-             * torch.exp2(torch.randint(-4, 5, (M, 1), device=gk.DEVICE, generator=gen).float())).bfloat16()
+        x = bf16_input(M, K)
         for fmt in ft.SCALE_FORMATS:  # correct first: bit for bit against float64
             assert same(ft.quantize_fp8_transposed(x, scale_format=fmt),
                         ft.quantize_fp8_transposed_ref(x, scale_format=fmt)), f"{M}x{K} {fmt}: differs from the reference"
@@ -136,6 +145,46 @@ def amax_rows(gemms):
     return rows
 
 
+def with_config(config, fn):
+    """``fn()`` with autotuning off and ``config`` as the cast-transpose's first (only) config."""
+    saved, saved_mode = ft.CAST_TRANSPOSE_CONFIGS, runtime.autotune_mode()
+    ft.CAST_TRANSPOSE_CONFIGS = [config]  # rebinds the module's name; the autotuner keeps its own list
+    runtime.set_autotune("off")
+    try:
+        return fn()
+    finally:
+        ft.CAST_TRANSPOSE_CONFIGS = saved
+        runtime.set_autotune(saved_mode)
+
+
+def cast_transpose_configs(out_dir, shapes):
+    """The autotuner's pick per shape and scale format, and every config timed (bf16 x, as above)."""
+    tuner, started, rows = ft._cast_transpose_tuned, time.time(), []
+    for M, K in shapes:
+        x = bf16_input(M, K)
+        for fmt in ft.SCALE_FORMATS:
+            runtime.set_autotune("full")
+            ft.quantize_fp8_transposed(x, scale_format=fmt)  # a new key: the autotuner times every config
+            timings = {f"{c.num_warps} warps": t for c, t in getattr(tuner, "configs_timings", {}).items()}
+            providers = {f"{c.num_warps} warps": (lambda c=c: with_config(
+                c, lambda: ft.quantize_fp8_transposed(x, scale_format=fmt))) for c in ft.CAST_TRANSPOSE_CONFIGS}
+            for c in ft.CAST_TRANSPOSE_CONFIGS:  # each config checked bit for bit against float64 first
+                assert same(with_config(c, lambda: ft.quantize_fp8_transposed(x, scale_format=fmt)),
+                            ft.quantize_fp8_transposed_ref(x, scale_format=fmt)), f"{M}x{K} {fmt} {c}"
+            timed = interleaved(providers)
+            rows.append(dict(M=M, K=K, scale_format=fmt, autotuner_pick=f"{tuner.best_config.num_warps} warps",
+                             autotuner_ms_median_p20_p80=timings,
+                             do_bench_ms={name: round(ms, 5) for name, (ms, _) in timed.items()},
+                             round_spread={name: round(spread, 4) for name, (_, spread) in timed.items()}))
+            print(rows[-1], flush=True)
+    meta = dict(gpu=gk.gpu_name(), torch=torch.__version__, triton=__import__("triton").__version__,
+                autotuner_timing="configs.time_candidate: CUDA-graph replays, warm L2",
+                do_bench_timing="bench.core.median_ms: do_bench median, L2 flushed; median of the rounds",
+                rounds=ROUNDS, seconds=round(time.time() - started, 1), rows=rows)
+    with open(f"{out_dir}/cast_transpose_configs.json", "w") as f:
+        json.dump(meta, f, indent=1)
+
+
 def main(out_dir, quick=False):
     if not gk.on_gpu():
         raise SystemExit("gpu_fp8_training.py times a CUDA GPU; none here")
@@ -166,4 +215,9 @@ def main(out_dir, quick=False):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], quick="--quick" in sys.argv[2:])
+    if "--configs" in sys.argv[2:]:
+        if not gk.on_gpu():
+            raise SystemExit("gpu_fp8_training.py times a CUDA GPU; none here")
+        cast_transpose_configs(sys.argv[1], SHAPES[:1] if "--quick" in sys.argv[2:] else SHAPES)
+    else:
+        main(sys.argv[1], quick="--quick" in sys.argv[2:])
