@@ -6,9 +6,11 @@ Stream-K (Osama et al., PPoPP 2023, arXiv:2301.03598) hands out *K iterations* i
 ``sk_tiles`` tiles' ``sk_tiles * k_tiles`` iterations are split evenly over all ``P`` programs,
 after the other tiles ran data-parallel (``tiles.streamk_segments`` is the numpy mirror, which the
 kernel's trace matches).  ``schedule="tail"`` splits few-tile, long-K problems by default
-(``tiles.streamk_default_tiles``) or ``sk_tiles`` tiles; ``schedule="hybrid"`` is the paper's
-data-parallel + two-tile Stream-K: the partial wave and one full wave are split, so each share is
-one to two tiles and a tile has at most two pieces (``tiles.streamk_hybrid_tiles``).
+(``tiles.streamk_default_tiles``) or ``sk_tiles`` tiles; ``schedule="hybrid"`` is the course's
+variant of the paper's two-tile Stream-K + data-parallel: the partial wave and one full wave are
+split, so each share is one to two tiles and a tile has at most two pieces
+(``tiles.streamk_hybrid_tiles``).  The paper and CUTLASS run the Stream-K blocks first, then the
+data-parallel tiles; here each program runs its data-parallel tiles first and its share last.
 
 A split tile's pieces are added one of three ways (``reduction``, ``tiles.STREAMK_REDUCTIONS``;
 workspace in ``tiles.streamk_workspace_bytes``).  ``deterministic``: the program holding the
