@@ -1,6 +1,6 @@
 """FP8 for training (``kernels.fp8_training``): the fused cast-transpose against its float64
 reference and against ``quantize_fp8`` called twice, bit for bit; power-of-two (UE8M0) scales and
-their exact rescaling; ``scaled_mm_amax``'s epilogue amax against ``out``; bad inputs.  GPU-marked
+their exact dequantization; ``scaled_mm_amax``'s epilogue amax against ``out``; bad inputs.  GPU-marked
 tests run the same checks compiled, with autotuning on and off."""
 
 import pytest

@@ -14,10 +14,11 @@ maxima (``q_t``'s scales), and stores ``q`` and the transposed ``q_t``.  The rul
 same bits); :func:`quantize_fp8_transposed_ref` is its float64 reference.
 
 ``scale_format="ue8m0"`` rounds each scale up to a power of two (DeepSeek-V3's and MXFP8's
-UE8M0: the scale is one exponent byte).  Dividing or multiplying by a power of two only changes
-a float's exponent, so rescaling (dequantize, requantize with the same scale) is exact, and a
-scale can move between formats without rounding.  The price: up to a factor 2 of the fp8 range
-is left unused.
+UE8M0: the scale is one exponent byte).  Multiplying by a power of two only moves a float's
+exponent, so dequantizing (``q * scale``) is exact in float32, and moving a block to another
+power-of-two scale is exact unless it leaves the fp8 range.  Requantizing ``q * scale`` with the
+same scale gives ``q`` back for a float32 scale too: that is not what UE8M0 adds.  The price: up
+to a factor 2 of the fp8 range is left unused.
 
 :func:`scaled_mm_amax` is ``scaled_mm`` that also returns its output's largest finite |value|
 (each tile's maximum, one ``atomic_max`` into an fp32 scalar): the next layer's per-tensor
@@ -156,8 +157,8 @@ def quantize_fp8_transposed(x, *, dtype=torch.float8_e4m3fn, scale_format="fp32"
     """x [M, K] (float16, bfloat16 or float32, any strides) -> ``TransposedFp8(q, scale, q_t,
     scale_t)`` in one pass: ``q`` as ``quantize_fp8(x, (1, 128))``, ``q_t`` [K, M] row-major as
     ``quantize_fp8(x.t(), (1, 128))`` (the operand a weight gradient reads K-major along M).
-    ``scale_format="ue8m0"``: each scale rounded up to a power of two, so that rescaling by it
-    only changes exponents and is exact (module docstring).  Ragged M and K are padded with zeros
+    ``scale_format="ue8m0"``: each scale rounded up to a power of two, so that ``q * scale`` is
+    exact in float32 (module docstring).  Ragged M and K are padded with zeros
     inside the kernel; a NaN or inf changes only its own element, as in ``quantize_fp8``."""
     require_fp8("quantize_fp8_transposed")  # Triton casts to fp8 on sm_89+ only
     (x,) = checks.resolve_lazy_views(x)  # the kernel reads memory, not torch's lazy negation
