@@ -948,3 +948,51 @@ def test_entry_41_batch_invariance_numbers_are_the_csv():
     fp8 = [r for r in rows if r["provider"] == "scaled_mm"]
     assert all(r["same_bits_as_largest_m"] == "True" for r in fp8) and f"({len(fp8)} of {len(fp8)})" in text
     assert "passed" in (BENCH / "entry41" / "batch_invariance_gpu_tests.log").read_text()
+
+
+def test_entry_45_measuring_clock_records_are_the_json():
+    """PERF_NOTES 45 quotes 09b's clock records (measuring_clocks.json, measuring_clocks_idle.json,
+    and measuring.json's ncu run at 4096³), computed here as notebook 09b's test computes them."""
+    import statistics
+
+    text = _squash(PERF_NOTES.read_text())
+    entry = text[text.index("## 45. "):]
+    first = json.loads((BENCH / "measuring_clocks.json").read_text())
+    rested = json.loads((BENCH / "measuring_clocks_idle.json").read_text())
+    assert {first["device"], rested["device"]} == {"NVIDIA H100 80GB HBM3"} and "580.159.04, " in first[
+        "nvidia_smi"]["stdout"] and "700.00 W" in first["nvidia_smi"]["stdout"]
+    assert first["lock"]["locked"] and first["lock"]["reset"]["rc"] == 0 and "-lgc 1755,1755" in entry
+    runs = {name: next(iter(run["kernels"].values())) for name, run in first["ncu"]["runs"].items()}
+    us = {n: m["gpu__time_duration.sum"] / 1e3 for n, m in runs.items()}
+    mhz = {n: m["sm__cycles_elapsed.avg.per_second"] / 1e6 for n, m in runs.items()}
+    read = {n: m["dram__bytes_read.sum"] / 1e6 for n, m in runs.items()}
+    assert (f"{us['defaults']:.2f} µs at {mhz['defaults']:.0f} MHz under the defaults, {us['clock-control none']:.2f} "
+            f"µs at {mhz['clock-control none']:.0f} MHz") in entry
+    assert (f"{read['cache-control none']:.2f} MB came from DRAM instead of {read['defaults']:.2f} MB and "
+            f"{runs['cache-control none']['dram__bytes_write.sum'] / 1e6:.2f} MB was written") in entry
+    assert runs["defaults"]["dram__bytes_write.sum"] == 0
+    base = json.loads((BENCH / "measuring.json").read_text())["ncu_clocks"]["base"]
+    assert f"4096³ GEMM read {base['sm__cycles_elapsed.avg.per_second']['value'] / 1e6:.0f} MHz" in entry
+    cold, idle = rested["cold"], rested["idle"]
+    assert f"idle at {cold['clock'][0][1]:.0f} MHz, at 1980 MHz before the first GEMM" in entry
+    early = {p: statistics.median(r["times_us"][1:101]) for p, r in (("cold", cold), ("idle", idle))}
+    late = {p: statistics.median(r["times_us"][-200:]) for p, r in (("cold", cold), ("idle", idle))}
+    assert round(early["cold"]) == round(early["idle"]) == 180 and "took 180 µs at 1980 MHz" in entry
+
+    def settled_s(run, early_us):  # GPU seconds from launch 2 until every later block of 100 is 10% slower
+        t, starts = run["times_us"], run["start_offsets_us"]
+        blocks = [(starts[i] - starts[1], statistics.median(t[i:i + 100])) for i in range(100, len(t), 100)]
+        return next(at for k, (at, _) in enumerate(blocks) if all(b > 1.1 * early_us for _, b in blocks[k:])) / 1e6
+
+    assert f"after {settled_s(cold, early['cold']):.2f} to {settled_s(idle, early['idle']):.2f} s" in entry
+    assert (f"{late['cold']:.0f} and {late['idle']:.0f} µs (the cold and the idle run): faster first, by "
+            f"{late['cold'] / early['cold'] - 1:.0%} and {late['idle'] / early['idle'] - 1:.0%}") in entry
+
+    def write_minus_read(record):
+        return {r["n"]: r["us"]["write flush (do_bench's zero_)"] - r["us"]["read flush (sum)"]
+                for r in record["dirty"]["rows"] if r["n"] < 4096}
+
+    now, before = write_minus_read(rested), write_minus_read(first)
+    least, most = min(now, key=now.get), max(now, key=now.get)
+    assert (f"between {now[least]:.2f} µs ({least}³) and {now[most]:.2f} µs ({most}³) over a read flush in the "
+            f"second record, {min(before.values()):.2f} to {max(before.values()):.2f} µs in the first") in entry
