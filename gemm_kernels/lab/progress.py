@@ -26,12 +26,13 @@ import importlib
 import json
 import os
 import re
+import stat
 import tempfile
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import _env
+from .. import _env, _files
 
 ENV = "GEMM_KERNELS_PROGRESS"
 #: the file's name in the notebooks' folder, when ``GEMM_KERNELS_PROGRESS`` is not set
@@ -109,17 +110,22 @@ def _salvaged(data) -> dict:
 
 def _read(path: Path, *, repair: bool) -> dict:
     """The record at ``path`` (an empty one when there is none).  A file that is not a record
-    gets a warning; with ``repair`` it is renamed ``NAME.corrupt``, so the next write starts afresh."""
+    gets a warning; with ``repair`` it is renamed ``NAME.corrupt``, so the next write starts afresh.
+    What is no file (a FIFO, a device, a folder: :func:`gemm_kernels._files.read_bytes`) is never
+    opened: a warning, or with ``repair`` the error, so that nothing replaces it."""
     try:
-        with open(path, "rb") as f:
-            raw = f.read(_MAX_BYTES + 1)
+        raw = _files.read_bytes(path, _MAX_BYTES)
     except FileNotFoundError:
         return _empty()
+    except _files.TooLarge:
+        raw = None
     except OSError as exc:
+        if repair and isinstance(exc, _files.NotRegularFile):  # a FIFO, a device, a folder: never replaced
+            raise
         _warn_once(f"read {path}", f"gk.lab.progress: cannot read {path} ({exc}); showing no progress")
         return _empty()
     try:
-        data = json.loads(raw.decode("utf-8")) if len(raw) <= _MAX_BYTES else None
+        data = json.loads(raw.decode("utf-8")) if raw is not None else None
     except (ValueError, RecursionError):  # not UTF-8, not JSON, nested past Python's recursion limit
         data = None
     if _valid(data):
@@ -154,7 +160,13 @@ def _locked(path: Path):
     except ImportError:  # Windows
         yield
         return
-    with open(path.with_name(path.name + ".lock"), "a") as lock:
+    lock_path = path.with_name(path.name + ".lock")
+    _files.is_regular_file(lock_path, "a lock file")  # a FIFO there would block the open below
+    # O_NONBLOCK: a FIFO swapped in since fails to open (no reader) or is refused, never waited on
+    fd = os.open(lock_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NONBLOCK, 0o666)
+    with os.fdopen(fd, "a") as lock:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise _files.NotRegularFile(f"{lock_path} is no regular file, not a lock file")
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             yield
@@ -189,6 +201,7 @@ def record(module: str, title: str, status: str) -> None:
         if notebook is None or not str(module).startswith(EXERCISES_PACKAGE) or not recording():
             return
         path = progress_path()
+        _files.is_regular_file(path, "a progress record")  # a FIFO, a device: refused before a lock is made beside it
         path.parent.mkdir(parents=True, exist_ok=True)
         status = str(status)[:_STATUS_LIMIT]
         with _locked(path):

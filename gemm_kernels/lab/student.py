@@ -39,12 +39,13 @@ import os
 import re
 import secrets
 import socket
-import stat
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
+
+from .. import _files
 
 BEGIN = "### BEGIN SOLUTION"
 END = "### END SOLUTION"
@@ -422,25 +423,11 @@ def _read_copy(target: Path, raw: bytes):
 
 def _existing_copy(target: Path) -> bytes | None:
     """The bytes of the file at ``target`` (None when there is none); OSError naming what is there
-    instead when it is no regular file.  Never opens a non-regular file (a FIFO would block)."""
+    instead when it is no regular file (:func:`gemm_kernels._files.read_bytes`: never blocks on a FIFO)."""
     try:
-        os.lstat(target)
+        return _files.read_bytes(target)
     except FileNotFoundError:
         return None
-    try:
-        info = os.stat(target)
-    except FileNotFoundError:
-        raise OSError(f"{target} is a dangling symbolic link") from None
-    except OSError as exc:  # ELOOP: a symbolic link loop
-        raise OSError(f"{target} cannot be followed ({exc.strerror})") from None
-    if not stat.S_ISREG(info.st_mode):
-        kind = "a folder" if stat.S_ISDIR(info.st_mode) else "not a regular file"
-        raise OSError(f"{target} is {kind}")
-    fd = os.open(target, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # swapped since the check: no hang
-    with os.fdopen(fd, "rb") as file:
-        if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
-            raise OSError(f"{target} is not a regular file")
-        return file.read()
 
 
 def write_student_copies(src_dir: Path | str | None = None, dest_dir: Path | str | None = None, *,
