@@ -831,19 +831,51 @@ def bf16_arithmetic_in_interpreter() -> None:
     builder._gemm_kernels_bf16 = True
 
 
-def fp8_nan_in_interpreter() -> None:
-    """Triton's interpreter widens fp8 bit patterns as if every format had IEEE infinities and
-    NaNs (``interpreter._convert_float``); e4m3fn has none but its NaN, S.1111.111, which it so
-    decodes as +-480, and a NaN in ``tl.dot``'s fp8 operand came back finite where a GPU and
-    float64 give NaN.  Wrap the converter so that pattern becomes the output format's NaN.
+#: Triton's float type names -> torch's dtype names, for the conversions torch does exactly
+_TORCH_FLOATS = {"fp8e4nv": "float8_e4m3fn", "fp8e5": "float8_e5m2", "fp16": "float16", "bf16": "bfloat16",
+                 "fp32": "float32", "fp64": "float64"}
+
+
+def _exact_widening(input_dtype, output_dtype):
+    """(torch source, torch target) when every value of the one is a value of the other, else None."""
+    import torch
+
+    names = (_TORCH_FLOATS.get(getattr(input_dtype, "name", None)), _TORCH_FLOATS.get(getattr(output_dtype, "name", None)))
+    if None in names:
+        return None
+    src, dst = (getattr(torch, name) for name in names)
+    a, b = torch.finfo(src), torch.finfo(dst)
+    # as many mantissa bits, as large a maximum and as small a subnormal
+    if b.eps <= a.eps and b.max >= a.max and b.smallest_normal * b.eps <= a.smallest_normal * a.eps:
+        return src, dst
+    return None
+
+
+def float_conversions_in_interpreter() -> None:
+    """Make Triton's interpreter convert floats as a GPU does (``interpreter._convert_float``, used by
+    ``.to()`` between float types and by ``tl.dot``'s fp8 operands).  Its bit arithmetic misreads
+    subnormals where both formats have the exponent's width (bf16 -> fp32, e5m2 -> fp16: 2**-16
+    came back 0, a bf16 1.1e-39 as 5.9e-39), and decodes every format as if it had IEEE
+    infinities and NaNs: e4m3fn's NaN, S.1111.111, came back +-480, e5m2's NaNs finite in fp32.
+    A widening (every source value exists in the target) goes through torch's conversion, exact
+    and bit for bit; a narrowing keeps Triton's rounding, with e4m3fn's NaN made the output's NaN.
     Idempotent; nothing where the converter is gone."""
     from triton.runtime import interpreter
 
     original = getattr(interpreter, "_convert_float", None)
-    if original is None or getattr(original, "_gemm_kernels_fp8_nan", False):
+    if original is None or getattr(original, "_gemm_kernels_conversions", False):
         return
 
     def convert(input, input_dtype, output_dtype, *rest, **kwargs):
+        widening = _exact_widening(input_dtype, output_dtype)
+        if widening is not None:
+            import torch
+
+            src, dst = widening
+            width_in, width_out = input_dtype.primitive_bitwidth, output_dtype.primitive_bitwidth
+            raw = np.frombuffer(np.ascontiguousarray(input).tobytes(), dtype=f"int{width_in}").copy()
+            out = torch.from_numpy(raw).view(src).to(dst).view(getattr(torch, f"int{width_out}")).numpy()
+            return out.view(f"uint{width_out}").reshape(np.shape(input))
         output = original(input, input_dtype, output_dtype, *rest, **kwargs)
         if getattr(input_dtype, "name", None) != "fp8e4nv" or not output_dtype.is_floating():
             return output
@@ -856,7 +888,7 @@ def fp8_nan_in_interpreter() -> None:
         flat[nan_in] = quiet_nan
         return flat.reshape(output.shape)
 
-    convert._gemm_kernels_fp8_nan = True
+    convert._gemm_kernels_conversions = True
     interpreter._convert_float = convert
 
 
@@ -881,7 +913,7 @@ class interpreting:
         interpreter_internals()
         index_scalars_for_new_numpy()
         bf16_arithmetic_in_interpreter()
-        fp8_nan_in_interpreter()
+        float_conversions_in_interpreter()
         self._lock = INTERPRETER_LOCK
         self._lock.acquire()
         try:

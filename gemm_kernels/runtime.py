@@ -203,7 +203,7 @@ def prepare_interpreter() -> None:
         return
     _triton_compat.index_scalars_for_new_numpy()
     _triton_compat.bf16_arithmetic_in_interpreter()
-    _triton_compat.fp8_nan_in_interpreter()
+    _triton_compat.float_conversions_in_interpreter()
     _triton_compat.interpret_library_functions()
     _triton_compat.serialise_interpreted_launches()
 
