@@ -97,6 +97,17 @@ def shown_name(text: str) -> str:
     return raw.decode("utf-8", "backslashreplace")
 
 
+def printable(value):
+    """``value`` with every string in it (in lists, tuples and dicts too) made printable by :func:`shown_name`."""
+    if isinstance(value, str):
+        return shown_name(value)
+    if isinstance(value, dict):
+        return {printable(k): printable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [printable(v) for v in value]
+    return value
+
+
 @contextlib.contextmanager
 def atomic_write(path, newline: str | None = None):
     """Open ``path`` for writing UTF-8 text: it goes to a temporary file beside it, flushed and

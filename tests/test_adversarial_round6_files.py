@@ -108,3 +108,149 @@ def test_the_shared_reader_refuses_what_is_no_file_and_a_file_too_large(tmp_path
     assert _files.read_bytes(tmp_path / "big", limit=11) == b"x" * 11
     with pytest.raises(FileNotFoundError):
         _files.read_bytes(tmp_path / "missing")
+
+
+# ----------------------------------------------------------------------------- 2: FIFOs handed to the grade command
+def _never_grade(monkeypatch):
+    """The grade command, stopped if it gets as far as grading a notebook (none of these may)."""
+    def judged(items, **_):
+        assert not items, f"graded {items}"
+        return []
+
+    monkeypatch.setattr(grade, "grade_notebooks", judged)
+
+
+@needs_fifo
+def test_a_fifo_handed_in_is_an_error_row_naming_it(tmp_path, monkeypatch, capsys):
+    _never_grade(monkeypatch)
+    subs = tmp_path / "subs"
+    (subs / "alice").mkdir(parents=True)
+    (subs / "bob").mkdir()
+    os.mkfifo(subs / "alice" / "x.ipynb")  # known by its imports: read (before: waited for a writer)
+    os.mkfifo(subs / "bob" / "00_start_here.ipynb")  # known by its name: its copies ranked, then judged
+    (subs / "carol_00_start_here.ipynb").mkdir()  # a folder named as a notebook
+    with no_hang():
+        assert grade.course_notebook(subs / "alice" / "x.ipynb") is None
+        assert grade.main([str(subs), "--out", str(tmp_path / "g.csv")]) == 0
+    rows = {r["student"]: r for r in csv.DictReader(open(tmp_path / "g.csv", encoding="utf-8"))}
+    assert rows["alice"]["status"] == rows["bob"]["status"] == "error"
+    assert "x.ipynb is a FIFO" in rows["alice"]["message"] and "00_start_here.ipynb is a FIFO" in rows["bob"]["message"]
+    assert gradebook.pick_copies([("bob", subs / "bob" / "00_start_here.ipynb", "00_start_here")])[0]
+
+
+@needs_fifo
+@pytest.mark.parametrize("option", ["--roster", "--config"])
+def test_a_fifo_as_the_roster_or_config_is_refused_by_name(option, tmp_path, monkeypatch, capsys):
+    _never_grade(monkeypatch)
+    (tmp_path / "subs").mkdir()
+    os.mkfifo(tmp_path / "input")
+    with no_hang(), pytest.raises(SystemExit) as stop:
+        grade.main([str(tmp_path / "subs"), option, str(tmp_path / "input"), "--out", str(tmp_path / "g.csv")])
+    assert stop.value.code == 2 and f"{tmp_path / 'input'} is a FIFO" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- 3, 4: outputs checked before grading
+@pytest.fixture
+def class_folder(tmp_path, monkeypatch):
+    """A submissions folder, a roster and a config; grading itself is a failure here."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(grade, "grade_class", lambda *a, **k: pytest.fail("grading began before the outputs' check"))
+    (tmp_path / "subs" / "alice").mkdir(parents=True)
+    (tmp_path / "roster.csv").write_text("id,name\nalice,Alice\n")
+    (tmp_path / "config.json").write_text('{"notebooks": ["00_start_here"]}')
+    (tmp_path / "a folder").mkdir()
+    return tmp_path
+
+
+@pytest.mark.parametrize("extra, option, says", [
+    (["--out", "roster.csv"], "--out", "is the --roster file"),
+    (["--gradebook", "./roster.csv"], "--gradebook", "is the --roster file"),
+    (["--json", "config.json"], "--json", "is the --config file"),
+    (["--canvas", "subs/alice/canvas.csv"], "--canvas", "inside the submissions folder"),
+    (["--out", "x.csv", "--gradebook", "x.csv"], "--gradebook", "the file --out writes too"),
+    (["--out", "gradebook.csv"], "--gradebook (default: beside --out)", "the file --out writes too"),
+    (["--json", "same.json", "--canvas", "same.json"], "--canvas", "the file --json writes too"),
+    (["--out", "nodir/grades.csv"], "--out", "the folder nodir does not exist"),
+    (["--out", "a folder"], "--out", "is a folder"),
+    (["--json", "nodir/x.json"], "--json", "the folder nodir does not exist"),
+    (["--canvas", "roster.csv/c.csv"], "--canvas", "roster.csv is not a folder"),
+])
+def test_outputs_are_checked_before_grading(class_folder, extra, option, says, capsys):
+    roster = (class_folder / "roster.csv").read_bytes()
+    with pytest.raises(SystemExit) as stop:
+        grade.main(["subs", "--roster", "roster.csv", "--config", "config.json", *extra])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and f"error: {option}" in err and says in err, err
+    assert (class_folder / "roster.csv").read_bytes() == roster
+    assert not (class_folder / "grades.csv").exists()
+
+
+def test_a_hard_link_to_the_roster_is_the_roster(class_folder, capsys):
+    os.link(class_folder / "roster.csv", class_folder / "linked.csv")
+    with pytest.raises(SystemExit):
+        grade.main(["subs", "--roster", "roster.csv", "--out", "linked.csv"])
+    assert "is the --roster file" in capsys.readouterr().err
+
+
+@needs_fifo
+def test_a_fifo_or_device_as_an_output_is_refused(class_folder, capsys):
+    os.mkfifo(class_folder / "out.fifo")
+    for given in ("out.fifo", os.devnull):
+        with no_hang(), pytest.raises(SystemExit):
+            grade.main(["subs", "--json", given])
+        assert "not a file to write" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- 5: names that are no UTF-8
+def test_names_that_are_no_utf8_are_written_escaped(tmp_path, monkeypatch, capsys):
+    _never_grade(monkeypatch)
+    subs = tmp_path / "subs"
+    subs.mkdir()
+    try:
+        os.mkdir(os.path.join(os.fsencode(subs), b"j\xfcrgen"))
+        (subs / os.fsdecode(b"caf\xe9_notes.ipynb")).write_text("{}")
+    except (OSError, UnicodeError):
+        pytest.skip("this file system takes UTF-8 names only")
+    (subs / os.fsdecode(b"j\xfcrgen") / "foo.ipynb").write_text("{}")
+    out = tmp_path / "g.csv"
+    assert grade.main([str(subs), "--out", str(out), "--json", str(tmp_path / "g.json"),
+                       "--canvas", str(tmp_path / "c.csv")]) == 0  # before: UnicodeEncodeError, a header only
+    students = [r["student"] for r in csv.DictReader(open(out, encoding="utf-8"))]
+    assert students == ["caf\\xe9_notes", "j\\xfcrgen"]
+    assert "caf\\xe9_notes" in (tmp_path / "gradebook.csv").read_text(encoding="utf-8")
+    assert "j\\xfcrgen" in (tmp_path / "c.csv").read_text(encoding="utf-8")
+    data = json.loads((tmp_path / "g.json").read_text(encoding="utf-8"))
+    assert [g["student"] for g in data["grades"]] == students
+    assert "j\\xfcrgen: 0 of 0 points" in capsys.readouterr().out
+
+
+def test_a_failed_write_keeps_the_old_file_whole(tmp_path):
+    out = tmp_path / "grades.csv"
+    out.write_text("the old grades\n")
+    row = grade.Grade("alice", "00_start_here", "axpy", "correct", 1, "", "a.ipynb")
+    with pytest.raises(TypeError):
+        grade.write_csv([row, object()], out)  # the second row cannot be written
+    assert out.read_text() == "the old grades\n" and sorted(p.name for p in tmp_path.iterdir()) == ["grades.csv"]
+    assert _files.shown_name(os.fsdecode(b"caf\xe9")) == "caf\\xe9" and _files.shown_name("\ud800x") == "\\ud800x"
+
+
+# ----------------------------------------------------------------------------- 6: the config's shape
+@pytest.mark.parametrize("text, key", [
+    ('{"notebooks": 5}', "'notebooks'"),
+    ('{"notebooks": null}', "'notebooks'"),
+    ('{"notebooks": ["00_start_here", ["x"]]}', "'notebooks'"),
+    ('{"notebooks": ["00_start_here", "00_start_here"]}', "'notebooks'"),
+    ('{"assignment": 5}', "'assignment'"),
+    ('{"weights": null}', "'weights'"),
+    ('{"weights": {"00_start_here": [1]}}', "weights for \"00_start_here\""),
+    ('{"weights": {"00_start_here": {"axpy": 1' + "0" * 400 + '}}}', "00_start_here:axpy (in 'weights')"),
+    ('{"predictions": "1"}', "'predictions'"),
+    ("[" * 100000 + "]" * 100000, "nested too deeply"),
+    ('{"notebooks": ' + "[" * 100000 + "]" * 100000 + "}", "nested too deeply"),
+])
+def test_a_config_of_the_wrong_shape_names_the_file_and_key(text, key, tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(text)
+    with pytest.raises(gradebook.GradebookError) as info:  # before: TypeError, RecursionError, OverflowError
+        gradebook.read_config(path)
+    assert str(path) in str(info.value) and key in str(info.value) and len(str(info.value)) < 600

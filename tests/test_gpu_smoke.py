@@ -67,14 +67,6 @@ def _notebook_names() -> list[str]:
     return sorted(p.name for p in NOTEBOOKS_DIR.glob("*.ipynb"))
 
 
-#: a committed record known to fail, and why (it expires with the next record: the test is strict again)
-KNOWN_FAILED_RECORD = ("595bfcec2c044ac8618b1b1dd931db2be2a13393",
-                       "this record failed 05's persistent_tiles (a helper rule refused tile_coords_np) and 05b's "
-                       "rows_match on the GPU (no CUDA context in its thread); both fixed in the next commit, not "
-                       "rerun: the session's device time was spent")
-
-
-@pytest.mark.xfail(condition=_committed_commit() == KNOWN_FAILED_RECORD[0], reason=KNOWN_FAILED_RECORD[1], strict=True)
 def test_committed_smoke_record_covers_every_notebook_check_and_launcher():
     """images/bench/gpu_smoke.json (make test-gpu-smoke on a GPU): every notebook passed, every
     discovered check called its solution correct and refused the learner's mistake, the part only

@@ -184,7 +184,7 @@ CALLS = {
     "matmul": _single(gk.matmul),
     "matmul_persistent": _single(gk.matmul_persistent),
     "matmul_tma": _single(gk.matmul_tma, _tma),
-    "matmul_streamk": _single(gk.matmul_streamk),
+    "matmul_streamk": _single(gk.matmul_streamk, _tma),  # TMA only: refuses by name without it
     "matmul_splitk": _single(gk.matmul_splitk),
     "matmul_auto": _single(gk.matmul_auto),
     "matmul_ws": _single(gk.matmul_ws, _wgmma),

@@ -39,6 +39,7 @@ from pathlib import Path
 from .. import _env
 from . import _grade_wire as wire
 from ._grade_worker import HIDDEN_MODULES, cap_memory, trimmed
+from .gradebook import read_notebook
 
 #: seconds a notebook's process may take to start (imports) before its first cell
 START_S = 120
@@ -305,7 +306,7 @@ class Judge:
         import nbformat
 
         self.spec, self.emit = spec, emit
-        self.notebook = json.loads(nbformat.writes(nbformat.read(spec["path"], as_version=4)))
+        self.notebook = json.loads(nbformat.writes(read_notebook(spec["path"])))  # a FIFO: refused, not waited on
         self.skip: dict = {}
         self.workdir = tempfile.mkdtemp(prefix="gk-notebook-")
         self.child: Child | None = None

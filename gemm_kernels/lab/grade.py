@@ -24,6 +24,7 @@ and what it does not.  POSIX only (resource limits, process groups).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import json
 import os
@@ -37,8 +38,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from .. import _files
 from . import exam
 from .gradebook import ANSWERS  # each notebook's exercises (defined there: the gradebook needs them too)
+from .gradebook import NOTEBOOK_LIMIT
 from .progress import ENV as PROGRESS_ENV
 from .progress import NOTEBOOKS, _module_of
 
@@ -80,11 +83,26 @@ def course_notebook(path: Path) -> str | None:
         if name in path.stem:
             return name
     try:
-        text = path.read_text(encoding="utf-8")
+        text = _files.read_text(path, NOTEBOOK_LIMIT)  # a FIFO in the submissions: refused, not waited on
     except (OSError, UnicodeDecodeError):
         return None
     found = [nb for nb in NOTEBOOKS if f"gemm_kernels.lab.exercises.{_module_of(nb)} import" in text]
     return found[0] if len(found) == 1 else None
+
+
+#: the message of a submission that is no course notebook
+NOT_COURSE = "not a notebook of the course (by its name or its imports)"
+
+
+def identify(path: Path) -> tuple[str | None, str]:
+    """(the course notebook ``path`` is, ""), or (None, why it cannot be graded): no regular file
+    (a FIFO, a device, a folder named .ipynb: never opened), or no course notebook."""
+    try:
+        _files.is_regular_file(path, "a notebook")
+    except OSError as exc:
+        return None, str(exc)
+    notebook = course_notebook(path)
+    return notebook, "" if notebook else NOT_COURSE
 
 
 def submissions(root: Path) -> list[tuple[str, Path]]:
@@ -241,10 +259,9 @@ def grade_notebook(path: Path, notebook: str, **options) -> dict:
 
 def grade_submission(student: str, path: Path, **options) -> list[Grade]:
     """The grades of one submitted notebook (one row with status "error" when it is no course notebook)."""
-    notebook = course_notebook(path)
+    notebook, why = identify(path)
     if notebook is None:
-        return [Grade(student, "", "", "error", 0, "not a notebook of the course (by its name or its imports)",
-                      str(path))]
+        return [Grade(student, "", "", "error", 0, why, str(path))]
     graded = grade_notebook(path, notebook, **options)
     return [Grade(student, notebook, title, status, int(status == "correct"), message, str(path))
             for title, (status, message) in graded.items()]
@@ -256,7 +273,10 @@ def grade_class(root: Path, *, jobs: int = 1, **options) -> tuple[list[Grade], l
     (:func:`gemm_kernels.lab.gradebook.pick_copies` says which)."""
     from .gradebook import pick_copies
 
-    found = [(student, path, course_notebook(path)) for student, path in submissions(Path(root))]
+    found, why = [], {}
+    for student, path in submissions(Path(root)):
+        notebook, why[path] = identify(path)
+        found.append((student, path, notebook))
     kept, dropped = pick_copies([f for f in found if f[2] is not None])
     kept += [f for f in found if f[2] is None]
     kept.sort(key=lambda f: (f[0], str(f[1])))
@@ -271,8 +291,7 @@ def grade_class(root: Path, *, jobs: int = 1, **options) -> tuple[list[Grade], l
         rows, graded = [], iter(verdicts)
         for student, path, notebook in share:
             if notebook is None:
-                rows.append(Grade(student, "", "", "error", 0,
-                                  "not a notebook of the course (by its name or its imports)", str(path)))
+                rows.append(Grade(student, "", "", "error", 0, why[path], str(path)))
                 continue
             rows += [Grade(student, notebook, title, status, int(status == "correct"), message, str(path))
                      for title, (status, message) in next(graded).items()]
@@ -329,15 +348,68 @@ def weighted(grades: list[Grade], config: dict) -> list[Grade]:
 
 
 def write_csv(grades: list[Grade], path: Path) -> None:
-    with open(path, "w", newline="", encoding="utf-8") as f:
+    """One row per grade; names that are no UTF-8 written escaped (``caf\\xe9``), the file whole or not at all."""
+    with _files.atomic_write(path, newline="") as f:
         writer = csv.DictWriter(f, fieldnames=FIELDS)
         writer.writeheader()
-        writer.writerows(asdict(row) for row in grades)
+        writer.writerows(_files.printable(asdict(row)) for row in grades)
+
+
+def _write_json_data(data: dict, path: Path) -> None:
+    with _files.atomic_write(path) as f:
+        f.write(json.dumps(_files.printable(data), indent=1) + "\n")
 
 
 def write_json(grades: list[Grade], path: Path, exam_mode: bool) -> None:
-    data = {"exam": exam_mode, "grades": [asdict(row) for row in grades], "students": totals(grades)}
-    Path(path).write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    _write_json_data({"exam": exam_mode, "grades": [asdict(row) for row in grades], "students": totals(grades)}, path)
+
+
+def _say(text: str) -> None:
+    """Print ``text``; names that are no UTF-8 shown escaped (``caf\\xe9``), never a UnicodeEncodeError."""
+    print(_files.shown_name(text))
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    """Whether ``a`` and ``b`` name one file: the same path, through links, or hard links of one file."""
+    with contextlib.suppress(OSError):
+        if os.path.samefile(a, b):
+            return True
+    return Path(a).resolve() == Path(b).resolve()
+
+
+def output_problem(outputs: dict, inputs: dict, submissions: Path) -> str | None:
+    """Why one of ``outputs`` ({option: path or None}) cannot be written, or None: checked before any
+    grading, so minutes of work never end in a traceback.  Its folder must exist and be writable, it
+    must not be a folder, a FIFO or device, one of ``inputs`` ({option: path}: it would be overwritten),
+    inside the ``submissions`` folder, or another output."""
+    written: dict = {}
+    for option, path in outputs.items():
+        if path is None:
+            continue
+        where, folder = f"{option} {path}", Path(path).parent
+        if not folder.exists():
+            return f"{where}: the folder {folder} does not exist"
+        if not folder.is_dir():
+            return f"{where}: {folder} is not a folder"
+        if Path(path).is_dir():
+            return f"{where} is a folder: give the name of a file to write"
+        try:
+            _files.is_regular_file(path, "a file to write")  # a FIFO would block, a device is no output
+        except OSError as exc:
+            return f"{option}: {exc}"
+        if not os.access(folder, os.W_OK | os.X_OK):  # the file is written beside itself, then renamed
+            return f"{where}: the folder {folder} is not writable here"
+        for other, given in inputs.items():
+            if given is not None and _same_file(path, given):
+                return f"{where} is the {other} file: writing it would overwrite what is read"
+        with contextlib.suppress(ValueError):
+            Path(path).resolve().relative_to(Path(submissions).resolve())
+            return f"{where} is inside the submissions folder {submissions}: write it elsewhere"
+        for other, given in written.items():
+            if _same_file(path, given):
+                return f"{where} is the file {other} writes too: give each output a file of its own"
+        written[option] = path
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -369,6 +441,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not args.submissions.is_dir():
         parser.error(f"{args.submissions} is not a folder")
+    gradebook_option = "--gradebook" if args.gradebook is not None else "--gradebook (default: beside --out)"
+    if args.gradebook is None:  # beside the grades, never wherever the command happened to run
+        args.gradebook = Path(args.out).with_name("gradebook.csv")
+    problem = output_problem({"--out": args.out, gradebook_option: args.gradebook, "--json": args.json,
+                              "--canvas": args.canvas}, {"--roster": args.roster, "--config": args.config},
+                             args.submissions)
+    if problem:
+        parser.error(problem)
     try:
         roster = gradebook.read_roster(args.roster) if args.roster else None
         config = gradebook.read_config(args.config)
@@ -388,8 +468,6 @@ def main(argv: list[str] | None = None) -> int:
     columns, rows = gradebook.build(grades, roster=roster, config=config, duplicates=dropped)
     grades = weighted(grades, config)  # the per-exercise rows in the config's points, as the gradebook has them
     write_csv(grades, args.out)
-    if args.gradebook is None:  # beside the grades, never wherever the command happened to run
-        args.gradebook = Path(args.out).with_name("gradebook.csv")
     gradebook.write_wide_csv(columns, rows, args.gradebook)
     if args.canvas:
         gradebook.write_canvas_csv(rows, args.canvas, assignment=config.get("assignment", "gemm-kernels"),
@@ -400,17 +478,17 @@ def main(argv: list[str] | None = None) -> int:
                 "gradebook": rows, "copies_left_out": [{"student": s, "file": str(p), "graded": str(k)}
                                                        for s, p, _, k in dropped],
                 "seconds": round(seconds, 1), "notebooks": notebooks}
-        Path(args.json).write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+        _write_json_data(data, args.json)
     for row in rows:
-        print(f"{row['id']}: {row['total']} of {row['max']} points" + (f" ({row['notes']})" if row["notes"] else ""))
+        _say(f"{row['id']}: {row['total']} of {row['max']} points" + (f" ({row['notes']})" if row["notes"] else ""))
     if not rows:
-        print(f"no notebooks in {args.submissions}")
+        _say(f"no notebooks in {args.submissions}")
     for student, path, _, kept in dropped:
-        print(f"{student}: {Path(path).name} left out, {Path(kept).name} graded (the same notebook, handed in twice)")
-    print(f"graded {notebooks} notebooks in {seconds:.0f} s ({seconds / max(1, notebooks):.1f} s each, "
-          f"{args.jobs} at a time)")
-    print(f"grades: {args.out}, gradebook: {args.gradebook}" + (f", Canvas: {args.canvas}" if args.canvas else "")
-          + (f", {args.json}" if args.json else ""))
+        _say(f"{student}: {Path(path).name} left out, {Path(kept).name} graded (the same notebook, handed in twice)")
+    _say(f"graded {notebooks} notebooks in {seconds:.0f} s ({seconds / max(1, notebooks):.1f} s each, "
+         f"{args.jobs} at a time)")
+    _say(f"grades: {args.out}, gradebook: {args.gradebook}" + (f", Canvas: {args.canvas}" if args.canvas else "")
+         + (f", {args.json}" if args.json else ""))
     return 0
 
 

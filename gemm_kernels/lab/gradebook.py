@@ -23,10 +23,12 @@ the totals; :func:`write_canvas_csv` the one column Canvas's gradebook import ta
 from __future__ import annotations
 
 import csv
+import io
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .. import _files
 from .progress import NOTEBOOKS
 
 ROSTER_FIELDS = ("id", "name", "folder", "sis_id", "login", "section")
@@ -81,9 +83,8 @@ class Student:
 
 def read_roster(path: Path) -> list[Student]:
     """The roster at ``path`` (CSV, UTF-8, header with an ``id`` column)."""
-    try:
-        with open(path, newline="", encoding="utf-8-sig") as f:
-            rows = list(csv.DictReader(f))
+    try:  # a FIFO given as the roster: refused, not waited on
+        rows = list(csv.DictReader(io.StringIO(_files.read_text(path, SMALL_FILE_LIMIT, "utf-8-sig"), newline="")))
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
         raise GradebookError(f"roster {path}: cannot be read ({exc})") from None
     if not rows or "id" not in rows[0]:
@@ -102,39 +103,85 @@ def read_roster(path: Path) -> list[Student]:
 
 
 def _points(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < float("inf")
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return False
+    try:
+        return 0 <= float(value) < float("inf")
+    except OverflowError:  # an integer past float's range (JSON has no limit)
+        return False
+
+
+def _shown(value, width: int = 60) -> str:
+    """A config value as JSON, trimmed for a message."""
+    try:
+        text = json.dumps(value, default=str)
+    except ValueError:  # an integer past Python's digit limit
+        text = type(value).__name__
+    return text if len(text) <= width else text[:width - 3] + "..."
 
 
 def read_config(path: Path | None) -> dict:
-    """The teacher's config: ``{"assignment": str, "notebooks": [...], "weights": {nb: {exercise: points}}}``."""
+    """The teacher's config: ``{"assignment": str, "notebooks": [...], "weights": {nb: {exercise: points}}}``.
+    GradebookError naming the file and the key when it is not of that shape."""
     if path is None:
         return {}
     try:
-        config = json.loads(Path(path).read_text(encoding="utf-8"))
+        config = json.loads(_files.read_text(path, SMALL_FILE_LIMIT))
+    except RecursionError:
+        raise GradebookError(f"config {path}: nested too deeply to be a config") from None
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise GradebookError(f"config {path}: cannot be read as JSON ({exc})") from None
     if not isinstance(config, dict):
-        raise GradebookError(f"config {path}: expected a JSON object")
+        raise GradebookError(f"config {path}: expected a JSON object, not {_shown(config)}")
 
-    unknown = [nb for nb in config.get("notebooks", []) if nb not in NOTEBOOKS]
-    if not isinstance(config.get("notebooks", []), list) or unknown:
-        raise GradebookError(f"config {path}: 'notebooks' must list course notebooks (unknown: {unknown[:3]})")
+    notebooks = config.get("notebooks", [])
+    if not isinstance(notebooks, list) or not all(isinstance(nb, str) for nb in notebooks):
+        raise GradebookError(f"config {path}: 'notebooks' must be a list of course notebooks' names, such as "
+                             f'["00_start_here"], not {_shown(notebooks)}')
+    unknown = [nb for nb in notebooks if nb not in NOTEBOOKS]
+    if unknown:
+        raise GradebookError(f"config {path}: 'notebooks' must list course notebooks (unknown: "
+                             f"{_shown(unknown[:3])}; the course's: {', '.join(NOTEBOOKS)})")
+    twice = sorted({nb for nb in notebooks if notebooks.count(nb) > 1})
+    if twice:
+        raise GradebookError(f"config {path}: 'notebooks' lists {', '.join(twice)} more than once")
+    assignment = config.get("assignment", "gemm-kernels")
+    if not isinstance(assignment, str) or not assignment.strip():
+        raise GradebookError(f"config {path}: 'assignment' (its name in Canvas) must be a non-empty string, "
+                             f"not {_shown(assignment)}")
     if not _points(config.get("predictions", 0)):
-        raise GradebookError(f"config {path}: 'predictions' (the points of each Predict answer) must be a number >= 0")
+        raise GradebookError(f"config {path}: 'predictions' (the points of each Predict answer) must be a number >= 0, "
+                             f"not {_shown(config.get('predictions'))}")
     weights = config.get("weights", {})
     if not isinstance(weights, dict):
-        raise GradebookError(f"config {path}: 'weights' must map notebooks to {{exercise: points}}")
+        raise GradebookError(f"config {path}: 'weights' must map notebooks to {{exercise: points}}, not "
+                             f"{_shown(weights)}")
     for notebook, per in weights.items():
         titles = [t for t, _ in ANSWERS.get(notebook, ())]
         if not titles or not isinstance(per, dict):
-            raise GradebookError(f"config {path}: weights for {notebook!r}: not a course notebook's "
-                                 "{exercise: points}")
+            raise GradebookError(f"config {path}: weights for {_shown(notebook)}: not a course notebook's "
+                                 f"{{exercise: points}} (it is {_shown(per)})")
         for title, points in per.items():
             if title not in titles:
-                raise GradebookError(f"config {path}: {notebook} has no exercise {title!r} (it has {titles})")
+                raise GradebookError(f"config {path}: {notebook} has no exercise {title[:60]!r} (it has {titles})")
             if not _points(points):
-                raise GradebookError(f"config {path}: the points of {notebook}:{title} must be a number >= 0")
+                raise GradebookError(f"config {path}: the points of {notebook}:{title} (in 'weights') must be a "
+                                     f"number >= 0, not {_shown(points)}")
     return config
+
+
+#: the most bytes of a notebook handed in that are read (one with its outputs is a few MB)
+NOTEBOOK_LIMIT = 256 << 20
+#: the most bytes of a roster or config read (a class's roster is a few kB)
+SMALL_FILE_LIMIT = 16 << 20
+
+
+def read_notebook(path: Path):
+    """The notebook handed in at ``path`` (nbformat 4), read through :func:`gemm_kernels._files.read_text`:
+    a FIFO or device there is an OSError naming it, never waited on."""
+    import nbformat
+
+    return nbformat.reads(_files.read_text(path, NOTEBOOK_LIMIT), as_version=4)
 
 
 #: an answer cell still as handed out (the student copies' stub, JSON-escaped as a notebook holds it)
@@ -153,7 +200,7 @@ def pick_copies(found: list[tuple[str, Path, str]]) -> tuple[list, list]:
             exact = path.stem in (notebook, f"{student}_{notebook}", f"{student}-{notebook}", student)
             try:
                 changed = path.stat().st_mtime
-                stubs = path.read_bytes().count(STUB_BYTES)
+                stubs = _files.read_bytes(path, NOTEBOOK_LIMIT).count(STUB_BYTES)
             except OSError:
                 changed, stubs = 0.0, 1 << 30
             return (-stubs, exact, changed, -len(path.name))
@@ -230,10 +277,11 @@ def build(grades, *, roster: list[Student] | None = None, config: dict | None = 
 
 
 def write_wide_csv(columns, rows, path: Path) -> None:
-    with open(path, "w", newline="", encoding="utf-8") as f:
-        writer = csv.DictWriter(f, fieldnames=columns)
+    """The gradebook, whole or not at all; names that are no UTF-8 written escaped (``caf\\xe9``)."""
+    with _files.atomic_write(path, newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=_files.printable(columns))
         writer.writeheader()
-        writer.writerows(rows)
+        writer.writerows(_files.printable(rows))
 
 
 def write_canvas_csv(rows, path: Path, *, assignment: str, roster: list[Student] | None = None) -> None:
@@ -241,10 +289,10 @@ def write_canvas_csv(rows, path: Path, *, assignment: str, roster: list[Student]
     with the "Points Possible" line under the header."""
     by_id = {s.id: s for s in roster or []}
     top = max((r["max"] for r in rows), default=0)
-    with open(path, "w", newline="", encoding="utf-8") as f:
+    with _files.atomic_write(path, newline="") as f:
         writer = csv.writer(f)
         writer.writerow([*CANVAS_FIELDS, assignment])
         writer.writerow(["Points Possible", "", "", "", "", top])
         for row in rows:
             s = by_id.get(row["id"], Student(id=row["id"], name=row["name"]))
-            writer.writerow([s.name or s.id, s.id, s.sis_id, s.login, s.section, row["total"]])
+            writer.writerow(_files.printable([s.name or s.id, s.id, s.sis_id, s.login, s.section, row["total"]]))

@@ -29,6 +29,7 @@ from pathlib import Path
 import nbformat
 
 from . import grade
+from .gradebook import read_notebook
 from .nbgrader_markup import without_reveals
 from .student import strip_hidden_tests
 
@@ -72,7 +73,7 @@ def _graded(course: Path, assignment: str, jobs: int, options: dict) -> list[tup
     found = []
     for folder in sorted((course / "submitted").glob(f"*/{assignment}")):
         for path in sorted(folder.glob("*.ipynb")):
-            notebook = grade.course_notebook(path)
+            notebook, _ = grade.identify(path)  # a FIFO or folder named .ipynb: left out, never opened
             if notebook is not None:
                 found.append((folder.parent.name, path, notebook))
     options = {"hide": [course], **options}  # solutions in source/, the other students: out of sight
@@ -92,7 +93,7 @@ def _edited_checks(course: Path, assignment: str, path: Path) -> list[str]:
     def checks(nb):
         return {c.metadata.get("nbgrader", {}).get("grade_id"): strip_hidden_tests(c.source).strip()
                 for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")}
-    mine, theirs = checks(nbformat.read(path, as_version=4)), checks(nbformat.read(released, as_version=4))
+    mine, theirs = checks(read_notebook(path)), checks(nbformat.read(released, as_version=4))
     return [grade_id for grade_id, source in theirs.items() if mine.get(grade_id) not in (None, source)]
 
 
@@ -107,7 +108,7 @@ def apply(course: Path, assignment: str, *, db_url: str | None = None, jobs: int
         for student, path, notebook, verdicts in graded:
             name = path.stem
             autograded = course / "autograded" / student / assignment / path.name
-            nb = nbformat.read(autograded, as_version=4) if autograded.exists() else None
+            nb = read_notebook(autograded) if autograded.exists() else None
             edited = _edited_checks(course, assignment, path)
             for title, (status, message) in verdicts.items():
                 grade_id = f"check_{title}"
