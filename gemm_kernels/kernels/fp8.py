@@ -116,16 +116,18 @@ def _scaled_mm_kernel(
             kb = ki * BLOCK_K // _SCALE_BLOCK
             sa = tl.load(sa_ptr + offs_m * stride_sam + kb * stride_sak)
             sb = tl.load(sb_ptr + kb * stride_sbk + (offs_n // _SCALE_BLOCK) * stride_sbn)
-            acc += tl.dot(a, b) * (sa[:, None] * sb[None, :])
+            acc += tl.dot(a, b) * sa[:, None] * sb[None, :]  # one scale, then the other, as below
         else:
             acc = dot_promoted(a, b, acc, PROMOTE)
 
+    # One scale, then the other: their product can overflow float32 where the result does not
+    # (two scales of 2e19 and a sum of 0.5: 2e38, not inf; a zero sum stays 0, not NaN).
     if SCALING == 0:
-        acc = acc * (tl.load(sa_ptr) * tl.load(sb_ptr))
+        acc = acc * tl.load(sa_ptr) * tl.load(sb_ptr)
     elif SCALING == 1:
         sa = tl.load(sa_ptr + offs_m * stride_sam)
         sb = tl.load(sb_ptr + offs_n * stride_sbn)
-        acc = acc * (sa[:, None] * sb[None, :])
+        acc = acc * sa[:, None] * sb[None, :]
     acc = bias_and_activation(acc, bias, HAS_BIAS, None)
     if HAS_AMAX:
         _tile_amax(acc, amax_ptr, off_m, off_n, M, N, c_ptr.dtype.element_ty, BLOCK_M, BLOCK_N)

@@ -139,14 +139,17 @@ def _acc_layout(WG_M, BLOCK_N, dtype=gl.float16):
 def _load_block_scales(sa_ptr, sb_ptr, off_m, off_n, kk, M, N, stride_sam, stride_sak, stride_sbk, stride_sbn,
                        TILE_M: gl.constexpr, BLOCK_N: gl.constexpr):
     """One warp, block scales (fp8.py): K block kk's scales of the tile's rows (TILE_M of them) and of
-    its one or two 128-column pieces of B; the second piece's is the first's when there is one piece."""
-    offs_m = off_m + gl.arange(0, TILE_M, layout=gl.BlockedLayout([TILE_M // 32], [32], [1], [0]))
+    its one or two 128-column pieces of B, each b-scale copied to TILE_M rows (as the consumers
+    read them); the second piece's is the first's when there is one piece."""
+    rows: gl.constexpr = gl.BlockedLayout([TILE_M // 32], [32], [1], [0])
+    offs_m = off_m + gl.arange(0, TILE_M, layout=rows)
     sa = gl.load(sa_ptr + offs_m * stride_sam + kk * stride_sak, mask=offs_m < M, other=0.0)
     col = off_n // 128
-    sb0 = gl.load(sb_ptr + kk * stride_sbk + col * stride_sbn)
+    sb0 = gl.full([TILE_M], gl.load(sb_ptr + kk * stride_sbk + col * stride_sbn), gl.float32, rows)
     sb1 = sb0
     if BLOCK_N == 256:
-        sb1 = gl.load(sb_ptr + kk * stride_sbk + (col + 1) * stride_sbn, mask=(col + 1) * 128 < N, other=0.0)
+        sb1 = gl.full([TILE_M], gl.load(sb_ptr + kk * stride_sbk + (col + 1) * stride_sbn, mask=(col + 1) * 128 < N,
+                                        other=0.0), gl.float32, rows)
     return sa, sb0, sb1
 
 
@@ -163,6 +166,7 @@ def _producer(a_desc, b_desc, a_bufs, b_bufs, ready_bars, empty_bars, M, N, K,
     A_PARTS: gl.constexpr = 2 if SCHEDULE == "cooperative" else 1  # A rows per slot, in WG_M blocks
     TILE_M: gl.constexpr = A_PARTS * WG_M
     PIECES: gl.constexpr = BLOCK_N // 128  # block scales: one b-scale per 128 columns
+    SCALE_ROWS: gl.constexpr = PIECES + 1  # block scales: s_bufs rows per slot, the a-scales' then each piece's b-scale
     slot_bytes: gl.constexpr = A_PARTS * a_desc.block_type.nbytes + b_desc.block_type.nbytes
 
     pid, num_programs, num_pid_m, num_pid_n, k_tiles, my_tiles = _program_share(M, N, K, TILE_M, BLOCK_N, BLOCK_K,
@@ -201,10 +205,11 @@ def _producer(a_desc, b_desc, a_bufs, b_bufs, ready_bars, empty_bars, M, N, K,
                 _tma_load(b_desc, [off_n, off_k], ready, b_bufs.index(s))
             else:
                 _tma_load(b_desc, [off_k, off_n], ready, b_bufs.index(s))
-            if BLOCK_SCALES:  # a row's a-scale times a piece's b-scale, per slot row; then the slot's second arrival
-                s_bufs.index(s * PIECES).store(sa * sb0)
+            if BLOCK_SCALES:  # the a-scales and each piece's b-scale, apart (their product may overflow);
+                s_bufs.index(s * SCALE_ROWS).store(sa)  # then the slot's second arrival
+                s_bufs.index(s * SCALE_ROWS + 1).store(sb0)
                 if PIECES == 2:
-                    s_bufs.index(s * PIECES + 1).store(sa * sb1)
+                    s_bufs.index(s * SCALE_ROWS + 2).store(sb1)
                 mbarrier.arrive(ready)
 
 
@@ -242,15 +247,16 @@ def _mainloop_promoted(a_bufs, b_bufs, s_bufs, ready_bars, empty_bars, q0, k_til
                        A_PARTS: gl.constexpr, WG_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
                        BLOCK_SCALES: gl.constexpr):
     """fp8 with promotion (fp8.py): each K block's product starts from zero on the tensor cores
-    and is added here to the fp32 sums, times the block's scales when BLOCK_SCALES (the products
-    of a- and b-scales the producer stored beside the slot, read while the wgmmas run).  The add
+    and is added here to the fp32 sums, times the block's scales when BLOCK_SCALES (the a- and
+    b-scales the producer stored beside the slot, read while the wgmmas run, applied one after
+    the other: their product can overflow float32 where the result does not).  The add
     waits for this warpgroup's wgmma; the other consumer's wgmmas keep the tensor cores busy.
     The tile's columns go in PIECE-wide pieces, one partial reused: a sum of 64 x 256 and a
     partial beside it would not fit in a thread's registers, two 64 x 128 sums and one partial do.
     Returns the sums of columns [0, PIECE) and [PIECE, 2 PIECE) (the second unused when BLOCK_N is PIECE)."""
     PIECE: gl.constexpr = 128  # = fp8.SCALE_BLOCK: a piece has one block scale of B per K block
     gl.static_assert(BLOCK_N == PIECE or BLOCK_N == 2 * PIECE)
-    PIECES: gl.constexpr = BLOCK_N // PIECE  # block scales: s_bufs row s * PIECES + piece, as the producer stores them
+    SCALE_ROWS: gl.constexpr = BLOCK_N // PIECE + 1  # block scales: s_bufs rows per slot, as the producer stores them
     layout: gl.constexpr = _acc_layout(WG_M, PIECE, a_bufs.dtype)
     rows: gl.constexpr = gl.SliceLayout(1, layout)
     acc0 = gl.zeros([WG_M, PIECE], gl.float32, layout)
@@ -264,24 +270,25 @@ def _mainloop_promoted(a_bufs, b_bufs, s_bufs, ready_bars, empty_bars, q0, k_til
         b = b_bufs.index(s)  # [BLOCK_N, BLOCK_K]: B's K-major rows
         part = warpgroup_mma(a, b.slice(0, PIECE).permute((1, 0)), zero, use_acc=False, is_async=True)
         if BLOCK_SCALES:
-            scale = s_bufs.index(s * PIECES).slice(PART * WG_M, WG_M).load(rows)
+            scale_a = s_bufs.index(s * SCALE_ROWS).slice(PART * WG_M, WG_M).load(rows)
+            scale_b = s_bufs.index(s * SCALE_ROWS + 1).slice(PART * WG_M, WG_M).load(rows)
         part = warpgroup_mma_wait(0, deps=(part,))
         if BLOCK_N == PIECE:
             # (The scales were read before this arrive: Gluon syncs the warpgroup first, then one
             # thread arrives, so the producer cannot overwrite them while a thread still reads.)
             mbarrier.arrive(empty_bars.index(s))
         if BLOCK_SCALES:
-            acc0 += part * gl.expand_dims(scale, 1)
+            acc0 += part * gl.expand_dims(scale_a, 1) * gl.expand_dims(scale_b, 1)
         else:
             acc0 += part
         if BLOCK_N == 2 * PIECE:
             part = warpgroup_mma(a, b.slice(PIECE, PIECE).permute((1, 0)), zero, use_acc=False, is_async=True)
             if BLOCK_SCALES:
-                scale = s_bufs.index(s * PIECES + 1).slice(PART * WG_M, WG_M).load(rows)
+                scale_b = s_bufs.index(s * SCALE_ROWS + 2).slice(PART * WG_M, WG_M).load(rows)
             part = warpgroup_mma_wait(0, deps=(part,))
             mbarrier.arrive(empty_bars.index(s))
             if BLOCK_SCALES:
-                acc1 += part * gl.expand_dims(scale, 1)
+                acc1 += part * gl.expand_dims(scale_a, 1) * gl.expand_dims(scale_b, 1)
             else:
                 acc1 += part
     return acc0, acc1
@@ -292,14 +299,14 @@ def _apply_scales(acc, sa_ptr, sb_ptr, off_m, off_n, M, N, stride_sam, stride_sb
                   SCALING: gl.constexpr, WG_M: gl.constexpr, BLOCK_N: gl.constexpr):
     """fp8's tensor- or row-wise dequantization of the fp32 sum (fp8.py); nothing otherwise."""
     layout: gl.constexpr = acc.type.layout
-    if SCALING == "tensor":
-        acc = acc * (gl.load(sa_ptr) * gl.load(sb_ptr))
+    if SCALING == "tensor":  # one scale, then the other: their product can overflow where the result does not
+        acc = acc * gl.load(sa_ptr) * gl.load(sb_ptr)
     elif SCALING == "row":
         offs_m = off_m + gl.arange(0, WG_M, layout=gl.SliceLayout(1, layout))
         offs_n = off_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, layout))
         sa = gl.load(sa_ptr + offs_m * stride_sam, mask=offs_m < M, other=0.0)
         sb = gl.load(sb_ptr + offs_n * stride_sbn, mask=offs_n < N, other=0.0)
-        acc = acc * (gl.expand_dims(sa, 1) * gl.expand_dims(sb, 0))
+        acc = acc * gl.expand_dims(sa, 1) * gl.expand_dims(sb, 0)
     return acc
 
 
@@ -494,8 +501,8 @@ def _matmul_ws_kernel(a_desc, b_desc, c_desc, c_ptr, bias_ptr, trace_ptr, sa_ptr
         c_bufs = gl.allocate_shared_memory(c_desc.dtype, [2] + c_desc.block_type.shape, c_desc.layout)
     else:
         c_bufs = a_bufs  # unused: C goes out through pointer stores
-    if BLOCK_SCALES:  # per slot and 128-column piece, each tile row's a-scale times the piece's b-scale
-        s_bufs = gl.allocate_shared_memory(gl.float32, [STAGES * (BLOCK_N // 128), A_PARTS * WG_M],
+    if BLOCK_SCALES:  # per slot, each tile row's a-scale, then per 128-column piece its b-scale in every row
+        s_bufs = gl.allocate_shared_memory(gl.float32, [STAGES * (BLOCK_N // 128 + 1), A_PARTS * WG_M],
                                            gl.SwizzledSharedLayout(1, 1, 1, order=[0]))  # a 1-D layout: each row is indexed
     else:
         s_bufs = a_bufs  # unused
@@ -590,11 +597,12 @@ def _require_hopper() -> None:
 
 def _fit_stages(config, in_bytes: int, out_bytes: int, *, block_scales: bool = False) -> dict:
     """``config`` with as many ring slots (at most its STAGES) as fit beside the two C buffers
-    (``block_scales``: each slot also holds a float32 scale per tile row and 128-column piece)."""
+    (``block_scales``: each slot also holds a row of float32 a-scales and one of each 128-column
+    piece's b-scale, a float per tile row each)."""
     a_parts = 2 if config["SCHEDULE"] == "cooperative" else 1
     slot = (a_parts * config["WG_M"] + config["BLOCK_N"]) * config["BLOCK_K"] * in_bytes
     if block_scales:
-        slot += a_parts * config["WG_M"] * (config["BLOCK_N"] // 128) * 4
+        slot += a_parts * config["WG_M"] * (config["BLOCK_N"] // 128 + 1) * 4
     c_bytes = 2 * config["WG_M"] * config["BLOCK_N"] // config["EPI_SPLIT"] * out_bytes
     return {**config, "STAGES": min(config["STAGES"], (_SMEM_BYTES - c_bytes) // slot)}
 

@@ -157,7 +157,7 @@ def _grouped_mm_kernel(
             sx = tl.load(sx_ptr + rows_m, mask=rows_m < tl.where(expert < E, row_end, 0), other=0.0)
             n_scaled = tl.where(expert < E, N, 0)  # the tail (expert E) has no scales
             sw = tl.load(sw_ptr + expert.to(tl.int64) * stride_swe + cols_n, mask=cols_n < n_scaled, other=0.0)
-            acc = acc * (sx[:, None] * sw[None, :])
+            acc = acc * sx[:, None] * sw[None, :]  # one after the other: their product may overflow (fp8.py)
 
         if OUT_TMA:
             if OUT_SHARED_DESC and first_row + BLOCK_M <= row_end:
