@@ -6,17 +6,32 @@ bad ``GEMM_KERNELS_ARCH`` is: ``GEMM_KERNELS_KEEP_LAUNCHES=flase`` must not quie
 Paths that may be switched off (:func:`path_or_off`): an off-word (``off``, ``0``, ``no``,
 ``none``, ``false``, ``disabled``) is off, an on-word is refused (a path is expected), anything
 else is the path, ``~`` expanded (a ``~user`` with no home is refused).  Numbers
-(:func:`number`): a float, or a ValueError naming the variable.
+(:func:`number`): ASCII digits (``str.isdigit``, ``int`` and ``float`` take any script's digits:
+``٩`` is 9 to them), a finite float, else a ValueError naming the variable.  A message echoes a
+value trimmed (:func:`shown`): a 100,000-character value must not make a 100 kB error.
 """
 
 from __future__ import annotations
 
 import os
+import re
 
 TRUE = ("1", "true", "yes", "on")
 FALSE = ("0", "false", "no", "off")
 #: the values that switch off a variable that takes a path
 PATH_OFF = ("off", "0", "no", "none", "false", "disabled")
+#: a decimal number in ASCII digits: 8, 0.5, .5, 1e3 (no underscores, other scripts' digits, nan or inf)
+NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+#: the most characters of a value a message echoes
+SHOWN = 60
+
+
+def shown(value) -> str:
+    """``value`` as a message echoes it: its repr, trimmed to about :data:`SHOWN` characters."""
+    text = repr(value)
+    if len(text) <= SHOWN:
+        return text
+    return f"{text[:SHOWN - 10]}...' ({len(value) if isinstance(value, str) else len(text)} characters)"
 
 
 def parse_flag(value: str | None, name: str, default: bool) -> bool:
@@ -28,7 +43,7 @@ def parse_flag(value: str | None, name: str, default: bool) -> bool:
         return True
     if text in FALSE:
         return False
-    raise ValueError(f"{name}={value!r} is not a yes/no value: use one of {', '.join(TRUE)} (on) "
+    raise ValueError(f"{name}={shown(value)} is not a yes/no value: use one of {', '.join(TRUE)} (on) "
                      f"or {', '.join(FALSE)} (off), in any case, or leave it unset")
 
 
@@ -48,11 +63,12 @@ def parse_path_or_off(value: str | None, name: str) -> str | None:
     if text.lower() in PATH_OFF:
         return "off"
     if text.lower() in TRUE:
-        raise ValueError(f"{name}={value!r}: give a path, or one of {', '.join(PATH_OFF)} to switch it "
+        raise ValueError(f"{name}={shown(value)}: give a path, or one of {', '.join(PATH_OFF)} to switch it "
                          "off, or leave it unset for the default")
     path = os.path.expanduser(text)
     if path.startswith("~"):
-        raise ValueError(f"{name}={value!r}: {path.split('/')[0]} is no user's home directory here; give a path")
+        raise ValueError(f"{name}={shown(value)}: {shown(path.split('/')[0])} is no user's home directory here; "
+                         "give a path")
     return path
 
 
@@ -61,16 +77,21 @@ def path_or_off(name: str) -> str | None:
     return parse_path_or_off(os.environ.get(name), name)
 
 
-def number(name: str) -> float | None:
-    """The environment variable ``name`` as a finite float (None when unset or blank)."""
-    value = os.environ.get(name)
+def parse_number(value: str | None, name: str) -> float | None:
+    """``value`` of the variable ``name`` as a finite float (None when unset or blank): ASCII digits
+    only; one past float's range is out of range, not "not a number"."""
     text = (value or "").strip()
     if not text:
         return None
-    try:
-        result = float(text)
-    except ValueError:
-        result = float("nan")
-    if result != result or result in (float("inf"), float("-inf")):
-        raise ValueError(f"{name}={value!r} is not a number: give a number, or leave it unset")
+    if not NUMBER.fullmatch(text):
+        raise ValueError(f"{name}={shown(value)} is not a number: give one in the digits 0-9 (such as 8 or 0.5), "
+                         "or leave it unset")
+    result = float(text)
+    if result in (float("inf"), float("-inf")):
+        raise ValueError(f"{name}={shown(value)} is out of range: give a number below 1e308, or leave it unset")
     return result
+
+
+def number(name: str) -> float | None:
+    """The environment variable ``name`` read by :func:`parse_number`."""
+    return parse_number(os.environ.get(name), name)

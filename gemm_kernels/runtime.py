@@ -85,14 +85,16 @@ class Runtime:
 
 
 def parse_arch(value: str) -> tuple[int, int]:
-    """``"sm_86"`` (or ``"86"``, ``"8.6"``) -> (8, 6), for one of ARCH_SHARED_MEMORY's architectures."""
+    """``"sm_86"`` (or ``"86"``, ``"8.6"``) -> (8, 6), for one of ARCH_SHARED_MEMORY's architectures; ASCII
+    digits only (``\\d`` and ``int`` take any script's: ``sm_٩٠`` would be sm_90)."""
     import re
 
-    match = re.fullmatch(r"(?:sm_?)?(\d)\.?(\d)a?", value.strip().lower())
+    match = re.fullmatch(r"(?:sm_?)?([0-9])\.?([0-9])a?", value.strip().lower())
     cap = (int(match.group(1)), int(match.group(2))) if match else None
     if cap not in ARCH_SHARED_MEMORY:
         known = ", ".join(f"sm_{a}{b}" for a, b in ARCH_SHARED_MEMORY)
-        raise ValueError(f"{ARCH_ENV}={value!r} is not an architecture this package knows; use one of {known}")
+        raise ValueError(f"{ARCH_ENV}={_env.shown(value)} is not an architecture this package knows; "
+                         f"use one of {known}")
     return cap
 
 
@@ -174,7 +176,7 @@ def _cap_memory() -> None:
         return
     total = torch.cuda.get_device_properties(0).total_memory
     if not 0 < gb * 2**30 <= total:
-        raise ValueError(f"{MEMORY_GB_ENV}={value!r}: give a number of GB above 0 and at most this GPU's "
+        raise ValueError(f"{MEMORY_GB_ENV}={_env.shown(value)}: give a number of GB above 0 and at most this GPU's "
                          f"{total / 2**30:.0f}")
     torch.cuda.set_per_process_memory_fraction(gb * 2**30 / total, 0)
 

@@ -254,3 +254,55 @@ def test_a_config_of_the_wrong_shape_names_the_file_and_key(text, key, tmp_path)
     with pytest.raises(gradebook.GradebookError) as info:  # before: TypeError, RecursionError, OverflowError
         gradebook.read_config(path)
     assert str(path) in str(info.value) and key in str(info.value) and len(str(info.value)) < 600
+
+
+# ----------------------------------------------------------------------------- 9: environment spellings
+HUGE = "x" * 100_000
+
+
+@pytest.mark.parametrize("read", [
+    lambda v: _env.parse_flag(v, "GEMM_KERNELS_EXAM", False),
+    lambda v: _env.parse_path_or_off(v, "GEMM_KERNELS_PROGRESS"),
+    lambda v: _env.parse_number(v, "GEMM_KERNELS_MEMORY_GB"),
+    runtime.parse_arch,
+], ids=["flag", "path", "number", "arch"])
+@pytest.mark.parametrize("value", [HUGE, "1" * 100_000 + "x", "~" + "u" * 100_000], ids=["letters", "digits", "user"])
+def test_an_error_echoes_a_long_value_trimmed(read, value):
+    try:
+        read(value)
+    except ValueError as exc:
+        message = str(exc)
+    else:
+        return  # a path: a ~user with such a name is refused below, other values are paths
+    assert "GEMM_KERNELS_" in message and len(message) < 400, len(message)  # before: 100 kB
+    assert "100001 characters" in message or "100000 characters" in message
+
+
+def test_a_huge_number_is_out_of_range_not_no_number(monkeypatch):
+    for value in ("1" * 100_000, "1e999", "-" + "9" * 400):
+        with pytest.raises(ValueError, match="is out of range") as info:
+            _env.parse_number(value, "GEMM_KERNELS_MEMORY_GB")
+        assert len(str(info.value)) < 400
+    monkeypatch.setenv(runtime.MEMORY_GB_ENV, "1" * 100_000)
+    with pytest.raises(ValueError, match=f"{runtime.MEMORY_GB_ENV}=.*out of range"):
+        runtime._cap_memory()  # before: "is not a number"
+    assert _env.parse_number(" 0.5 ", "X") == 0.5 and _env.parse_number("1e3", "X") == 1000.0
+    assert _env.parse_number(".5", "X") == 0.5 and _env.parse_number("", "X") is None
+
+
+@pytest.mark.parametrize("digits", ["٩٠", "९०", "９０", "9٠"], ids=["arabic-indic", "devanagari", "fullwidth", "mixed"])
+def test_only_ascii_digits_are_digits(digits):
+    for value in (f"sm_{digits}", digits, f"{digits[0]}.{digits[1]}"):
+        with pytest.raises(ValueError, match="GEMM_KERNELS_ARCH"):
+            runtime.parse_arch(value)  # before: sm_٩٠ was sm_90
+    with pytest.raises(ValueError, match="is not a number"):
+        _env.parse_number(digits, "GEMM_KERNELS_MEMORY_GB")  # before: float() read 90
+    with pytest.raises(ValueError, match="yes/no"):
+        _env.parse_flag(digits[0], "GEMM_KERNELS_EXAM", False)
+    assert runtime.parse_arch("sm_90") == runtime.parse_arch("9.0") == (9, 0)
+
+
+@pytest.mark.parametrize("value", ["1_000", "0x10", "nan", "-inf", "8GB", "1e", "."])
+def test_a_number_is_decimal_digits(value):
+    with pytest.raises(ValueError, match="is not a number"):
+        _env.parse_number(value, "GEMM_KERNELS_MEMORY_GB")
