@@ -306,3 +306,20 @@ def test_only_ascii_digits_are_digits(digits):
 def test_a_number_is_decimal_digits(value):
     with pytest.raises(ValueError, match="is not a number"):
         _env.parse_number(value, "GEMM_KERNELS_MEMORY_GB")
+
+
+# ----------------------------------------------------------------------------- 8: a results folder outside the repository
+@pytest.mark.parametrize("given", ["elsewhere/bench", "/somewhere/else/bench"], ids=["relative", "outside"])
+def test_the_bench_help_shows_a_results_folder_outside_the_repository(given, tmp_path):
+    run = subprocess.run([sys.executable, "-m", "gemm_kernels.bench", "--help"], capture_output=True, text=True,
+                         env={**os.environ, results.RESULTS_DIR_ENV: given}, cwd=tmp_path, timeout=300)
+    assert run.returncode == 0, run.stderr[-500:]  # before: "... is not in the subpath of ..."
+    assert f"into {given}/" in " ".join(run.stdout.split())
+
+
+def test_the_bench_help_shows_the_committed_copy_relative_to_the_repository():
+    from gemm_kernels import bench
+
+    if not bench.BENCH_DIR.is_relative_to(bench.REPO_ROOT):
+        pytest.skip(f"{results.RESULTS_DIR_ENV} or an installed copy: the committed copy is elsewhere")
+    assert bench.shown_bench_dir() == str(bench.BENCH_DIR.relative_to(bench.REPO_ROOT))

@@ -84,6 +84,15 @@ def _parse_shard(text: str) -> tuple[int, int]:
     return i, n
 
 
+def shown_bench_dir() -> str:
+    """The committed copy's folder as help shows it: relative to the repository when inside it,
+    else as given (``GEMM_KERNELS_RESULTS_DIR`` may name any folder, a relative one too)."""
+    try:
+        return str(BENCH_DIR.relative_to(REPO_ROOT))
+    except ValueError:
+        return str(BENCH_DIR)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m gemm_kernels.bench", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -93,9 +102,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a short smoke run (a few sizes on a GPU; tiny sizes, correctness only, on a CPU)")
     p.add_argument("--out", default=DEFAULT_OUT, help=f"output directory (default: {DEFAULT_OUT}/)")
     p.add_argument("--commit", action="store_true",
-                   help=f"also copy the results into {BENCH_DIR.relative_to(REPO_ROOT)}/ (full GPU runs only)")
+                   help=f"also copy the results into {shown_bench_dir()}/ (full GPU runs only)")
     p.add_argument("--publish", metavar="DIR", nargs="+",
-                   help=f"copy an earlier run's results from DIR into {BENCH_DIR.relative_to(REPO_ROOT)}/ and exit; "
+                   help=f"copy an earlier run's results from DIR into {shown_bench_dir()}/ and exit; "
                         "several DIRs: the shards of one run (--shard), merged")
     p.add_argument("--shard", type=_parse_shard, metavar="I/N",
                    help="run shard I of N of each suite (0 <= I < N; cases dealt 0..N-1, N-1..0, ...): one shard per GPU")
