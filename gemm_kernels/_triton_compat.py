@@ -857,8 +857,9 @@ def float_conversions_in_interpreter() -> None:
     subnormals where both formats have the exponent's width (bf16 -> fp32, e5m2 -> fp16: 2**-16
     came back 0, a bf16 1.1e-39 as 5.9e-39), and decodes every format as if it had IEEE
     infinities and NaNs: e4m3fn's NaN, S.1111.111, came back +-480, e5m2's NaNs finite in fp32.
-    A widening (every source value exists in the target) goes through torch's conversion, exact
-    and bit for bit; a narrowing keeps Triton's rounding, with e4m3fn's NaN made the output's NaN.
+    A widening (every source value exists in the target) goes through torch's conversion, exact,
+    with the input's sign bit (a NaN's too); a narrowing keeps Triton's rounding, with e4m3fn's
+    NaN made the output's NaN.
     Idempotent; nothing where the converter is gone."""
     from triton.runtime import interpreter
 
@@ -875,7 +876,10 @@ def float_conversions_in_interpreter() -> None:
             width_in, width_out = input_dtype.primitive_bitwidth, output_dtype.primitive_bitwidth
             raw = np.frombuffer(np.ascontiguousarray(input).tobytes(), dtype=f"int{width_in}").copy()
             out = torch.from_numpy(raw).view(src).to(dst).view(getattr(torch, f"int{width_out}")).numpy()
-            return out.view(f"uint{width_out}").reshape(np.shape(input))
+            # the sign bit as the input's: torch drops a NaN's (float16 -> float32 in its scalar path, -> bf16)
+            top = np.array(1 << (width_out - 1), dtype=f"uint{width_out}")
+            out = np.where(raw < 0, out.view(top.dtype) | top, out.view(top.dtype) & ~top)
+            return out.reshape(np.shape(input))
         output = original(input, input_dtype, output_dtype, *rest, **kwargs)
         if getattr(input_dtype, "name", None) != "fp8e4nv" or not output_dtype.is_floating():
             return output
