@@ -361,6 +361,11 @@ def test_notebook_10_cast_transpose_memory_arithmetic_matches_entry43():
             f"of the copy's {copy / 1e12:.1f} TB/s: under a quarter of a round") in text
     assert all(tile_us < v / 4 for v in per_round.values())
     in_flight = 132 * tile_in
+    picks = read_json(BENCH_DIR / "entry46" / "cast_transpose_configs.json")["rows"]
+    assert {(p["M"], p["K"]) for p in picks} == set(fused) and {p["autotuner_pick"] for p in picks} == {"8 warps"}
+    assert all(1.8 < p["do_bench_ms"]["4 warps"] / p["do_bench_ms"]["8 warps"] < 2.1 for p in picks)
+    assert ("at 8 warps, the config the autotuner picked at every shape (recorded in a later run, entry 46; "
+            "4 warps took about twice as long)") in text
     assert (f"one tile in flight per SM is {in_flight / 1e6:.1f} MB over the GPU, what the copy moves in "
             f"{in_flight / copy * 1e6:.1f} µs") in text
 

@@ -996,3 +996,56 @@ def test_entry_45_measuring_clock_records_are_the_json():
     least, most = min(now, key=now.get), max(now, key=now.get)
     assert (f"between {now[least]:.2f} µs ({least}³) and {now[most]:.2f} µs ({most}³) over a read flush in the "
             f"second record, {min(before.values()):.2f} to {max(before.values()):.2f} µs in the first") in entry
+
+
+def test_entry_46_batch_invariance_rerun_and_cast_transpose_pick_are_the_data():
+    """PERF_NOTES 46 (and its pointer in 43) quote entry46's CSV and JSON: entry 41's fp16 grid with
+    the decode kernel in the dispatch, and the cast-transpose config the autotuner picked."""
+    import statistics
+    from collections import defaultdict
+
+    from gemm_kernels.kernels.decode import decode_configs, decode_splits
+
+    text = _squash(PERF_NOTES.read_text())
+    entry = text[text.index("## 46. "):]
+    rows = list(csv.DictReader((BENCH / "entry46" / "batch_invariance.csv").open()))
+    assert not any(r["error"] for r in rows) and {r["dtype"] for r in rows} == {"float16"}
+    worst = max(float(r["rel_err"]) for r in rows)
+    assert f"`images/bench/entry46/batch_invariance.csv`, {len(rows)} rows, none wrong (relative error at most " \
+           f"{worst:.1e})".replace("e-0", "e-") in entry
+    default = [r for r in rows if r["provider"] == "matmul_auto"]
+    assert {r["launcher"] for r in default if int(r["M"]) <= 64} == {"matmul_decode"}
+    assert {r["launcher"] for r in default if int(r["M"]) >= 128} == {"matmul_ws"}
+    cases = defaultdict(dict)
+    for r in rows:
+        cases[r["M"], r["N"], r["K"], r["layout"]][r["provider"]] = float(r["ms"])
+    inv = "matmul_auto batch_invariant"
+
+    def geomean(other, keep=lambda m: True):
+        return statistics.geometric_mean(c[other] / c[inv] for k, c in cases.items() if keep(int(k[0])))
+
+    assert (f"default, geomean: {geomean('matmul_auto'):.3f}x ({geomean('matmul_auto', lambda m: m <= 64):.3f}x at "
+            f"M <= 64, {geomean('matmul_auto', lambda m: m >= 1024):.3f}x at M >= 1024), against cuBLAS "
+            f"{geomean('cuBLAS'):.3f}x") in entry
+    kept = [r for r in rows if r["provider"] == inv]
+    assert all(r["same_bits_as_largest_m"] == "True" for r in kept) and f"({len(kept)} of {len(kept)})" in entry
+    changed = {(r["layout"], r["M"], r["N"], r["K"]) for r in default if r["same_bits_as_largest_m"] == "False"}
+    before = {(r["layout"], r["M"], r["N"], r["K"]) for r in csv.DictReader((BENCH / "entry41" / "batch_invariance.csv").open())
+              if r["dtype"] == "float16" and r["provider"] == "matmul_auto" and r["same_bits_as_largest_m"] == "False"}
+    assert changed == before and {(int(m) <= 128, n) for _, m, n, _ in changed} == {(True, "4096")}
+    assert f"changed a row's bits in {len(changed)} of {len(default)} cases" in entry and "the same 24 cases" in entry
+    assert all(r["same_bits_as_largest_m"] == "True" for r in default if r["N"] == "14336" and int(r["M"]) <= 64)
+    widest = max(c.kwargs["BLOCK_N"] for rows_ in (1, 8, 16, 32, 64) for c in decode_configs(rows_, "dot", gpu=True))
+    assert -(-14336 // widest) == 112 and decode_splits(112, 4096 // 16, 132) == 1
+    assert "at least 112 column blocks in any of its configs" in entry
+    picks = json.loads((BENCH / "entry46" / "cast_transpose_configs.json").read_text())["rows"]
+    assert len(picks) == 6 and {p["autotuner_pick"] for p in picks} == {"8 warps"}
+    slower = [p["do_bench_ms"]["4 warps"] / p["do_bench_ms"]["8 warps"] for p in picks]
+    assert f"4 warps took {min(slower):.2f}-{max(slower):.2f}x as long" in entry
+    now = [p["do_bench_ms"]["8 warps"] * 1e3 for p in picks if p["scale_format"] == "fp32"]
+    then = [float(r["ms"]) * 1e3 for r in csv.DictReader((BENCH / "entry43" / "cast_transpose.csv").open())
+            if r["provider"] == "quantize_fp8_transposed"]
+    assert max(abs(a / b - 1) for a, b in zip(now, then)) < 0.002
+    assert (f"8 warps took {now[0]:.1f}, {now[1]:.1f} and {now[2]:.1f} µs (fp32 scales), within 0.2% of entry 43's "
+            f"{then[0]:.1f}, {then[1]:.1f} and {then[2]:.1f}") in entry
+    assert "entry 46 recorded the autotuner's pick: 8 warps at all three shapes" in text
