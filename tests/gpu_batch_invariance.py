@@ -4,7 +4,7 @@
 For each weight shape (N x K, ``x @ W.t()`` as in a linear layer, and W row-major) and each token
 count M: ``torch.matmul`` (cuBLAS), ``matmul_auto`` by default and ``matmul_auto(...,
 batch_invariant=True)``, each checked against float64 first, then timed from a CUDA graph
-(``do_bench_cudagraph``, median of back-to-back calls: the GPU's time alone).  Each row also says
+(``do_bench_cudagraph``, mean of back-to-back calls: the GPU's time alone).  Each row also says
 whether its first rows have the same bits as the same rows computed at the largest M
 (``same_bits_as_largest_m``): for the batch-invariant mode always, for the others where it happens.
 Then ``scaled_mm`` (e4m3, row/column scales) against ``torch._scaled_mm`` the same way, where fp8 runs.

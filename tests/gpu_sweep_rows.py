@@ -7,7 +7,8 @@ from triton.testing import do_bench_cudagraph
 
 
 def timed_row(row: dict, fn, a, b, base_ms=None, rep=30):
-    """Fill ``row`` (which names M, N, K) with ``fn``'s GPU time from a CUDA graph (median, ms),
+    """Fill ``row`` (which names M, N, K) with ``fn``'s GPU time from a CUDA graph (ms: the mean of its
+    replays, ``do_bench_cudagraph``'s default return_mode),
     TFLOP/s, relative error and speed-up over ``base_ms``; an exception goes into ``row["error"]``
     instead (one config may not fit shared memory).  Returns the time, or None."""
     row.setdefault("error", "")
