@@ -332,6 +332,16 @@ def _check_any_device(x, name: str, ndim: int) -> None:
         raise TypeError(f"{name} has dtype {_name(x.dtype)}; quantize_fp8 takes float16, bfloat16, float32 or float64")
 
 
+_SAME_WIDTH_INTS = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def nan_bits(x: torch.Tensor) -> torch.Tensor:
+    """uint8 of x's shape: the fp8 NaN S.1111111 (e4m3fn and e5m2 alike, as torch's cast stores it)
+    with the sign bit of x's element, read from x's bits: torch's casts may drop a NaN's sign
+    (float16 -> float32 in its scalar path, anything -> bfloat16)."""
+    return torch.where(x.view(_SAME_WIDTH_INTS[x.element_size()]) < 0, 0xFF, 0x7F).to(torch.uint8)
+
+
 def fp8_max(dtype) -> float:
     """The largest finite value of an fp8 dtype (448 for e4m3, 57344 for e5m2)."""
     return float(torch.finfo(dtype).max)
@@ -375,11 +385,13 @@ def quantize_fp8(x, granularity="tensor", *, dtype=torch.float8_e4m3fn):
     Each block's largest finite magnitude maps to the format's maximum; values are clamped there
     (saturation: a finite value never becomes inf or NaN) and rounded to nearest even.  An
     all-zero (or empty) block gets the scale 1; a scale never underflows to 0 (it is at least
-    float32's smallest normal number).  A NaN or inf changes only its own element: NaN stays NaN,
-    inf stays inf in e5m2 and becomes NaN in e4m3fn, which has no inf (torch's cast saturates it).
+    float32's smallest normal number).  A NaN or inf changes only its own element: NaN stays NaN
+    with its sign bit (:func:`nan_bits`), inf stays inf in e5m2 and becomes +NaN in e4m3fn, which
+    has no inf (torch's cast saturates it).
     Plain torch ops (quantization is memory-bound and not this course's subject)."""
     _check_any_device(x, "x", 2)
     _check_dtype(dtype, "dtype", FP8_DTYPES)
+    (x,) = checks.resolve_lazy_views(x)  # its bits are read below (nan_bits)
     bm, bk = _block_shape(granularity, x.shape)
     grid = _scale_grid(granularity, x.shape)
     rows, cols = x.shape
@@ -402,6 +414,8 @@ def quantize_fp8(x, granularity="tensor", *, dtype=torch.float8_e4m3fn):
         q = torch.where(torch.isinf(xf), torch.full_like(q, float("nan")), q)
     out = torch.empty_like(x, dtype=dtype)  # keeps x's layout (a column-major b stays column-major)
     out.copy_(q)
+    bits = out.view(torch.uint8)
+    bits.copy_(torch.where(torch.isnan(x), nan_bits(x), bits))  # a NaN keeps its sign
     if granularity == "tensor":
         scale = scale.reshape(())
     return out, scale
