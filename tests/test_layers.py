@@ -46,7 +46,8 @@ def _modules(folder: str):
 #: from the layers below it.  ``results`` reads committed data, below ``viz``, ``bench`` and ``lab``
 #: that show it; ``bench`` measures, below ``lab`` (whose views print its records); ``book`` builds
 #: the website from the lab's student copies.  The package's ``__init__`` (the public API) is above all.
-LAYERS = ("_env", "_triton_compat", "runtime", "models", "testing", "kernels", "results", "viz", "bench", "lab",
+#: ``_env`` and ``_files`` (reading what users hand us) import nothing of the package.
+LAYERS = ("_env", "_files", "_triton_compat", "runtime", "models", "testing", "kernels", "results", "viz", "bench", "lab",
           "book")
 
 
