@@ -81,20 +81,10 @@ def _round_to_fp8_grid(q, MANTISSA_BITS: tl.constexpr, MIN_EXPONENT: tl.constexp
 
 
 @triton.jit
-def _sign_bit_set(raw):
-    """Whether each value's sign bit is set, read from its own bits (a NaN's sign too, which a
-    conversion to float32 need not keep)."""
-    if raw.dtype.primitive_bitwidth == 16:
-        return raw.to(tl.int16, bitcast=True) < 0
-    else:
-        return raw.to(tl.int32, bitcast=True) < 0
-
-
-@triton.jit
-def _fp8_bits(x, negative, scale, FP8: tl.constexpr, FMAX: tl.constexpr, IS_E5M2: tl.constexpr):
+def _fp8_bits(x, scale, FP8: tl.constexpr, FMAX: tl.constexpr, IS_E5M2: tl.constexpr):
     """x / scale rounded to the nearest fp8 value (saturating), as uint8 bits.  A NaN stays NaN with
-    the sign bit ``negative`` gives (fp8.nan_bits); an inf stays inf in e5m2 and becomes NaN in
-    e4m3fn, which has none (the cast would saturate it)."""
+    its sign bit (fp8.nan_bits); an inf stays inf in e5m2 and becomes NaN in e4m3fn, which has
+    none (the cast would saturate it)."""
     q = tl.math.div_rn(x, scale)  # IEEE division, as torch's (the default '/' may be approximate)
     q = tl.minimum(tl.maximum(q, -FMAX), FMAX)
     if IS_E5M2:
@@ -102,13 +92,15 @@ def _fp8_bits(x, negative, scale, FP8: tl.constexpr, FMAX: tl.constexpr, IS_E5M2
     else:
         q = _round_to_fp8_grid(q, 3, -6)
     bits = q.to(FP8).to(tl.uint8, bitcast=True)
+    # inf and NaN: x's top byte is S.1111111, the fp8 NaN with x's sign (fp8.nan_bits); e5m2's inf is
+    # S.11111.00, its first six bits; e4m3fn has no inf: +NaN
+    special = (x.to(tl.uint32, bitcast=True) >> 24).to(tl.uint8)
     is_inf = tl.abs(x) == float("inf")
     if IS_E5M2:
-        inf_bits = tl.where(x < 0, 0x80 | 0x7C, 0x7C).to(tl.uint8)
-        bits = tl.where(is_inf, inf_bits, bits)
+        special = tl.where(is_inf, special & 0xFC, special)
     else:
-        bits = tl.where(is_inf, 0x7F, bits).to(tl.uint8)
-    return tl.where(x != x, tl.where(negative, 0xFF, 0x7F), bits).to(tl.uint8)
+        special = tl.where(is_inf, 0x7F, special).to(tl.uint8)
+    return tl.where(tl.abs(x) < float("inf"), bits, special).to(tl.uint8)
 
 
 @triton.jit
@@ -124,15 +116,14 @@ def _cast_transpose_kernel(x_ptr, q_ptr, s_ptr, qt_ptr, st_ptr, M, K, stride_xm,
     in_k = offs_k < K
     mask = in_m[:, None] & in_k[None, :]
     x = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :] * stride_xk, mask=mask, other=0.0)
-    negative = _sign_bit_set(x)
-    x = x.to(tl.float32)
+    x = x.to(tl.float32)  # _fp8_bits reads a NaN's sign after this widening (tests check that it is kept)
     finite = tl.where(tl.abs(x) < float("inf"), tl.abs(x), 0.0)  # NaN and inf count as 0: only their element changes
     row_scale = _block_scale(tl.max(finite, axis=1), FMAX, TINY, POW2)  # one per row of x: a 1x128 block
     col_scale = _block_scale(tl.max(finite, axis=0), FMAX, TINY, POW2)  # one per row of x.t()
-    q = _fp8_bits(x, negative, row_scale[:, None], FP8, FMAX, IS_E5M2)
+    q = _fp8_bits(x, row_scale[:, None], FP8, FMAX, IS_E5M2)
     tl.store(q_ptr + offs_m[:, None] * K + offs_k[None, :], q, mask=mask)
     tl.store(s_ptr + offs_m * stride_sm + pid_k, row_scale, mask=in_m)
-    qt = tl.trans(_fp8_bits(x, negative, col_scale[None, :], FP8, FMAX, IS_E5M2))
+    qt = tl.trans(_fp8_bits(x, col_scale[None, :], FP8, FMAX, IS_E5M2))
     tl.store(qt_ptr + offs_k[:, None] * M + offs_m[None, :], qt, mask=in_k[:, None] & in_m[None, :])
     tl.store(st_ptr + offs_k * stride_stk + pid_m, col_scale, mask=in_k)
 
