@@ -28,6 +28,8 @@ import re
 import sys
 from pathlib import Path
 
+from . import _env, _files  # the environment's parsers, the guarded reader: no torch, no Triton
+
 #: set to a folder to read committed results from there instead
 RESULTS_DIR_ENV = "GEMM_KERNELS_RESULTS_DIR"
 
@@ -56,8 +58,8 @@ class ResultsFileError(ValueError):
 
 def read_text(path: Path) -> str:
     """``path``'s text (UTF-8); ResultsFileError naming it when it is not text."""
-    try:
-        return Path(path).read_text(encoding="utf-8")
+    try:  # a FIFO or folder at its place: an OSError naming it, never waited on
+        return _files.read_text(path)
     except UnicodeDecodeError as exc:
         raise ResultsFileError(f"{path} is not UTF-8 text ({exc.reason} at byte {exc.start}): restore it "
                                "(git checkout) or rerun the command that writes it") from None
@@ -94,6 +96,79 @@ def read_csv(path: Path) -> list[dict]:
             raise ResultsFileError(f"{path}, line {number}: {len(row) - (None in row)} cells where the header "
                                    "names another number (truncated or hand-edited?)")
     return rows
+
+
+class RecordRow(dict):
+    """One row of a committed record (a CSV line, an object in a JSON record) read by its columns:
+    a column that is missing or a cell that is not what the reader needs (a hand-edited ``time_ms``
+    of ``fast``, ``12 us``, a list where a number goes) is a ResultsFileError naming the file, the
+    row and the column; plain ``row["x"]`` reads raise it too.  Numbers are ASCII decimals
+    (``_env.NUMBER``), finite."""
+
+    def __init__(self, data: dict, path, where: str = "", field: str = "column"):
+        super().__init__(data)
+        self.path, self.where, self.field = path, where, field
+
+    def problem(self, column, what: str) -> ResultsFileError:
+        where = f", {self.where}" if self.where else ""
+        return ResultsFileError(f"{self.path}{where}, {self.field} {_env.shown(column)}: {what} (hand-edited? "
+                                "restore it (git checkout) or rerun the command that writes it)")
+
+    def __missing__(self, column):
+        raise self.problem(column, "missing")
+
+    def text(self, column) -> str:
+        value = self[column]
+        if not isinstance(value, str):
+            raise self.problem(column, f"{_env.shown(value)} is not text")
+        return value
+
+    def number(self, column, positive: bool = False) -> float:
+        """The cell as a finite float (``positive``: above 0, as a time must be)."""
+        value = cell = self[column]
+        if isinstance(cell, str) and _env.NUMBER.fullmatch(cell.strip()):
+            value = float(cell)
+        try:
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        except OverflowError:  # an integer past float's range
+            ok = False
+        if not ok or (positive and value <= 0):
+            raise self.problem(column, f"{_env.shown(cell)} is not a {'positive ' if positive else ''}number")
+        return float(value)
+
+    def integer(self, column) -> int:
+        value = self.number(column)
+        if not value.is_integer():
+            raise self.problem(column, f"{_env.shown(self[column])} is not a whole number")
+        return int(value)
+
+    def items_of(self, column) -> list:
+        """The cell as a JSON list."""
+        value = self[column]
+        if not isinstance(value, list):
+            raise self.problem(column, f"{_env.shown(value)} is not a list")
+        return value
+
+    def mapping(self, column) -> RecordRow:
+        """The cell, a JSON object, read the same way (its keys named ``column.key``)."""
+        value = self[column]
+        if not isinstance(value, dict):
+            raise self.problem(column, f"{_env.shown(value)} is not an object")
+        return RecordRow(value, self.path, f"{self.where + ', ' if self.where else ''}in {column!r}", "key")
+
+    def rows(self, column) -> list[RecordRow]:
+        """The cell, a JSON list of objects (a record's rows), each read the same way."""
+        found = []
+        for i, value in enumerate(self.items_of(column)):
+            if not isinstance(value, dict):
+                raise self.problem(column, f"entry {i} ({_env.shown(value)}) is not an object")
+            found.append(RecordRow(value, self.path, f"{column}[{i}]", "key"))
+        return found
+
+
+def record_rows(path: Path) -> list[RecordRow]:
+    """:func:`read_csv`'s rows as :class:`RecordRow` (line 2 is the first row)."""
+    return [RecordRow(row, path, f"line {n}") for n, row in enumerate(read_csv(path), start=2)]
 
 
 def _warned_read(read, path: Path, instead):
@@ -315,16 +390,24 @@ def dispatch_picks(directory: str | Path | None = None) -> dict:
     drawn from: the ``unseen`` part of the tile sweep (``entry33/ws_tiles.csv``, GPU times per
     shape and layout; the candidates: the six tiles the sweep ran ``matmul_ws``'s kernel in, and
     ``matmul_splitk``).  The number of shapes, the geometric means and the worst shape."""
+    path = Path(directory or BENCH_DIR) / "entry33" / "ws_tiles.csv"
     times = {}
-    for r in read_csv(Path(directory or BENCH_DIR) / "entry33" / "ws_tiles.csv"):
+    for r in record_rows(path):
         if r["ms"] and r["part"] == "unseen":
             name = f"ws {r['config']}" if r["provider"] == "ws" else r["provider"]
-            times.setdefault((int(r["M"]), int(r["N"]), int(r["K"]), r["layout"]), {})[name] = float(r["ms"])
+            shape = (r.integer("M"), r.integer("N"), r.integer("K"), r["layout"])
+            times.setdefault(shape, {})[name] = r.number("ms", positive=True)
     of_best, vs_cublas = {}, []
     for shape, t in times.items():
+        candidates = [v for p, v in t.items() if p not in ("cuBLAS", "auto")]
         if "auto" in t:
-            of_best[shape] = min(v for p, v in t.items() if p not in ("cuBLAS", "auto")) / t["auto"]
+            if not candidates or "cuBLAS" not in t:
+                raise ResultsFileError(f"{path}: the unseen shape {shape} has an auto row but "
+                                       f"{'no cuBLAS row' if candidates else 'no candidate'} to compare it with")
+            of_best[shape] = min(candidates) / t["auto"]
             vs_cublas.append(t["cuBLAS"] / t["auto"])
+    if not of_best:
+        raise ResultsFileError(f"{path}: no shape of the unseen part has a timed auto row: nothing to compare")
     worst = min(of_best, key=of_best.get)
     return {"shapes": len(of_best), "of_best_geo": geomean(of_best.values()), "of_best_min": of_best[worst],
             "worst": f"{worst[0]} × {worst[1]} × {worst[2]} with b {worst[3]}", "vs_cublas_geo": geomean(vs_cublas)}
@@ -403,18 +486,18 @@ def counters_rows(case_prefix: str = "", directory: str | Path | None = None) ->
     :func:`counters_table` (``idle %`` = 1 - mean/max of ``sm__cycles_active``: the share of the
     run an average SM waited for the busiest one)."""
     out = []
-    for r in committed_rows("counters", directory):
+    for r in record_rows((Path(directory) if directory is not None else BENCH_DIR) / "counters.csv"):
         if not r["case"].startswith(case_prefix):
             continue
         row = {"case": r["case"], "provider": r["provider"], "kernel": r["kernel"]}
         for name, column in COUNTER_COLUMNS.items():
-            value = float(r[column]) if r.get(column) else None
+            value = r.number(column) if r.get(column) else None
             row[name] = value / 1e3 if name == "µs" and value is not None else value
-        avg, peak = r.get("sm__cycles_active.avg"), r.get("sm__cycles_active.max")
-        row["idle %"] = 100 * (1 - float(avg) / float(peak)) if avg and peak and float(peak) else None
-        cluster = r.get("launch__cluster_dim_x")
-        row["cluster"] = f"{int(float(cluster))}x{int(float(r.get('launch__cluster_dim_y') or 1))}" \
-            if cluster and float(cluster) > 0 else "none"
+        avg, peak = (r.number(c) if r.get(c) else None for c in ("sm__cycles_active.avg", "sm__cycles_active.max"))
+        row["idle %"] = 100 * (1 - avg / peak) if avg is not None and peak else None
+        cluster = r.integer("launch__cluster_dim_x") if r.get("launch__cluster_dim_x") else 0
+        height = r.integer("launch__cluster_dim_y") if r.get("launch__cluster_dim_y") else 1
+        row["cluster"] = f"{cluster}x{height}" if cluster > 0 else "none"
         out.append(row)
     return out
 
@@ -440,13 +523,14 @@ def counters_table(case_prefix: str = "", directory: str | Path | None = None, k
     return "\n".join(lines)
 
 
-def committed_record(name: str, directory: str | Path | None = None) -> dict:
+def committed_record(name: str, directory: str | Path | None = None) -> RecordRow:
     """``images/bench/<name>.json``: what a bench tool wrote with ``--json`` (``moe_host``,
-    ``clocks``, ``moe_configs``), with its command, device and the code it measured."""
+    ``clocks``, ``moe_configs``), with its command, device and the code it measured; read as a
+    :class:`RecordRow` (a missing or malformed key names the file)."""
     path = Path(directory or BENCH_DIR) / f"{name}.json"
     if not path.is_file():
         raise FileNotFoundError(f"no committed record {path}: run the command in PERF_NOTES.md that makes it")
-    return read_json(path)
+    return RecordRow(read_json(path), path, field="key")
 
 
 def two_ways_table(kernels=("cuBLAS", "matmul_tma"), sizes=(1280, 2048, 4096),
@@ -454,15 +538,19 @@ def two_ways_table(kernels=("cuBLAS", "matmul_tma"), sizes=(1280, 2048, 4096),
     """The same kernels read by ``do_bench`` and from a CUDA graph in one run on one GPU
     (``measuring.json``'s ``two_ways``, ``python -m gemm_kernels.bench.measuring --only two_ways``)."""
     record = committed_record("measuring", directory)
-    rows = {(r["n"], r["kernel"]): r for r in record["two_ways"]}
-    run = next((r for r in record.get("added_runs", []) if "two_ways" in r["experiments"]), record)
+    rows = {(r.integer("n"), r.text("kernel")): r for r in record.rows("two_ways")}
+    added = record.rows("added_runs") if "added_runs" in record else []
+    run = next((r for r in added if "two_ways" in r.items_of("experiments")), record)
     lines = [f"one run on {run['device']} ({run['date']}), µs: do_bench against a CUDA graph",
              f"{'M = N = K':>10} {'kernel':>17} {'do_bench':>9} {'graph':>7} {'ratio':>6} {'host per call':>14}"]
     for n in sizes:
         for kernel in kernels:
+            if (n, kernel) not in rows:  # asked for what was never measured: a lookup, not a damaged file
+                raise KeyError(f"{record.path}: 'two_ways' has no row of n={n} and kernel {kernel!r}")
             r = rows[n, kernel]
-            lines.append(f"{n:>10} {kernel:>17} {r['do_bench_us']:>9.1f} {r['cuda_graph_us']:>7.1f} "
-                         f"{r['do_bench_us'] / r['cuda_graph_us']:>6.2f} {r['host_us_per_call']:>14.1f}")
+            do_bench, graph = r.number("do_bench_us"), r.number("cuda_graph_us", positive=True)
+            lines.append(f"{n:>10} {kernel:>17} {do_bench:>9.1f} {graph:>7.1f} "
+                         f"{do_bench / graph:>6.2f} {r.number('host_us_per_call'):>14.1f}")
     return "\n".join(lines)
 
 
@@ -473,9 +561,9 @@ def clocks_table(name: str = "clocks", directory: str | Path | None = None) -> s
     record = committed_record(name, directory)
     lines = [f"{record['device']}, {record['timing']}; code: {record.get('code', '?')}",
              f"{'case':44} {'provider':18} {'µs':>9} {'speed-up':>9} {'SM MHz':>7} {'W':>5}"]
-    for r in record["rows"]:
-        lines.append(f"{r['case'][:44]:44} {r['provider'][:18]:18} {r['us']:9.1f} {r['speedup']:8.3f}x "
-                     f"{r['sm_mhz']:7.0f} {r['watts']:5.0f}")
+    for r in record.rows("rows"):
+        lines.append(f"{r.text('case')[:44]:44} {r.text('provider')[:18]:18} {r.number('us'):9.1f} "
+                     f"{r.number('speedup'):8.3f}x {r.number('sm_mhz'):7.0f} {r.number('watts'):5.0f}")
     return "\n".join(lines)
 
 
@@ -484,9 +572,10 @@ def host_time_table(name: str = "moe_host", directory: str | Path | None = None)
     time by ``do_bench`` and from a CUDA graph."""
     record = committed_record(name, directory)
     lines = [f"{record['device']}, {record['problem']}; code: {record.get('code', '?')}"]
-    lines += [f"  host time per call, {call}: {us:.1f} µs" for call, us in record["host_us"].items()]
-    lines += [f"  GPU time, {call}: do_bench {g['do_bench_us']:.1f} µs, CUDA graph {g['cuda_graph']}"
-              for call, g in record["gpu"].items()]
+    host, gpu = record.mapping("host_us"), record.mapping("gpu")
+    lines += [f"  host time per call, {call}: {host.number(call):.1f} µs" for call in host]
+    lines += [f"  GPU time, {call}: do_bench {g.number('do_bench_us'):.1f} µs, CUDA graph {g['cuda_graph']}"
+              for call, g in ((call, gpu.mapping(call)) for call in gpu)]
     return "\n".join(lines)
 
 
@@ -496,8 +585,8 @@ def short_gpu(device: str) -> str:
     return words[0] if words else str(device)
 
 
-def _us(ms: str) -> str:
-    us = 1e3 * float(ms)
+def _us(ms: float) -> str:
+    us = 1e3 * ms
     return f"{us:.0f} µs" if us >= 100 else f"{us:.1f} µs"
 
 
@@ -516,8 +605,9 @@ def readme_table(directory: str | Path | None = None) -> str:
     lines = ["| suite | case | GPU, timed with | vendor baseline | our fastest | ratio |",
              "|---|---|---|---|---|---|"]
     for suite, dtype, case in README_CASES:
+        path = (Path(directory) if directory is not None else BENCH_DIR) / f"{suite}.csv"
         try:
-            rows = [r for r in committed_rows(suite, directory) if r["case"] == case and r["dtype"] == dtype]
+            rows = [r for r in record_rows(path) if r["case"] == case and r["dtype"] == dtype]
         except FileNotFoundError:
             continue
         gpu = short_gpu((load_committed(suite, directory) or {}).get("meta", {}).get("device", "?"))
@@ -525,13 +615,14 @@ def readme_table(directory: str | Path | None = None) -> str:
         ours = [r for r in rows if r["ours"] == "True" and r["ok"] == "True" and r["time_ms"]]
         if base is None or not ours:
             continue
-        best = min(ours, key=lambda r: float(r["time_ms"]))
+        best = min(ours, key=lambda r: r.number("time_ms", positive=True))
         kernel = f" (`{base['vendor_kernel']}`)" if base.get("vendor_kernel") else ""
-        ratio = float(base["time_ms"]) / float(best["time_ms"])
-        spread = float(base["baseline_spread"] or 0)
+        base_ms, best_ms = base.number("time_ms", positive=True), best.number("time_ms", positive=True)
+        ratio = base_ms / best_ms
+        spread = base.number("baseline_spread") if base["baseline_spread"] else 0.0
         noise = f" (spread {spread:.0%})" if spread > abs(ratio - 1) else ""  # the baseline's own rounds differ more
         lines.append(f"| {suite} | {case} {dtype} | {gpu}, {TIMING.get(suite, 'do_bench')} | {base['provider']} "
-                     f"{_us(base['time_ms'])}{kernel} | {kernel_label(best)} {_us(best['time_ms'])} | {ratio:.2f}x{noise} |")
+                     f"{_us(base_ms)}{kernel} | {kernel_label(best)} {_us(best_ms)} | {ratio:.2f}x{noise} |")
     return "\n".join(lines) + "\n"
 
 

@@ -33,8 +33,8 @@ START_HERE = "gemm_kernels.lab.exercises.start_here"
 @contextlib.contextmanager
 def no_hang(seconds: int = 20):
     """Fail (instead of waiting forever) when the code inside blocks on a FIFO."""
-    def stop(*_):
-        raise TimeoutError(f"still blocked after {seconds} s")
+    def stop(*_):  # not TimeoutError: an OSError, which a test's pytest.raises(OSError) would take
+        raise AssertionError(f"still blocked after {seconds} s")
 
     previous = signal.signal(signal.SIGALRM, stop)
     signal.alarm(seconds)
@@ -323,3 +323,138 @@ def test_the_bench_help_shows_the_committed_copy_relative_to_the_repository():
     if not bench.BENCH_DIR.is_relative_to(bench.REPO_ROOT):
         pytest.skip(f"{results.RESULTS_DIR_ENV} or an installed copy: the committed copy is elsewhere")
     assert bench.shown_bench_dir() == str(bench.BENCH_DIR.relative_to(bench.REPO_ROOT))
+
+
+# ----------------------------------------------------------------------------- 7: hand-edited committed records
+def _copy_csv(name: str, dest: Path, edit) -> Path:
+    """``images/bench/<name>`` copied to ``dest`` with each row passed through ``edit`` (None drops it)."""
+    source = results.BENCH_DIR / name
+    rows = list(csv.DictReader(open(source, newline="", encoding="utf-8")))
+    rows = [r for r in (edit(dict(r)) for r in rows) if r is not None]
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with open(dest, "w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return dest
+
+
+def _where(row: dict, case: str, dtype: str, column: str, value):
+    if row.get("case") == case and row.get("dtype") == dtype:
+        row[column] = value
+    return row
+
+
+@pytest.mark.parametrize("edit, says", [
+    (lambda r: _where(r, "4096x4096x4096", "fp16", "time_ms", "fast"), r"line \d+, column 'time_ms': 'fast' is not"),
+    (lambda r: _where(r, "4096x4096x4096", "fp16", "time_ms", "0"), r"column 'time_ms': '0' is not a positive"),
+    (lambda r: _where(r, "4096x4096x4096", "fp16", "time_ms", "١٢"), r"column 'time_ms': '١٢' is not"),
+    (lambda r: _where(r, "4096x4096x4096", "fp16", "baseline_spread", "wide"), r"column 'baseline_spread'"),
+    (lambda r: {k: v for k, v in r.items() if k != "dtype"}, r"line \d+, column 'dtype': missing"),
+    (lambda r: {k: v for k, v in r.items() if k != "ours"}, r"column 'ours': missing"),
+], ids=["time-word", "time-zero", "time-arabic", "spread", "no-dtype", "no-ours"])
+def test_the_readme_table_names_the_file_row_and_column(edit, says, tmp_path):
+    path = _copy_csv("square.csv", tmp_path / "square.csv", edit)
+    with pytest.raises(results.ResultsFileError, match=says) as info:  # before: ValueError, KeyError naming nothing
+        results.readme_table(tmp_path)
+    assert str(path) in str(info.value)
+
+
+@pytest.mark.parametrize("text, says", [
+    ("provider,kernel\nx,y\n", "line 2, column 'case': missing"),
+    ("case,provider,kernel,gpu__time_duration.sum\nc,p,k,12 us\n", "column 'gpu__time_duration.sum': '12 us' is not"),
+    ("case,provider,kernel,launch__cluster_dim_x\nc,p,k,1.5\n", "column 'launch__cluster_dim_x': '1.5' is not a whole"),
+    ("case,provider,kernel,sm__cycles_active.avg,sm__cycles_active.max\nc,p,k,nan,1\n", "sm__cycles_active.avg"),
+])
+def test_the_counters_table_names_the_file_row_and_column(text, says, tmp_path):
+    (tmp_path / "counters.csv").write_text(text, encoding="utf-8")
+    with pytest.raises(results.ResultsFileError, match=says) as info:  # before: KeyError, ValueError
+        results.counters_table("", tmp_path)
+    assert str(tmp_path / "counters.csv") in str(info.value)
+
+
+def _json_record(name: str, dest: Path, edit) -> Path:
+    data = json.loads((results.BENCH_DIR / f"{name}.json").read_text(encoding="utf-8"))
+    edit(data)
+    path = dest / f"{name}.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("name, read, edit, says", [
+    ("clocks", results.clocks_table, lambda d: d.pop("device"), "key 'device': missing"),
+    ("clocks", results.clocks_table, lambda d: d["rows"][1].update(us="12 us"), r"rows\[1\], key 'us': '12 us' is not"),
+    ("clocks", results.clocks_table, lambda d: d.update(rows={"a": 1}), "key 'rows': .* is not a list"),
+    ("measuring", lambda directory: results.two_ways_table(directory=directory),
+     lambda d: d["two_ways"][0].pop("kernel"), r"two_ways\[0\], key 'kernel': missing"),
+    ("measuring", lambda directory: results.two_ways_table(directory=directory),
+     lambda d: [r.update(cuda_graph_us=0) for r in d["two_ways"]], "key 'cuda_graph_us': 0 is not a positive"),
+    ("moe_host", results.host_time_table, lambda d: d.update(host_us=[1, 2]), r"key 'host_us': \[1, 2\] is not an object"),
+    ("moe_host", results.host_time_table, lambda d: d["host_us"].update(x=[1]), r"in 'host_us', key 'x': \[1\] is not"),
+    ("moe_host", results.host_time_table, lambda d: d["gpu"].update(x=5), r"in 'gpu', key 'x': 5 is not an object"),
+], ids=["clocks-device", "clocks-us", "clocks-rows", "two-ways-kernel", "two-ways-zero", "host-list", "host-value",
+        "host-gpu"])
+def test_a_hand_edited_json_record_names_the_file_entry_and_key(name, read, edit, says, tmp_path):
+    path = _json_record(name, tmp_path, edit)
+    with pytest.raises(results.ResultsFileError, match=says) as info:  # before: KeyError, TypeError, AttributeError
+        read(directory=tmp_path) if name != "measuring" else read(tmp_path)
+    assert str(path) in str(info.value)
+
+
+@pytest.mark.parametrize("edit, says", [
+    (lambda r: None if r["provider"] == "auto" else r, "no shape of the unseen part has a timed auto row"),
+    (lambda r: {**r, "ms": "fast"} if r["provider"] == "auto" else r, r"line \d+, column 'ms': 'fast' is not"),
+    (lambda r: None if r["provider"] == "cuBLAS" else r, "no cuBLAS row"),
+    (lambda r: {**r, "M": "1e400"}, r"column 'M': '1e400' is not"),
+], ids=["no-auto", "ms-word", "no-cublas", "M-huge"])
+def test_the_dispatch_picks_name_the_file(edit, says, tmp_path):
+    path = _copy_csv("entry33/ws_tiles.csv", tmp_path / "entry33" / "ws_tiles.csv", edit)
+    with pytest.raises(results.ResultsFileError, match=says) as info:  # before: ValueError from min(), KeyError
+        results.dispatch_picks(tmp_path)
+    assert str(path) in str(info.value)
+
+
+def test_the_committed_records_still_read_as_before():
+    assert results.readme_table().count("\n") > 5 and results.counters_table("").startswith("case")
+    assert results.dispatch_picks()["shapes"] > 0 and results.two_ways_table().startswith("one run on")
+    assert results.clocks_table() and results.host_time_table()
+
+
+def _suite_dirs(tmp_path):
+    from gemm_kernels.bench import report
+
+    src, dest = tmp_path / "src", tmp_path / "dest"
+    src.mkdir()
+    dest.mkdir()
+    (src / "fp8.csv").write_bytes((results.BENCH_DIR / "fp8.csv").read_bytes())
+    return report, src, dest
+
+
+def test_render_markdown_names_a_suite_csv_without_time_ms(tmp_path):
+    report, _, dest = _suite_dirs(tmp_path)
+    (dest / "square.csv").write_text("case,provider\nx,y\n")
+    with pytest.raises(ValueError, match=f"{dest / 'square.csv'} is corrupt .*header"):
+        report.render_markdown(dest)  # before: KeyError 'time_ms'
+
+
+@pytest.mark.parametrize("damage", ["kept suite", "published suite", "meta"])
+def test_publish_checks_everything_before_copying(damage, tmp_path):
+    report, src, dest = _suite_dirs(tmp_path)
+    (src / "fp8.png").write_bytes(b"png")
+    if damage == "kept suite":
+        (dest / "square.csv").write_text("case,provider\nx,y\n")  # a committed suite hand-edited
+    elif damage == "published suite":
+        (src / "moe.csv").write_text("case,provider\nx,y\n")
+    else:
+        (dest / "meta.json").write_text("[")
+    before = sorted(p.name for p in dest.iterdir())
+    with pytest.raises(ValueError, match="is corrupt"):
+        report.publish(src, dest)  # before: fp8.csv and .png copied, then KeyError 'time_ms'
+    assert sorted(p.name for p in dest.iterdir()) == before
+
+
+@needs_fifo
+def test_a_fifo_in_the_committed_results_is_refused_not_waited_on(tmp_path):
+    os.mkfifo(tmp_path / "counters.csv")
+    with no_hang(), pytest.raises(OSError, match="counters.csv is a FIFO"):
+        results.counters_table("", tmp_path)
