@@ -36,7 +36,7 @@ import triton.language as tl
 from .. import runtime
 from . import checks, configs
 from .fp8 import (FP8_DTYPES, PROMOTE_EVERY, SCALE_BLOCK, _scaled_mm_kernel, check_scaled_mm_inputs, fp8_max,
-                  kernel_args, require_fp8)
+                  kernel_args, nan_bits, require_fp8)
 from .tma import tma_strides
 
 #: how a block's scale is stored: any float32, or a power of two (one exponent byte, UE8M0)
@@ -193,8 +193,9 @@ def _ref_scales(amax, fmax, scale_format):
     return scale
 
 
-def _ref_rows(x64, dtype, scale_format):
-    """1x128 blocks along the rows of a float64 matrix -> (q, scale)."""
+def _ref_rows(x64, dtype, scale_format, nans):
+    """1x128 blocks along the rows of a float64 matrix -> (q, scale); ``nans``: the bits of its NaNs
+    (fp8.nan_bits of the matrix before float64: a cast may drop a NaN's sign)."""
     rows, cols = x64.shape
     kb = triton.cdiv(cols, SCALE_BLOCK)
     blocks = torch.nn.functional.pad(x64, (0, kb * SCALE_BLOCK - cols)).reshape(rows, kb, SCALE_BLOCK)
@@ -206,7 +207,8 @@ def _ref_rows(x64, dtype, scale_format):
     q = torch.where(torch.isfinite(x64), q.clamp(-fmax, fmax), x64)
     if dtype == torch.float8_e4m3fn:
         q = torch.where(torch.isinf(x64), torch.full_like(q, float("nan")), q)
-    return q.float().to(dtype), scale
+    q = q.float().to(dtype)
+    return torch.where(torch.isnan(x64), nans, q.view(torch.uint8)).view(dtype), scale
 
 
 def quantize_fp8_transposed_ref(x, *, dtype=torch.float8_e4m3fn, scale_format="fp32") -> TransposedFp8:
@@ -218,9 +220,10 @@ def quantize_fp8_transposed_ref(x, *, dtype=torch.float8_e4m3fn, scale_format="f
     if dtype not in FP8_DTYPES or scale_format not in SCALE_FORMATS:
         raise ValueError(f"dtype must be one of {FP8_DTYPES} and scale_format one of {SCALE_FORMATS}, "
                          f"got {dtype!r}, {scale_format!r}")
-    x64 = x.resolve_neg().resolve_conj().double()
-    q, scale = _ref_rows(x64, dtype, scale_format)
-    q_t, scale_t = _ref_rows(x64.t(), dtype, scale_format)
+    x = x.resolve_neg().resolve_conj()
+    x64, nans = x.double(), nan_bits(x)
+    q, scale = _ref_rows(x64, dtype, scale_format, nans)
+    q_t, scale_t = _ref_rows(x64.t(), dtype, scale_format, nans.t())
     return TransposedFp8(q.contiguous(), scale, q_t.contiguous(), scale_t)
 
 
