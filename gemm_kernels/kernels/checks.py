@@ -18,9 +18,11 @@ SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 MAX_INDEX = 2**31 - 1
 
 
-def check_tensor(x, name: str, ndim: int, dtypes=SUPPORTED_DTYPES, *, runs_here: bool = True) -> None:
+def check_tensor(x, name: str, ndim: int, dtypes=SUPPORTED_DTYPES, *, runs_here: bool = True,
+                 any_device: bool = False) -> None:
     """``runs_here=False``: the kernel is only compiled (for another GPU, the compile view), so what
-    this GPU cannot run (bf16 on an sm_75) is no error."""
+    this GPU cannot run (bf16 on an sm_75) is no error.  ``any_device``: no device rule (for a
+    reference that torch computes wherever ``x`` is; the launcher adds :func:`check_kernel_device`)."""
     check_strided(x, name)
     if x.dim() != ndim:
         raise ValueError(f"{name} must be {ndim}-D, got shape {tuple(x.shape)} ({x.dim()}-D)")
@@ -30,6 +32,12 @@ def check_tensor(x, name: str, ndim: int, dtypes=SUPPORTED_DTYPES, *, runs_here:
     if runs_here and x.dtype == torch.bfloat16 and not runtime.supports_bf16():
         raise TypeError(runtime.missing_feature(f"{name} (bfloat16)", "bf16 tensor cores (sm_80 or newer)",
                                                 "Or use float16.", interpreter_has_it=True))
+    if not any_device:
+        check_kernel_device(x, name)
+
+
+def check_kernel_device(x, name: str) -> None:
+    """ValueError unless ``x`` is where the kernels run (the GPU, or the CPU in the interpreter)."""
     if x.device.type != runtime.DEVICE.type:
         where = "compiled on the GPU" if runtime.on_gpu() else "in the CPU interpreter"
         raise ValueError(

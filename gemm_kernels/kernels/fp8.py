@@ -323,9 +323,7 @@ def _check_any_device(x, name: str, ndim: int) -> None:
     """Quantization is plain torch: any device, any float dtype (the kernels' device rule does not
     apply), but values in strided memory: not a sparse tensor, nor a meta one (a shape only)."""
     checks.check_strided(x, name)
-    if x.is_meta:
-        raise ValueError(f"{name} is on the meta device (a shape without values): quantization reads the values; "
-                         f"pass {name} on a real device")
+    check_has_values(x, name)
     if x.dim() != ndim:
         raise ValueError(f"{name} must be {ndim}-D, got shape {tuple(x.shape)} ({x.dim()}-D)")
     if x.dtype not in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
@@ -340,6 +338,13 @@ def nan_bits(x: torch.Tensor) -> torch.Tensor:
     with the sign bit of x's element, read from x's bits: torch's casts may drop a NaN's sign
     (float16 -> float32 in its scalar path, anything -> bfloat16)."""
     return torch.where(x.view(_SAME_WIDTH_INTS[x.element_size()]) < 0, 0xFF, 0x7F).to(torch.uint8)
+
+
+def check_has_values(x, name: str) -> None:
+    """ValueError for a tensor on the meta device: quantization reads values, not a shape."""
+    if x.is_meta:
+        raise ValueError(f"{name} is on the meta device (a shape without values): quantization reads the values; "
+                         f"pass {name} on a real device")
 
 
 def fp8_max(dtype) -> float:

@@ -35,8 +35,8 @@ import triton.language as tl
 
 from .. import runtime
 from . import checks, configs
-from .fp8 import (FP8_DTYPES, PROMOTE_EVERY, SCALE_BLOCK, _scaled_mm_kernel, check_scaled_mm_inputs, fp8_max,
-                  kernel_args, nan_bits, require_fp8)
+from .fp8 import (FP8_DTYPES, PROMOTE_EVERY, SCALE_BLOCK, _scaled_mm_kernel, check_has_values, check_scaled_mm_inputs,
+                  fp8_max, kernel_args, nan_bits, require_fp8)
 from .tma import tma_strides
 
 #: how a block's scale is stored: any float32, or a power of two (one exponent byte, UE8M0)
@@ -135,13 +135,24 @@ _cast_transpose_tuned = triton.autotune(CAST_TRANSPOSE_CONFIGS, key=["M", "K", "
 
 
 # ----------------------------------------------------------------------------- host side
-def _check_cast_transpose_inputs(x, dtype, scale_format) -> None:
-    checks.check_tensor(x, "x", 2, runs_here=False)  # bf16 is only loaded, never multiplied: any GPU reads it
-    if dtype not in FP8_DTYPES:
+def check_cast_transpose_operands(x, dtype, scale_format) -> None:
+    """What ``quantize_fp8_transposed``'s arguments must be whoever quantizes, its kernel or
+    :func:`quantize_fp8_transposed_ref` (one check, one message): x a 2-D float16, bfloat16 or
+    float32 tensor of values in strided memory, ``dtype`` an fp8 dtype, ``scale_format`` one of
+    SCALE_FORMATS.  Not the kernel's device and offsets: the reference runs on any device."""
+    # bf16 is only loaded, never multiplied: any GPU reads it (runs_here=False)
+    checks.check_tensor(x, "x", 2, runs_here=False, any_device=True)
+    check_has_values(x, "x")
+    if not isinstance(dtype, torch.dtype) or dtype not in FP8_DTYPES:
         raise TypeError(f"dtype must be torch.float8_e4m3fn or torch.float8_e5m2, got {dtype!r}")
-    if scale_format not in SCALE_FORMATS:
+    if not isinstance(scale_format, str) or scale_format not in SCALE_FORMATS:
         raise ValueError(f"scale_format must be one of {SCALE_FORMATS} (float32 scales, or powers of two), "
                          f"got {scale_format!r}")
+
+
+def _check_cast_transpose_inputs(x, dtype, scale_format) -> None:
+    check_cast_transpose_operands(x, dtype, scale_format)
+    checks.check_kernel_device(x, "x")
     checks.check_span(x, "x")
     if x.numel() - 1 > checks.MAX_INDEX:
         raise ValueError(f"x has {x.numel()} elements: more than 32-bit kernel offsets address "
@@ -212,14 +223,9 @@ def _ref_rows(x64, dtype, scale_format, nans):
 
 
 def quantize_fp8_transposed_ref(x, *, dtype=torch.float8_e4m3fn, scale_format="fp32") -> TransposedFp8:
-    """Plain-torch float64 reference of :func:`quantize_fp8_transposed` (any device)."""
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
-    if x.dim() != 2:
-        raise ValueError(f"x must be 2-D, got shape {tuple(x.shape)}")
-    if dtype not in FP8_DTYPES or scale_format not in SCALE_FORMATS:
-        raise ValueError(f"dtype must be one of {FP8_DTYPES} and scale_format one of {SCALE_FORMATS}, "
-                         f"got {dtype!r}, {scale_format!r}")
+    """Plain-torch float64 reference of :func:`quantize_fp8_transposed` (any device); refuses what
+    the kernel refuses for its arguments (:func:`check_cast_transpose_operands`)."""
+    check_cast_transpose_operands(x, dtype, scale_format)
     x = x.resolve_neg().resolve_conj()
     x64, nans = x.double(), nan_bits(x)
     q, scale = _ref_rows(x64, dtype, scale_format, nans)
