@@ -362,7 +362,9 @@ def _block_shape(granularity, shape) -> tuple[int, int]:
     if (not isinstance(granularity, (tuple, list)) or len(granularity) != 2
             or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in granularity)):
         raise ValueError(f"a block granularity must be two positive ints (rows, cols), e.g. (1, 128), got {granularity!r}")
-    return tuple(granularity)
+    # a block longer than x along a side is one block covering that side (ceil(rows / bm) = 1 scale):
+    # clamped, so nothing is padded past x (2**40 rows padded to 2**40 asked for terabytes)
+    return min(granularity[0], max(rows, 1)), min(granularity[1], max(cols, 1))
 
 
 def _scale_grid(granularity, shape) -> tuple[int, int]:
@@ -386,7 +388,8 @@ def quantize_fp8(x, granularity="tensor", *, dtype=torch.float8_e4m3fn):
 
     granularity: ``"tensor"`` (scale of shape [1]... a 0-d tensor), ``"row"`` ([M, 1]),
     ``"column"`` ([1, N]: per output channel of a [K, N] b), or a block ``(rows, cols)``:
-    ``(1, 128)`` for activations, ``(128, 128)`` for weights (scale [ceil(M/rows), ceil(N/cols)]).
+    ``(1, 128)`` for activations, ``(128, 128)`` for weights (scale [ceil(M/rows), ceil(N/cols)]; a
+    block larger than x is one block covering it).
     Each block's largest finite magnitude maps to the format's maximum; values are clamped there
     (saturation: a finite value never becomes inf or NaN) and rounded to nearest even.  An
     all-zero (or empty) block gets the scale 1; a scale never underflows to 0 (it is at least
