@@ -168,7 +168,8 @@ def matmul_decode(a, b, *, activation=None, bias=None, method=None, split_k=None
     """``activation(a @ b + bias)`` for ``M <= 64`` rows of ``a``: each program reads ``BLOCK_N``
     columns of ``b`` once for every row.  Same contract as :func:`gemm_kernels.matmul` otherwise
     (any strides, fp16/bf16/fp32), forward only.  ``method``: ``"fma"`` or ``"dot"`` (default
-    :func:`decode_method`); ``split_k``: K pieces per column block (default :func:`decode_splits`).
+    :func:`decode_method`); ``split_k``: K pieces per column block (default :func:`decode_splits`; at
+    most one per K block: more ask for that).
     Deterministic: split pieces are added in split order."""
     key = None
     if launches.keeping():
@@ -190,8 +191,8 @@ def matmul_decode(a, b, *, activation=None, bias=None, method=None, split_k=None
     if method == "fma" and M > FMA_MAX_ROWS:
         raise ValueError(f"method='fma' takes at most {FMA_MAX_ROWS} rows (its product lives in registers), "
                          f"got {M}: use method='dot' (the default)")
-    if split_k is not None:
-        split_k = checks.check_int(split_k, "split_k")
+    if split_k is not None:  # past K (more than the K blocks) it asks for one piece per K block: so many
+        split_k = min(checks.check_int(split_k, "split_k"), max(a.shape[1], 1))  # (int32 for the kernel)
     c = torch.empty((M, N), device=a.device, dtype=a.dtype)
     if M == 0 or N == 0:
         return c

@@ -114,7 +114,7 @@ def matmul_splitk(a, b, *, split_k=None, activation=None, bias=None, order="grou
     """``activation(a @ b + bias)`` with each tile's K loop split over ``split_k`` programs.
 
     Same contract as :func:`gemm_kernels.matmul` (any strides, fp16/bf16/fp32), forward only.
-    ``split_k``: pieces per tile (1 = no split; at most one per K block); by default
+    ``split_k``: pieces per tile (1 = no split; at most one per K block: more ask for that); by default
     ``tiles.splitk_default_splits`` fills one wave of SMs when the tiles alone would not.
     Deterministic: the pieces are added in split order.  ``config``: an explicit
     ``triton.Config`` with BLOCK_M/N/K (no autotuning).  ``tma=True``: read a and b through
@@ -128,8 +128,8 @@ def matmul_splitk(a, b, *, split_k=None, activation=None, bias=None, order="grou
             return out
     a, b, bias = checks.resolve_lazy_views(a, b, bias)
     bias, group_size_m = checks.check_matmul_inputs(a, b, order, group_size_m, activation, bias)
-    if split_k is not None:
-        split_k = checks.check_int(split_k, "split_k")
+    if split_k is not None:  # past K (more than the K blocks) it asks for one piece per K block: so many
+        split_k = min(checks.check_int(split_k, "split_k"), max(a.shape[1], 1))  # (int32 for the kernel)
     config_kwargs = None if config is None else configs.explicit_config_kwargs(config, "pointer")
     layouts = _tma_layouts(a, b, tma)
     M, K = a.shape
