@@ -144,6 +144,14 @@ def check_no_grad(tensors: dict) -> None:
                              "or call under torch.no_grad()")
 
 
+def require_flag(value, name: str) -> bool:
+    """``value`` when it is True or False; TypeError naming ``name`` otherwise (1 and numpy's True
+    compare equal to True, "no" is truthy: each launcher taking a flag refuses them alike)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False, got {value!r}")
+    return value
+
+
 def check_same(tensors: dict, what: str) -> None:
     """All tensors share dtype ('dtype') or device ('device')."""
     values = {name: getattr(t, what) for name, t in tensors.items()}

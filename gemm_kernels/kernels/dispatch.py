@@ -25,7 +25,7 @@ import torch
 
 from .. import runtime
 from ..models.tiles import default_launcher
-from . import launches
+from . import checks, launches
 from .autograd import grad_enabled_for
 from .decode import DECODE_MAX_ROWS, matmul_decode
 from .matmul import _matmul_forward, matmul
@@ -72,6 +72,7 @@ def _tma_readable(x) -> bool:
 def pick_launcher(a, b, bias=None, *, batch_invariant=False) -> tuple[str, str]:
     """``(launcher name, reason)`` for ``matmul_auto(a, b, bias=bias, batch_invariant=...)``.
     Inputs that are not 2-D tensors go to ``matmul``, whose checks name what is wrong."""
+    checks.require_flag(batch_invariant, "batch_invariant")  # as matmul_auto: 1 is not taken for True
     if not all(isinstance(x, torch.Tensor) and x.dim() == 2 and x.layout == torch.strided for x in (a, b)):
         return "matmul", "not two dense matrices: matmul's checks say what is wrong"
     if batch_invariant:
@@ -112,9 +113,7 @@ def matmul_auto(a, b, *, activation=None, bias=None, batch_invariant=False):
     ``batch_invariant=True``: each row of the result has the same bits whatever M (the rows of
     ``a`` beside it), at a cost in speed: ``matmul``'s kernel in one config for every M.  Forward
     only (inference, where a batch mixes requests): a call that needs gradients is a ValueError."""
-    if not isinstance(batch_invariant, bool):
-        raise TypeError(f"batch_invariant must be True or False, got {batch_invariant!r}")
-    if batch_invariant:
+    if checks.require_flag(batch_invariant, "batch_invariant"):
         if torch.compiler.is_compiling():
             raise NotImplementedError("batch_invariant=True calls its launcher directly: torch.compile cannot "
                                       "trace it (call it outside the compiled region)")

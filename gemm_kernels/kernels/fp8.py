@@ -274,8 +274,7 @@ def scaled_mm(a, b, scale_a, scale_b, *, out_dtype=torch.bfloat16, bias=None, us
     ``promote_every``: the interval otherwise.  ``batch_invariant``: one tile and one K loop for
     every M, so a row's bits do not depend on the rows beside it (as ``matmul_auto``'s mode; the
     tile is otherwise picked from M).  Forward only (no autograd)."""
-    if not isinstance(batch_invariant, bool):
-        raise TypeError(f"batch_invariant must be True or False, got {batch_invariant!r}")
+    checks.require_flag(batch_invariant, "batch_invariant")
     key = None
     if launches.keeping():
         key = launches.call_key((a, b, scale_a, scale_b, bias),
