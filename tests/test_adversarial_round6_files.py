@@ -170,6 +170,19 @@ def test_a_fifo_as_the_roster_or_config_is_refused_by_name(option, tmp_path, mon
     assert stop.value.code == 2 and f"{tmp_path / 'input'} is a FIFO" in capsys.readouterr().err
 
 
+@needs_fifo
+def test_a_fifo_among_a_teachers_notebooks_is_refused_by_name(tmp_path, capsys):
+    from gemm_kernels.lab import nbgrader_markup
+
+    os.mkfifo(tmp_path / "01_pointer_arithmetic.ipynb")
+    with no_hang():
+        with pytest.raises(OSError, match="01_pointer_arithmetic.ipynb is a FIFO"):
+            student.write_student_copies(tmp_path, tmp_path / "copies")  # SRC_DIR's notebooks (before: blocked)
+        with pytest.raises(SystemExit):
+            nbgrader_markup.main([str(tmp_path / "01_pointer_arithmetic.ipynb")])
+    assert "01_pointer_arithmetic.ipynb is a FIFO" in capsys.readouterr().err
+
+
 # ----------------------------------------------------------------------------- 3, 4: outputs checked before grading
 @pytest.fixture
 def class_folder(tmp_path, monkeypatch):

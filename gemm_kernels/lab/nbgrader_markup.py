@@ -42,6 +42,7 @@ from pathlib import Path
 
 import nbformat
 
+from .. import _files
 from . import gradebook, student
 from .student import HIDDEN_BEGIN, HIDDEN_END, strip_hidden_tests
 
@@ -202,7 +203,7 @@ def markup(nb, name: str = "notebook", config: dict | None = None):
 
 def marked_up_text(path: Path, config: dict | None = None) -> str:
     """The text of the notebook at ``path`` with its markup refreshed, as nbformat writes it."""
-    nb = nbformat.read(path, as_version=4)
+    nb = gradebook.read_notebook(path)  # a FIFO given: refused by name, not waited on
     return nbformat.writes(markup(nb, path.name, config)) + "\n"
 
 
@@ -224,8 +225,12 @@ def main(argv=None) -> int:
     paths = args.paths or student.notebook_paths(student.REPO_ROOT / "notebooks")
     stale = []
     for path in paths:
-        text = marked_up_text(path, config)
-        if path.read_text(encoding="utf-8") != text:
+        try:
+            text = marked_up_text(path, config)
+            current = _files.read_text(path, gradebook.NOTEBOOK_LIMIT)
+        except OSError as exc:
+            parser.error(str(exc))
+        if current != text:
             stale.append(path)
             if not args.check:
                 path.write_text(text, encoding="utf-8")

@@ -387,7 +387,7 @@ def student_text(path: Path) -> str:
     """The student copy of the notebook at ``path``, as the text written to disk.  NotebookError
     (one line, naming the file) when it is not a valid notebook; MarkerError for bad markers."""
     try:
-        nb = nbformat.read(path, as_version=4)
+        nb = nbformat.reads(_files.read_text(path), as_version=4)  # a FIFO in SRC_DIR: refused, not waited on
         text = nbformat.writes(student_notebook(nb, path.name)) + "\n"
     except (MarkerError, OSError):
         raise
