@@ -17,8 +17,10 @@ verdict; a hang, a crash or silence is 0 for that exercise.  Checks run in exam 
 Writes one row per student, notebook and exercise (status, points, the check's message, trimmed)
 to ``--out``, the gradebook (one row per student, :mod:`gemm_kernels.lab.gradebook`) to
 ``--gradebook``, optionally Canvas's import (``--canvas``) and JSON (``--json``), and prints each
-student's total and how long grading took.  ``notebooks/TEACHING.md`` says what the judge resists
-and what it does not.  POSIX only (resource limits, process groups).
+student's total and how long grading took.  Every output is checked before grading starts
+(:func:`output_problem`: never an input, another output or a file in SUBMISSIONS/) and written whole
+or not at all.  ``notebooks/TEACHING.md`` says what the judge resists and what it does not.  POSIX
+only (resource limits, process groups).
 """
 
 from __future__ import annotations
