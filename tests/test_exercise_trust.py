@@ -457,8 +457,12 @@ def test_column_grouped_triton_without_the_clamp_names_the_short_last_group():
     assert "check the offsets and loop bounds" not in str(result)  # the generic hint gives way to the diagnosis
 
 
-def test_column_grouped_triton_through_the_package_row_order_turned_is_correct():
-    assert_correct(ordering.check_column_grouped_triton(cg_through_tile_grouped))
+def test_column_grouped_triton_through_the_package_row_order_turned_is_refused():
+    """Right numbers, but 03's exercise hands no package helper (issue 48: the package's @triton.jit
+    helpers did a kernel exercise's work): tiles.tile_grouped is refused by name."""
+    assert_wrong(ordering.check_column_grouped_triton(cg_through_tile_grouped),
+                 "your code uses gemm_kernels.kernels.tiles.tile_grouped, which this exercise does not hand you",
+                 "(here: none)")
 
 
 def test_column_grouped_triton_in_plain_python_asks_for_triton_jit():

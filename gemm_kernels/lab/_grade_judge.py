@@ -326,9 +326,11 @@ class Judge:
                    "kwargs": {k: wire.encode(v) for k, v in kwargs.items()}, "timeout": CALL_TIMEOUT_S}
         return self.child.request(message, CALL_TIMEOUT_S + GRACE_S)
 
-    def answer(self, name: str, kind: str, title: str = ""):
-        """The answer to hand the check, or (status, message) when there is none to check."""
+    def answer(self, name: str, kind: str, title: str = "", check=None):
+        """The answer to hand the check, or (status, message) when there is none to check; a kernel
+        answer may use only the package code ``check`` allows (its ``hands``)."""
         from ._rebuild import NotRebuilt, rebuild
+        from .exercises._kernel_checks import handed, package_answers
 
         child = self.ensure_child()
         info = child.request({"op": "describe", "name": name}, 60)
@@ -353,7 +355,7 @@ class Judge:
         if "code" not in reply:
             return "wrong", trimmed(f"the source of {name} could not be read: {reply.get('error', 'missing')}")
         try:
-            return rebuild(reply["code"], name)
+            return rebuild(reply["code"], name, handed(check), package_answers(check))
         except NotRebuilt as exc:
             return "wrong", trimmed(f"the grader runs your code from its source, and refuses this: {exc}")
         except Exception as exc:  # noqa: BLE001  (its own error at definition: a decorator's arguments, ...)
@@ -361,7 +363,7 @@ class Judge:
 
     def verdict(self, check, name: str, kind: str, title: str = "") -> tuple[str, str]:
         try:
-            answer = self.answer(name, kind, title)
+            answer = self.answer(name, kind, title, check)
         except ChildGone as exc:
             return self.child.failure or (STATUS_CRASHED, str(exc))
         except Exception as exc:  # noqa: BLE001  (a reply that is no answer: its process is not trusted further)
@@ -395,15 +397,11 @@ class Judge:
 
 def forbidden_call(check, called: set) -> str | None:
     """The first package function the check forbids (its ``forbid``, or a reference) among ``called``."""
-    import inspect
-
-    from .exercises._kernel_checks import helper_computes, qualified_name
+    from .exercises._kernel_checks import helper_computes, package_answers, qualified_name
 
     try:
-        forbid = inspect.getclosurevars(check.__wrapped__).nonlocals.get("forbid", ())
-        forbid = forbid() if callable(forbid) else forbid
-        names = {qualified_name(f).replace("gemm_kernels.", "", 1) for f in forbid or ()}
-    except Exception:  # noqa: BLE001  (a check with no forbid list)
+        names = {qualified_name(f).replace("gemm_kernels.", "", 1) for f in package_answers(check)}
+    except Exception:  # noqa: BLE001  (a forbid list that cannot be read: none)
         names = set()
     short = sorted(c.replace("gemm_kernels.", "", 1) for c in called)
     # (only plain answers, run in the notebook's process, report calls): as the check in the notebook

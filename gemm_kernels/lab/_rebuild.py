@@ -9,7 +9,9 @@ what a Triton kernel and its launcher need, and only then defines it, in a names
 * attributes: none that starts with ``_``, none that reaches files or raw memory (``numpy``,
   ``tofile``, ``storage``, ``handle``, ``fn``, ``format``, ...); a module is only read as
   ``module.name``, and only Triton's language, ``math``, ``triton.jit``/``cdiv``/``autotune``/...,
-  torch's allocators and dtypes, and the package's ``@triton.jit`` helpers are reachable;
+  torch's allocators and dtypes, and the package's ``@triton.jit`` helpers that the exercise hands
+  the learner (its check's ``hands``: ``_kernel_checks.refused_package_code``, the notebook's rule)
+  are reachable;
 * statements: no import, ``class``, ``global``, ``with``, ``try``, attribute assignment;
 * globals: modules (by name), literals, ``tl.constexpr`` literals, dtypes, other functions of the
   learner's (rebuilt the same way).
@@ -142,12 +144,22 @@ def _jit_like(obj) -> bool:
                for kind in type(obj).__mro__)
 
 
+def _package_code(obj, used: str, hands, forbid):
+    """``obj`` (the package's, reached as ``used``), or NotRebuilt when the exercise does not hand it."""
+    from .exercises._kernel_checks import refused_package_code
+
+    refused = refused_package_code(obj, hands, forbid)
+    if refused is not None:
+        raise NotRebuilt(f"{used}: {refused.message}")
+    return obj
+
+
 class _Validator(ast.NodeVisitor):
     FORBIDDEN = (ast.Import, ast.ImportFrom, ast.Global, ast.Nonlocal, ast.ClassDef, ast.AsyncFunctionDef,
                  ast.Await, ast.Yield, ast.YieldFrom, ast.With, ast.AsyncWith, ast.Try, ast.Delete, ast.Match)
 
-    def __init__(self, where: str, modules: dict[str, str]):
-        self.where, self.modules = where, modules
+    def __init__(self, where: str, modules: dict[str, str], hands=(), forbid=()):
+        self.where, self.modules, self.hands, self.forbid = where, modules, hands, forbid
 
     def refuse(self, node, what: str):
         raise NotRebuilt(f"{self.where}, line {getattr(node, 'lineno', '?')}: {what}")
@@ -183,8 +195,14 @@ class _Validator(ast.NodeVisitor):
                 self.refuse(node, f"the attribute .{attr} is not allowed")
         if on_module:
             module = self.modules[base.id]
-            if not _module_allows(module, chain) and _library_object(module, chain) is None:
-                self.refuse(node, f"{base.id}.{'.'.join(chain)} is not available to a kernel or its launcher")
+            if not _module_allows(module, chain):
+                helper = _library_object(module, chain)
+                if helper is None:
+                    self.refuse(node, f"{base.id}.{'.'.join(chain)} is not available to a kernel or its launcher")
+                try:
+                    _package_code(helper, f"{base.id}.{'.'.join(chain)}", self.hands, self.forbid)
+                except NotRebuilt as exc:
+                    self.refuse(node, str(exc))
             if _ends_in_module(module, chain):  # c = tl.core; c.builtins: a module only as module.name
                 self.refuse(node, f"{base.id}.{'.'.join(chain)} is a module: use it only as "
                                   f"{base.id}.{'.'.join(chain)}.name")
@@ -203,7 +221,7 @@ def _literal(text: str):
     return value
 
 
-def _global_value(name: str, spec: dict, modules: dict[str, str]):
+def _global_value(name: str, spec: dict, modules: dict[str, str], hands=(), forbid=()):
     import triton.language as tl
 
     if "module" in spec:
@@ -230,10 +248,12 @@ def _global_value(name: str, spec: dict, modules: dict[str, str]):
             obj = getattr(importlib.import_module(module), helper, None)
         if obj is None or not _jit_like(obj):
             raise NotRebuilt(f"it uses {name} ({module}.{helper}), which a kernel or its launcher may not use")
-        return obj
+        return _package_code(obj, name, hands, forbid)
     if "object" in spec:
         module, _, qualname = str(spec["object"]).partition(":")
         obj = _library_object(module, qualname.split(".")) if "<" not in qualname else None
+        if obj is not None:  # a package helper: only one the exercise hands (by any name: an alias too)
+            return _package_code(obj, name, hands, forbid)
         if obj is None and qualname.isidentifier() and (module == "triton" or _open_module(module)) \
                 and _module_allows(module, [qualname]):
             obj = getattr(importlib.import_module(module), qualname, None)
@@ -246,8 +266,10 @@ def _global_value(name: str, spec: dict, modules: dict[str, str]):
                      "(use a number, a tl.constexpr or a function of your own)")
 
 
-def rebuild(report: dict, name: str):
-    """The learner's function ``name`` defined afresh from ``report`` (see the module docstring)."""
+def rebuild(report: dict, name: str, hands=(), forbid=()):
+    """The learner's function ``name`` defined afresh from ``report`` (see the module docstring);
+    ``hands``, ``forbid``: the package code its check allows and calls its answer
+    (``_kernel_checks.handed``, ``package_answers``)."""
     files = {str(k): str(v) for k, v in report["files"].items()}
     import triton.language as tl
 
@@ -260,7 +282,7 @@ def rebuild(report: dict, name: str):
             raise NotRebuilt(f"a global named {str(global_name)[:40]!r}")
         if "function" in spec:
             continue
-        namespace[global_name] = _global_value(global_name, spec, modules)
+        namespace[global_name] = _global_value(global_name, spec, modules, hands, forbid)
     for filename, text in files.items():
         if not filename.startswith("<submission cell "):
             raise NotRebuilt(f"source from {filename[:60]}, not from a cell of the notebook")
@@ -279,7 +301,7 @@ def rebuild(report: dict, name: str):
         if len(tree.body) != 1 or not (isinstance(tree.body[0], ast.FunctionDef) or (
                 isinstance(tree.body[0], ast.Assign) and isinstance(tree.body[0].value, ast.Lambda))):
             raise NotRebuilt(f"{where}: expected one `def` (or `name = lambda ...`)")
-        _Validator(where, modules).visit(tree)
+        _Validator(where, modules, hands, forbid).visit(tree)
         # every global name it reads is one the report defines, a safe builtin or a function of the answer's:
         # Triton's interpreter copies its own globals (inspect, np, ...) into a kernel's, and those stay out
         known = set(namespace) | set(SAFE_BUILTINS) | {str(f[0]) for f in report["functions"]}

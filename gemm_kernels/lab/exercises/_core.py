@@ -386,14 +386,17 @@ def _fmt_args(args) -> str:
     return "(" + ", ".join(one(a) for a in args) + ")"
 
 
-def exercise(title: str, *, hints: Hints, praise: str = "correct, well done.", budget: dict | None = None):
+def exercise(title: str, *, hints: Hints, praise: str = "correct, well done.", budget: dict | None = None,
+             hands=()):
     """Turn a check body ``body(answer, ...) -> list[str]`` into a check that never raises.
 
     The body runs with ``torch.empty`` NaN-poisoned, every kernel launch checked
     (:func:`gemm_kernels.lab.checked.checked_launches`) and the learner's code under a watchdog
     (:class:`gemm_kernels.lab.watchdog.Watchdog`; ``budget``: its keyword arguments, for a check
     that needs other limits than the defaults).  The check gets ``check.hint(level)``.  In exam
-    mode the hints stop at the nudge and the check's module refuses its ``*_ref`` (:func:`_guard_module`)."""
+    mode the hints stop at the nudge and the check's module refuses its ``*_ref`` (:func:`_guard_module`).
+    ``hands``: the package's ``@triton.jit`` helpers the exercise hands the learner (or a function
+    returning them), the only package code a kernel answer may use (``_kernel_checks.handed``)."""
     if exam.ON:
         hints = hints.for_exam()
 
@@ -433,6 +436,7 @@ def exercise(title: str, *, hints: Hints, praise: str = "correct, well done.", b
         check.hints = hints
         check.hint = hint
         check.gpu_branch = None  # answer -> problems: what only a GPU runs, where the check has such a part
+        check.hands = hands
         return check
 
     return decorate

@@ -130,6 +130,44 @@ def qualified_name(obj) -> str:
     return f"{module}.{getattr(fn, '__qualname__', getattr(fn, '__name__', repr(fn)))}"
 
 
+def _resolved(listed) -> tuple:
+    return tuple((listed() if callable(listed) else listed) or ())
+
+
+def handed(check) -> tuple:
+    """The package's ``@triton.jit`` helpers an exercise hands the learner (its check's ``hands``,
+    none unless it names them): the only package code its kernel answer may use."""
+    return _resolved(getattr(check, "hands", ()))
+
+
+def package_answers(check) -> tuple:
+    """The package's own answers to an exercise (its check's ``forbid``)."""
+    return _resolved(getattr(check, "forbid", ()))
+
+
+def _same_function(a, b) -> bool:
+    fn = python_function(a)
+    return a is b or (fn is not None and fn is python_function(b))
+
+
+def refused_package_code(value, hands=(), forbid=()) -> Refused | None:
+    """Why a learner's Triton code may not use ``value``: the package's answer to the exercise
+    (``forbid``), or any other package code the exercise does not hand it (``hands``); None when
+    it may.  The one rule of the notebook's check and of the grader's rebuild (``_rebuild``)."""
+    if not is_package_object(value) or any(_same_function(value, h) for h in hands):
+        return None
+    name = qualified_name(value)
+    if any(_same_function(value, f) for f in forbid):
+        return Refused(f"your code calls {name}, the package's own answer to this exercise: the check compares "
+                       "with it, so it would say correct whatever you wrote",
+                       [f"write the {python_function(value).__name__.strip('_')} logic yourself (the notebook's "
+                        "text says what it has to return)"])
+    offered = ", ".join(qualified_name(h).replace("gemm_kernels.", "", 1) for h in hands) or "none"
+    return Refused(f"your code uses {name}, which this exercise does not hand you: a kernel answer may use only "
+                   f"the package helpers its exercise names (here: {offered})",
+                   ["write that part yourself, with tl operations (the notebook's text says what it computes)"])
+
+
 class Refused(Exception):
     """An answer a check refuses (its numbers may be right): becomes a "wrong" result."""
 
@@ -185,6 +223,8 @@ class LaunchLog:
         self.launches: list[Launch] = []
         self.skip_learner = False
         self.skipped = 0
+        #: kernels a learner's launcher launched that are not the learner's (the package's, by any name)
+        self.foreign: list[str] = []
 
     def learner_launches(self) -> list[Launch]:
         return [launch for launch in self.launches if launch.involves_learner]
@@ -237,6 +277,10 @@ class recording:
     def _launch(self, kernel, grid, *args, **kwargs):
         from ..checked import run_checked
 
+        if getattr(_LOGS, "launcher", 0) and not learner_jit(kernel):
+            name = qualified_name(kernel)
+            if name not in self.log.foreign:
+                self.log.foreign.append(name)
         launch = self.log.record(kernel, grid, args, kwargs)
         if launch is not None and self.log.skip_learner and launch.involves_learner:
             self.log.skipped += 1
@@ -292,22 +336,35 @@ def plain_launches():
         _LOGS.plain -= 1
 
 
+#: torch calls that view a tensor, or describe it, and may copy it instead (``.contiguous()`` of a
+#: transposed view, ``.reshape``, ``.to``, ``x[index_list]``): a launcher's is refused when it copies
+LAUNCHER_VIEWS = frozenset({
+    "__get__", "__getitem__", "t", "transpose", "permute", "view", "reshape", "expand", "unsqueeze", "squeeze",
+    "flatten", "contiguous", "to", "float", "half", "bfloat16", "cuda", "cpu"})
 #: what a launcher may ask of torch: allocate, describe and view tensors (its kernel computes the answer)
-LAUNCHER_TORCH = frozenset({
+LAUNCHER_TORCH = LAUNCHER_VIEWS | frozenset({
     "empty", "empty_like", "empty_strided", "zeros", "zeros_like", "ones", "ones_like", "full", "full_like",
-    "new_empty", "new_zeros", "new_ones", "new_full", "zero_", "fill_", "__get__", "__len__", "__getitem__", "__repr__",
-    "__format__", "__str__", "size", "stride", "dim", "numel", "element_size", "data_ptr", "storage_offset",
-    "is_contiguous", "contiguous", "t", "transpose", "permute", "view", "reshape", "expand", "unsqueeze",
-    "squeeze", "flatten", "to", "float", "half", "bfloat16", "cuda", "cpu"})
+    "new_empty", "new_zeros", "new_ones", "new_full", "zero_", "fill_", "__len__", "__repr__", "__format__",
+    "__str__", "size", "stride", "dim", "numel", "element_size", "data_ptr", "storage_offset", "is_contiguous"})
 
 
 _LAUNCHER_FIX = ("allocate with torch.empty/empty_like/zeros, read shapes and strides, and let your @triton.jit "
-                 "kernel do the arithmetic (no torch math, .copy_, .sum or .item in the launcher)")
+                 "kernel do the arithmetic and the copying (no torch math, .copy_, .contiguous() of a view, .clone, "
+                 ".sum or .item in the launcher)")
+
+
+def _copied(args, result) -> bool:
+    """Whether a view-or-copy call (:data:`LAUNCHER_VIEWS`) on ``args[0]`` gave a tensor of storage of its own."""
+    source = args[0] if args else None
+    if not isinstance(source, torch.Tensor) or not isinstance(result, torch.Tensor) or result.numel() == 0:
+        return False
+    return result.untyped_storage().data_ptr() != source.untyped_storage().data_ptr()
 
 
 class _LauncherTorch(torch.overrides.TorchFunctionMode):
     """While a launcher runs: the torch calls made by the learner's own lines that are not in
-    :data:`LAUNCHER_TORCH` are noted (calls from Triton, torch or this package pass: a launch, a tuner)."""
+    :data:`LAUNCHER_TORCH`, or that copy (:data:`LAUNCHER_VIEWS`), are noted (calls from Triton,
+    torch or this package pass: a launch, a tuner)."""
 
     def __init__(self):
         super().__init__()
@@ -315,9 +372,13 @@ class _LauncherTorch(torch.overrides.TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         name = getattr(func, "__name__", str(func))
-        if name not in LAUNCHER_TORCH and self._from_learner():
+        mine = self._from_learner()
+        if name not in LAUNCHER_TORCH and mine:
             self.computed.append(name)  # noted, not raised: the check still says what else is wrong
-        return func(*args, **(kwargs or {}))
+        result = func(*args, **(kwargs or {}))
+        if name in LAUNCHER_VIEWS and mine and _copied(args, result):  # torch moved the data, not the kernel
+            self.computed.append(f"{name}, which copied")
+        return result
 
     @staticmethod
     def _from_learner() -> bool:
@@ -343,15 +404,18 @@ _ON_BEHALF = (_TORCH_DIR, _triton_language_dir())
 def allocating_only(answer):
     """``answer`` (a launcher), its own torch calls noted (:class:`_LauncherTorch`) in
     ``wrapper.computed``: a launcher that computes with torch is refused, with or without a kernel
-    launch (a flag kernel that launches, then returns torch's result)."""
+    launch (a flag kernel that launches, then returns torch's result).  While it runs, a launch of a
+    kernel that is not the learner's is noted in the check's ``LaunchLog.foreign`` (:class:`recording`)."""
 
     @functools.wraps(answer)
     def launcher(*args, **kwargs):
         mode = _LauncherTorch()
+        _LOGS.launcher = getattr(_LOGS, "launcher", 0) + 1  # its launches: the learner's own kernels only
         try:
             with mode:
                 return answer(*args, **kwargs)
         finally:
+            _LOGS.launcher -= 1
             launcher.computed += mode.computed
 
     launcher.computed = []
@@ -805,7 +869,8 @@ def _generality(launch: Launch) -> int:
     return sum(1 for v in launch.named.values() if isinstance(v, int) and not isinstance(v, bool) and v == 1)
 
 
-def compile_launches(launches: list[Launch], *, forbid=(), stages=()) -> tuple[list, AnswerModule | None, str | None]:
+def compile_launches(launches: list[Launch], *, forbid=(), hands=(), stages=()) -> tuple[list, AnswerModule | None,
+                                                                                         str | None]:
     """Compile, for sm_90, each kernel of ``launches`` that runs learner code (a few
     specialisations each).  Returns ``(results, module, skipped)``: per compiled launch its
     outcome (``{"ttir": ...}``, plus the compiler ``stages`` asked for, e.g. ``("ptx",)``, or a
@@ -831,7 +896,7 @@ def compile_launches(launches: list[Launch], *, forbid=(), stages=()) -> tuple[l
         return [], None, str(exc)
     except _Unencodable as exc:
         return [], None, f"the check cannot pass {exc} to the compiler"
-    _refuse_forbidden(module, forbid)
+    _refuse_package_code(module, forbid, hands)
     folder, name = module.write()
     jobs = []
     for launch, main, args in requests:
@@ -895,17 +960,15 @@ def _compiler_works() -> bool:
     return _CANARY[0]
 
 
-def _refuse_forbidden(module: AnswerModule, forbid) -> None:
-    """:class:`Refused` when the learner's code calls one of the package's answers (``forbid``)."""
-    forbid = forbid() if callable(forbid) else forbid
-    banned = {id(python_function(f)): f for f in forbid if python_function(f) is not None}
-    for value in module.referenced:
-        fn = python_function(value)
-        if fn is not None and id(fn) in banned:
-            raise Refused(f"your code calls {qualified_name(value)}, the package's own answer to this exercise: "
-                          "the check compares with it, so it would say correct whatever you wrote",
-                          [f"write the {fn.__name__.strip('_')} logic yourself (the notebook's text says what it "
-                           "has to return)"])
+def _refuse_package_code(module: AnswerModule, forbid, hands) -> None:
+    """:class:`Refused` when the learner's code uses package code it may not
+    (:func:`refused_package_code`: one of the package's answers, or a helper not handed)."""
+    forbid, hands = _resolved(forbid), _resolved(hands)
+    # the package's answer first: its refusal says more
+    for value in sorted(module.referenced, key=lambda v: not any(_same_function(v, f) for f in forbid)):
+        refused = refused_package_code(value, hands, forbid)
+        if refused is not None:
+            raise refused
 
 
 # ----------------------------------------------------------------------------- compile errors, explained
@@ -1169,7 +1232,9 @@ def plain_exercise(title: str, *, hints, praise: str = "correct, well done.", fo
                                     "text says what it has to return)"])
             return problems
 
-        return exercise(title, hints=hints, praise=praise)(checked)
+        check = exercise(title, hints=hints, praise=praise)(checked)
+        check.forbid = forbid
+        return check
 
     return decorate
 
@@ -1196,12 +1261,15 @@ def _refusal(answer, kind: str, title: str) -> Refused | None:
     return None
 
 
-def kernel_exercise(title: str, *, hints, kind: str, praise: str = "correct, well done.", forbid=(),
+def kernel_exercise(title: str, *, hints, kind: str, praise: str = "correct, well done.", forbid=(), hands=(),
                     gpu_case=None, fp32_dot: bool = False, diagnose=None, compiled=None, stages=("ptx",)):
     """:func:`_core.exercise` for an answer that is (``kind="kernel"``), launches (``"launcher"``)
     or is called inside (``"jit"``) a ``@triton.jit`` kernel; see the module docstring.
 
-    ``forbid``: the package's answers the learner's code may not call.  ``gpu_case(answer) ->
+    ``forbid``: the package's answers the learner's code may not call; ``hands``: the package's
+    helpers the exercise hands the learner, the only other package code it may use (none by
+    default; :func:`refused_package_code`).  A launcher may launch only the learner's own kernels.
+    ``gpu_case(answer) ->
     problems``: one case, run with plain launches on a GPU.  ``fp32_dot``: refuse a ``tl.dot``
     accumulating in fp16.  ``diagnose(log, failure) -> lines``: the common mistakes behind a
     failure (``failure``: the body's problems, or the exception it raised).  ``compiled(outcomes)
@@ -1217,11 +1285,12 @@ def kernel_exercise(title: str, *, hints, kind: str, praise: str = "correct, wel
             prestart_compiler()
             if kind == "launcher":
                 answer = allocating_only(answer)
+            log = None
             try:
                 with recording() as log:
                     problems = body(answer, *args, **kwargs)
             except Refused as exc:
-                return CheckResult(title, WRONG, exc.message, exc.details)
+                return _foreign_launch(title, log) or CheckResult(title, WRONG, exc.message, exc.details)
             except AnswerRaised as exc:
                 return _right_only_with_zeros(title, _raised(title, exc, exc.exc, log, diagnose), log, body, answer,
                                               args, kwargs)
@@ -1232,6 +1301,9 @@ def kernel_exercise(title: str, *, hints, kind: str, praise: str = "correct, wel
                     return _right_only_with_zeros(title, _raised(title, None, exc, log, diagnose), log, body, answer,
                                                   args, kwargs)
                 raise
+            foreign = _foreign_launch(title, log)
+            if foreign is not None:
+                return foreign
             if isinstance(problems, CheckResult):
                 return problems
             problems = list(problems or [])
@@ -1253,7 +1325,7 @@ def kernel_exercise(title: str, *, hints, kind: str, praise: str = "correct, wel
                                    "only allocate its output and launch the kernel, which computes the answer",
                                    [_LAUNCHER_FIX])
             try:
-                verdict = _compile_verdict(title, mine, forbid, fp32_dot, compiled, stages)
+                verdict = _compile_verdict(title, mine, forbid, hands, fp32_dot, compiled, stages)
             except Refused as exc:
                 return CheckResult(title, WRONG, exc.message, exc.details)
             if isinstance(verdict, CheckResult):
@@ -1266,7 +1338,8 @@ def kernel_exercise(title: str, *, hints, kind: str, praise: str = "correct, wel
                 verdict += " It ran on this GPU too."
             return CheckResult(title, CORRECT, f"{praise} {verdict}".strip())
 
-        check = exercise(title, hints=hints, praise=praise)(checked)
+        check = exercise(title, hints=hints, praise=praise, hands=hands)(checked)
+        check.forbid = forbid
         # the part of the check only a GPU runs, on its own (tests hold it to the solution and a mistake)
         check.gpu_branch = None if gpu_case is None else functools.partial(_run_on_gpu, gpu_case)
         return check
@@ -1274,10 +1347,22 @@ def kernel_exercise(title: str, *, hints, kind: str, praise: str = "correct, wel
     return decorate
 
 
-def _compile_verdict(title: str, launches: list[Launch], forbid, fp32_dot: bool, compiled=None, stages=()):
+def _foreign_launch(title: str, log: LaunchLog | None) -> CheckResult | None:
+    """"wrong" for a launcher that launched a kernel not the learner's (the package's, by any name)
+    beside one of theirs: it did the work, whatever theirs did (one that launched none of theirs is
+    told so by the check)."""
+    if log is None or not log.foreign or not log.learner_launches():
+        return None
+    return CheckResult(title, WRONG, f"your launcher launches {log.foreign[0]}, a kernel your notebook does not "
+                       "define: a launcher may launch only the kernels you wrote",
+                       ["write the kernel that computes the answer yourself, with @triton.jit, and launch that one"])
+
+
+def _compile_verdict(title: str, launches: list[Launch], forbid, hands, fp32_dot: bool, compiled=None, stages=()):
     """A sentence for the praise, or a "wrong" result for code that does not compile for sm_90
     (or breaks the ``compiled`` rule)."""
-    results, module, skipped = compile_launches(launches, forbid=forbid, stages=stages if compiled else ())
+    results, module, skipped = compile_launches(launches, forbid=forbid, hands=hands,
+                                                stages=stages if compiled else ())
     if skipped is not None:  # the grader says "not verified" (0 points) for this: say so where it counts
         graded = " In a class this earns no point until it compiles: the grader's machine tries again." \
             if exam.ON else ""

@@ -13,6 +13,7 @@ import triton.language as tl
 from ... import runtime
 from ...models.tiles import cdiv, tile_coords_np
 from ...kernels.moe_wgrad import wgrad_tile as _package_wgrad_tile
+from ...kernels.tiles import tile_coords
 from . import _kernel_checks as kc
 from ._core import Hints, call, read_items, shown, unseen_cases
 
@@ -155,7 +156,7 @@ def _wgrad_gpu_cases(wgrad_tile) -> list[str]:
             or _wgrad_case(wgrad_tile, *CLAMP_CASES[0], "corrupt offs"))
 
 
-@kc.kernel_exercise("wgrad_tile", kind="jit", forbid=(_package_wgrad_tile,),
+@kc.kernel_exercise("wgrad_tile", kind="jit", forbid=(_package_wgrad_tile,), hands=(tile_coords,),
                     gpu_case=lambda answer: _wgrad_gpu_cases(answer), hints=Hints(
     nudge="every expert owns the same number of tiles here (dw[e] is K x N): a tile index splits into "
           "(expert, tile inside the expert) without a search",

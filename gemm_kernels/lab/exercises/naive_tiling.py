@@ -154,11 +154,13 @@ MATMUL_CASES = [(1, 1, 1, ""), (20, 36, 40, ""), (33, 17, 70, ""), (64, 48, 16, 
 
 
 def _matmul_forbidden():
-    """The package's whole-tile helpers, which a learner's my_matmul kernel may not call."""
+    """The package's answers to my_matmul: its blocked kernel and K loop, and the whole-tile helpers
+    of later checks (a lesson may not show them either: tests/test_lessons_hold_no_answers.py)."""
+    from ...kernels.matmul import _matmul_kernel, k_loop_pointers
     from .persistent_tma import matmul_tile
     from .stream_k import run_segment
 
-    return (matmul_tile, run_segment)
+    return (_matmul_kernel, k_loop_pointers, matmul_tile, run_segment)
 
 
 def matmul_inputs(M: int, N: int, K: int, layout: str, seed: int):

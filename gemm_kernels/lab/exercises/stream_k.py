@@ -282,7 +282,8 @@ def _loop_diagnosis(log, failure) -> list[str]:
             "not <=) or did not move it on by the iterations it ran"]
 
 
-@kc.kernel_exercise("streamk_loop", kind="kernel", diagnose=_loop_diagnosis, hints=Hints(
+@kc.kernel_exercise("streamk_loop", kind="kernel", diagnose=_loop_diagnosis, hands=(streamk_range, run_segment),
+                    hints=Hints(
     nudge="this is Exercise 1 inside the kernel: which iterations does streamk_range give this program, and where "
           "do tile edges cut them?",
     approach="get [it, end) from streamk_range(pid, sk_tiles * k_tiles, NUM_PROGRAMS); while it < end, find the "

@@ -923,7 +923,7 @@ def _protocol_problems(fn) -> list[str]:
     return [f"{STEP_IN_FLIGHT}: {rule}"] if rule else []
 
 
-@exercise("consumer_mainloop", hints=Hints(
+@exercise("consumer_mainloop", hands=(ws._acc_layout,), hints=Hints(
     nudge="a consumer must wait before it reads a slot, and give the slot back once the wgmma that read it is done",
     approach="for each K block: the slot and the lap's phase from the ring position; wait on the slot's ready "
              "barrier; issue the async wgmma; wait until at most one wgmma is in flight, then arrive on the "
