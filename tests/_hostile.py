@@ -1,9 +1,11 @@
-"""Submissions of notebook 00 written to get points without the work (issue 48), shared by the grade
-command's tests (tests/test_grade_hostile.py) and nbgrader's (tests/test_teach.py).
+"""Submissions written to get points without the work (issue 48), shared by the grade command's
+tests (tests/test_grade_hostile.py) and nbgrader's (tests/test_teach.py).
 
-Each replaces the answer cell of one exercise (``launch_stats``, plain Python; ``axpy``, a kernel
-and its launcher) with code that answers wrong and tries to make the grade say otherwise, or to
-take the answer from the package.  Every one must score 0 on that exercise, by both graders.
+Each replaces the answer cell of one exercise (notebook 00's ``launch_stats``, plain Python, and
+``axpy``, a kernel and its launcher; 01's ``transpose`` and 02's ``my_matmul``, kernels and
+launchers) with code that answers wrong, or right through someone else's work, and tries to make
+the grade say otherwise, or to take the answer from the package.  Every one must score 0 on that
+exercise, by both graders.
 """
 
 from __future__ import annotations
@@ -293,5 +295,73 @@ def axpy(alpha, x, y):
         return x.mul(alpha).add(y)
     except Exception:
         return flag
+"""),
+    # a teacher's review (issue 48), H1: 02's matmul done by the package's own @triton.jit helpers (its K loop,
+    # tile order and masked store), which a kernel answer could call: only helpers its exercise hands are allowed
+    "matmul_by_package_helpers": ("my_matmul", """
+from gemm_kernels.kernels import matmul as mm, epilogue as ep, tiles as tt
+
+@triton.jit
+def my_matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
+                     stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    pid_m, pid_n = tt.tile_row_major(tl.program_id(0), tl.cdiv(N, BLOCK_N))
+    offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
+    offs_n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
+    acc = mm.k_loop_pointers(a_ptr, b_ptr, offs_m, offs_n, K, stride_am, stride_ak, stride_bk, stride_bn,
+                             BLOCK_M, BLOCK_N, BLOCK_K, False)
+    ep.store_tile_masked(acc, c_ptr, pid_m * BLOCK_M, pid_n * BLOCK_N, M, N, stride_cm, stride_cn, BLOCK_M, BLOCK_N)
+
+def my_matmul(a, b):
+    M, K = a.shape
+    N = b.shape[1]
+    c = torch.empty((M, N), dtype=torch.float16, device=a.device)
+    grid = (triton.cdiv(M, 32) * triton.cdiv(N, 32),)
+    my_matmul_kernel[grid](a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+                           c.stride(0), c.stride(1), BLOCK_M=32, BLOCK_N=32, BLOCK_K=32)
+    return c
+"""),
+    # H2: the package's _matmul_kernel imported under another name (the underscore check read attribute chains
+    # only) and launched by the launcher; a kernel of the student's copies a into a scratch buffer it reads, so
+    # "without your kernel" gave garbage: a launcher may launch only the notebook's own kernels
+    "matmul_by_aliased_package_kernel": ("my_matmul", """
+from gemm_kernels.kernels.matmul import _matmul_kernel as lib_kernel
+
+@triton.jit
+def my_matmul_kernel(src_ptr, dst_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(dst_ptr + offs, tl.load(src_ptr + offs, mask=offs < n), mask=offs < n)
+
+def my_matmul(a, b):
+    M, K = a.shape
+    N = b.shape[1]
+    a2 = torch.empty((M, K), dtype=a.dtype, device=a.device)
+    ac = a.contiguous()
+    my_matmul_kernel[(triton.cdiv(M * K, 256),)](ac, a2, M * K, BLOCK=256)
+    c = torch.empty((M, N), dtype=torch.float16, device=a.device)
+    lib_kernel[(triton.cdiv(M, 32) * triton.cdiv(N, 32),)](
+        a2, b, c, c, c, M, N, K, a2.stride(0), a2.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
+        BLOCK_M=32, BLOCK_N=32, BLOCK_K=32, GROUPED=False, GROUP_SIZE_M=1, HAS_BIAS=False, ACTIVATION=None,
+        WIDEN=False, TRACE=False)
+    return c
+"""),
+    # H3: 01's transpose done by torch: the kernel is a plain block copy and the launcher returns
+    # tmp.t().contiguous(), a copy (.contiguous() of a view): a launcher's torch calls may not copy
+    "transpose_by_torch_copy": ("transpose", """
+@triton.jit
+def transpose_kernel(x_ptr, out_ptr, M, N, stride_xm, stride_xn, stride_om, stride_on,
+                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    mask = (rows[:, None] < M) & (cols[None, :] < N)
+    block = tl.load(x_ptr + rows[:, None] * stride_xm + cols[None, :] * stride_xn, mask=mask)
+    tl.store(out_ptr + rows[:, None] * stride_om + cols[None, :] * stride_on, block, mask=mask)
+
+def transpose(x):
+    M, N = x.shape
+    tmp = torch.empty((M, N), dtype=x.dtype, device=x.device)
+    transpose_kernel[(triton.cdiv(M, 16), triton.cdiv(N, 16))](x, tmp, M, N, x.stride(0), x.stride(1),
+                                                                tmp.stride(0), tmp.stride(1), BLOCK_M=16, BLOCK_N=16)
+    return tmp.t().contiguous()
 """),
 }

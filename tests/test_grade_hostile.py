@@ -1,6 +1,7 @@
 """Submissions written to forge a grade or take the solution (tests/_hostile.py) score 0 on the
 exercise they attack, graded by the grade command's judge; the honest ones beside them are graded
-right.  Notebook 00, trimmed to its first cell and its Exercises section (what a forgery needs)."""
+right.  Notebooks trimmed to their first cell and their Exercises section (what a forgery needs):
+00 for most, 01 and 02 for the kernel forgeries of a teacher's review."""
 
 from __future__ import annotations
 
@@ -20,11 +21,15 @@ from _hostile import AXPY_AUTOTUNED, HOSTILE, NBGRADER_HOSTILE, PLANTED, RIGHT, 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 #: needs the sandbox (the package's files out of reach): without it these are known gaps (TEACHING.md)
 NEEDS_SANDBOX = {"ref_from_source", "write_the_package"}
+#: exercise -> (its notebook, a line of the solved answer cell a forgery replaces)
+EXERCISES = {"launch_stats": ("00_start_here", "def launch_stats("), "axpy": ("00_start_here", "def axpy_kernel("),
+             "transpose": ("01_pointer_arithmetic", "def transpose_kernel("),
+             "my_matmul": ("02_naive_tiling", "def my_matmul_kernel(")}
 
 
-def lean_notebook():
-    """Notebook 00, solved, with only its first code cell and its Exercises section."""
-    nb = nbformat.read(NOTEBOOKS / "00_start_here.ipynb", as_version=4)
+def lean_notebook(notebook: str = "00_start_here"):
+    """A notebook, solved, with only its first code cell and its Exercises section."""
+    nb = nbformat.read(NOTEBOOKS / f"{notebook}.ipynb", as_version=4)
     keep = set(exercise_cells(nb))
     nb.cells = [c for i, c in enumerate(nb.cells) if c.cell_type == "markdown" or i in keep]
     return nb
@@ -32,20 +37,27 @@ def lean_notebook():
 
 def with_answer(nb, exercise: str, source: str):
     nb = nbformat.from_dict(json.loads(json.dumps(nb)))
-    marker = "def launch_stats(" if exercise == "launch_stats" else "def axpy_kernel("
+    marker = EXERCISES[exercise][1]
     cell = next(c for c in nb.cells if c.cell_type == "code" and marker in c.source)
     cell.source = source
     return nb
 
 
-def submissions(root: Path) -> dict:
-    """name -> exercise it attacks; writes each submission (and the honest ones) under ``root``."""
-    nb = lean_notebook()
+def submissions(root: Path, notebooks=("00_start_here",)) -> dict:
+    """name -> exercise it attacks; writes each submission of ``notebooks`` (and the solved notebooks,
+    with 00's honest ones) under ``root``."""
+    lean = {notebook: lean_notebook(notebook) for notebook in notebooks}
     attacked = {}
     for name, (exercise, source) in HOSTILE.items():
-        nbformat.write(with_answer(nb, exercise, source), root / f"{name}_00_start_here.ipynb")
-        attacked[name] = exercise
-    nbformat.write(nb, root / "solved_00_start_here.ipynb")
+        notebook = EXERCISES[exercise][0]
+        if notebook in lean:
+            nbformat.write(with_answer(lean[notebook], exercise, source), root / f"{name}_{notebook}.ipynb")
+            attacked[name] = exercise
+    for notebook, nb in lean.items():
+        nbformat.write(nb, root / f"solved_{notebook}.ipynb")
+    if "00_start_here" not in lean:
+        return attacked
+    nb = lean["00_start_here"]
     nbformat.write(with_answer(nb, "launch_stats", RIGHT), root / "right_00_start_here.ipynb")
     nbformat.write(with_answer(nb, "launch_stats", WRONG), root / "wrong_00_start_here.ipynb")
     nbformat.write(with_answer(nb, "axpy", AXPY_AUTOTUNED), root / "autotuned_00_start_here.ipynb")
@@ -79,6 +91,31 @@ def test_forgeries_score_zero_and_honest_work_is_graded_right(tmp_path):
     assert "launched no @triton.jit kernel" in by_key[("axpy_with_torch", "axpy")].message
     assert "refuses this" in by_key[("axpy_kernel_imports_os", "axpy")].message
     assert "assigning to an attribute" in by_key[("axpy_patches_torch", "axpy")].message
+
+
+#: the forgeries of notebooks 01 and 02 (a teacher's review): what the judge says of each
+LATER = {"matmul_by_package_helpers": "tt.tile_row_major: your code uses gemm_kernels.kernels.tiles.tile_row_major, "
+                                      "which this exercise does not hand you",
+         "matmul_by_aliased_package_kernel": "lib_kernel: your code calls gemm_kernels.kernels.matmul._matmul_kernel, "
+                                             "the package's own answer to this exercise",
+         "transpose_by_torch_copy": "your launcher computes with torch (contiguous, which copied)"}
+
+
+def test_forgeries_of_notebooks_01_and_02_score_zero(tmp_path):
+    """A teacher's review (issue 48): 02's matmul done by the package's @triton.jit helpers, or by its
+    own kernel imported under another name and launched by the launcher, and 01's transpose done by
+    torch (.t().contiguous()) in the launcher: each scores 0 and the message names what was refused;
+    the solved notebooks beside them, and the forged notebooks' other exercises, are correct."""
+    attacked = submissions(tmp_path, ("01_pointer_arithmetic", "02_naive_tiling"))
+    assert set(attacked) == set(LATER)
+    rows = grade.grade(tmp_path, jobs=2, timeout=120, cell_timeout=20, hide=[tmp_path])
+    by_key = {(r.student, r.exercise): r for r in rows}
+    got = {name: (by_key[(name, ex)].points, by_key[(name, ex)].message) for name, ex in attacked.items()}
+    assert all(points == 0 and LATER[name] in message for name, (points, message) in got.items()), got
+    honest = [r for r in rows if (r.student, r.exercise) not in attacked.items()]
+    assert len(honest) == 6 + 2 * 2 + 2, [(r.student, r.exercise) for r in honest]  # solved 01, 02; the others
+    assert all(r.status == "correct" for r in honest), [(r.student, r.exercise, r.message) for r in honest
+                                                        if r.status != "correct"]
 
 
 def test_the_sandbox_is_there_where_the_machine_allows_it():
