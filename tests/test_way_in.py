@@ -133,11 +133,9 @@ def _exercises_of(nb):
     return found
 
 
-#: (notebook, exercise answer) whose package source a lesson reads on purpose, with why
-READ_THEN_WRITE = {
-    ("02_naive_tiling.ipynb", "matmul"): "the lesson reads the package's GEMM kernel line by line; exercise 3 asks "
-                                         "for one from memory, with its own masks, strides and launcher",
-}
+#: (notebook, exercise answer) whose package source a lesson reads on purpose, with why (02's lesson
+#: printed its Exercise 3's answer this way; tests/test_lessons_hold_no_answers.py refuses that now)
+READ_THEN_WRITE: dict = {}
 
 
 @pytest.mark.parametrize("path", PATHS, ids=lambda p: p.name)

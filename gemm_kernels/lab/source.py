@@ -3,7 +3,9 @@ cannot silently break a lesson."""
 
 from __future__ import annotations
 
+import ast
 import inspect
+import textwrap
 
 
 def kernel_source(fn) -> str:
@@ -32,5 +34,19 @@ def show_source(*fns, lines_with: tuple[str, ...] | None = None) -> str:
     if not parts:
         raise LookupError(f"no line of {[kernel_source(f).split('(')[0] for f in fns]} contains any of {lines_with}")
     text = ("\n\n" if lines_with is None else "\n").join(parts)
+    print(text)
+    return text
+
+
+def show_signature(fn) -> str:
+    """Print (and return) the ``def`` of a ``@triton.jit`` function, up to its body: its parameters,
+    not how it computes (a lesson names a kernel whose body an exercise asks for)."""
+    source = textwrap.dedent(kernel_source(fn))
+    node = next(n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef))
+    lines = source.splitlines()
+    end = node.body[0].lineno - 1  # the body's first line (its docstring, if any)
+    while end > node.lineno and not lines[end - 1].rstrip().endswith(":"):  # comments before the body
+        end -= 1
+    text = "\n".join(lines[node.lineno - 1:max(end, node.lineno)])
     print(text)
     return text
