@@ -7,8 +7,8 @@ the learner's kernel code.  After the body's cases pass in the interpreter:
   that launched no kernel of the learner's (``lambda a, b: a @ b``, the package's ``gk.matmul``,
   a ``*_ref`` function) is refused: "this returns the right numbers without your kernel".  A
   launcher that launched one but would be right without it (it returns ``a @ b`` anyway) is
-  refused too (:func:`without_your_kernels`).  The package's own functions are refused as
-  answers, and so is a kernel that calls the package's answer to the exercise (``forbid``).
+  refused too (:func:`without_your_kernels`), and so is one that launches another's kernel.  The
+  package's code is no answer: a kernel may use only the helpers its exercise hands (``hands``).
 * **it compiles for sm_90.**  Every kernel that ran the learner's code (their kernel, or the
   check's kernel calling their ``@triton.jit`` helper) is compiled with ``triton.compile`` for
   Hopper, with the arguments the check launched it with, in a worker process that stays up
@@ -1269,8 +1269,7 @@ def kernel_exercise(title: str, *, hints, kind: str, praise: str = "correct, wel
     ``forbid``: the package's answers the learner's code may not call; ``hands``: the package's
     helpers the exercise hands the learner, the only other package code it may use (none by
     default; :func:`refused_package_code`).  A launcher may launch only the learner's own kernels.
-    ``gpu_case(answer) ->
-    problems``: one case, run with plain launches on a GPU.  ``fp32_dot``: refuse a ``tl.dot``
+    ``gpu_case(answer) -> problems``: one case, run with plain launches on a GPU.  ``fp32_dot``: refuse a ``tl.dot``
     accumulating in fp16.  ``diagnose(log, failure) -> lines``: the common mistakes behind a
     failure (``failure``: the body's problems, or the exception it raised).  ``compiled(outcomes)
     -> problems``: a rule the compiled code must keep (notebook 10: an fp8 wgmma in the PTX), read
