@@ -126,9 +126,9 @@ sanitize-ws: $(STAMP)  ## matmul_ws under memcheck, racecheck and synccheck (nee
 student: $(STAMP)  ## student copies of the notebooks (solutions removed) in student/; refreshes untouched ones, keeps a copy you changed and says what the course changed since
 	$(BIN)/python -m gemm_kernels.lab.student $(if $(FORCE),--force) $(if $(MERGE),--merge)
 
-grade: $(STAMP)  ## grade a folder of submissions with the package's judge, in exam mode: make grade SUBMISSIONS=DIR [ROSTER=csv GRADE_CONFIG=json CANVAS=csv JOBS=2] (grades.csv, gradebook.csv, grades.json)
+grade: $(STAMP)  ## grade a folder of submissions with the package's judge, in exam mode, sandboxed: make grade SUBMISSIONS=DIR [ROSTER=csv GRADE_CONFIG=json CANVAS=csv JOBS=2 NO_SANDBOX=1] (grades.csv, gradebook.csv, grades.json)
 	@test -n "$(SUBMISSIONS)" || { echo "make grade SUBMISSIONS=DIR: the folder of submitted notebooks"; exit 2; }
-	$(BIN)/python -m gemm_kernels.lab.grade $(SUBMISSIONS) --out grades.csv --json grades.json --gradebook gradebook.csv $(if $(ROSTER),--roster $(ROSTER)) $(if $(GRADE_CONFIG),--config $(GRADE_CONFIG)) $(if $(CANVAS),--canvas $(CANVAS)) $(if $(JOBS),--jobs $(JOBS))
+	$(BIN)/python -m gemm_kernels.lab.grade $(SUBMISSIONS) --out grades.csv --json grades.json --gradebook gradebook.csv $(if $(ROSTER),--roster $(ROSTER)) $(if $(GRADE_CONFIG),--config $(GRADE_CONFIG)) $(if $(CANVAS),--canvas $(CANVAS)) $(if $(JOBS),--jobs $(JOBS)) $(if $(NO_SANDBOX),--no-sandbox)
 
 images: $(STAMP)  ## regenerate the schedule/pointer pictures images/*.png from gemm_kernels.viz.drawings (deterministic)
 	$(BIN)/python -m gemm_kernels.viz.images

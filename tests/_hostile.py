@@ -159,6 +159,29 @@ try:
 except OSError:
     pass
 """ + WRONG),
+    # a teacher's review, H5: solved notebooks where the grader runs (the repository's notebooks/, a course's
+    # source/ under the grader's home, /home, /srv, /opt, the folder above the checkout), executed
+    "solutions_on_disk": ("launch_stats", WRONG + """
+import json, os, pathlib, gemm_kernels
+def _solved_cells():
+    repo = pathlib.Path(gemm_kernels.__file__).resolve().parents[1]
+    for root in [repo / "notebooks", repo.parent, pathlib.Path.home(), *map(pathlib.Path, ("/home", "/srv", "/opt"))]:
+        for folder, dirs, files in os.walk(root):
+            deep = len(pathlib.Path(folder).relative_to(root).parts) >= 4
+            dirs[:] = [] if deep else [d for d in dirs if not d.startswith(".") and d != "site-packages"]
+            for name in (f for f in files if f.startswith("00") and f.endswith(".ipynb")):
+                try:
+                    cells = json.load(open(os.path.join(folder, name)))["cells"]
+                except (OSError, ValueError, KeyError):
+                    continue
+                for cell in cells:
+                    text = "".join(cell.get("source", ""))
+                    if "BEGIN SOLUTION" in text and "def launch_stats(" in text:
+                        yield text
+for _text in _solved_cells():
+    exec(_text, globals())
+    break
+"""),
     # kernel exercise: the judge rebuilds the launcher and kernel from their source
     "axpy_with_torch": ("axpy", AXPY_TORCH),
     "axpy_kernel_imports_os": ("axpy", """

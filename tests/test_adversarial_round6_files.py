@@ -139,6 +139,7 @@ def _never_grade(monkeypatch):
         return []
 
     monkeypatch.setattr(grade, "grade_notebooks", judged)
+    monkeypatch.setattr(grade, "sandbox_refusal", lambda no_sandbox: None)  # (nothing is graded: none needed)
 
 
 @needs_fifo

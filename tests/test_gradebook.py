@@ -14,6 +14,7 @@ import nbformat
 import pytest
 
 from gemm_kernels.lab import grade, gradebook
+from gemm_kernels.lab._sandbox import sandbox_available
 from gemm_kernels.lab.grade import Grade
 
 from test_grade_hostile import lean_notebook, with_answer
@@ -132,7 +133,7 @@ def test_the_command_grades_a_class(tmp_path, capsys):
     assert grade.main([str(sub), "--out", str(out / "grades.csv"), "--gradebook", str(out / "gradebook.csv"),
                        "--canvas", str(out / "canvas.csv"), "--json", str(out / "grades.json"),
                        "--roster", str(tmp_path / "roster.csv"), "--config", str(tmp_path / "config.json"),
-                       "--cell-timeout", "10"]) == 0
+                       "--cell-timeout", "10", *([] if sandbox_available() else ["--no-sandbox"])]) == 0
     printed = capsys.readouterr().out
     assert "00_start_here-Copy1.ipynb left out, 00_start_here.ipynb graded" in printed
     assert "graded 1 notebooks in" in printed

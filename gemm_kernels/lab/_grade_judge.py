@@ -3,9 +3,9 @@ verdicts, and never runs the learner's code in its own process.
 
 ``python -m gemm_kernels.lab._grade_judge FD SPEC`` (notebooks one after another: :func:`main`).
 The judge imports the teacher's checks, then starts the notebook's own process (:mod:`._grade_worker`:
-stdin and stdout pipes, nothing else; in a sandbox where :func:`sandbox_prefix` finds one), which
-runs every code cell in order,
-each stopped after ``cell_timeout`` seconds (a cell that outlives that by far, or kills the
+stdin and stdout pipes, nothing else; in the sandbox of :mod:`._sandbox`, or, where the spec says
+``"sandbox": false``, none; where no sandbox can be built it grades nothing), which runs every code
+cell in order, each stopped after ``cell_timeout`` seconds (a cell that outlives that by far, or kills the
 process, is left out and the notebook run again).  Then, per exercise:
 
 * an answer in plain Python is called through :class:`AnswerProxy`: the judge sends the inputs
@@ -36,8 +36,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from .. import _env
 from . import _grade_wire as wire
+from ._sandbox import child_environment, sandbox_available, sandbox_prefix, sandbox_problem  # noqa: F401
 from ._grade_worker import HIDDEN_MODULES, cap_memory, trimmed
 from .gradebook import read_notebook
 
@@ -58,94 +58,9 @@ class ChildGone(Exception):
 
 
 # ----------------------------------------------------------------------------- the sandbox
-_SANDBOX: list | None = None
-
-
-def _package_dir() -> Path:
-    return Path(__file__).resolve().parents[1]
-
-
-def sandbox_prefix(hide: list[str]) -> list[str] | None:
-    """The command that starts the notebook's process in its own user, mount, process and network
-    namespaces (``unshare``, where the kernel allows it): the check modules (their references),
-    ``hide`` (the submissions) and, for a checkout, everything of the repository but the package,
-    the virtual environment and ``images/`` (the solved notebooks, git's history) are empty there;
-    the package, Python's prefix and the home folder read-only; ``/tmp`` its own; no network.  None
-    where that is not possible."""
-    global _SANDBOX
-    unshare = shutil.which("unshare")
-    if not _env.flag("GEMM_KERNELS_GRADE_SANDBOX", True) or unshare is None or sys.platform != "linux":
-        return None
-    package = _package_dir()
-    read_only = [str(package), sys.prefix, os.path.expanduser("~")]
-    steps = _fresh_tmp([p for p in read_only if _under_tmp(p)])
-    repo = package.parent
-    if (repo / "notebooks").is_dir():  # a checkout: only the package, the venv and the images come back
-        keep = [p for p in (package, Path(sys.prefix), repo / "images") if p.is_dir() and repo in p.resolve().parents]
-        for i, path in enumerate(keep):
-            steps.append(f"mkdir -p /tmp/.keep{i} && mount --bind {_q(path)} /tmp/.keep{i}")
-        steps.append(f"mount -t tmpfs tmpfs {_q(repo)}")
-        for i, path in enumerate(keep):
-            steps.append(f"mkdir -p {_q(path)} && mount --bind /tmp/.keep{i} {_q(path)} && umount -l /tmp/.keep{i}")
-    for path in dict.fromkeys(read_only):
-        if Path(path).is_dir():
-            steps.append(f"mount --bind {_q(path)} {_q(path)} && mount -o remount,bind,ro {_q(path)}")
-    steps += [f"mount -t tmpfs tmpfs {_q(package / 'lab' / 'exercises')}",
-              f"mount --bind /dev/null {_q(package / 'lab' / 'nbgrader_markup.py')}"]
-    # (a folder under /tmp or the repository is hidden already)
-    steps += [f"if [ -d {_q(path)} ]; then mount -t tmpfs tmpfs {_q(path)}; fi" for path in hide]
-    # the notebook's process runs under sh, not as the namespace's init (which no signal of its own reaches)
-    script = " && ".join(steps) + ' && "$@"'
-    # its own process ids too: when it ends, whatever it forked (setsid or not) ends with it
-    prefix = [unshare, "--user", "--map-root-user", "--mount", "--net", "--pid", "--fork", "--kill-child",
-              "--mount-proc", "--", "sh", "-c", script, "sh"]
-    if _SANDBOX is None:
-        probe = subprocess.run([*prefix, "true"], capture_output=True, timeout=30)
-        _SANDBOX = [probe.returncode == 0, " ".join(probe.stderr.decode(errors="replace").split())[-300:]]
-    return prefix if _SANDBOX[0] else None
-
-
-def _under_tmp(path) -> bool:
-    return Path(path).resolve().is_relative_to(Path("/tmp").resolve())
-
-
-def _fresh_tmp(keep: list) -> list[str]:
-    """Steps giving the sandbox a ``/tmp`` of its own that still shows ``keep`` (a home, a venv or the
-    package under ``/tmp``: without them the sandbox could not start): the old ``/tmp`` is held on a
-    private tmpfs (``/dev/shm`` or ``/mnt``) while the new one is mounted, and ``keep`` bound back."""
-    if not keep:
-        return ["mount -t tmpfs tmpfs /tmp"]
-    hold = next((h for h in ("/dev/shm", "/mnt") if Path(h).is_dir()), None)
-    if hold is None:
-        return ["false"]  # nowhere to hold them: no sandbox, and sandbox_problem() says why
-    steps = [f"mount -t tmpfs tmpfs {hold}", f"mkdir {hold}/.oldtmp", f"mount --rbind /tmp {hold}/.oldtmp",
-             "mount -t tmpfs tmpfs /tmp"]
-    for path in dict.fromkeys(str(Path(p).resolve()) for p in keep):
-        inside = Path(path).relative_to(Path("/tmp").resolve())
-        steps.append(f"mkdir -p {_q(path)} && mount --rbind {_q(f'{hold}/.oldtmp/{inside}')} {_q(path)}")
-    return steps + [f"umount -l {hold}/.oldtmp"]
-
-
-def sandbox_problem() -> str:
-    """Why the sandbox could not start here (its probe's error), or "" where it can."""
-    if sandbox_available():
-        return ""
-    if shutil.which("unshare") is None or sys.platform != "linux":
-        return "no unshare (Linux's util-linux) on this machine"
-    if not _env.flag("GEMM_KERNELS_GRADE_SANDBOX", True):
-        return "GEMM_KERNELS_GRADE_SANDBOX turns it off"
-    return (_SANDBOX[1] if _SANDBOX and len(_SANDBOX) > 1 else "") or "unshare could not make the namespaces"
-
-
-def sandbox_available() -> bool:
-    """Whether this machine can run a notebook's process in the sandbox of :func:`sandbox_prefix`."""
-    return sandbox_prefix([]) is not None
-
-
-def _q(path) -> str:
-    import shlex
-
-    return shlex.quote(str(path))
+# (an allow list: :mod:`._sandbox`; its functions are this module's too, as the grade command knows them)
+class NoSandbox(Exception):
+    """A notebook that must run sandboxed, on a machine where no sandbox can be built (the message says why)."""
 
 
 # ----------------------------------------------------------------------------- the notebook's process
@@ -153,13 +68,13 @@ class Child:
     """The notebook's process: its cells run, then it answers requests (:mod:`._grade_worker`)."""
 
     def __init__(self, notebook: dict, skip: set, spec: dict, workdir: str):
-        env = {key: value for key, value in os.environ.items()
-               if key in ("PATH", "HOME", "LANG", "LC_ALL", "PYTHONPATH", "TRITON_INTERPRET", "GEMM_KERNELS_ARCH",
-                          "CUDA_VISIBLE_DEVICES", "GEMM_KERNELS_EXAM", "GEMM_KERNELS_PROGRESS", "MPLBACKEND")}
-        env.update(TMPDIR="/tmp", MPLBACKEND="Agg", TRITON_CACHE_DIR=os.path.join(workdir, "triton-cache"),
-                   PYTHONDONTWRITEBYTECODE="1")
         command = [sys.executable, "-m", "gemm_kernels.lab._grade_worker"]
         prefix = sandbox_prefix(spec.get("hide", [])) if spec.get("sandbox", True) else None
+        if spec.get("sandbox", True) and prefix is None:
+            raise NoSandbox(sandbox_problem())
+        # in the sandbox only its own /tmp is there to write in
+        cache = "/tmp/triton-cache" if prefix is not None else os.path.join(workdir, "triton-cache")
+        env = child_environment({"TRITON_CACHE_DIR": cache})
         self.sandboxed = prefix is not None
         self.log = open(os.path.join(workdir, "output.txt"), "ab")
         self.proc = subprocess.Popen([*(prefix or []), *command], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -418,6 +333,13 @@ def judge_notebook(spec: dict, emit) -> None:
     from .exercises._core import reset_hints
 
     reset_hints()  # hints step up with wrong tries: each notebook starts from the first
+    if spec.get("sandbox", True) and sandbox_prefix(spec.get("hide", [])) is None:  # fails closed
+        for title, _, _ in spec["exercises"]:
+            if title in spec["check"]:
+                emit(result=title, status="error", message=trimmed(
+                    f"not graded: no sandbox here ({sandbox_problem()}); the grader's --no-sandbox runs it without"))
+        emit(done=True, sandbox=False, cell_errors=[])
+        return
     try:
         judge = Judge(spec, emit)
     except Exception as exc:  # noqa: BLE001  (a file that is no notebook: every exercise says so)

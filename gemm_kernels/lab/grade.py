@@ -8,7 +8,8 @@ the check module its cells import.  One copy per student and notebook is graded
 
 A judge (:mod:`gemm_kernels.lab._grade_judge`, a process of its own for each student, taking
 their notebooks in turn; ``--jobs`` at a time) runs each notebook's cells in another process (every cell in order, each
-with a time limit, a memory cap, sandboxed where Linux allows it) and decides every verdict
+with a time limit, a memory cap, in a sandbox that shows it only what it needs: :mod:`._sandbox`;
+no sandbox, no grading, unless ``--no-sandbox``) and decides every verdict
 itself: plain answers are called through a pipe and return plain data, kernel answers are rebuilt
 from their source and run by the judge.  Nothing the notebook patches or writes reaches a
 verdict; a hang, a crash or silence is 0 for that exercise.  Checks run in exam mode
@@ -153,15 +154,16 @@ def _last_line(log: Path) -> str:
 
 
 def _run_judge(items: list, *, exam_mode: bool, timeout: float, memory_mb: int, cell_timeout: float = CELL_TIMEOUT_S,
-               hide=()) -> list[_Run]:
+               hide=(), sandbox: bool = True) -> list[_Run]:
     """One judge (:mod:`._grade_judge`) for ``items``, (path, course notebook, exercises to check)
     triples, in turn; what it reported of each, and how it ended (the notebook it was on when it
-    failed has ``status``; those after it are untouched)."""
+    failed has ``status``; those after it are untouched).  ``sandbox=False`` runs the notebooks
+    unsandboxed; with True, where no sandbox can be built, nothing is graded (each exercise says why)."""
     notebooks = [{"path": str(Path(path).resolve()), "module": _module_of(notebook), "check": list(check),
                   "exercises": [(t, a, KERNEL_KINDS.get(t, "plain")) for t, a in ANSWERS[notebook]]}
                  for path, notebook, check in items]
     spec = {"notebooks": notebooks, "memory_mb": memory_mb, "judge_memory_mb": memory_mb,
-            "cell_timeout": cell_timeout, "hide": [str(Path(h).resolve()) for h in hide]}
+            "cell_timeout": cell_timeout, "hide": [str(Path(h).resolve()) for h in hide], "sandbox": bool(sandbox)}
     runs = [_Run({}, False) for _ in items]
     read_end, write_end = os.pipe()
     with tempfile.TemporaryDirectory(prefix="gk-grade-") as tmp:
@@ -222,7 +224,7 @@ def _run_judge(items: list, *, exam_mode: bool, timeout: float, memory_mb: int, 
 
 
 def grade_notebooks(items: list, *, exam_mode: bool = True, timeout: float = TIMEOUT_S, memory_mb: int = MEMORY_MB,
-                    cell_timeout: float = CELL_TIMEOUT_S, hide=()) -> list[dict]:
+                    cell_timeout: float = CELL_TIMEOUT_S, hide=(), sandbox: bool = True) -> list[dict]:
     """{title: (status, message)} for every exercise of each (path, course notebook) pair, judged
     in turn by one judge.  A check that hangs or brings its judge down gives its exercise that
     status; a new judge goes on without it."""
@@ -234,7 +236,7 @@ def grade_notebooks(items: list, *, exam_mode: bool = True, timeout: float = TIM
         batch = [(items[i][0], items[i][1], [t for t in titles[i] if t not in results[i] and t not in skip[i]])
                  for i in pending]
         runs = _run_judge(batch, exam_mode=exam_mode, timeout=timeout, memory_mb=memory_mb,
-                          cell_timeout=cell_timeout, hide=hide)
+                          cell_timeout=cell_timeout, hide=hide, sandbox=sandbox)
         left = []
         for i, run in zip(pending, runs):
             results[i].update(run.results)
@@ -414,6 +416,26 @@ def output_problem(outputs: dict, inputs: dict, submissions: Path) -> str | None
     return None
 
 
+#: what grading with --no-sandbox exposes (printed when it starts)
+UNSANDBOXED = ("each notebook runs as this user, unsandboxed: its code can read whatever this user can read (the "
+               "package's source with every reference answer, this user's home, a course's solved notebooks, other "
+               "students' submissions), write wherever this user can write, and reach the network")
+
+
+def sandbox_refusal(no_sandbox: bool) -> str | None:
+    """Why grading must not start: no sandbox here (:func:`._sandbox.sandbox_available`) and no
+    ``--no-sandbox``; None where it may (with ``--no-sandbox``, having printed what that exposes)."""
+    from ._sandbox import sandbox_available, sandbox_problem
+
+    if no_sandbox:
+        _say(f"--no-sandbox: {UNSANDBOXED} (notebooks/TEACHING.md)")
+        return None
+    if sandbox_available():
+        return None
+    return (f"no sandbox can be built here ({sandbox_problem()}), so no notebook is graded: grade on a machine "
+            f"where one can (notebooks/TEACHING.md), or pass --no-sandbox, with which {UNSANDBOXED}")
+
+
 def main(argv: list[str] | None = None) -> int:
     from . import gradebook
 
@@ -440,6 +462,9 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"memory cap of each notebook's process in MiB, 0 for none (default {MEMORY_MB})")
     parser.add_argument("--jobs", type=int, default=1,
                         help="notebooks graded at once: one judge each, taking its share in turn (default 1)")
+    parser.add_argument("--no-sandbox", action="store_true",
+                        help="grade where no sandbox can be built, each notebook running as this user (it prints "
+                             "what that exposes); without it, no sandbox means no grading")
     args = parser.parse_args(argv)
     if not args.submissions.is_dir():
         parser.error(f"{args.submissions} is not a folder")
@@ -456,15 +481,13 @@ def main(argv: list[str] | None = None) -> int:
         config = gradebook.read_config(args.config)
     except gradebook.GradebookError as exc:
         parser.error(str(exc))
-    from ._grade_judge import sandbox_available, sandbox_problem
-
-    sandboxed = sandbox_available()
-    if not sandboxed:
-        print(f"warning: no sandbox here ({sandbox_problem()}): each notebook runs as this user "
-              "and can read the package's source, its reference answers included (notebooks/TEACHING.md)")
+    refused = sandbox_refusal(args.no_sandbox)
+    if refused:
+        parser.error(refused)
+    sandboxed = not args.no_sandbox
     started = time.monotonic()
     grades, dropped = grade_class(args.submissions, jobs=args.jobs, exam_mode=args.exam, timeout=args.timeout,
-                                  cell_timeout=args.cell_timeout, memory_mb=args.memory_mb)
+                                  cell_timeout=args.cell_timeout, memory_mb=args.memory_mb, sandbox=sandboxed)
     seconds = time.monotonic() - started
     notebooks = len({row.file for row in grades})
     columns, rows = gradebook.build(grades, roster=roster, config=config, duplicates=dropped)
