@@ -18,6 +18,7 @@ import nbformat
 import pytest
 
 from gemm_kernels.lab import nbgrader_judge, student
+from gemm_kernels.lab._sandbox import sandbox_available
 from gemm_kernels.lab.nbgrader_markup import CHECK_CALL, PREDICT, REVEAL, REVEAL_LEFT_OUT, is_prediction
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -205,13 +206,14 @@ def test_the_judge_gives_nbgrader_its_scores(course):
             cell = next(c for c in nb.cells if c.cell_type == "code" and "def launch_stats(" in c.source)
             cell.source = source
         nbformat.write(nb, folder / f"{name}.ipynb")
+    nbgrader_judge.snapshot(course, ASSIGNMENT)  # what was handed in, before autograde runs any of it
     log = _nbgrader(course, "autograde", ASSIGNMENT)
     assert "Attribute 'checksum' for cell check_" not in log
     with nbgrader_api.Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
         forged = [s for s in NBGRADER_HOSTILE
                   if gradebook.find_grade("check_launch_stats", name, ASSIGNMENT, s).score > 0]
     assert "patch_core" in forged  # the issue's forgery fools nbgrader's own autograde
-    rows = nbgrader_judge.apply(course, ASSIGNMENT, jobs=2, cell_timeout=10)
+    rows = nbgrader_judge.apply(course, ASSIGNMENT, jobs=2, cell_timeout=10, sandbox=sandbox_available())
     scores = {(r["student"], r["cell"]): r["score"] for r in rows}
     assert scores[("solved", "check_launch_stats")] == scores[("solved", "check_axpy")] == 1
     for student_id in NBGRADER_HOSTILE:
@@ -224,3 +226,74 @@ def test_the_judge_gives_nbgrader_its_scores(course):
     html = (course / "feedback" / "patch_core" / ASSIGNMENT / f"{name}.html").read_text(encoding="utf-8")
     assert "BEGIN HIDDEN TESTS" not in html and "graded(" not in html
     assert "graded by gemm_kernels.lab.grade" in html
+
+
+#: H6 of a teacher's review (issue 48): run by nbgrader autograde as the grader, this cell puts the course's
+#: solved source notebook in place of its own submission and the release in place of a classmate's
+TAMPER = """import pathlib, shutil
+import gemm_kernels.lab.nbgrader_markup as _m
+_m.graded = lambda module, name: (lambda *a, **k: None)
+here = pathlib.Path.cwd()
+if here.parent.parent.name == "autograded":
+    course, me, assignment = here.parents[2], here.parent.name, here.name
+    for nb in (course / "source" / assignment).glob("*.ipynb"):
+        shutil.copyfile(nb, course / "submitted" / me / assignment / nb.name)
+        shutil.copyfile(course / "release" / assignment / nb.name, course / "submitted" / "victim" / assignment / nb.name)
+"""
+#: H7: the same, renaming its own submission away, so that a judge of submitted/ found nothing of it to grade
+HIDE = """import pathlib
+import gemm_kernels.lab.nbgrader_markup as _m
+_m.graded = lambda module, name: (lambda *a, **k: None)
+here = pathlib.Path.cwd()
+if here.parent.parent.name == "autograded":
+    for nb in (here.parents[2] / "submitted" / here.parent.name / here.name).glob("*.ipynb"):
+        nb.rename(nb.with_suffix(".bak"))
+"""
+
+
+def test_the_judge_grades_what_was_handed_in_before_autograde(course, capsys):
+    """H6 and H7 of a teacher's review: nbgrader autograde runs student code as the grader, which rewrote
+    submitted/ (its own notebook replaced by the solved source, a classmate's by the release, or renamed
+    away) before the judge read it. The judge now grades its snapshot, taken before autograde: the
+    forgers score 0, the victim keeps its points; a notebook autograded but not in the snapshot (here one
+    handed in after it, forging autograde's points) gets 0 and a warning naming the student; grading
+    without a snapshot is refused, and so is a second snapshot of what autograde could have rewritten."""
+    name = "00_start_here"
+
+    def hand_in(student_id, prefix=""):
+        folder = course / "submitted" / student_id / ASSIGNMENT
+        folder.mkdir(parents=True)
+        nb = _released(course, name)
+        _solved(course, name, nb)
+        if prefix:
+            cell = next(c for c in nb.cells if c.cell_type == "code" and "def launch_stats(" in c.source)
+            cell.source = prefix + "\ndef launch_stats(n, block):\n    return n // block, 0\n"
+        nbformat.write(nb, folder / f"{name}.ipynb")
+
+    hand_in("victim")
+    hand_in("tamper", TAMPER)
+    hand_in("hider", HIDE)
+    with pytest.raises(nbgrader_judge.SnapshotError, match="before nbgrader autograde"):
+        nbgrader_judge.read_snapshot(course, ASSIGNMENT)
+    taken = nbgrader_judge.snapshot(course, ASSIGNMENT)
+    assert sorted(taken["taken"]) == ["hider", "tamper", "victim"] and not taken["refused"]
+    hand_in("late", HOSTILE["patch_core"][1])  # collected after the snapshot: autograde forges its points
+    _nbgrader(course, "autograde", ASSIGNMENT)
+    submitted = course / "submitted"
+    assert "BEGIN SOLUTION" in (submitted / "tamper" / ASSIGNMENT / f"{name}.ipynb").read_text(encoding="utf-8")
+    assert not (submitted / "hider" / ASSIGNMENT / f"{name}.ipynb").exists()
+    with nbgrader_api.Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
+        assert gradebook.find_grade("check_launch_stats", name, ASSIGNMENT, "late").score > 0  # forged
+    again = nbgrader_judge.snapshot(course, ASSIGNMENT)  # what student code may have written: left out
+    assert sorted(again["refused"]) == ["hider", "late", "tamper", "victim"] and again["digest"] == taken["digest"]
+    capsys.readouterr()
+    args = [ASSIGNMENT, "--course", str(course), "--jobs", "2", "--cell-timeout", "10", "--digest", taken["digest"]]
+    assert nbgrader_judge.main(args + ([] if sandbox_available() else ["--no-sandbox"])) == 0
+    out = capsys.readouterr().out
+    assert "warning: late: 00_start_here is not in the judge's snapshot" in out, out
+    with nbgrader_api.Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
+        scores = {s: gradebook.find_submission_notebook(name, ASSIGNMENT, s).score
+                  for s in ("victim", "tamper", "hider", "late")}
+        assert scores == {"victim": 2, "tamper": 1, "hider": 1, "late": 0}, scores  # launch_stats wrong: axpy's 1
+        for student_id in ("tamper", "hider", "late"):
+            assert gradebook.find_grade("check_launch_stats", name, ASSIGNMENT, student_id).score == 0, student_id
