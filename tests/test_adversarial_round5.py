@@ -245,7 +245,7 @@ def test_a_path_variable_naming_no_users_home_is_refused_by_name(variable, monke
     read = {"GEMM_KERNELS_TUNING_CACHE": tuning_cache.cache_directory,
             "GEMM_KERNELS_PROGRESS": progress.progress_path}[variable]
     monkeypatch.setenv(variable, "~no-such-user-here/x")
-    with pytest.raises(ValueError, match=rf"^{variable}='~no-such-user-here/x': ~no-such-user-here is no user's home"):
+    with pytest.raises(ValueError, match=rf"^{variable}='~no-such-user-here/x': '~no-such-user-here' is no user's home"):
         read()
     monkeypatch.setenv(variable, "~/x")
     assert str(read()) == os.path.expanduser("~/x")
