@@ -81,10 +81,10 @@ def _round_to_fp8_grid(q, MANTISSA_BITS: tl.constexpr, MIN_EXPONENT: tl.constexp
 
 
 @triton.jit
-def _fp8_bits(x, scale, FP8: tl.constexpr, FMAX: tl.constexpr, IS_E5M2: tl.constexpr):
-    """x / scale rounded to the nearest fp8 value (saturating), as uint8 bits.  A NaN stays NaN with
-    its sign bit (fp8.nan_bits); an inf stays inf in e5m2 and becomes NaN in e4m3fn, which has
-    none (the cast would saturate it)."""
+def _fp8_bits(x, negative, scale, FP8: tl.constexpr, FMAX: tl.constexpr, IS_E5M2: tl.constexpr):
+    """x (float32) / scale rounded to the nearest fp8 value (saturating), as uint8 bits.  A NaN stays
+    NaN with its sign bit, ``negative`` (:func:`_sign_bits`; fp8.nan_bits); an inf stays inf in e5m2
+    and becomes NaN in e4m3fn, which has none (the cast would saturate it)."""
     q = tl.math.div_rn(x, scale)  # IEEE division, as torch's (the default '/' may be approximate)
     q = tl.minimum(tl.maximum(q, -FMAX), FMAX)
     if IS_E5M2:
@@ -92,15 +92,26 @@ def _fp8_bits(x, scale, FP8: tl.constexpr, FMAX: tl.constexpr, IS_E5M2: tl.const
     else:
         q = _round_to_fp8_grid(q, 3, -6)
     bits = q.to(FP8).to(tl.uint8, bitcast=True)
-    # inf and NaN: x's top byte is S.1111111, the fp8 NaN with x's sign (fp8.nan_bits); e5m2's inf is
-    # S.11111.00, its first six bits; e4m3fn has no inf: +NaN
-    special = (x.to(tl.uint32, bitcast=True) >> 24).to(tl.uint8)
+    # inf and NaN: S.1111111 is the fp8 NaN with x's sign (fp8.nan_bits); e5m2's inf is S.11111.00,
+    # its first six bits; e4m3fn has no inf: +NaN
+    special = tl.where(negative, 0xFF, 0x7F)
     is_inf = tl.abs(x) == float("inf")
     if IS_E5M2:
         special = tl.where(is_inf, special & 0xFC, special)
     else:
-        special = tl.where(is_inf, 0x7F, special).to(tl.uint8)
-    return tl.where(tl.abs(x) < float("inf"), bits, special).to(tl.uint8)
+        special = tl.where(is_inf, 0x7F, special)
+    return tl.where(tl.abs(x) < float("inf"), bits, special.to(tl.uint8)).to(tl.uint8)
+
+
+@triton.jit
+def _sign_bits(x):
+    """x's sign bits, read before any widening: the GPU's float16 -> float32 conversion makes every
+    NaN the positive canonical one (a GPU test caught the lost sign; numpy's keeps it)."""
+    if x.dtype.primitive_bitwidth == 16:
+        negative = x.to(tl.int16, bitcast=True) < 0
+    else:
+        negative = x.to(tl.int32, bitcast=True) < 0
+    return negative
 
 
 @triton.jit
@@ -116,14 +127,15 @@ def _cast_transpose_kernel(x_ptr, q_ptr, s_ptr, qt_ptr, st_ptr, M, K, stride_xm,
     in_k = offs_k < K
     mask = in_m[:, None] & in_k[None, :]
     x = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :] * stride_xk, mask=mask, other=0.0)
-    x = x.to(tl.float32)  # _fp8_bits reads a NaN's sign after this widening (tests check that it is kept)
+    negative = _sign_bits(x)  # a NaN's sign, which the widening below may drop
+    x = x.to(tl.float32)
     finite = tl.where(tl.abs(x) < float("inf"), tl.abs(x), 0.0)  # NaN and inf count as 0: only their element changes
     row_scale = _block_scale(tl.max(finite, axis=1), FMAX, TINY, POW2)  # one per row of x: a 1x128 block
     col_scale = _block_scale(tl.max(finite, axis=0), FMAX, TINY, POW2)  # one per row of x.t()
-    q = _fp8_bits(x, row_scale[:, None], FP8, FMAX, IS_E5M2)
+    q = _fp8_bits(x, negative, row_scale[:, None], FP8, FMAX, IS_E5M2)
     tl.store(q_ptr + offs_m[:, None] * K + offs_k[None, :], q, mask=mask)
     tl.store(s_ptr + offs_m * stride_sm + pid_k, row_scale, mask=in_m)
-    qt = tl.trans(_fp8_bits(x, col_scale[None, :], FP8, FMAX, IS_E5M2))
+    qt = tl.trans(_fp8_bits(x, negative, col_scale[None, :], FP8, FMAX, IS_E5M2))
     tl.store(qt_ptr + offs_k[:, None] * M + offs_m[None, :], qt, mask=in_k[:, None] & in_m[None, :])
     tl.store(st_ptr + offs_k * stride_stk + pid_m, col_scale, mask=in_k)
 

@@ -281,6 +281,9 @@ class recording:
             name = qualified_name(kernel)
             if name not in self.log.foreign:
                 self.log.foreign.append(name)
+            # stopped here, not run: the verdict is already "wrong", and a package kernel's autotuning
+            # in the interpreter would outlast the time limit and read "never ended" (seen on a GPU)
+            raise _foreign_message(self.log)
         launch = self.log.record(kernel, grid, args, kwargs)
         if launch is not None and self.log.skip_learner and launch.involves_learner:
             self.log.skipped += 1
@@ -1291,8 +1294,8 @@ def kernel_exercise(title: str, *, hints, kind: str, praise: str = "correct, wel
             except Refused as exc:
                 return _foreign_launch(title, log) or CheckResult(title, WRONG, exc.message, exc.details)
             except AnswerRaised as exc:
-                return _right_only_with_zeros(title, _raised(title, exc, exc.exc, log, diagnose), log, body, answer,
-                                              args, kwargs)
+                return _foreign_launch(title, log) or _right_only_with_zeros(
+                    title, _raised(title, exc, exc.exc, log, diagnose), log, body, answer, args, kwargs)
             except Exception as exc:
                 from ..checked import OutOfBounds
 
@@ -1312,8 +1315,7 @@ def kernel_exercise(title: str, *, hints, kind: str, praise: str = "correct, wel
                         "this launches no kernel of yours: ")
                 return CheckResult(title, WRONG, head + "it launched no @triton.jit kernel you wrote (it ran torch, "
                                    "or the package's own kernels)",
-                                   ["the exercise asks for your own kernel: write it with @triton.jit and launch it "
-                                    "with kernel[grid](...)", *problems])
+                                   [_YOUR_OWN_KERNEL, *problems])
             if problems:
                 extra = [line for line in _diagnoses(diagnose, log, problems) if line not in problems]
                 return _right_only_with_zeros(title, CheckResult(title, WRONG, f"not yet: {_count(problems)}",
@@ -1346,15 +1348,26 @@ def kernel_exercise(title: str, *, hints, kind: str, praise: str = "correct, wel
     return decorate
 
 
+_YOUR_OWN_KERNEL = "the exercise asks for your own kernel: write it with @triton.jit and launch it with kernel[grid](...)"
+
+
+def _foreign_message(log: LaunchLog) -> Refused:
+    return Refused(f"your launcher launches {log.foreign[0]}, a kernel your notebook does not define: a launcher "
+                   "may launch only the kernels you wrote",
+                   ["write the kernel that computes the answer yourself, with @triton.jit, and launch that one"])
+
+
 def _foreign_launch(title: str, log: LaunchLog | None) -> CheckResult | None:
-    """"wrong" for a launcher that launched a kernel not the learner's (the package's, by any name)
-    beside one of theirs: it did the work, whatever theirs did (one that launched none of theirs is
-    told so by the check)."""
-    if log is None or not log.foreign or not log.learner_launches():
+    """"wrong" for a launcher that launched a kernel not the learner's (the package's, by any name):
+    it did the work, whatever theirs did.  The launch itself raised (:class:`recording`), so this
+    also holds where the launcher caught that or the answer's call reported it as raised."""
+    if log is None or not log.foreign:
         return None
-    return CheckResult(title, WRONG, f"your launcher launches {log.foreign[0]}, a kernel your notebook does not "
-                       "define: a launcher may launch only the kernels you wrote",
-                       ["write the kernel that computes the answer yourself, with @triton.jit, and launch that one"])
+    if not log.learner_launches():
+        return CheckResult(title, WRONG, f"this launches no kernel of yours: it launched {log.foreign[0]}, the "
+                           "package's, and no @triton.jit kernel you wrote", [_YOUR_OWN_KERNEL])
+    refused = _foreign_message(log)
+    return CheckResult(title, WRONG, refused.message, refused.details)
 
 
 def _compile_verdict(title: str, launches: list[Launch], forbid, hands, fp32_dot: bool, compiled=None, stages=()):
