@@ -146,6 +146,23 @@ def test_the_command_grades_a_class(tmp_path, capsys):
     # the per-exercise rows in the config's points too (a teacher's review: axpy read 1 there, 2 in the gradebook)
     assert {r["exercise"]: r["points"] for r in _read(out / "grades.csv")} == {"launch_stats": "1", "axpy": "2"}
     assert {r["exercise"]: r["points"] for r in data["grades"]} == {"launch_stats": 1, "axpy": 2}
+    # and the JSON's maximum in the same points (it counted 1 per exercise: 3 of 2)
+    assert (data["students"]["alice"]["points"], data["students"]["alice"]["max"]) == (3, 3)
+    assert data["students"]["alice"]["notebooks"]["00_start_here"] == [3, 3]
+    assert "warning" not in printed  # a roster was given
+
+
+def test_canvas_without_a_roster_is_warned(tmp_path, capsys):
+    """Canvas matches rows by its own IDs; folder names match none, and the import would say nothing."""
+    sub = tmp_path / "sub"
+    (sub / "alice").mkdir(parents=True)
+    nbformat.write(lean_notebook(), sub / "alice" / "00_start_here.ipynb")
+    out = tmp_path / "out"
+    out.mkdir()
+    assert grade.main([str(sub), "--out", str(out / "grades.csv"), "--canvas", str(out / "canvas.csv"),
+                       "--cell-timeout", "10", *([] if sandbox_available() else ["--no-sandbox"])]) == 0
+    printed = capsys.readouterr().out
+    assert "warning: " in printed and "give --roster" in printed and "canvas.csv" in printed
 
 
 def test_the_copy_with_the_answers_is_graded(tmp_path):

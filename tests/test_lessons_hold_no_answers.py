@@ -186,3 +186,11 @@ def test_the_rule_finds_what_02_showed_before():
     path = next(p for p in PATHS if p.name == "02_naive_tiling.ipynb")
     assert [(fn, exercise) for _, fn, exercise in shown_answers(path, [old])] == [
         ("_matmul_kernel", "02_naive_tiling's my_matmul"), ("k_loop_pointers", "02_naive_tiling's my_matmul")]
+
+
+def test_the_rule_finds_what_05_showed_before():
+    """05's lesson printed the persistent kernel whose loop is its Exercise 4's answer."""
+    old = "show_source(persistent._matmul_persistent_kernel);"
+    path = next(p for p in PATHS if p.name == "05_persistent_tma.ipynb")
+    assert [(fn, exercise) for _, fn, exercise in shown_answers(path, [old])] == [
+        ("_matmul_persistent_kernel", "05_persistent_tma's persistent_loop")]

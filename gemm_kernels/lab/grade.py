@@ -317,8 +317,11 @@ def grade(root: Path, *, jobs: int = 1, **options) -> list[Grade]:
 FIELDS = ("student", "notebook", "exercise", "status", "points", "message", "file")
 
 
-def totals(grades: list[Grade]) -> dict:
-    """{student: {"points", "max", "notebooks": {notebook: [points, max]}}}."""
+def totals(grades: list[Grade], config: dict | None = None) -> dict:
+    """{student: {"points", "max", "notebooks": {notebook: [points, max]}}}; each exercise's maximum
+    is its weight in the teacher's ``config`` (1 without one), as :func:`weighted` gives its points."""
+    from .gradebook import _number, weight
+
     out: dict = {}
     for row in grades:
         student = out.setdefault(row.student, {"points": 0, "max": 0, "notebooks": {}})
@@ -326,8 +329,9 @@ def totals(grades: list[Grade]) -> dict:
         student["points"] += row.points
         per[0] += row.points
         if row.exercise:
-            student["max"] += 1
-            per[1] += 1
+            most = _number(weight(config, row.notebook, row.exercise)) if config else 1
+            student["max"] += most
+            per[1] += most
     return out
 
 
@@ -494,12 +498,15 @@ def main(argv: list[str] | None = None) -> int:
     grades = weighted(grades, config)  # the per-exercise rows in the config's points, as the gradebook has them
     write_csv(grades, args.out)
     gradebook.write_wide_csv(columns, rows, args.gradebook)
+    if args.canvas and roster is None:
+        _say(f"warning: {args.canvas} names students by their folder names; Canvas matches a row by its own ID, "
+             "SIS User ID or SIS Login ID, so give --roster (columns id, sis_id, login) for an import it can match")
     if args.canvas:
         gradebook.write_canvas_csv(rows, args.canvas, assignment=config.get("assignment", "gemm-kernels"),
                                    roster=roster)
     if args.json:
         data = {"exam": args.exam, "sandbox": sandboxed, "grades": [asdict(row) for row in grades],
-                "students": totals(grades),
+                "students": totals(grades, config),
                 "gradebook": rows, "copies_left_out": [{"student": s, "file": str(p), "graded": str(k)}
                                                        for s, p, _, k in dropped],
                 "seconds": round(seconds, 1), "notebooks": notebooks}

@@ -12,6 +12,7 @@ import triton.language as tl
 
 from ... import runtime
 from ...kernels.matmul import matmul_ref
+from ...kernels.persistent import _matmul_persistent_kernel
 from ...kernels.tiles import record_tile, tile_grouped
 from ...kernels.tma import tma_aligned, tma_layout
 from ...models.tiles import cdiv, persistent_schedule
@@ -371,7 +372,7 @@ def _persistent_case(kernel, M, N, K, programs, group, seed) -> list[str]:
 
 
 @kc.kernel_exercise("persistent_loop", kind="kernel", gpu_case=lambda k: _persistent_case(k, 40, 56, 24, 4, 2, 5),
-                    hands=(tile_grouped, matmul_tile), hints=Hints(
+                    forbid=(_matmul_persistent_kernel,), hands=(tile_grouped, matmul_tile), hints=Hints(
     nudge="a persistent program keeps taking tiles until none are left: which tile indices belong to program pid?",
     approach="from tl.program_id(0), step by NUM_PROGRAMS up to the number of tiles (cdiv(M, BLOCK_M) * "
              "cdiv(N, BLOCK_N)); map each tile index to (pid_m, pid_n) with the grouped order and hand it to "
