@@ -179,3 +179,21 @@ def test_an_erratum_merged_into_a_class_copy_keeps_the_class_install(tmp_path, r
         assert wheel.name.replace("+", "%2B") in nb.cells[1].source and DEFAULT_REPO not in text
     assert "# my answer" in nbformat.read(mine / "00_start_here.ipynb", as_version=4).cells[
         [c.source for c in copy.cells].index(answer.source)].source
+
+
+def test_a_student_copy_given_as_the_erratums_source_is_refused(tmp_path, release):
+    """A teacher's review: the class copies given as SRC made copies with a second banner and set-up cell.
+    A notebook that is a student copy already is no source: refused by name, nothing written."""
+    import shutil
+
+    from gemm_kernels.lab import student
+
+    out, _, _, _ = release
+    src, dest = tmp_path / "src", tmp_path / "dest"
+    src.mkdir()
+    shutil.copy2(out / "notebooks" / "00_start_here.ipynb", src / "00_start_here.ipynb")
+    shutil.copytree(out / "notebooks", dest)
+    before = (dest / "00_start_here.ipynb").read_bytes()
+    with pytest.raises(student.NotebookError, match=r"00_start_here\.ipynb is a student copy .* second banner"):
+        student.write_student_copies(src, dest, merge=True)
+    assert (dest / "00_start_here.ipynb").read_bytes() == before

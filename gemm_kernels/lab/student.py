@@ -388,8 +388,12 @@ def student_text(path: Path) -> str:
     (one line, naming the file) when it is not a valid notebook; MarkerError for bad markers."""
     try:
         nb = nbformat.reads(_files.read_text(path), as_version=4)  # a FIFO in SRC_DIR: refused, not waited on
+        if RECORD in nb.metadata or any(c.get("id") == SETUP_ID for c in nb.cells):
+            raise NotebookError(f"{path} is a student copy (it has the banner and set-up cell already), not a course "
+                                "notebook: copies are made from the solved notebooks (the course's notebooks/), "
+                                "or a copy would get a second banner and set-up cell")
         text = nbformat.writes(student_notebook(nb, path.name)) + "\n"
-    except (MarkerError, OSError):
+    except (MarkerError, OSError, NotebookError):
         raise
     except Exception as exc:  # noqa: BLE001  (not JSON, not nbformat, bad bytes, cells of the wrong shape)
         reason = " ".join(str(exc).split()) or type(exc).__name__
