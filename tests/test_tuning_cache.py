@@ -4,6 +4,7 @@ need not specialise on M do not.  On a CPU the autotuner is forced on with a sta
 tests/test_configs.py does); the GPU tests run the real launchers with autotuning on and off."""
 
 import json
+import os
 import subprocess
 import sys
 import warnings
@@ -167,6 +168,17 @@ def test_a_corrupt_file_is_named_ignored_and_rewritten(content, cache_dir, monke
         warnings.simplefilter("error")
         _launch(second, 40)
     assert runs == []
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
+def test_a_fifo_in_place_of_the_file_is_named_not_waited_on(cache_dir, monkeypatch):
+    """A reader that opened a FIFO there would wait for a writer forever: refused by what it is."""
+    first, _ = _tuned([], monkeypatch)
+    path = first.disk.path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    os.mkfifo(path)
+    with pytest.warns(RuntimeWarning, match=f"ignoring the tuning cache file {path} .*a FIFO"):
+        _launch(first, 40)
 
 
 def test_an_unwritable_directory_is_named_once_and_picks_stay_in_memory(tmp_path, monkeypatch):

@@ -28,7 +28,7 @@ import os
 import warnings
 from pathlib import Path
 
-from .. import _env, runtime
+from .. import _env, _files, runtime
 
 ENV = "GEMM_KERNELS_TUNING_CACHE"
 #: a file of picks is a few kB; a larger one at its place is not ours (and is never read whole)
@@ -115,7 +115,7 @@ class DiskPicks:
         try:
             if stat.st_size > MAX_BYTES:
                 raise ValueError(f"{stat.st_size} bytes, more than a tuning file holds ({MAX_BYTES})")
-            data = json.loads(path.read_text(encoding="utf-8"))
+            data = json.loads(_files.read_text(path, limit=MAX_BYTES))  # a FIFO put there: refused, not waited on
             picks = data["picks"]
             if not isinstance(picks, dict):
                 raise ValueError("'picks' is not a mapping of configs")
