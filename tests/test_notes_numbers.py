@@ -1049,3 +1049,17 @@ def test_entry_46_batch_invariance_rerun_and_cast_transpose_pick_are_the_data():
     assert (f"8 warps took {now[0]:.1f}, {now[1]:.1f} and {now[2]:.1f} µs (fp32 scales), within 0.2% of entry 43's "
             f"{then[0]:.1f}, {then[1]:.1f} and {then[2]:.1f}") in entry
     assert "entry 46 recorded the autotuner's pick: 8 warps at all three shapes" in text
+
+
+def test_perf_notes_47_quotes_entry47():
+    """PERF_NOTES 47: the block-wise scaled_mm's speed with the scales applied one after the other, and before."""
+    data = json.loads((BENCH / "entry47" / "block_scale_order.json").read_text())
+    rows = {r["version"]: r for r in data["rows"]}
+    notes = PERF_NOTES.read_text(encoding="utf-8")
+    for version, words in (("now", "now"), ("before", "before")):
+        row = rows[version]
+        assert min(row["ours_ms"]) * row["vs_torch"] == pytest.approx(row["torch_ms"])
+        assert f"{words} {row['vs_torch']:.3f}x" in notes or f"{words} {row['vs_torch']:.3f}x torch" in notes
+        assert f"({row['ours_tflops']:.0f} TFLOP/s)" in notes
+    assert f"about {round(100 * (1 - rows['now']['vs_torch'] / rows['before']['vs_torch']))}%" in notes
+    assert f"({rows['now']['rel_err']:.2e})".replace("e-03", "e-3") in notes and f"{rows['before']['rel_err']:.2e}" == f"{rows['now']['rel_err']:.2e}"
