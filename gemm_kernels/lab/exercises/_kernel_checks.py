@@ -347,8 +347,12 @@ LAUNCHER_VIEWS = frozenset({
 #: what a launcher may ask of torch: allocate, describe and view tensors (its kernel computes the answer)
 LAUNCHER_TORCH = LAUNCHER_VIEWS | frozenset({
     "empty", "empty_like", "empty_strided", "zeros", "zeros_like", "ones", "ones_like", "full", "full_like",
-    "new_empty", "new_zeros", "new_ones", "new_full", "zero_", "fill_", "__len__", "__repr__", "__format__",
-    "__str__", "size", "stride", "dim", "numel", "element_size", "data_ptr", "storage_offset", "is_contiguous"})
+    "new_empty", "new_zeros", "new_ones", "new_full", "zero_", "fill_", "__len__", "size", "stride", "dim", "numel",
+    "element_size", "data_ptr", "storage_offset", "is_contiguous"})
+#: a launcher's tensor turned into text (``print(x)``, an f-string): shown by its shape and dtype, never its
+#: values (a student's review: ``float(f"{x[i]:.17g}")`` read x into Python floats, the launcher computed
+#: axpy with them and wrote each element with ``out[i].fill_(...)`` beside a kernel that only set a flag)
+LAUNCHER_SHOWN = frozenset({"__repr__", "__str__", "__format__"})
 
 
 _LAUNCHER_FIX = ("allocate with torch.empty/empty_like/zeros, read shapes and strides, and let your @triton.jit "
@@ -376,8 +380,13 @@ class _LauncherTorch(torch.overrides.TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         name = getattr(func, "__name__", str(func))
         mine = self._from_learner()
-        if name not in LAUNCHER_TORCH and mine:
+        if mine and name in LAUNCHER_SHOWN and args and isinstance(args[0], torch.Tensor):
+            return (f"<tensor {list(args[0].shape)} {str(args[0].dtype).replace('torch.', '')}: a launcher under "
+                    "check sees no values>")
+        if mine and name not in LAUNCHER_TORCH:
             self.computed.append(name)  # noted, not raised: the check still says what else is wrong
+        elif mine and _tensor_among(args[1:], kwargs):  # out[i].fill_(x[i]), torch.full(size, x[0]): x's values
+            self.computed.append(f"{name} with a tensor's values")
         result = func(*args, **(kwargs or {}))
         if name in LAUNCHER_VIEWS and mine and _copied(args, result):  # torch moved the data, not the kernel
             self.computed.append(f"{name}, which copied")
@@ -386,22 +395,50 @@ class _LauncherTorch(torch.overrides.TorchFunctionMode):
     @staticmethod
     def _from_learner() -> bool:
         frame = sys._getframe(2)
-        # torch's own Python (torch.functional, overrides) and Triton's language (tl.constexpr's operators
-        # compute on what they wrap: a judge's review) act for whoever called them; Triton's runtime (a
-        # launch, a tuner) and this package act for themselves
-        while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_ON_BEHALF):
+        # torch's own Python (torch.functional, overrides) and Triton's outside its runtime (tl.constexpr's
+        # operators compute on what they wrap: a judge's review; triton.cdiv) act for whoever called them;
+        # Triton's runtime (a launch, a tuner) and this package act for themselves
+        while frame is not None and (_on_behalf(frame.f_code.co_filename) or frame.f_code in _CALLERS_CODE):
             frame = frame.f_back
         return frame is not None and _learner_caller(frame.f_code.co_filename)
 
 
-def _triton_language_dir() -> str:
-    import triton.language
+def _tensor_among(args, kwargs) -> bool:
+    """Whether a tensor is among ``args`` or ``kwargs`` (but ``input``, the subject), or in a list or tuple there."""
+    values = [*args, *(v for k, v in (kwargs or {}).items() if k != "input")]
+    return any(isinstance(v, torch.Tensor) or (isinstance(v, (list, tuple))
+                                                and any(isinstance(i, torch.Tensor) for i in v)) for v in values)
 
-    return os.path.dirname(os.path.abspath(triton.language.__file__)) + os.sep
+
+def _triton_dirs() -> tuple[str, tuple[str, ...]]:
+    import triton
+
+    root = os.path.dirname(os.path.abspath(triton.__file__)) + os.sep
+    return root, tuple(root + part + os.sep for part in ("runtime", "backends"))
 
 
 _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__)) + os.sep
-_ON_BEHALF = (_TORCH_DIR, _triton_language_dir())
+_TRITON_DIR, _TRITON_LAUNCHING = _triton_dirs()
+
+
+def _on_behalf(filename: str) -> bool:
+    """Code that computes for whoever called it: torch's own Python, and Triton's but its runtime and
+    backends (a launch, a tuner: they act for themselves); ``triton.cdiv(x, y)`` on tensors is the
+    caller's arithmetic (``(x + y - 1) // y`` in triton/__init__.py: a student's review)."""
+    path = os.path.abspath(filename)
+    return path.startswith(_TORCH_DIR) or (path.startswith(_TRITON_DIR) and not path.startswith(_TRITON_LAUNCHING))
+
+
+def _callers_code() -> frozenset:
+    """The code of Triton's runtime that only calls a function for its caller (``triton.cdiv`` is a
+    ConstexprFunction, called through its ``__call__``)."""
+    from triton.runtime import jit
+
+    kinds = [getattr(jit, name, None) for name in ("ConstexprFunction", "BoundConstexprFunction")]
+    return frozenset(kind.__call__.__code__ for kind in kinds if kind is not None and hasattr(kind.__call__, "__code__"))
+
+
+_CALLERS_CODE = _callers_code()
 
 
 def allocating_only(answer):
