@@ -385,7 +385,8 @@ class _LauncherTorch(torch.overrides.TorchFunctionMode):
                     "check sees no values>")
         if mine and name not in LAUNCHER_TORCH:
             self.computed.append(name)  # noted, not raised: the check still says what else is wrong
-        elif mine and _tensor_among(args[1:], kwargs):  # out[i].fill_(x[i]), torch.full(size, x[0]): x's values
+        elif mine and (name == "__getitem__" or name not in LAUNCHER_VIEWS) and _tensor_among(args[1:], kwargs):
+            # out[i].fill_(x[i]), torch.full(size, x[0]), x[t]: x's or t's values (x.to(y) takes y's dtype only)
             self.computed.append(f"{name} with a tensor's values")
         result = func(*args, **(kwargs or {}))
         if name in LAUNCHER_VIEWS and mine and _copied(args, result):  # torch moved the data, not the kernel
