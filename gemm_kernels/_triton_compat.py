@@ -971,6 +971,11 @@ def _redirecting_getitem(original):
 _LAUNCH_REDIRECTS = ThreadLocalPatch(_kernel_interface, {"__getitem__": _redirecting_getitem})
 
 
+def launches_redirected() -> bool:
+    """Whether this thread's ``kernel[grid]`` launches are redirected now (an exercise check records them)."""
+    return _LAUNCH_REDIRECTS.current() is not None
+
+
 class redirect_launches:
     """While active, ``kernel[grid](*args, **kwargs)`` of every plain ``@triton.jit`` kernel
     launched *in this thread* calls ``launch(kernel, grid, *args, **kwargs)`` instead (autotuned

@@ -241,3 +241,19 @@ def test_views_that_do_not_copy_stay_allowed():
                                                                           "return tmp.contiguous().view(N, M)")
     result = pointer_arithmetic.check_transpose(learner(right)["transpose"])
     assert result.status == CORRECT, str(result)
+
+
+def test_no_launch_is_kept_while_a_check_records_launches(monkeypatch):
+    """On a GPU a kept launch skips ``kernel[grid]``: gk.matmul in a learner's launcher went unseen by the
+    check (a GPU run: "right numbers without your kernel" instead of naming the package's kernel)."""
+    from gemm_kernels import _triton_compat as compat, runtime
+    from gemm_kernels.kernels import launches
+
+    import dataclasses
+
+    monkeypatch.setattr(runtime, "RUNTIME", dataclasses.replace(runtime.RUNTIME, interpreted=False))  # as on a GPU
+    monkeypatch.setattr(launches, "_keep", True)
+    assert launches.keeping()
+    with compat.redirect_launches(lambda *args, **kwargs: None):
+        assert not launches.keeping()
+    assert launches.keeping()

@@ -192,8 +192,10 @@ _keep = _env.flag(KEEP_ENV, True)
 
 
 def keeping() -> bool:
-    """Whether launches are kept (read on every call: one global, not the environment)."""
-    return _keep and not runtime.RUNTIME.interpreted
+    """Whether launches are kept (read on every call: one global, not the environment).  Never while
+    an exercise check records this thread's launches: a kept launch would bypass ``kernel[grid]``,
+    and a package kernel launched by a learner's launcher would go unseen (a GPU test caught it)."""
+    return _keep and not runtime.RUNTIME.interpreted and not _triton_compat.launches_redirected()
 
 
 def set_keeping(on: bool) -> bool:
