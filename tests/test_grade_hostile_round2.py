@@ -133,3 +133,75 @@ def test_the_grade_command_gives_them_zero(tmp_path):
         assert by_key[(student, exercise)].points == 0, by_key[(student, exercise)].message
     solved = [r for r in rows if r.student == "solved"]
     assert len(solved) == 5 and all(r.status == "correct" for r in solved), [(r.exercise, r.message) for r in solved]
+
+
+# ----------------------------------------------------------------------------- the notebook's budget
+SLOW_CELL = "import time\ntime.sleep(2.5)\n"  # under the cell limit of 3 s
+#: a cell the worker's own alarm cannot stop: the judge stops it from outside, then runs the notebook again
+ALARM_BLOCKER = "import signal\nsignal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGALRM])\nwhile True:\n    pass\n"
+
+
+@pytest.mark.parametrize("cell, count", [(SLOW_CELL, 8), (ALARM_BLOCKER, 4)], ids=["slow cells", "alarm blockers"])
+def test_a_notebooks_cells_have_one_budget(tmp_path, cell, count):
+    """A student's review: six cells each under the cell limit cost 58.6 s, eight that block the alarm
+    144.5 s (each stopped from outside, the notebook run again). All a notebook's cells share
+    --notebook-timeout, over every run; the cells left when it is spent are left out (here: the answers)."""
+    import time
+
+    import nbformat
+
+    from test_grade_hostile import lean_notebook
+
+    nb = lean_notebook()
+    at = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code") + 1  # after the imports
+    nb.cells[at:at] = [nbformat.v4.new_code_cell(cell) for _ in range(count)]
+    path = tmp_path / "00_start_here.ipynb"
+    nbformat.write(nb, path)
+    started = time.monotonic()
+    (verdicts,) = grade.grade_notebooks([(path, "00_start_here")], cell_timeout=3, notebook_timeout=8,
+                                        sandbox=SANDBOX)
+    seconds = time.monotonic() - started
+    assert {status for status, _ in verdicts.values()} <= {"not attempted", "wrong", "error", "timeout"}, verdicts
+    # the budget, the judge's grace past it, and a few starts of the notebook's process (imports)
+    assert seconds < 8 + _grade_judge.GRACE_S + 25, seconds
+
+
+# ----------------------------------------------------------------------------- a function handed to the answer
+ROWS_BY_VALUE = '''
+def rows_match(matmul, a, b, m1, m2):
+    rows = min(m1, m2)
+    return bool((matmul(a[:m1], b)[:rows] == matmul(a[:m2], b)[:rows]).all())
+'''
+ROWS_CALLING_FOREVER = '''
+def rows_match(matmul, a, b, m1, m2):
+    while True:
+        matmul(a[:1], b)
+'''
+
+
+def test_a_function_the_check_hands_the_answer_is_run_by_the_judge(tmp_path):
+    """05b's rows_match(matmul, a, b, m1, m2) gets a function of the check's: it crossed as an opaque
+    value ("'Opaque' object is not callable"), so the solved notebook scored 0 there. Now it stays in
+    the judge, which runs it on what the answer sends; an answer may call it a bounded number of times."""
+    import nbformat
+
+    from test_grade_hostile import lean_notebook
+
+    def answered(source):
+        nb = lean_notebook("05b_stream_k")
+        next(c for c in nb.cells if c.cell_type == "code" and "def rows_match(" in c.source).source = source
+        return nb
+
+    cases = {"solved": lean_notebook("05b_stream_k"), "by_value": answered(ROWS_BY_VALUE),
+             "forever": answered(ROWS_CALLING_FOREVER)}
+    items = []
+    for name, nb in cases.items():
+        nbformat.write(nb, tmp_path / f"{name}.ipynb")
+        items.append((tmp_path / f"{name}.ipynb", "05b_stream_k", ["rows_match"]))
+    runs = grade._run_judge(items, exam_mode=True, timeout=120, memory_mb=grade.MEMORY_MB, cell_timeout=30,
+                            sandbox=SANDBOX)
+    verdicts = {name: run.results["rows_match"] for name, run in zip(cases, runs)}
+    assert verdicts["solved"][0] == "correct", verdicts["solved"]
+    assert verdicts["by_value"][0] == "wrong", verdicts["by_value"]
+    assert verdicts["forever"][0] in ("wrong", "error") and "more than 64 times" in verdicts["forever"][1], \
+        verdicts["forever"]

@@ -49,6 +49,9 @@ GRACE_S = 5
 CALL_TIMEOUT_S = 20
 #: runs of the notebook's cells at most (each run leaves out the cells that stopped the last one)
 MAX_RUNS = 6
+#: seconds all of a notebook's cells may take, over all its runs (the grade command's --notebook-timeout):
+#: many cells each under its own limit, or cells that outlive it again and again, cost no more
+NOTEBOOK_TIMEOUT_S = 120
 
 STATUS_TIMEOUT, STATUS_CRASHED = "timeout", "crashed"
 
@@ -67,7 +70,7 @@ class NoSandbox(Exception):
 class Child:
     """The notebook's process: its cells run, then it answers requests (:mod:`._grade_worker`)."""
 
-    def __init__(self, notebook: dict, skip: set, spec: dict, workdir: str):
+    def __init__(self, notebook: dict, skip: set, spec: dict, workdir: str, cells_budget: float = float("inf")):
         command = [sys.executable, "-m", "gemm_kernels.lab._grade_worker"]
         prefix = sandbox_prefix(spec.get("hide", [])) if spec.get("sandbox", True) else None
         if spec.get("sandbox", True) and prefix is None:
@@ -83,7 +86,8 @@ class Child:
         self.errors: list[str] = []
         self.failure: tuple[str, str] | None = None  # (status, message) once it stopped answering
         self._send({"notebook": notebook, "skip": sorted(skip), "memory_mb": spec["memory_mb"],
-                    "cell_timeout": spec["cell_timeout"]})
+                    "cell_timeout": spec["cell_timeout"], "cells_budget": cells_budget,
+                    "notebook_timeout": spec.get("notebook_timeout", NOTEBOOK_TIMEOUT_S)})
 
     def _send(self, message: dict) -> None:
         try:
@@ -152,9 +156,12 @@ class Child:
 def start_child(notebook: dict, skip: dict, spec: dict, workdir: str, emit) -> Child:
     """A notebook's process with every cell run: cells that outlive their limit from outside, or
     end the process, are left out (``skip``: cell -> (status, message)) and the cells run again (at
-    most :data:`MAX_RUNS` times)."""
+    most :data:`MAX_RUNS` times), all of them within the notebook's budget (``notebook_timeout``: the
+    cells' seconds over every run; what is left when it is spent is left out)."""
+    budget_end = time.monotonic() + float(spec.get("notebook_timeout", NOTEBOOK_TIMEOUT_S))
     for _ in range(MAX_RUNS):
-        child = Child(notebook, skip, spec, workdir)
+        left = lambda: max(0.0, budget_end - time.monotonic())  # noqa: E731
+        child = Child(notebook, skip, spec, workdir, cells_budget=left())
         current, timeout = None, START_S
         try:
             while True:
@@ -163,16 +170,37 @@ def start_child(notebook: dict, skip: dict, spec: dict, workdir: str, emit) -> C
                     child.errors = [trimmed(e) for e in message.get("errors", [])[:20] if isinstance(e, str)]
                     return child
                 if message.get("start") and isinstance(message.get("cell"), int):
-                    current, timeout = message["cell"], spec["cell_timeout"] + GRACE_S
+                    current, timeout = message["cell"], min(spec["cell_timeout"], left()) + GRACE_S
                     emit(cell=current)
                 elif "cell" in message:
-                    current, timeout = None, spec["cell_timeout"] + GRACE_S
+                    current, timeout = None, GRACE_S + min(spec["cell_timeout"], left())
         except ChildGone:
             if current is None or current in skip:
                 return child  # the set-up failed: every exercise reports it
             status, message = child.failure
             skip[current] = (status, f"cell {current}: {message}; left out")
     return child
+
+
+#: callbacks one call may ask for (the worker stops at its own, smaller, limit)
+CALLBACKS_LIMIT = 256
+
+
+def _run_callback(functions: list, request: dict, device) -> dict:
+    """One call of a function the check handed the answer, on the plain values it sent (tensors on
+    the check's device): what it returned, or what it raised."""
+    import torch
+
+    try:
+        index = request["callback"]
+        if type(index) is not int or not 0 <= index < len(functions):
+            raise ValueError("no such function")
+        place = lambda v: v.to(device) if isinstance(v, torch.Tensor) and device is not None else v  # noqa: E731
+        args = [place(wire.decode(a)) for a in request["args"]]
+        kwargs = {str(k): place(wire.decode(v)) for k, v in dict(request["kwargs"]).items()}
+        return {"value": wire.encode(functions[index](*args, **kwargs))}
+    except Exception as exc:  # noqa: BLE001  (told to the answer as what it raised)
+        return {"raised": type(exc).__name__, "message": trimmed(str(exc), 300)}
 
 
 class AnswerProxy:
@@ -237,9 +265,29 @@ class Judge:
         return self.child
 
     def call(self, name: str, args, kwargs) -> dict:
-        message = {"op": "call", "name": name, "args": [wire.encode(a) for a in args],
-                   "kwargs": {k: wire.encode(v) for k, v in kwargs.items()}, "timeout": CALL_TIMEOUT_S}
-        return self.child.request(message, CALL_TIMEOUT_S + GRACE_S)
+        """The reply to a call of the answer; a function among the arguments stays here and is run
+        for the answer (``{"callback": i}``: :class:`._grade_worker.Callback`)."""
+        import torch
+
+        functions = []
+
+        def encoded(value):
+            if callable(value) and not isinstance(value, (type, torch.Tensor)):
+                functions.append(value)
+                return {"callback": len(functions) - 1}
+            return wire.encode(value)
+
+        message = {"op": "call", "name": name, "args": [encoded(a) for a in args],
+                   "kwargs": {k: encoded(v) for k, v in kwargs.items()}, "timeout": CALL_TIMEOUT_S}
+        device = next((a.device for a in args if isinstance(a, torch.Tensor)), None)
+        reply = self.child.request(message, CALL_TIMEOUT_S + GRACE_S)
+        for _ in range(CALLBACKS_LIMIT):
+            if set(reply) != {"callback", "args", "kwargs"}:
+                return reply
+            self.child._send(_run_callback(functions, reply, device))
+            reply = self.child.read(CALL_TIMEOUT_S + GRACE_S)
+        self.child.stop()
+        raise ChildGone("the answer called the check's function more often than it may")
 
     def answer(self, name: str, kind: str, title: str = "", check=None):
         """The answer to hand the check, or (status, message) when there is none to check; a kernel

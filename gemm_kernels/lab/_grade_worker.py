@@ -29,6 +29,7 @@ import re
 import resource
 import signal
 import sys
+import time
 import types
 
 from . import _grade_wire as wire
@@ -260,12 +261,52 @@ def _stub(exc: BaseException) -> bool:
     return False
 
 
-def serve_call(namespace: dict, request: dict) -> dict:
+class Callback:
+    """A function the check hands the answer (05b's ``rows_match(matmul, ...)``): it stays in the judge,
+    which runs it on what this sends and sends back what it returned (plain values both ways).
+    The call's time limit is paused meanwhile; at most :data:`CALLBACK_LIMIT` calls per answer call."""
+
+    def __init__(self, index: int, channel):
+        self._index, self._channel, self._calls = int(index), channel, 0
+
+    def __call__(self, *args, **kwargs):
+        self._calls += 1
+        if self._calls > CALLBACK_LIMIT:
+            raise RuntimeError(f"the function the check handed you was called more than {CALLBACK_LIMIT} times")
+        send, receive = self._channel
+        left = signal.setitimer(signal.ITIMER_REAL, 0)[0]  # the judge's time is not the answer's
+        try:
+            send(callback=self._index, args=[wire.encode(a) for a in args],
+                 kwargs={str(k): wire.encode(v) for k, v in kwargs.items()})
+            reply = receive()
+        finally:
+            if left > 0:
+                signal.setitimer(signal.ITIMER_REAL, left)
+        if "raised" in reply:
+            kind = str(reply["raised"])
+            raise type(kind if kind.isidentifier() else "Error", (Exception,), {})(str(reply.get("message", "")))
+        return wire.decode(reply.get("value"))
+
+    def __repr__(self) -> str:
+        return "<the check's function>"
+
+
+#: calls of a check's function (:class:`Callback`) one answer call may make
+CALLBACK_LIMIT = 64
+
+
+def _argument(data, channel):
+    return Callback(data["callback"], channel) if type(data) is dict and set(data) == {"callback"} \
+        else wire.decode(data)
+
+
+def serve_call(namespace: dict, request: dict, channel=None) -> dict:
+    """The answer called on the request's inputs (``channel``: (send, receive) for :class:`Callback`)."""
     name = str(request["name"])
     if name not in namespace:
         return {"missing": True}
-    args = [wire.decode(a) for a in request.get("args", [])]
-    kwargs = {str(k): wire.decode(v) for k, v in request.get("kwargs", {}).items()}
+    args = [_argument(a, channel) for a in request.get("args", [])]
+    kwargs = {str(k): _argument(v, channel) for k, v in request.get("kwargs", {}).items()}
     signal.signal(signal.SIGALRM, _on_alarm)
     signal.setitimer(signal.ITIMER_REAL, float(request.get("timeout", 30)))
     package, called = _package_dir(), set()
@@ -322,16 +363,23 @@ def main() -> int:
     namespace = {"__name__": "__main__"}
     errors = []
     skip = set(setup.get("skip", []))
+    # all cells together: what the judge has left of the notebook's budget (its runs before this one spent the rest)
+    budget_end = time.monotonic() + float(setup.get("cells_budget", float("inf")))
     for index, cell in enumerate(setup["notebook"]["cells"]):
         if cell.get("cell_type") != "code":
             continue
         if str(index) in skip or index in skip:
             errors.append(f"cell {index} was left out: it hung or ended the process in an earlier run")
             continue
+        left = budget_end - time.monotonic()
+        if left <= 0:
+            errors.append(f"cell {index} and those after it were left out: the notebook's cells used up their "
+                          f"{setup.get('notebook_timeout', '')} s")
+            break
         send(cell=index, start=True)
         source = cell.get("source", "")
         error = run_cell(index, "".join(source) if isinstance(source, list) else str(source), namespace,
-                         float(setup.get("cell_timeout", 30)))
+                         min(float(setup.get("cell_timeout", 30)), left))
         if error:
             errors.append(trimmed(error))
         send(cell=index, error=error and trimmed(error))
@@ -343,7 +391,7 @@ def main() -> int:
             if op == "describe":
                 send(**describe(namespace, str(request["name"])))
             elif op == "call":
-                send(**serve_call(namespace, request))
+                send(**serve_call(namespace, request, (send, lambda: wire.loads(requests.readline()))))
             elif op == "code":
                 name = str(request["name"])
                 send(**({"missing": True} if name not in namespace else {"code": answer_code(namespace[name])}))

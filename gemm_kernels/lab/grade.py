@@ -43,6 +43,7 @@ from pathlib import Path
 
 from .. import _files
 from . import exam
+from ._grade_judge import NOTEBOOK_TIMEOUT_S
 from .gradebook import ANSWERS  # each notebook's exercises (defined there: the gradebook needs them too)
 from .gradebook import NOTEBOOK_LIMIT
 from .progress import ENV as PROGRESS_ENV
@@ -154,7 +155,7 @@ def _last_line(log: Path) -> str:
 
 
 def _run_judge(items: list, *, exam_mode: bool, timeout: float, memory_mb: int, cell_timeout: float = CELL_TIMEOUT_S,
-               hide=(), sandbox: bool = True) -> list[_Run]:
+               hide=(), sandbox: bool = True, notebook_timeout: float = NOTEBOOK_TIMEOUT_S) -> list[_Run]:
     """One judge (:mod:`._grade_judge`) for ``items``, (path, course notebook, exercises to check)
     triples, in turn; what it reported of each, and how it ended (the notebook it was on when it
     failed has ``status``; those after it are untouched).  ``sandbox=False`` runs the notebooks
@@ -163,7 +164,8 @@ def _run_judge(items: list, *, exam_mode: bool, timeout: float, memory_mb: int, 
                   "exercises": [(t, a, KERNEL_KINDS.get(t, "plain")) for t, a in ANSWERS[notebook]]}
                  for path, notebook, check in items]
     spec = {"notebooks": notebooks, "memory_mb": memory_mb, "judge_memory_mb": memory_mb,
-            "cell_timeout": cell_timeout, "hide": [str(Path(h).resolve()) for h in hide], "sandbox": bool(sandbox)}
+            "cell_timeout": cell_timeout, "notebook_timeout": notebook_timeout,
+            "hide": [str(Path(h).resolve()) for h in hide], "sandbox": bool(sandbox)}
     runs = [_Run({}, False) for _ in items]
     read_end, write_end = os.pipe()
     with tempfile.TemporaryDirectory(prefix="gk-grade-") as tmp:
@@ -224,7 +226,8 @@ def _run_judge(items: list, *, exam_mode: bool, timeout: float, memory_mb: int, 
 
 
 def grade_notebooks(items: list, *, exam_mode: bool = True, timeout: float = TIMEOUT_S, memory_mb: int = MEMORY_MB,
-                    cell_timeout: float = CELL_TIMEOUT_S, hide=(), sandbox: bool = True) -> list[dict]:
+                    cell_timeout: float = CELL_TIMEOUT_S, hide=(), sandbox: bool = True,
+                    notebook_timeout: float = NOTEBOOK_TIMEOUT_S) -> list[dict]:
     """{title: (status, message)} for every exercise of each (path, course notebook) pair, judged
     in turn by one judge.  A check that hangs or brings its judge down gives its exercise that
     status; a new judge goes on without it."""
@@ -236,7 +239,7 @@ def grade_notebooks(items: list, *, exam_mode: bool = True, timeout: float = TIM
         batch = [(items[i][0], items[i][1], [t for t in titles[i] if t not in results[i] and t not in skip[i]])
                  for i in pending]
         runs = _run_judge(batch, exam_mode=exam_mode, timeout=timeout, memory_mb=memory_mb,
-                          cell_timeout=cell_timeout, hide=hide, sandbox=sandbox)
+                          cell_timeout=cell_timeout, hide=hide, sandbox=sandbox, notebook_timeout=notebook_timeout)
         left = []
         for i, run in zip(pending, runs):
             results[i].update(run.results)
@@ -462,6 +465,9 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"seconds one exercise's check may take (default {TIMEOUT_S})")
     parser.add_argument("--cell-timeout", type=float, default=CELL_TIMEOUT_S,
                         help=f"seconds one cell of a notebook may run (default {CELL_TIMEOUT_S})")
+    parser.add_argument("--notebook-timeout", type=float, default=NOTEBOOK_TIMEOUT_S,
+                        help=f"seconds all the cells of a notebook may run together, over every run (default "
+                             f"{NOTEBOOK_TIMEOUT_S}); the cells left when they are spent are left out")
     parser.add_argument("--memory-mb", type=int, default=MEMORY_MB,
                         help=f"memory cap of each notebook's process in MiB, 0 for none (default {MEMORY_MB})")
     parser.add_argument("--jobs", type=int, default=1,
@@ -491,7 +497,8 @@ def main(argv: list[str] | None = None) -> int:
     sandboxed = not args.no_sandbox
     started = time.monotonic()
     grades, dropped = grade_class(args.submissions, jobs=args.jobs, exam_mode=args.exam, timeout=args.timeout,
-                                  cell_timeout=args.cell_timeout, memory_mb=args.memory_mb, sandbox=sandboxed)
+                                  cell_timeout=args.cell_timeout, notebook_timeout=args.notebook_timeout,
+                                  memory_mb=args.memory_mb, sandbox=sandboxed)
     seconds = time.monotonic() - started
     notebooks = len({row.file for row in grades})
     columns, rows = gradebook.build(grades, roster=roster, config=config, duplicates=dropped)

@@ -309,6 +309,8 @@ def main(argv=None) -> int:
     parser.add_argument("--jobs", type=int, default=1, help="notebooks graded at once (default 1)")
     parser.add_argument("--cell-timeout", type=float, default=grade.CELL_TIMEOUT_S,
                         help=f"seconds one cell may run (default {grade.CELL_TIMEOUT_S})")
+    parser.add_argument("--notebook-timeout", type=float, default=grade.NOTEBOOK_TIMEOUT_S,
+                        help=f"seconds all of a notebook's cells may run together (default {grade.NOTEBOOK_TIMEOUT_S})")
     parser.add_argument("--no-sandbox", action="store_true",
                         help="grade where no sandbox can be built (it prints what that exposes)")
     args = parser.parse_args(argv)
@@ -321,7 +323,8 @@ def main(argv=None) -> int:
         parser.error(refused)
     try:
         rows = apply(args.course, args.assignment, db_url=args.db, jobs=args.jobs, store=args.store,
-                     digest=args.digest, cell_timeout=args.cell_timeout, sandbox=not args.no_sandbox)
+                     digest=args.digest, cell_timeout=args.cell_timeout, notebook_timeout=args.notebook_timeout,
+                     sandbox=not args.no_sandbox)
     except SnapshotError as exc:
         parser.error(str(exc))
     for row in rows:
