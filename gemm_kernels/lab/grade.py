@@ -363,7 +363,7 @@ def write_csv(grades: list[Grade], path: Path) -> None:
     with _files.atomic_write(path, newline="") as f:
         writer = csv.DictWriter(f, fieldnames=FIELDS)
         writer.writeheader()
-        writer.writerows(_files.printable(asdict(row)) for row in grades)
+        writer.writerows(_files.spreadsheet_safe(asdict(row)) for row in grades)
 
 
 def _write_json_data(data: dict, path: Path) -> None:

@@ -279,9 +279,9 @@ def build(grades, *, roster: list[Student] | None = None, config: dict | None = 
 def write_wide_csv(columns, rows, path: Path) -> None:
     """The gradebook, whole or not at all; names that are no UTF-8 written escaped (``caf\\xe9``)."""
     with _files.atomic_write(path, newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=_files.printable(columns))
+        writer = csv.DictWriter(f, fieldnames=_files.spreadsheet_safe(columns))
         writer.writeheader()
-        writer.writerows(_files.printable(rows))
+        writer.writerows(_files.spreadsheet_safe(rows))
 
 
 def write_canvas_csv(rows, path: Path, *, assignment: str, roster: list[Student] | None = None) -> None:
@@ -291,8 +291,8 @@ def write_canvas_csv(rows, path: Path, *, assignment: str, roster: list[Student]
     top = max((r["max"] for r in rows), default=0)
     with _files.atomic_write(path, newline="") as f:
         writer = csv.writer(f)
-        writer.writerow([*CANVAS_FIELDS, assignment])
+        writer.writerow(_files.spreadsheet_safe([*CANVAS_FIELDS, assignment]))
         writer.writerow(["Points Possible", "", "", "", "", top])
         for row in rows:
             s = by_id.get(row["id"], Student(id=row["id"], name=row["name"]))
-            writer.writerow(_files.printable([s.name or s.id, s.id, s.sis_id, s.login, s.section, row["total"]]))
+            writer.writerow(_files.spreadsheet_safe([s.name or s.id, s.id, s.sis_id, s.login, s.section, row["total"]]))
