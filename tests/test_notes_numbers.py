@@ -1063,3 +1063,19 @@ def test_perf_notes_47_quotes_entry47():
         assert f"({row['ours_tflops']:.0f} TFLOP/s)" in notes
     assert f"about {round(100 * (1 - rows['now']['vs_torch'] / rows['before']['vs_torch']))}%" in notes
     assert f"({rows['now']['rel_err']:.2e})".replace("e-03", "e-3") in notes and f"{rows['before']['rel_err']:.2e}" == f"{rows['now']['rel_err']:.2e}"
+
+
+def test_perf_notes_48_quotes_the_decode_suite():
+    """PERF_NOTES 48: matmul_auto against cuBLAS in the committed decode suite."""
+    rows = list(csv.DictReader((BENCH / "decode.csv").open()))
+    auto = {(r["panel"], int(r["x"])): float(r["speedup"]) for r in rows if r["provider"] == "auto"}
+    notes = PERF_NOTES.read_text(encoding="utf-8")
+    geomean = math.exp(sum(math.log(v) for v in auto.values()) / len(auto))
+    assert f"{len(rows)} rows, none wrong" in notes and all(r["ok"] == "True" for r in rows)
+    assert f"geomean {geomean:.3f}x over the {len(auto)} rows, lowest {min(auto.values()):.3f}x" in notes
+    big = [v for (panel, _), v in auto.items() if panel not in ("2048x2048", "4096x4096")]
+    assert f"{min(big):.3f}-{max(big):.3f}x" in notes and min(big) >= 0.95
+    small = [v for (panel, _), v in auto.items() if panel == "2048x2048"]
+    assert f"{min(small):.3f}-{max(small):.3f}x" in notes
+    assert f"{auto[('4096x4096', 1)]:.3f}x at M = 1" in notes and f"{auto[('4096x4096', 32)]:.3f}x at M = 32" in notes
+    assert f"{auto[('4096x4096', 64)]:.2f}x at" in notes
