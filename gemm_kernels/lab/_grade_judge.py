@@ -70,7 +70,7 @@ class NoSandbox(Exception):
 class Child:
     """The notebook's process: its cells run, then it answers requests (:mod:`._grade_worker`)."""
 
-    def __init__(self, notebook: dict, skip: set, spec: dict, workdir: str, cells_budget: float = float("inf")):
+    def __init__(self, notebook: dict, skip: set, spec: dict, workdir: str, cells_budget: float | None = None):
         command = [sys.executable, "-m", "gemm_kernels.lab._grade_worker"]
         prefix = sandbox_prefix(spec.get("hide", [])) if spec.get("sandbox", True) else None
         if spec.get("sandbox", True) and prefix is None:
@@ -86,8 +86,9 @@ class Child:
         self.errors: list[str] = []
         self.failure: tuple[str, str] | None = None  # (status, message) once it stopped answering
         self._send({"notebook": notebook, "skip": sorted(skip), "memory_mb": spec["memory_mb"],
-                    "cell_timeout": spec["cell_timeout"], "cells_budget": cells_budget,
-                    "notebook_timeout": spec.get("notebook_timeout", NOTEBOOK_TIMEOUT_S)})
+                    "cell_timeout": spec["cell_timeout"],
+                    "notebook_timeout": spec.get("notebook_timeout", NOTEBOOK_TIMEOUT_S),
+                    **({} if cells_budget is None else {"cells_budget": cells_budget})})  # JSON has no inf
 
     def _send(self, message: dict) -> None:
         try:
