@@ -87,8 +87,13 @@ $(OLDEST_STAMP): pyproject.toml
 # what does not touch Triton (files, gradebooks, the bench's and notebooks' tooling, the class build) and the
 # grader's slowest end-to-end runs (their Triton side, the rebuild, has unit tests here) run in `make test` only
 OLDEST_SKIP := $(addprefix --ignore=tests/,test_gradebook.py test_notebook_times.py test_bench.py test_student.py \
-	test_class_build.py test_packaging.py test_nbgrader_snapshot.py test_nbgrader_judge.py test_adversarial_round6_files.py) \
-	--deselect=tests/test_grade_hostile.py::test_forgeries_score_zero_and_honest_work_is_graded_right
+	test_class_build.py test_packaging.py test_nbgrader_snapshot.py test_nbgrader_judge.py test_adversarial_round6_files.py \
+	test_grade.py) \
+	$(addprefix --deselect=tests/,test_grade_hostile.py::test_forgeries_score_zero_and_honest_work_is_graded_right \
+	test_grade_hostile.py::test_forgeries_of_notebooks_01_and_02_score_zero \
+	test_grade_hostile_round2.py::test_the_grade_command_gives_them_zero \
+	test_grade_hostile_round2.py::test_a_notebooks_cells_have_one_budget \
+	test_grade_hostile_round2.py::test_a_function_the_check_hands_the_answer_is_run_by_the_judge)
 
 test-triton-oldest: $(OLDEST_STAMP)  ## unit tests (no notebooks, no browser) on the oldest supported Triton, interpreted
 	$(OLDEST_VENV)/bin/python -m pytest -n 2 -p no:cacheprovider -m "not browser and not launch and not teach" tests $(OLDEST_SKIP) $(PYTEST_ARGS)
