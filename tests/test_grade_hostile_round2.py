@@ -162,6 +162,8 @@ def test_a_notebooks_cells_have_one_budget(tmp_path, cell, count):
                                         sandbox=SANDBOX)
     seconds = time.monotonic() - started
     assert {status for status, _ in verdicts.values()} <= {"not attempted", "wrong", "error", "timeout"}, verdicts
+    # a teacher's review: the message said "stopped after 19.9972 s", which reads as the cell's own limit
+    assert all("used up their 8 s (--notebook-timeout)" in message for _, message in verdicts.values()), verdicts
     # the budget, the judge's grace past it, and a few starts of the notebook's process (imports)
     assert seconds < 8 + _grade_judge.GRACE_S + 25, seconds
 

@@ -163,6 +163,13 @@ def test_canvas_without_a_roster_is_warned(tmp_path, capsys):
                        "--cell-timeout", "10", *([] if sandbox_available() else ["--no-sandbox"])]) == 0
     printed = capsys.readouterr().out
     assert "warning: " in printed and "give --roster" in printed and "canvas.csv" in printed
+    # with a roster that lacks alice, her row is one Canvas matches to no one: said too (a teacher's review)
+    (tmp_path / "roster.csv").write_text("id,name,folder\n7,Bob,bob\n", encoding="utf-8")
+    assert grade.main([str(sub), "--out", str(out / "grades.csv"), "--canvas", str(out / "canvas.csv"),
+                       "--roster", str(tmp_path / "roster.csv"), "--cell-timeout", "10",
+                       *([] if sandbox_available() else ["--no-sandbox"])]) == 0
+    printed = capsys.readouterr().out
+    assert "students not on the roster: alice" in printed and "give --roster" not in printed
 
 
 def test_the_copy_with_the_answers_is_graded(tmp_path):

@@ -159,7 +159,8 @@ def start_child(notebook: dict, skip: dict, spec: dict, workdir: str, emit) -> C
     end the process, are left out (``skip``: cell -> (status, message)) and the cells run again (at
     most :data:`MAX_RUNS` times), all of them within the notebook's budget (``notebook_timeout``: the
     cells' seconds over every run; what is left when it is spent is left out)."""
-    budget_end = time.monotonic() + float(spec.get("notebook_timeout", NOTEBOOK_TIMEOUT_S))
+    budget_s = float(spec.get("notebook_timeout", NOTEBOOK_TIMEOUT_S))
+    budget_end = time.monotonic() + budget_s
     for _ in range(MAX_RUNS):
         left = lambda: max(0.0, budget_end - time.monotonic())  # noqa: E731
         child = Child(notebook, skip, spec, workdir, cells_budget=left())
@@ -179,6 +180,8 @@ def start_child(notebook: dict, skip: dict, spec: dict, workdir: str, emit) -> C
             if current is None or current in skip:
                 return child  # the set-up failed: every exercise reports it
             status, message = child.failure
+            if status == STATUS_TIMEOUT and left() <= 0:  # stopped by the notebook's budget, not its own limit
+                message = f"stopped when the notebook's cells had used up their {budget_s:g} s (--notebook-timeout)"
             skip[current] = (status, f"cell {current}: {message}; left out")
     return child
 

@@ -128,7 +128,7 @@ def run_cell(index: int, source: str, namespace: dict, timeout: float) -> str | 
     try:
         exec(compile(tree, filename, "exec"), namespace)  # noqa: S102  (the learner's code, in its own process)
     except CellTimeout:
-        return f"cell {index} was stopped after {timeout:g} s"
+        return f"cell {index} was stopped after {timeout:.3g} s"
     except BaseException as exc:  # noqa: BLE001  (SystemExit too: the learner's cell, reported)
         return f"cell {index} raised {type(exc).__name__}: {exc}"
     finally:
@@ -378,8 +378,12 @@ def main() -> int:
             break
         send(cell=index, start=True)
         source = cell.get("source", "")
+        limit = float(setup.get("cell_timeout", 30))
         error = run_cell(index, "".join(source) if isinstance(source, list) else str(source), namespace,
-                         min(float(setup.get("cell_timeout", 30)), left))
+                         min(limit, left))
+        if error and left < limit and error.startswith(f"cell {index} was stopped after"):  # the budget, not the cell
+            error = (f"cell {index} was stopped: the notebook's cells had used up their "
+                     f"{setup.get('notebook_timeout', '')} s (--notebook-timeout); it and those after it were left out")
         if error:
             errors.append(trimmed(error))
         send(cell=index, error=error and trimmed(error))

@@ -508,6 +508,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.canvas and roster is None:
         _say(f"warning: {args.canvas} names students by their folder names; Canvas matches a row by its own ID, "
              "SIS User ID or SIS Login ID, so give --roster (columns id, sis_id, login) for an import it can match")
+    off_roster = [row["id"] for row in rows if roster is not None and row["id"] not in {s.id for s in roster}]
+    if args.canvas and off_roster:
+        _say(f"warning: {args.canvas} has rows Canvas will match to no one, students not on the roster: "
+             f"{', '.join(off_roster[:10])}{' ...' if len(off_roster) > 10 else ''}")
     if args.canvas:
         gradebook.write_canvas_csv(rows, args.canvas, assignment=config.get("assignment", "gemm-kernels"),
                                    roster=roster)
