@@ -115,13 +115,16 @@ _FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 def spreadsheet_safe(value):
     """:func:`printable`, and every string a spreadsheet would run as a formula quoted with a leading
     apostrophe (what spreadsheets themselves do), for the CSV files a teacher opens."""
-    value = printable(value)
+    return _unformula(printable(value))
+
+
+def _unformula(value):
     if isinstance(value, str):
         return "'" + value if value.startswith(_FORMULA_STARTS) else value
     if isinstance(value, dict):
-        return {spreadsheet_safe(k): spreadsheet_safe(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [spreadsheet_safe(v) for v in value]
+        return {_unformula(k): _unformula(v) for k, v in value.items()}
+    if isinstance(value, list):  # printable made every tuple a list
+        return [_unformula(v) for v in value]
     return value
 
 

@@ -508,7 +508,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.canvas and roster is None:
         _say(f"warning: {args.canvas} names students by their folder names; Canvas matches a row by its own ID, "
              "SIS User ID or SIS Login ID, so give --roster (columns id, sis_id, login) for an import it can match")
-    off_roster = [row["id"] for row in rows if roster is not None and row["id"] not in {s.id for s in roster}]
+    on_roster = {s.id for s in roster or []}
+    off_roster = [row["id"] for row in rows if roster is not None and row["id"] not in on_roster]
     if args.canvas and off_roster:
         _say(f"warning: {args.canvas} has rows Canvas will match to no one, students not on the roster: "
              f"{', '.join(off_roster[:10])}{' ...' if len(off_roster) > 10 else ''}")
