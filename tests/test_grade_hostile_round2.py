@@ -207,3 +207,27 @@ def test_a_function_the_check_hands_the_answer_is_run_by_the_judge(tmp_path):
     assert verdicts["by_value"][0] == "wrong", verdicts["by_value"]
     assert verdicts["forever"][0] in ("wrong", "error") and "more than 64 times" in verdicts["forever"][1], \
         verdicts["forever"]
+
+
+def test_a_reply_of_tens_of_megabytes_is_read_within_the_judges_time():
+    """On a GPU, 05b's cases are 4096-square fp16 tensors: a call of the check's matmul sends two of them,
+    ~90 MB of JSON, which a pipe hands over 64 KiB at a time.  The judge's reader grew a bytes object
+    and searched it whole at every chunk (40 s for 90 MB), so the solved notebook read "still running
+    after 25 s".  Read in linear time, a reply that size arrives well inside a call's limit."""
+    import subprocess
+    import sys
+    import types
+
+    size = 90_000_000
+    writer = ("import sys; out = sys.stdout.buffer; "
+              f"out.write(b'{{\"x\": \"' + b'a' * {size} + b'\"}}\\n{{\"after\": 1}}\\n'); out.flush()")
+    proc = subprocess.Popen([sys.executable, "-c", writer], stdout=subprocess.PIPE)
+    child = types.SimpleNamespace(proc=proc, buffer=bytearray(), failure=None, stop=proc.kill, ended=lambda: "ended")
+    try:
+        first = _grade_judge.Child.read(child, _grade_judge.CALL_TIMEOUT_S + _grade_judge.GRACE_S)
+        second = _grade_judge.Child.read(child, 5)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert len(first["x"]) == size and set(first["x"][:100]) == {"a"}
+    assert second == {"after": 1} and child.failure is None

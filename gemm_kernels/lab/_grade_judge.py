@@ -82,7 +82,7 @@ class Child:
         self.log = open(os.path.join(workdir, "output.txt"), "ab")
         self.proc = subprocess.Popen([*(prefix or []), *command], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=self.log, cwd=workdir, env=env, start_new_session=True)
-        self.buffer = b""
+        self.buffer = bytearray()
         self.errors: list[str] = []
         self.failure: tuple[str, str] | None = None  # (status, message) once it stopped answering
         self._send({"notebook": notebook, "skip": sorted(skip), "memory_mb": spec["memory_mb"],
@@ -101,7 +101,11 @@ class Child:
         """The next message; ChildGone when it ends or says nothing for ``timeout`` seconds."""
         deadline = time.monotonic() + timeout
         fd = self.proc.stdout.fileno()
-        while b"\n" not in self.buffer:
+        # a pipe hands over 64 KiB a read: a bytearray grows in place and each chunk is searched once, so
+        # a reply of tens of MB (05b's 4096-square tensors on a GPU) costs its size, not its size squared
+        searched = 0
+        while (end := self.buffer.find(b"\n", searched)) < 0:
+            searched = len(self.buffer)
             left = deadline - time.monotonic()
             ready = select.select([fd], [], [], max(0.0, left))[0] if left > 0 else []
             if not ready:
@@ -118,7 +122,7 @@ class Child:
                 self.stop()
                 self.failure = (STATUS_CRASHED, "the notebook's process sent more than a reply")
                 raise ChildGone(self.failure[1])
-        line, _, self.buffer = self.buffer.partition(b"\n")
+        line, self.buffer = bytes(self.buffer[:end]), self.buffer[end + 1:]
         try:
             return wire.loads(line)
         except (ValueError, wire.WireError):
