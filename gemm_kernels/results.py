@@ -253,7 +253,7 @@ def _in_notebook() -> bool:
 #: every benchmark suite's name (``python -m gemm_kernels.bench``), in ``bench.suites.SUITES``' order;
 #: named here, below ``bench``, so that reading committed results needs no harness (tests/test_layers.py)
 SUITE_NAMES = ("square", "order", "fusion", "stream-k", "seed-grouped", "moe", "llm", "llm-linear", "fp8", "fp8-moe",
-               "host", "decode")
+               "host", "decode", "nn-linear")
 
 
 def known_result_sets() -> list:
@@ -464,6 +464,7 @@ README_CASES = (
 TIMING = {
     "stream-k": "CUDA graph (GPU time)",
     "decode": "CUDA graph (GPU time)",
+    "nn-linear": "do_bench (events, L2 flushed); CUDA graph at M <= 64",
     "square": "do_bench (events, L2 flushed)",
     "fusion": "do_bench (events, L2 flushed)",
     "seed-grouped": "do_bench (events, L2 flushed)",

@@ -451,7 +451,7 @@ def test_show_committed_names_an_unknown_suite(tmp_path):
     """show_committed("bogus") said "run make bench", as if a real suite had no results yet."""
     with pytest.raises(ValueError, match=r"^unknown suite: bogus \(known: square, order, .*\)$"):
         results.show_committed("bogus", tmp_path)
-    with pytest.raises(ValueError, match=r"known: .*moe, llm, llm-linear, fp8, fp8-moe, host, decode, l2\)$"):
+    with pytest.raises(ValueError, match=r"known: .*moe, llm, llm-linear, fp8, fp8-moe, host, decode, nn-linear, l2\)$"):
         results.show_committed("L2", tmp_path)
     assert results.show_committed("l2", tmp_path) is None  # known, nothing committed in tmp_path
 

@@ -842,6 +842,62 @@ def llm_linear_suite(settings: SuiteSettings) -> list[Case]:
     return cases
 
 
+# ------------------------------------------------------------------------------ nn-linear
+
+#: models no other suite holds, from their config.json (hidden, intermediate, heads x head_dim, key/value
+#: heads x head_dim): Qwen2.5-72B 8192, 29568, 64x128, 8x128; Gemma-2-27B 4608, 36864, 32x128, 16x128;
+#: Phi-4 5120, 17920, 40x128, 10x128 (fused qkv and gate_up); Llama-3.2-3B 3072, 8192, 24x128, 8x128
+NN_LINEAR_LAYERS = (
+    LlmLayer("Qwen2.5-72B", 8192, 29568, 64 * 128, 8 * 128, fused_gate_up=False),
+    LlmLayer("Gemma-2-27B", 4608, 36864, 32 * 128, 16 * 128, fused_gate_up=False),
+    LlmLayer("Phi-4", 5120, 17920, 40 * 128, 10 * 128),
+    LlmLayer("Llama-3.2-3B", 3072, 8192, 24 * 128, 8 * 128, fused_gate_up=False),
+)
+#: odd token counts from decode to a long prefill; each projection meets two of them (:func:`nn_linear_shapes`)
+NN_LINEAR_M = (1, 7, 33, 127, 257, 777, 2049, 6001, 8191)
+
+
+def nn_linear_shapes(size_class: str) -> list[tuple[str, str, int, int, int, bool]]:
+    """(model, projection, M, N, K, b row-major?) of the nn-linear suite (issue 51, item 4): every
+    projection of 9 models (the llm suites' 5 and 4 more), each at two token counts of NN_LINEAR_M
+    drawn by a fixed rule, with b = W.t() (nn.Linear) on one and b row-major on the other."""
+    if size_class == "cpu":
+        return [("tiny", "down", 5, 48, 160, False), ("tiny", "QKV", 37, 96, 64, True)]
+    table = [(layer.model, name, n, k) for layer in LLM_LAYERS + NN_LINEAR_LAYERS
+             for name, (n, k) in layer.projections().items()]
+    table += [("DeepSeek-V3", name, n, k) for name, (n, k) in DEEPSEEK_V3_DENSE.items()]
+    if size_class == "quick":
+        table = [row for row in table if row[0] in ("Gemma-2-27B", "Phi-4")]
+    shapes = []
+    for i, (model, name, n, k) in enumerate(table):
+        # projection i meets token counts i and i + 4 (mod 9): every count is met by 8 projections, a small
+        # and a large one each; the layout alternates, so every model is timed in both
+        for j, m in enumerate((NN_LINEAR_M[i % 9], NN_LINEAR_M[(i + 4) % 9])):
+            shapes.append((model, name, m, n, k, (i + j) % 2 == 1))
+    return shapes
+
+
+def nn_linear_suite(settings: SuiteSettings) -> list[Case]:
+    """What a user calling ``matmul_auto`` on a linear layer gets against cuBLAS, on models and token
+    counts the dispatch's rules were not tuned on.  M <= 64 is timed from CUDA graphs (as the decode
+    suite: launch cost would otherwise be the measurement), the rest with do_bench, L2 flushed."""
+    seeds = _Seeds(settings.seed)
+    cases = []
+    for dtype in _dtypes(settings, (torch.bfloat16,)):
+        for model, projection, M, N, K, row_major in nn_linear_shapes(settings.size_class):
+            def setup(M=M, N=N, K=K, dtype=dtype, row_major=row_major, seed=seeds()):
+                gen = _generator(seed)
+                x = _randn((M, K), dtype, gen)
+                b = _randn((K, N), dtype, gen) if row_major else _randn((N, K), dtype, gen).t()
+                providers = [Provider("cuBLAS", lambda: torch.matmul(x, b), ours=False), _auto_provider(x, b)]
+                return CaseData(providers, lambda: [_mm_ref(x, b)])
+            layout = "b row-major" if row_major else "b = W.t()"
+            cases.append(Case("nn-linear", model, f"{projection} M={M}, {layout}", M, dtype, [(M, N, K)], "cuBLAS",
+                              setup, {"model": model, "projection": projection, "M": M, "N": N, "K": K,
+                                      "layout": layout}, cuda_graph=M <= 64))
+    return cases
+
+
 # ------------------------------------------------------------------------------ fp8
 
 #: square sizes and LLM projections (model, projection, M, N, K; b = W.t()) of the fp8 suite
@@ -1208,4 +1264,5 @@ SUITES = {
     "fp8-moe": fp8_moe_suite,
     "host": host_suite,
     "decode": decode_suite,
+    "nn-linear": nn_linear_suite,
 }
