@@ -1079,3 +1079,27 @@ def test_perf_notes_48_quotes_the_decode_suite():
     assert f"{min(small):.3f}-{max(small):.3f}x" in notes
     assert f"{auto[('4096x4096', 1)]:.3f}x at M = 1" in notes and f"{auto[('4096x4096', 32)]:.3f}x at M = 32" in notes
     assert f"{auto[('4096x4096', 64)]:.2f}x at" in notes
+
+
+def test_perf_notes_49_quotes_the_nn_linear_suite():
+    """PERF_NOTES 49: matmul_auto against cuBLAS in the committed nn-linear suite."""
+    rows = list(csv.DictReader((BENCH / "nn-linear.csv").open()))
+    auto = [r for r in rows if r["provider"] == "auto"]
+    notes = PERF_NOTES.read_text(encoding="utf-8")
+    geo = lambda values: math.exp(sum(math.log(v) for v in values) / len(values))  # noqa: E731
+    speedups = [float(r["speedup"]) for r in auto]
+    assert f"{len(rows)} rows, none wrong" in notes and all(r["ok"] == "True" for r in rows)
+    assert f"geomean {geo(speedups):.3f}x over the {len(auto)} rows, lowest {min(speedups):.3f}x" in notes
+    assert f"{sum(v >= 0.93 for v in speedups)} rows at 0.93x or more, {sum(v >= 1 for v in speedups)} at 1.0x" in notes
+    mid = [float(r["speedup"]) for r in auto if int(float(r["x"])) in (257, 777, 2049)]
+    assert all("matmul_ws" in r["note"] for r in auto if int(float(r["x"])) in (257, 777, 2049))
+    assert f"({len(mid)} rows, all `matmul_ws`): geomean {geo(mid):.3f}x, {min(mid):.3f}-{max(mid):.3f}x" in notes
+    rest = [float(r["speedup"]) for r in auto if int(float(r["x"])) not in (257, 777, 2049)]
+    big = [float(r["speedup"]) for r in auto if int(float(r["x"])) >= 6001]
+    assert f"The other {len(rest)}\n  rows: {geo(rest):.3f}x; from 6001 tokens up {geo(big):.3f}x" in notes
+    layouts = [geo([float(r["speedup"]) for r in auto if r["case"].endswith(lay)]) for lay in ("W.t()", "row-major")]
+    assert f"({layouts[0]:.3f}x and {layouts[1]:.3f}x)" in notes
+    decode = [float(r["speedup"]) for r in auto if "matmul_decode" in r["note"]]
+    assert f"(M <= 33, `matmul_decode`, {len(decode)} rows): geomean {geo(decode):.3f}x" in notes
+    worst = min(auto, key=lambda r: float(r["speedup"]))
+    assert worst["panel"] == "Llama-3.2-3B" and worst["case"].startswith("O M=33")
