@@ -147,8 +147,13 @@ def test_the_command_grades_a_class(tmp_path, capsys):
     assert {r["exercise"]: r["points"] for r in _read(out / "grades.csv")} == {"launch_stats": "1", "axpy": "2"}
     assert {r["exercise"]: r["points"] for r in data["grades"]} == {"launch_stats": 1, "axpy": 2}
     # and the JSON's maximum in the same points (it counted 1 per exercise: 3 of 2)
-    assert (data["students"]["alice"]["points"], data["students"]["alice"]["max"]) == (3, 3)
-    assert data["students"]["alice"]["notebooks"]["00_start_here"] == [3, 3]
+    assert (data["students"]["7"]["points"], data["students"]["7"]["max"]) == (3, 3)
+    assert data["students"]["7"]["notebooks"]["00_start_here"] == [3, 3]
+    # the JSON's totals are the gradebook's: by roster id, a missing notebook at 0 of its maximum (they
+    # were keyed by folder and left bob out: a teacher's review)
+    assert data["students"]["8"] == {"name": "Bob", "points": 0, "max": 3, "percent": 0.0,
+                                     "notebooks": {"00_start_here": [0, 3]}, "notes": "00_start_here missing"}
+    assert [r["id"] for r in data["gradebook"]] == list(data["students"])
     assert "warning" not in printed  # a roster was given
 
 
@@ -201,3 +206,17 @@ def test_names_a_spreadsheet_would_run_are_quoted(tmp_path):
         assert "'" + evil in cells and "'-2+3" in cells, name
         assert not any(cell.startswith(("=", "+", "@")) or (cell.startswith("-") and not cell.lstrip("-").isdigit())
                        for cell in cells), name
+
+
+def test_a_folder_named_as_another_students_id_gets_a_row_of_its_own():
+    """Roster id "alice" hands in from folder "a.smith"; a folder "alice" on no roster line must not
+    share her id (one Canvas row would take the other's total)."""
+    from gemm_kernels.lab.grade import Grade
+
+    roster = [gradebook.Student(id="alice", name="Alice", folder="a.smith")]
+    grades = [Grade("alice", "00_start_here", "axpy", "correct", 1, "", "x.ipynb"),
+              Grade("a.smith", "00_start_here", "axpy", "wrong", 0, "", "y.ipynb")]
+    columns, rows = gradebook.build(grades, roster=roster)
+    ids = [r["id"] for r in rows]
+    assert len(set(ids)) == 2 and ids[0] == "alice" and "alice" in ids[1] and "not on the roster" in ids[1]
+    assert rows[0]["00_start_here:axpy"] == 0 and rows[1]["00_start_here:axpy"] == 1

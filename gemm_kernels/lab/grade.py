@@ -518,7 +518,7 @@ def main(argv: list[str] | None = None) -> int:
                                    roster=roster)
     if args.json:
         data = {"exam": args.exam, "sandbox": sandboxed, "grades": [asdict(row) for row in grades],
-                "students": totals(grades, config),
+                "students": gradebook.student_totals(columns, rows, config),
                 "gradebook": rows, "copies_left_out": [{"student": s, "file": str(p), "graded": str(k)}
                                                        for s, p, _, k in dropped],
                 "seconds": round(seconds, 1), "notebooks": notebooks}

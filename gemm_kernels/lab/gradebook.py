@@ -242,9 +242,10 @@ def build(grades, *, roster: list[Student] | None = None, config: dict | None = 
         columns += [f"{nb}:{title}" for title, _ in ANSWERS[nb]] + [nb]
     columns += ["total", "max", "percent", "notes"]
     students = list(roster or [])
-    known = {s.folder for s in students}
-    students += [Student(id=name, folder=name, notes=["not on the roster"] if roster else [])
-                 for name in by_student if name not in known]
+    known, ids = {s.folder for s in students}, {s.id for s in students}
+    # a folder on no roster line is a row of its own; its name as the id, unless a roster line has that id
+    students += [Student(id=name if name not in ids else f"{name} (folder, not on the roster)", folder=name,
+                         notes=["not on the roster"] if roster else []) for name in by_student if name not in known]
     for student, path, notebook, kept in duplicates:
         for s in students:
             if s.folder == student:
@@ -274,6 +275,16 @@ def build(grades, *, roster: list[Student] | None = None, config: dict | None = 
                     notes="; ".join(notes))
         rows.append(line)
     return columns, rows
+
+
+def student_totals(columns, rows, config: dict | None = None) -> dict:
+    """The gradebook's rows by student id, for ``grades.json``: the same totals as ``gradebook.csv``
+    (a missing notebook at 0 of its maximum), each notebook as [points, maximum]."""
+    notebooks = [c for c in columns if c in ANSWERS]
+    tops = {nb: _number(sum(weight(config or {}, nb, title) for title, _ in ANSWERS[nb])) for nb in notebooks}
+    return {row["id"]: {"name": row["name"], "points": row["total"], "max": row["max"], "percent": row["percent"],
+                        "notebooks": {nb: [row[nb], tops[nb]] for nb in notebooks}, "notes": row["notes"]}
+            for row in rows}
 
 
 def write_wide_csv(columns, rows, path: Path) -> None:
