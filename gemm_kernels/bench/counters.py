@@ -126,6 +126,14 @@ CASES = (  # the most telling first: a run cut short keeps them
                     "matmul_auto's pick since entry 36"),
     CounterCase("llm-linear Llama-3-70B down M=257 bf16", "mm", "bf16", (257, 8192, 28672), ("cuBLAS", "ws", "split_k"),
                 b_transposed=True, why="the llm-linear suite's minimum: 257 rows in 128-row tiles (PERF_NOTES 29, 33)"),
+    CounterCase("nn-linear Qwen3-32B O M=257 bf16", "mm", "bf16", (257, 5120, 8192), ("cuBLAS", "ws"),
+                b_transposed=True, why="nn-linear at 257 tokens: 100 tiles of 64 x 256 against cuBLAS's 4x1 clusters (PERF_NOTES 49)"),
+    CounterCase("nn-linear DeepSeek-V3 QKV M=777 bf16", "mm", "bf16", (777, 2112, 7168), ("cuBLAS", "ws"),
+                b_transposed=True, why="nn-linear's lowest matmul_ws row (PERF_NOTES 49)"),
+    CounterCase("nn-linear Llama-3.2-3B O M=2049 bf16", "mm", "bf16", (2049, 3072, 3072), ("cuBLAS", "ws"),
+                b_transposed=True, why="nn-linear at 2049 tokens: a short K, 396 tiles (PERF_NOTES 49)"),
+    CounterCase("nn-linear Llama-3.2-3B O M=33 bf16", "mm", "bf16", (33, 3072, 3072), ("cuBLAS", "auto"),
+                why="nn-linear's minimum: the decode kernel on a 3072^2 weight, b row-major (PERF_NOTES 49)"),
     CounterCase("fp8 4096^3 tensor", "fp8", "e4m3", (4096, 4096, 4096, "tensor"),
                 ("torch._scaled_mm", "torch._scaled_mm fast", "scaled_mm", "scaled_mm fast"),
                 b_transposed=True, why="scaled_mm target 1.05x: missed (PERF_NOTES 27)"),
@@ -179,6 +187,7 @@ def build_call(case: CounterCase, provider: str):
     from ..kernels.splitk import matmul_splitk
     from ..kernels.streamk import matmul_streamk
     from ..kernels import matmul_ws, moe
+    from ..kernels.dispatch import matmul_auto
     from . import suites
 
     if provider not in case.providers:
@@ -201,7 +210,7 @@ def build_call(case: CounterCase, provider: str):
         else:
             calls = {"cuBLAS": lambda: torch.matmul(a, b), "ws": lambda: matmul_ws.matmul_ws(a, b),
                      "tma": lambda: matmul_tma(a, b), "stream_k": lambda: matmul_streamk(a, b),
-                     "split_k": lambda: matmul_splitk(a, b)}
+                     "split_k": lambda: matmul_splitk(a, b), "auto": lambda: matmul_auto(a, b)}
         return calls[provider]
     x, w, offs = moe_inputs(case, dtype, gen)
     mm = {"torch._grouped_mm": lambda a, b, o: torch._grouped_mm(a, b, offs=o), "grouped_mm": moe.grouped_mm}[provider]
