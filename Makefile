@@ -93,7 +93,8 @@ OLDEST_SKIP := $(addprefix --ignore=tests/,test_gradebook.py test_notebook_times
 	test_grade_hostile.py::test_forgeries_of_notebooks_01_and_02_score_zero \
 	test_grade_hostile_round2.py::test_the_grade_command_gives_them_zero \
 	test_grade_hostile_round2.py::test_a_notebooks_cells_have_one_budget \
-	test_grade_hostile_round2.py::test_a_function_the_check_hands_the_answer_is_run_by_the_judge)
+	test_grade_hostile_round2.py::test_a_function_the_check_hands_the_answer_is_run_by_the_judge \
+	test_grade_hostile_round2.py::test_a_reply_of_tens_of_megabytes_is_read_within_the_judges_time)
 
 test-triton-oldest: $(OLDEST_STAMP)  ## unit tests (no notebooks, no browser) on the oldest supported Triton, interpreted
 	$(OLDEST_VENV)/bin/python -m pytest -n 2 -p no:cacheprovider -m "not browser and not launch and not teach" tests $(OLDEST_SKIP) $(PYTEST_ARGS)
