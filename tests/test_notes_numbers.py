@@ -1088,7 +1088,8 @@ def test_perf_notes_49_quotes_the_nn_linear_suite():
     notes = PERF_NOTES.read_text(encoding="utf-8")
     geo = lambda values: math.exp(sum(math.log(v) for v in values) / len(values))  # noqa: E731
     speedups = [float(r["speedup"]) for r in auto]
-    assert f"{len(rows)} rows, none wrong" in notes and all(r["ok"] == "True" for r in rows)
+    assert f"{len(rows)} rows ({len(auto)} cases, 2 providers each), none wrong" in notes
+    assert all(r["ok"] == "True" for r in rows)
     assert f"geomean {geo(speedups):.3f}x over the {len(auto)} rows, lowest {min(speedups):.3f}x" in notes
     assert f"{sum(v >= 0.93 for v in speedups)} rows at 0.93x or more, {sum(v >= 1 for v in speedups)} at 1.0x" in notes
     mid = [float(r["speedup"]) for r in auto if int(float(r["x"])) in (257, 777, 2049)]
@@ -1103,3 +1104,36 @@ def test_perf_notes_49_quotes_the_nn_linear_suite():
     assert f"(M <= 33, `matmul_decode`, {len(decode)} rows): geomean {geo(decode):.3f}x" in notes
     worst = min(auto, key=lambda r: float(r["speedup"]))
     assert worst["panel"] == "Llama-3.2-3B" and worst["case"].startswith("O M=33")
+
+
+def test_the_summary_quotes_entries_42_to_46():
+    """The 'Where we stand' bullets added from entries 42-46 (a senior review: the summary stopped at 38)."""
+    notes = PERF_NOTES.read_text(encoding="utf-8")
+    summary = re.sub(r"\s+", " ", notes[:notes.index("## The ceilings used")])
+    geo = lambda values: math.exp(sum(math.log(v) for v in values) / len(values))  # noqa: E731
+    hbm = [float(r["vs_cublas"]) for r in csv.DictReader((BENCH / "entry44" / "decode.csv").open())
+           if r["provider"] == "matmul_auto" and r["layout"] == "W.t()"]
+    replayed = [float(r["speedup"]) for r in csv.DictReader((BENCH / "decode.csv").open()) if r["provider"] == "auto"]
+    assert f"{geo(hbm):.3f}" == f"{geo(replayed):.3f}"  # "in both runs"
+    assert f"`matmul_auto` (the decode kernel) {geo(hbm):.3f}× cuBLAS geomean in both runs" in summary
+    bi = list(csv.DictReader((BENCH / "entry46" / "batch_invariance.csv").open()))
+    speed = {(r["dtype"], r["layout"], r["M"], r["N"], r["K"]): {} for r in bi}
+    for r in bi:
+        speed[r["dtype"], r["layout"], r["M"], r["N"], r["K"]][r["provider"]] = float(r["ms"])
+    ratio = {k: v["matmul_auto"] / v["matmul_auto batch_invariant"] for k, v in speed.items()}
+    small = [v for k, v in ratio.items() if int(k[2]) <= 64]
+    large = [v for k, v in ratio.items() if int(k[2]) >= 1024]
+    assert (f"0.{round(1000 * geo(list(ratio.values()))):03d}× the default's speed (0.{round(1000 * geo(small)):03d}× "
+            f"at M <= 64, 0.{round(1000 * geo(large)):03d}× at M >= 1024)") in summary
+    fused = [float(r["pct_datasheet"]) for r in csv.DictReader((BENCH / "entry43" / "cast_transpose.csv").open())
+             if r["provider"] == "quantize_fp8_transposed"]
+    assert f"{round(min(fused))}-{round(max(fused))}% of the datasheet's HBM bandwidth" in summary
+    hybrid = {(r["case"], r["provider"]): float(r["time_us"])
+              for r in csv.DictReader((BENCH / "entry42" / "hybrid.csv").open())}
+    assert (f"1.{round(100 * hybrid['5504x1024x8192', 'tma'] / hybrid['5504x1024x8192', 'stream_k tail']) - 100:02d}× "
+            "at 5504 × 1024 × 8192") in summary
+    worst = max(hybrid[c, "hybrid deterministic"] / hybrid[c, "auto"] for c, p in hybrid if p == "auto")
+    assert f"lost by up to {worst:.2f}× against `matmul_auto`" in summary
+    square = {(r["case"], r["dtype"], r["provider"]): float(r["speedup"])
+              for r in csv.DictReader((BENCH / "square.csv").open())}
+    assert f"read {square['4096x4096x4096', 'fp16', 'auto']:.3f}× in the same run" in summary

@@ -3,7 +3,7 @@
 
 Each experiment isolates one thing a timing tool does to the number it reports:
 
-- ``flush``: the 256 MB write ``do_bench`` queues before every call, timed alone;
+- ``flush``: the 256 MiB write ``do_bench`` queues before every call, timed alone;
 - ``hidden_host``: a call that busy-waits ``w`` µs on the host, then launches a tiny kernel,
   read by ``do_bench`` (events) and by a host clock: where the flush hides the host's work;
 - ``floor``: ``torch.matmul`` from 256³ to 4096³ read three ways (``do_bench``, a CUDA graph,
@@ -173,7 +173,7 @@ def clocks(n: int = 8192, seconds: float = 3.0, dtype=torch.float16) -> dict:
 
 
 def bandwidth() -> dict:
-    """GB/s of a device copy (bytes read + written): 2 GiB (HBM) from do_bench, and 16 MiB
+    """GB/s of a device copy (bytes read + written): a 1 GiB copy (HBM) from do_bench, and 16 MiB
     replayed in a CUDA graph (it stays in the 50 MB L2)."""
     from triton.testing import do_bench, do_bench_cudagraph
 
