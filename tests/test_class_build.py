@@ -197,3 +197,29 @@ def test_a_student_copy_given_as_the_erratums_source_is_refused(tmp_path, releas
     with pytest.raises(student.NotebookError, match=r"00_start_here\.ipynb is a student copy .* second banner"):
         student.write_student_copies(src, dest, merge=True)
     assert (dest / "00_start_here.ipynb").read_bytes() == before
+
+
+def test_the_whole_course_merged_into_a_class_release_adds_class_copies_only(tmp_path, release, capsys):
+    """A teacher's review: `lab.student notebooks CLASS/notebooks --merge` added the 11 notebooks the class
+    did not have as public copies (their set-up cell installed the public package, every answer in it),
+    without a word; and the class's unchanged copies were reported "refreshed: the course changed it"
+    (a trailing newline). New ones are class copies now, named; unchanged ones are rewritten as they were."""
+    import shutil
+
+    from gemm_kernels.lab import student
+
+    out, _, wheel, _ = release
+    dest = tmp_path / "notebooks"
+    shutil.copytree(out / "notebooks", dest)
+    before = {p.name: p.read_bytes() for p in dest.glob("*.ipynb")}
+    assert student.main([str(REPO / "notebooks"), str(dest), "--merge"]) == 0
+    printed = capsys.readouterr().out
+    assert "refreshed" not in printed and f"open them with: jupyter lab {dest}" in printed
+    added = sorted(p.name for p in dest.glob("*.ipynb") if p.name not in before)
+    assert len(added) >= 10 and all(f"added {dest / name} to the class release" in printed for name in added)
+    for name in added + sorted(before):
+        nb = nbformat.read(dest / name, as_version=4)
+        assert wheel.name.replace("+", "%2B") in nb.cells[1].source, name
+        assert DEFAULT_REPO not in "\n".join(c.source for c in nb.cells), name
+        assert nb.metadata[student.RECORD]["class"]["install"], name
+    assert all((dest / name).read_bytes() == raw for name, raw in before.items())

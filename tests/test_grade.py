@@ -77,6 +77,7 @@ def graded(tmp_path_factory):
         "partly": partly,
         "spoofed": _with_cell(solved, "launch_stats", spoof),
         "hanging": _with_cell(solved, "launch_stats", LAUNCH_STATS_RIGHT + "while True:\n    pass\n"),
+        "looping": _with_cell(solved, "launch_stats", "def launch_stats(n, block):\n    while True:\n        n += 1\n"),
         "crashing": _with_cell(_with_cell(solved, "launch_stats", "import os\nos._exit(1)\n"), "axpy",
                                "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n"),
         "hog": _with_cell(solved, "launch_stats",
@@ -127,13 +128,22 @@ def test_hangs_crashes_and_memory_hogs_cost_their_cell_only(graded):
     assert "exited with code 1" in messages[0] and "SIGKILL" in messages[1]
 
 
+def test_an_answer_that_never_returns_is_a_timeout_at_its_own_line(graded):
+    """A teacher's review: a loop inside the answer read "wrong ... (in the check's code, on what your
+    code gave it)"; TEACHING.md promises "timeout", and the place is the learner's line."""
+    row = graded[0][("looping", "00_start_here", "launch_stats")]
+    assert (row.status, row.points) == ("timeout", 0)
+    assert "did not return within" in row.message and "while True" in row.message and "check's code" not in row.message
+    assert _statuses(graded, "looping")[1] == "correct"
+
+
 def test_reports(graded, tmp_path, capsys):
     _, rows = graded
     grade.write_csv(rows, tmp_path / "grades.csv")
     grade.write_json(rows, tmp_path / "grades.json", exam_mode=True)
     with open(tmp_path / "grades.csv", newline="", encoding="utf-8") as f:
         table = list(csv.DictReader(f))
-    assert len(table) == len(rows) == 17 and set(table[0]) == set(grade.FIELDS)
+    assert len(table) == len(rows) == 19 and set(table[0]) == set(grade.FIELDS)
     data = json.loads((tmp_path / "grades.json").read_text())
     assert data["exam"] and data["students"]["partly"]["notebooks"]["00_start_here"] == [1, 2]
     assert "partly: 1 of 2 points (00_start_here 1/2)" in grade.summary(rows).splitlines()

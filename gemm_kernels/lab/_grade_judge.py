@@ -243,7 +243,11 @@ class AnswerProxy:
             kind = str(reply["raised"])
             kind = kind if kind.isidentifier() else "Error"
             where = f" ({reply['where']})" if reply.get("where") else ""
-            raise type(kind, (Exception,), {})(f"{trimmed(reply.get('message', ''), 600)}{where}")
+            message = f"{trimmed(reply.get('message', ''), 600)}{where}"
+            if reply.get("timeout"):
+                self._judge.answer_timed_out = message
+            # raised in the answer's process: the message says where, the check's frames here are not the place
+            raise type(kind, (Exception,), {"from_answer_process": True})(message)
         if "value" not in reply:
             raise ChildGone(trimmed(reply.get("error", "no value came back")))
         return wire.decode(reply["value"])
@@ -263,6 +267,7 @@ class Judge:
         self.child: Child | None = None
         self.sandboxed = False
         self.package_calls: set = set()  # what the notebook's process says the answer called of the package
+        self.answer_timed_out: str | None = None  # a call of the answer stopped at its time limit, during a check
 
     def ensure_child(self) -> Child:
         if self.child is None or not self.child.alive():
@@ -346,7 +351,7 @@ class Judge:
         if isinstance(answer, tuple) and len(answer) == 2 and answer[0] in (
                 "error", "not attempted", "wrong", STATUS_TIMEOUT, STATUS_CRASHED) and isinstance(answer[1], str):
             return answer
-        self.package_calls = set()
+        self.package_calls, self.answer_timed_out = set(), None
         try:
             result = check(answer)
         except BaseException as exc:  # noqa: BLE001  (a check never raises; said, not hidden)
@@ -363,6 +368,8 @@ class Judge:
             status, text = "not verified", "right in the interpreter, not compiled for sm_90 on this machine: " + text
         if status == "wrong" and ("MemoryError" in text or "out of memory" in text.lower()):
             status = "out of memory"
+        if status == "wrong" and self.answer_timed_out is not None:  # a hang in the answer, as TEACHING.md says
+            status = STATUS_TIMEOUT
         return status, trimmed(text)
 
 

@@ -321,9 +321,9 @@ def serve_call(namespace: dict, request: dict, channel=None) -> dict:
     try:
         value = namespace[name](*args, **kwargs)
         reply = {"value": wire.encode(value)}
-    except CellTimeout:
+    except CellTimeout as exc:  # told as a timeout, at the line it was stopped in
         reply = {"raised": "TimeoutError", "message": f"did not return within {request.get('timeout', 30)} s",
-                 "stub": False}
+                 "stub": False, "timeout": True, "where": _where(exc)}
     except BaseException as exc:  # noqa: BLE001  (SystemExit too: told to the judge as what it raised)
         reply = {"raised": type(exc).__name__, "message": trimmed(str(exc), 600), "stub": _stub(exc),
                  "where": _where(exc)}

@@ -369,6 +369,8 @@ class StudentCopies:
     changes: dict = field(default_factory=dict)
     #: copy -> why it is no notebook this tool can read (not UTF-8, not JSON, ...): kept, never merged
     unreadable: dict = field(default_factory=dict)
+    #: copies new to a class release, written as class copies (the class's wheel, not the public package)
+    added_to_class: list = field(default_factory=list)
     #: copy -> why nothing was written there (a folder, a FIFO, a dangling link, a failed write):
     #: left as it is, the other copies still written
     blocked: dict = field(default_factory=dict)
@@ -451,6 +453,7 @@ def write_student_copies(src_dir: Path | str | None = None, dest_dir: Path | str
     texts = {path: student_text(path) for path in paths}  # every source read before anything is written
     dest.mkdir(parents=True, exist_ok=True)
     done = StudentCopies()
+    class_info = _class_of(dest)
     for path in paths:
         target = dest / path.name
         text = texts[path]
@@ -459,6 +462,9 @@ def write_student_copies(src_dir: Path | str | None = None, dest_dir: Path | str
         except OSError as exc:  # one bad path costs its own copy only: the others are still written
             done.blocked[target] = " ".join(str(exc).split())
             continue
+        if raw is None and class_info is not None:  # new to a class release: a class copy (its wheel), never
+            text = nbformat.writes(as_class_copy(nbformat.reads(text, as_version=4), class_info)) + "\n"
+            done.added_to_class.append(target)  # one that installs the public package and its answers
         if raw is not None and raw != text.encode("utf-8"):
             mine, fresh = _read_copy(target, raw), nbformat.reads(text, as_version=4)
             if isinstance(mine, str):
@@ -468,11 +474,13 @@ def write_student_copies(src_dir: Path | str | None = None, dest_dir: Path | str
             if isinstance(info, dict):  # a class build's copy stays one (its wheel, not the public package)
                 try:
                     fresh = as_class_copy(fresh, info)
-                    text = nbformat.writes(fresh)
+                    text = nbformat.writes(fresh) + "\n"  # as nbformat.write (the class build) wrote it
                 except (KeyError, ValueError) as exc:
                     done.blocked[target] = f"its class-build record is damaged ({exc}): left as it is"
                     continue
-            if mine is not None and untouched(mine, fresh):
+            if raw == text.encode("utf-8"):
+                pass  # a class copy as the class build wrote it: unchanged
+            elif mine is not None and untouched(mine, fresh):
                 done.refreshed.append(target)
             else:
                 changes = course_changes(mine, fresh) if mine is not None else None
@@ -495,6 +503,19 @@ def write_student_copies(src_dir: Path | str | None = None, dest_dir: Path | str
             continue
         done.written.append(target)
     return done
+
+
+def _class_of(dest: Path) -> dict | None:
+    """The class-build record of the copies already in ``dest`` (a class release's notebooks/), or None."""
+    for path in notebook_paths(dest) if dest.is_dir() else []:
+        try:
+            nb = nbformat.reads(_files.read_text(path), as_version=4)
+        except Exception:  # noqa: BLE001  (an unreadable copy is reported by the loop, not here)
+            continue
+        info = (copy_record(nb) or {}).get("class")
+        if isinstance(info, dict):
+            return info
+    return None
 
 
 def _check_destination(src: Path, dest: Path) -> None:
@@ -583,7 +604,10 @@ def main(argv=None) -> int:
         print("error: " + " ".join(str(exc).split()), file=sys.stderr)
         return 1
     for path in done.written:
-        if path in done.refreshed:
+        if path in done.added_to_class:
+            print(f"added {path} to the class release (it was not there): a class copy, installing the class's "
+                  "wheel; if this notebook is not part of the class, delete it before you publish")
+        elif path in done.refreshed:
             print(f"refreshed {path}: the course changed it, and you had not")
         else:
             print(f"wrote {path}")
@@ -610,7 +634,8 @@ def main(argv=None) -> int:
         print(f"error: no copy written at {path}: {reason}; move it away and run this again", file=sys.stderr)
     if args.serve:
         return serve(dest, args.port, extra)
-    print("open them with: make lab")
+    default = (REPO_ROOT / "student").resolve()
+    print("open them with: make lab" if dest.resolve() == default else f"open them with: jupyter lab {dest}")
     return 1 if done.blocked else 0
 
 
