@@ -409,7 +409,7 @@ def test_column_grouped_tile_forgetting_the_short_last_group():
 
 
 def test_column_grouped_tile_not_a_pair():
-    assert_wrong(ordering.check_column_grouped_tile(lambda *a: 3), "expected a pair (pid_m, pid_n), got 3")
+    assert_wrong(ordering.check_column_grouped_tile(lambda *a: 3), "expected a pair of whole numbers (pid_m, pid_n), got 3")
 
 
 def test_wave_block_fetches_counting_every_load():

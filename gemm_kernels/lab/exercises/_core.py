@@ -683,6 +683,22 @@ def answer_array(value, shape, dtype=None) -> np.ndarray:
     return np.asarray(_bounded_nested(value, shape, 0, total), dtype=dtype)
 
 
+def whole(value) -> int:
+    """A count or an index from the learner's answer, as an int: a Python or numpy integer, a
+    one-element tensor or a float with no fraction (``np.ceil``'s 5.0).  ValueError for
+    anything else: ``int()`` would truncate 4.9 (the float division the exercises warn of) to 4 and
+    read the string "5" as 5."""
+    if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_complex():
+        value = value.item()
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, int):  # a bool too: a phase of 0 or 1
+        return int(value)
+    if type(value) is float and value.is_integer():
+        return int(value)
+    raise ValueError(f"{shown(value, 40)} is not a whole number")
+
+
 def shown(value, limit: int = 80) -> str:
     """A learner's value for a message: its repr, cut to ``limit`` characters (never failing)."""
     return _short(_safe_repr(value), limit)

@@ -19,7 +19,7 @@ from ...models.tiles import multi_problem_schedule, problem_tile_starts
 from ...kernels.tiles import locate_problem, locate_problem_in_ends
 from ..checked import OutOfBounds
 from . import _kernel_checks as kc
-from ._core import Hints, call, out_of_bounds_result, plural, read_items, shown, unseen_cases
+from ._core import Hints, call, out_of_bounds_result, plural, read_items, shown, unseen_cases, whole
 from .persistent_tma import compare_schedule
 
 # ----------------------------------------------------------------------------- exercise 1
@@ -208,7 +208,7 @@ def _program_tiles_problems(program_tiles, cases) -> list[str]:
             answer = call(program_tiles, list(shapes), bm, bn, programs, pid)
             expected = program_tiles_ref(shapes, bm, bn, programs, pid)
             try:  # never more than one triple past the expected ones: an endless answer is not read to its end
-                got = read_items(answer, len(expected), inner=3).mapped(lambda triple: tuple(int(v) for v in triple))
+                got = read_items(answer, len(expected), inner=3).mapped(lambda triple: tuple(whole(v) for v in triple))
                 if any(len(t) != 3 for t in got):
                     raise ValueError
             except (TypeError, ValueError, OverflowError):

@@ -14,7 +14,7 @@ from ...models.l2model import l2_traffic
 from ...models.schedule import tile_schedule
 from ...models.tiles import tile_coords_np
 from . import _kernel_checks as kc
-from ._core import AnswerRaised, Hints, call, read_items, shown, unseen_cases
+from ._core import AnswerRaised, Hints, call, read_items, shown, unseen_cases, whole
 
 # (num_pid_m, num_pid_n, GROUP_SIZE_N): a square grid, a ragged last group, a group wider than the
 # grid, groups of one column (= column-major), a wide grid
@@ -61,9 +61,9 @@ def _compare_tiles(expected: np.ndarray, got: np.ndarray, case: str) -> list[str
 
 def _as_pair(value, case: str):
     try:
-        pm, pn = (int(v) for v in read_items(value, 2))
+        pm, pn = (whole(v) for v in read_items(value, 2))
     except (TypeError, ValueError, OverflowError):
-        raise AnswerRaised(case, TypeError(f"expected a pair (pid_m, pid_n), got {shown(value)}")) from None
+        raise AnswerRaised(case, TypeError(f"expected a pair of whole numbers (pid_m, pid_n), got {shown(value)}")) from None
     return pm, pn
 
 
@@ -138,7 +138,7 @@ def _fetches_problems(wave_block_fetches, cases) -> list[str]:
         name = order + (f" (GROUP_SIZE_M={group})" if order == "grouped" else "")
         case = f"first wave of {num_pid_m}x{num_pid_n} tiles, {name}, {in_flight} programs, {k_blocks} K blocks"
         try:
-            got_int = int(got)
+            got_int = whole(got)
         except (TypeError, ValueError):
             problems.append(f"{case}: expected a number of blocks, got {shown(got)}")
             continue

@@ -12,7 +12,7 @@ from ... import runtime
 from ...kernels.moe import grouped_mm_ref
 from ...models.tiles import cdiv, problem_tile_starts
 from . import _kernel_checks as kc
-from ._core import AnswerShapeError, Hints, answer_array, call, plural, shown, unseen_cases
+from ._core import AnswerShapeError, Hints, answer_array, call, plural, shown, unseen_cases, whole
 
 #: rows routed to each expert: skewed with idle experts, uniform, one busy expert, a single expert,
 #: every expert idle but one at the end
@@ -184,9 +184,9 @@ def _padding_problems(padded_rows, cases) -> list[str]:
         got = call(padded_rows, list(counts), bm)
         expected = padded_rows_ref(counts, bm)
         try:
-            got = int(got)
+            got = whole(got)
         except (TypeError, ValueError):
-            problems.append(f"{case}: expected a number of rows, got {shown(got)}")
+            problems.append(f"{case}: expected a whole number of rows, got {shown(got)}")
             continue
         if got == expected:
             continue

@@ -15,7 +15,7 @@ from ...models.tiles import cdiv, tile_coords_np
 from ...kernels.moe_wgrad import wgrad_tile as _package_wgrad_tile
 from ...kernels.tiles import tile_coords
 from . import _kernel_checks as kc
-from ._core import Hints, call, read_items, shown, unseen_cases
+from ._core import Hints, call, read_items, shown, unseen_cases, whole
 
 #: (rows per expert, T, num_pid_m, num_pid_n, GROUP_SIZE_M): idle experts first, in the middle
 #: and last, rows past offs[-1], one expert, more row tiles than a group
@@ -65,10 +65,10 @@ def _work_problems(wgrad_work, cases) -> list[str]:
         tiles, steps = wgrad_work_ref(counts, K, N, bm, bn, bk)
         try:
             pair = read_items(got, 2)  # never more of an answer than one item past what is expected
-            got_tiles = [int(v) for v in read_items(pair[0], len(counts))]
-            got_steps = [int(v) for v in read_items(pair[1], len(counts))]
+            got_tiles = [whole(v) for v in read_items(pair[0], len(counts))]
+            got_steps = [whole(v) for v in read_items(pair[1], len(counts))]
         except (TypeError, ValueError, IndexError, OverflowError):
-            problems.append(f"{case}: expected (tiles per expert, steps per tile), two lists, got {shown(got)}")
+            problems.append(f"{case}: expected (tiles per expert, steps per tile), two lists of whole numbers, got {shown(got)}")
             continue
         if got_tiles != tiles:
             why = " (that follows the routing, as in the forward pass: here the tokens are the reduction)" \

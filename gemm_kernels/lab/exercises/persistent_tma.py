@@ -18,7 +18,7 @@ from ...kernels.tma import tma_aligned, tma_layout
 from ...models.tiles import cdiv, persistent_schedule
 from ...testing import TOLERANCES, rel_err
 from . import _kernel_checks as kc
-from ._core import Hints, call, compare_arrays, plural, read_items, shown, unseen_cases
+from ._core import Hints, call, compare_arrays, plural, read_items, shown, unseen_cases, whole
 
 # ----------------------------------------------------------------------------- exercise 1
 # (M, N, BLOCK_M, BLOCK_N, number of SMs): H100-sized squares, a single partial wave, an exact
@@ -75,9 +75,10 @@ def _waves_problems(waves_and_tail, cases) -> list[str]:
         case = f"M={M}, N={N}, tiles {bm}x{bn}, {sms} SMs"
         got = call(waves_and_tail, M, N, bm, bn, sms)
         try:
-            got_waves, got_idle = (int(v) for v in read_items(got, 2))
+            got_waves, got_idle = (whole(v) for v in read_items(got, 2))
         except (TypeError, ValueError, OverflowError):
-            problems.append(f"{case}: expected a pair (waves, idle programs in the last wave), got {shown(got)}")
+            problems.append(f"{case}: expected a pair of whole numbers (waves, idle programs in the last wave), got "
+                            f"{shown(got)}")
             continue
         waves, idle = waves_ref(M, N, bm, bn, sms)
         if (got_waves, got_idle) == (waves, idle):
@@ -115,9 +116,9 @@ def _as_tiles(value, case, expected_tiles: int):
     """The learner's tiles as (pid_m, pid_n) tuples, at most ``expected_tiles + 1`` of them read (an
     endless answer is never read to its end); a line saying what is wrong when they are not pairs."""
     try:
-        return read_items(value, expected_tiles, inner=2).mapped(lambda pair: tuple(int(v) for v in pair))
+        return read_items(value, expected_tiles, inner=2).mapped(lambda pair: tuple(whole(v) for v in pair))
     except (TypeError, ValueError, OverflowError):
-        return f"{case}: expected a list of (pid_m, pid_n) pairs, got {shown(value)}"
+        return f"{case}: expected a list of (pid_m, pid_n) pairs of whole numbers, got {shown(value)}"
 
 
 @kc.plain_exercise("persistent_tiles", forbid=lambda: _persistent_models(), hints=Hints(
@@ -244,7 +245,7 @@ def _tma_problems(tma_view, cases) -> list[str]:
                             "but you returned False")
             continue
         try:
-            got_pair = (bool(got[0]), int(got[1]))
+            got_pair = (bool(got[0]), whole(got[1]))
         except (TypeError, ValueError, IndexError):
             problems.append(f"{text} ({_describe(x)}): expected {expected} (col_major, outer stride), got {shown(got)}")
             continue

@@ -8,7 +8,7 @@ import torch
 from ... import runtime
 from ...models.tiles import cdiv
 from . import _kernel_checks as kc
-from ._core import Hints, call, compare_arrays, plural, read_items, shown, unseen_cases
+from ._core import Hints, call, compare_arrays, plural, read_items, shown, unseen_cases, whole
 
 #: (n, BLOCK) pairs: exact multiples, one element over, a single element, and big blocks
 LAUNCH_CASES = [(1000, 256), (1024, 256), (1025, 256), (1, 128), (5000, 1024), (4096, 4096)]
@@ -38,9 +38,10 @@ def _launch_stats_problems(launch_stats, cases) -> list[str]:
         got = call(launch_stats, n, block)
         programs, idle = launch_stats_ref(n, block)
         try:
-            got_programs, got_idle = (int(v) for v in read_items(got, 2))
+            got_programs, got_idle = (whole(v) for v in read_items(got, 2))
         except (TypeError, ValueError, OverflowError):
-            problems.append(f"n={n}, BLOCK={block}: expected a pair (programs, idle_lanes), got {shown(got)}")
+            problems.append(f"n={n}, BLOCK={block}: expected a pair of whole numbers (programs, idle_lanes), got "
+                            f"{shown(got)}")
             continue
         if (got_programs, got_idle) != (programs, idle):
             problems.append(f"n={n}, BLOCK={block}: expected {plural(programs, 'program')} with "

@@ -53,7 +53,7 @@ from ...kernels import matmul_ws as ws
 from ...models import ws_timeline as wt
 from . import _kernel_checks as kc
 from ._core import (CORRECT, STRUCTURE_ONLY, AnswerRaised, CheckResult, Hints, _NotAttempted, call, exercise,
-                    is_stub_error, read_items, shown, unseen_cases)
+                    is_stub_error, read_items, shown, unseen_cases, whole)
 
 #: the package's folder: an answer that runs code from here returns the package's numbers, not the learner's
 _PACKAGE_DIR = os.path.join(str(Path(__file__).resolve().parents[2]), "")
@@ -135,7 +135,7 @@ def check_ring_phases(slot_and_phases):
 def _ring_table(slot_and_phases, stages: int = 4, positions: int = 10) -> list[str]:
     """The ring for ``stages`` slots, from the learner's own (correct) function: the table the
     notebook shows only once exercise 1 passes."""
-    rows = [tuple(int(v) for v in read_items(call(slot_and_phases, q, stages), 3)) for q in range(positions)]
+    rows = [tuple(whole(v) for v in read_items(call(slot_and_phases, q, stages), 3)) for q in range(positions)]
     return [f"your ring for STAGES = {stages}:", "q    : " + " ".join(str(q) for q in range(positions)),
             *(f"{name:<5}: " + " ".join(str(r[i]) for r in rows) for i, name in enumerate(("slot", "ready", "empty")))]
 
@@ -147,7 +147,7 @@ def _ring_phase_problems(slot_and_phases, cases) -> list[str]:
         for q, stages in cases:
             answer = call(slot_and_phases, q, stages)
             try:
-                got = tuple(int(v) for v in read_items(answer, 3))  # an endless answer: 4 items read, wrong
+                got = tuple(whole(v) for v in read_items(answer, 3))  # an endless answer: 4 items read, wrong
                 assert len(got) == 3
             except (TypeError, ValueError, OverflowError, AssertionError):
                 return [f"q={q}, stages={stages}: expected (slot, ready_phase, empty_phase), got {shown(answer)}"]
