@@ -220,3 +220,22 @@ def test_a_folder_named_as_another_students_id_gets_a_row_of_its_own():
     ids = [r["id"] for r in rows]
     assert len(set(ids)) == 2 and ids[0] == "alice" and "alice" in ids[1] and "not on the roster" in ids[1]
     assert rows[0]["00_start_here:axpy"] == 0 and rows[1]["00_start_here:axpy"] == 1
+
+
+def test_a_symbolic_link_is_not_graded_as_the_students_work(tmp_path):
+    """An adversary's review: alice/00_start_here.ipynb -> the course's solved notebook scored 2/2, and a
+    folder or file linked to a classmate's graded her work as his. Links below SUBMISSIONS are refused."""
+    sub = tmp_path / "sub"
+    (sub / "carol").mkdir(parents=True)
+    (sub / "alice").mkdir()
+    nbformat.write(lean_notebook(), sub / "carol" / "00_start_here.ipynb")
+    (sub / "alice" / "00_start_here.ipynb").symlink_to(Path(__file__).resolve().parents[1] / "notebooks" / "00_start_here.ipynb")
+    (sub / "mallory").symlink_to(sub / "carol", target_is_directory=True)
+    (sub / "dave_00_start_here.ipynb").symlink_to(sub / "carol" / "00_start_here.ipynb")
+    found = {student: path for student, path in grade.submissions(sub)}
+    assert grade.identify(found["carol"], sub)[0] == "00_start_here"
+    for student in ("alice", "dave"):
+        notebook, why = grade.identify(found[student], sub)
+        assert notebook is None and "symbolic link" in why, (student, why)
+    mallory = [p for s, p in grade.submissions(sub) if s == "mallory"]
+    assert mallory and all(grade.identify(p, sub)[0] is None for p in mallory)

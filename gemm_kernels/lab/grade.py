@@ -98,9 +98,25 @@ def course_notebook(path: Path) -> str | None:
 NOT_COURSE = "not a notebook of the course (by its name or its imports)"
 
 
-def identify(path: Path) -> tuple[str | None, str]:
+def _link_on_the_way(path: Path, root: Path) -> Path | None:
+    """The first symbolic link from ``root`` down to ``path`` (the file itself included), or None."""
+    place = Path(root)
+    for part in Path(path).relative_to(root).parts:
+        place = place / part
+        if place.is_symlink():
+            return place
+    return None
+
+
+def identify(path: Path, root: Path | None = None) -> tuple[str | None, str]:
     """(the course notebook ``path`` is, ""), or (None, why it cannot be graded): no regular file
-    (a FIFO, a device, a folder named .ipynb: never opened), or no course notebook."""
+    (a FIFO, a device, a folder named .ipynb: never opened), a symbolic link below ``root`` (a link to
+    the solved notebook, or to a classmate's, would be graded as this student's work), or no course
+    notebook."""
+    link = _link_on_the_way(path, root) if root is not None else None
+    if link is not None:
+        return None, (f"{link.name} is a symbolic link: only files handed in, inside the submissions folder, "
+                      "are graded")
     try:
         _files.is_regular_file(path, "a notebook")
     except OSError as exc:
@@ -282,7 +298,7 @@ def grade_class(root: Path, *, jobs: int = 1, **options) -> tuple[list[Grade], l
 
     found, why = [], {}
     for student, path in submissions(Path(root)):
-        notebook, why[path] = identify(path)
+        notebook, why[path] = identify(path, Path(root))
         found.append((student, path, notebook))
     kept, dropped = pick_copies([f for f in found if f[2] is not None])
     kept += [f for f in found if f[2] is None]
