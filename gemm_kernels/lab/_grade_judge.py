@@ -24,6 +24,9 @@ one JSON object per line: ``{"start": title}``, ``{"result": title, "status", "m
 
 from __future__ import annotations
 
+import atexit
+import ctypes
+import functools
 import importlib
 import json
 import os
@@ -67,6 +70,36 @@ class NoSandbox(Exception):
 
 
 # ----------------------------------------------------------------------------- the notebook's process
+#: every notebook's process this judge started and has not yet stopped: it runs in a session of its
+#: own, out of reach of a signal to the judge's process group, so the judge stops them as it ends
+_STARTED: set = set()
+_PR_SET_PDEATHSIG = 1
+_LIBC = ctypes.CDLL(None, use_errno=True) if sys.platform == "linux" else None
+
+
+def _dies_with(judge: int) -> None:
+    """In the notebook's process before it starts (``preexec_fn``): the kernel kills it when the
+    judge ends, however (the grade command's SIGKILL too; in the sandbox ``unshare --kill-child``
+    and its own process ids take what it started along)."""
+    if _LIBC is not None:
+        _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != judge:  # the judge ended before the line above
+        os._exit(1)
+
+
+@atexit.register
+def stop_every_child() -> None:
+    """Stop every notebook's process this judge started and has not stopped (as the judge exits)."""
+    for proc in list(_STARTED):
+        if proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            proc.wait()
+        _STARTED.discard(proc)
+
+
 class Child:
     """The notebook's process: its cells run, then it answers requests (:mod:`._grade_worker`)."""
 
@@ -81,7 +114,9 @@ class Child:
         self.sandboxed = prefix is not None
         self.log = open(os.path.join(workdir, "output.txt"), "ab")
         self.proc = subprocess.Popen([*(prefix or []), *command], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=self.log, cwd=workdir, env=env, start_new_session=True)
+                                     stderr=self.log, cwd=workdir, env=env, start_new_session=True,
+                                     preexec_fn=functools.partial(_dies_with, os.getpid()))
+        _STARTED.add(self.proc)
         self.buffer = bytearray()
         self.errors: list[str] = []
         self.failure: tuple[str, str] | None = None  # (status, message) once it stopped answering
@@ -98,7 +133,10 @@ class Child:
             pass  # its end is closed: the next read says how it ended
 
     def read(self, timeout: float) -> dict:
-        """The next message; ChildGone when it ends or says nothing for ``timeout`` seconds."""
+        """The next message (``{"error": ...}`` for a line that is none); ChildGone when it ends or
+        says nothing for ``timeout`` seconds."""
+        if self.failure is not None:
+            raise ChildGone(self.failure[1])
         deadline = time.monotonic() + timeout
         fd = self.proc.stdout.fileno()
         # a pipe hands over 64 KiB a read: a bytearray grows in place and each chunk is searched once, so
@@ -125,7 +163,7 @@ class Child:
         line, self.buffer = bytes(self.buffer[:end]), self.buffer[end + 1:]
         try:
             return wire.loads(line)
-        except (ValueError, wire.WireError):
+        except Exception:  # noqa: BLE001  (no JSON object: nested too deep, RecursionError, included)
             return {"error": "a reply that is not a message"}
 
     def request(self, message: dict, timeout: float) -> dict:
@@ -156,38 +194,72 @@ class Child:
             except ProcessLookupError:
                 pass
         self.proc.wait()
+        _STARTED.discard(self.proc)
+
+
+def cells_limit_s(budget_s: float) -> float:
+    """The most seconds :func:`start_child` takes for a notebook whose cells have ``budget_s`` in all:
+    that budget, one start-up and the grace past it.  Nothing the notebook's process says moves it (its
+    cells can write to the judge's pipe), so the grade command bounds the judge by it too."""
+    return budget_s + START_S + GRACE_S
 
 
 def start_child(notebook: dict, skip: dict, spec: dict, workdir: str, emit) -> Child:
     """A notebook's process with every cell run: cells that outlive their limit from outside, or
     end the process, are left out (``skip``: cell -> (status, message)) and the cells run again (at
     most :data:`MAX_RUNS` times), all of them within the notebook's budget (``notebook_timeout``: the
-    cells' seconds over every run; what is left when it is spent is left out)."""
+    cells' seconds over every run; what is left when it is spent is left out).
+
+    Its deadlines are its own: a process's start-up (no cell of the notebook has run yet) gets
+    :data:`START_S`; from its first message on, the cells end with the budget (and :data:`GRACE_S`),
+    and every run ends within :func:`cells_limit_s`, whatever the cells write to the pipe (a forged
+    ``{"cell": i, "start": true}`` names no cell, or one out of order, and is ignored)."""
     budget_s = float(spec.get("notebook_timeout", NOTEBOOK_TIMEOUT_S))
-    budget_end = time.monotonic() + budget_s
-    for _ in range(MAX_RUNS):
-        left = lambda: max(0.0, budget_end - time.monotonic())  # noqa: E731
-        child = Child(notebook, skip, spec, workdir, cells_budget=left())
-        current, timeout = None, START_S
-        try:
-            while True:
-                message = child.read(timeout)
-                if message.get("ready"):
-                    child.errors = [trimmed(e) for e in message.get("errors", [])[:20] if isinstance(e, str)]
-                    return child
-                if message.get("start") and isinstance(message.get("cell"), int):
-                    current, timeout = message["cell"], min(spec["cell_timeout"], left()) + GRACE_S
-                    emit(cell=current)
-                elif "cell" in message:
-                    current, timeout = None, GRACE_S + min(spec["cell_timeout"], left())
-        except ChildGone:
-            if current is None or current in skip:
-                return child  # the set-up failed: every exercise reports it
-            status, message = child.failure
-            if status == STATUS_TIMEOUT and left() <= 0:  # stopped by the notebook's budget, not its own limit
-                message = f"stopped when the notebook's cells had used up their {budget_s:g} s (--notebook-timeout)"
-            skip[current] = (status, f"cell {current}: {message}; left out")
-    return child
+    started = time.monotonic()
+    budget_end, whole_end = started + budget_s, started + cells_limit_s(budget_s)
+    left = lambda: max(0.0, budget_end - time.monotonic())  # noqa: E731
+    code_cells = {i for i, c in enumerate(notebook.get("cells", [])) if c.get("cell_type") == "code"}
+    out_of_time = f"stopped when the notebook's cells had used up their {budget_s:g} s (--notebook-timeout)"
+    child = None
+    try:
+        for _ in range(MAX_RUNS):
+            if child is not None and time.monotonic() >= whole_end:
+                return child  # stopped by the budget: the next exercise starts the notebook again, its hang left out
+            child = Child(notebook, skip, spec, workdir, cells_budget=left())
+            current, last, timeout, end, fixed, begun = None, -1, START_S, whole_end, False, False
+            try:
+                while True:
+                    wait = end - time.monotonic()
+                    fixed = wait <= timeout  # this read ends at the fixed deadline, not the phase's own limit
+                    message = child.read(max(0.0, min(timeout, wait)))
+                    if not begun:  # its first message, sent before any cell runs: the cells' time starts
+                        begun, end = True, min(whole_end, max(budget_end, time.monotonic()) + GRACE_S)
+                    if message.get("ready") is True:
+                        errors = message.get("errors")
+                        child.errors = [trimmed(e) for e in errors[:20] if isinstance(e, str)] \
+                            if isinstance(errors, list) else []
+                        return child
+                    cell = message.get("cell")
+                    if message.get("start") is True:
+                        if type(cell) is int and cell in code_cells and cell > last and cell not in skip:
+                            current = last = cell
+                            timeout = min(spec["cell_timeout"], left()) + GRACE_S
+                            emit(cell=current)
+                    elif type(cell) is int and cell == current:
+                        current, timeout = None, GRACE_S + min(spec["cell_timeout"], left())
+            except ChildGone:
+                status, message = child.failure
+                if status == STATUS_TIMEOUT and (fixed or left() <= 0):  # the notebook's budget, not a cell's limit
+                    child.failure = (status, out_of_time)
+                    message = out_of_time
+                if current is None or current in skip:
+                    return child  # the set-up failed: every exercise reports it
+                skip[current] = (status, f"cell {current}: {message}; left out")
+        return child
+    except BaseException:  # whatever went wrong here, the notebook's process does not outlive it
+        if child is not None:
+            child.stop()
+        raise
 
 
 #: callbacks one call may ask for (the worker stops at its own, smaller, limit)
@@ -434,13 +506,16 @@ def main(argv: list[str]) -> int:
     spec = json.loads(argv[1])
     cap_memory(int(spec.get("judge_memory_mb", 0)))
     notebooks = spec.pop("notebooks", None) or [spec]
-    for index, one in enumerate(notebooks):
-        def emit(**event):
-            report.write(json.dumps({"notebook": index, **event}) + "\n")
+    try:
+        for index, one in enumerate(notebooks):
+            def emit(**event):
+                report.write(json.dumps({"notebook": index, **event}) + "\n")
 
-        emit(start=None)
-        judge_notebook({**spec, **one}, emit)
-        assert not any(type(sys.modules.get(name)).__name__ == "_Standin" for name in HIDDEN_MODULES)
+            emit(start=None)
+            judge_notebook({**spec, **one}, emit)
+            assert not any(type(sys.modules.get(name)).__name__ == "_Standin" for name in HIDDEN_MODULES)
+    finally:
+        stop_every_child()
     return 0
 
 

@@ -43,7 +43,7 @@ from pathlib import Path
 
 from .. import _files
 from . import exam
-from ._grade_judge import NOTEBOOK_TIMEOUT_S
+from ._grade_judge import NOTEBOOK_TIMEOUT_S, cells_limit_s
 from .gradebook import ANSWERS  # each notebook's exercises (defined there: the gradebook needs them too)
 from .gradebook import NOTEBOOK_LIMIT
 from .progress import ENV as PROGRESS_ENV
@@ -152,6 +152,33 @@ class _Run:
     cell_errors: list = field(default_factory=list)
 
 
+class _Deadline:
+    """When the judge is stopped: ``timeout`` seconds past an exercise's start (or the last notebook's
+    end), more while the notebook's cells run (``cell_timeout`` past the last cell's start), and never
+    later than ``timeout`` plus what the cells may take in all (:func:`._grade_judge.cells_limit_s`)
+    past the exercise's start, however many cells the judge reports (the notebook's process writes
+    what it forwards)."""
+
+    def __init__(self, timeout: float, cell_timeout: float, notebook_timeout: float, now: float):
+        self.timeout, self.cell_timeout, self.notebook_timeout = timeout, cell_timeout, notebook_timeout
+        self.start(now)
+
+    def start(self, now: float) -> None:
+        self.since, self.at = now, now + self.timeout
+        self.bound = self.at + cells_limit_s(self.notebook_timeout) + _EXIT_GRACE_S
+        self.cells = False
+
+    def cell(self, now: float) -> None:
+        self.at, self.cells = min(self.bound, now + self.cell_timeout + self.timeout), True
+
+    def why(self) -> str:
+        """What ran past its time, once it is passed."""
+        if self.cells and self.at >= self.bound:
+            return (f"the notebook's cells and its check ran past {self.bound - self.since:g} s (its "
+                    f"--notebook-timeout of {self.notebook_timeout:g} s, start-up and --timeout): stopped")
+        return f"its check was still running after {self.timeout:g} s: stopped"
+
+
 def _worker_env(exam_mode: bool) -> dict:
     env = dict(os.environ)
     env[exam.ENV] = "1" if exam_mode else "0"
@@ -193,10 +220,10 @@ def _run_judge(items: list, *, exam_mode: bool, timeout: float, memory_mb: int, 
                                     start_new_session=True)
         os.close(write_end)
         where, current, buffer, killed = 0, None, b"", False
-        deadline = time.monotonic() + timeout
+        deadline = _Deadline(timeout, cell_timeout, notebook_timeout, time.monotonic())
         try:
             while True:
-                ready, _, _ = select.select([read_end], [], [], max(0.0, deadline - time.monotonic()))
+                ready, _, _ = select.select([read_end], [], [], max(0.0, deadline.at - time.monotonic()))
                 if not ready:
                     killed = True
                     break
@@ -209,15 +236,16 @@ def _run_judge(items: list, *, exam_mode: bool, timeout: float, memory_mb: int, 
                     event = json.loads(line)
                     where, run = event["notebook"], runs[event["notebook"]]
                     if "start" in event:
-                        current, deadline = event["start"], time.monotonic() + timeout
+                        current = event["start"]
+                        deadline.start(time.monotonic())
                     elif "cell" in event:  # the notebook's cells run, each with a limit of its own
-                        deadline = time.monotonic() + cell_timeout + timeout
+                        deadline.cell(time.monotonic())
                     elif "result" in event:
                         run.results[event["result"]] = (event["status"], event["message"])
                     elif event.get("done"):
                         run.finished, run.sandbox = True, bool(event.get("sandbox"))
                         run.cell_errors = list(event.get("cell_errors") or [])
-                        deadline = time.monotonic() + timeout
+                        deadline.start(time.monotonic())
             if not killed:
                 try:
                     proc.wait(timeout=_EXIT_GRACE_S)
@@ -233,7 +261,7 @@ def _run_judge(items: list, *, exam_mode: bool, timeout: float, memory_mb: int, 
         run = runs[where] if not runs[where].finished else next(r for r in runs if not r.finished)
         run.failed = current if run is runs[where] else None
         if killed:
-            run.status, run.message = "timeout", f"its check was still running after {timeout:g} s: stopped"
+            run.status, run.message = "timeout", deadline.why()
         else:
             code = proc.returncode
             how = (f"killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}")
