@@ -1137,3 +1137,44 @@ def test_the_summary_quotes_entries_42_to_46():
     square = {(r["case"], r["dtype"], r["provider"]): float(r["speedup"])
               for r in csv.DictReader((BENCH / "square.csv").open())}
     assert f"read {square['4096x4096x4096', 'fp16', 'auto']:.3f}× in the same run" in summary
+
+
+def test_perf_notes_50_quotes_its_clocks_and_counters():
+    """PERF_NOTES 50: the clocks and counters of entry 49's misses (images/bench/entry50)."""
+    notes = re.sub(r"\s+", " ", PERF_NOTES.read_text(encoding="utf-8"))
+    clocks = json.loads((BENCH / "entry50" / "clocks.json").read_text())["rows"]
+    assert {r["sm_mhz"] for r in clocks} == {1980.0} and {r["reasons"] for r in clocks} == {"none"}
+    watts = [r["watts"] for r in clocks]
+    assert f"({min(watts):.0f}-{max(watts):.0f} W of 700)" in notes
+    ours = {r["case"]: r["speedup"] for r in clocks if r["provider"] != "cuBLAS"}
+    assert (f"{ours['nn-linear Qwen3-32B O M=257 bf16']:.3f}x at 257 tokens (Qwen3-32B O), "
+            f"{ours['nn-linear DeepSeek-V3 QKV M=777 bf16']:.3f}x at 777 (DeepSeek-V3 QKV), "
+            f"{ours['nn-linear Llama-3.2-3B O M=2049 bf16']:.3f}x at 2049") in notes
+    assert f"{ours['nn-linear Llama-3.2-3B O M=33 bf16']:.3f}x here" in notes
+    suite = {(r["panel"], r["case"]): float(r["speedup"]) for r in csv.DictReader((BENCH / "nn-linear.csv").open())
+             if r["provider"] == "auto"}
+    assert f"against entry 49's {suite['Llama-3.2-3B', 'O M=33, b row-major']:.3f}x" in notes
+    rows = {(r["case"], r["provider"]): r for r in csv.DictReader((BENCH / "entry50" / "counters.csv").open())}
+    cub, ws = rows["nn-linear Qwen3-32B O M=257 bf16", "cuBLAS"], rows["nn-linear Qwen3-32B O M=257 bf16", "ws"]
+    busiest = float(ws["sm__cycles_active.max"]) / float(cub["sm__cycles_active.max"])
+    time = float(ws["gpu__time_duration.sum"]) / float(cub["gpu__time_duration.sum"])
+    assert (f"{float(ws['sm__cycles_active.max']):,.0f} against {float(cub['sm__cycles_active.max']):,.0f} "
+            f"({busiest:.2f}x), the kernels' times {float(ws['gpu__time_duration.sum']) / 1e3:.1f} and "
+            f"{float(cub['gpu__time_duration.sum']) / 1e3:.1f} us ({time:.2f}x)") in notes
+    assert (int(float(cub["launch__grid_size"])), int(float(ws["launch__grid_size"]))) == (120, 100)
+    assert int(float(cub["launch__cluster_dim_x"])) == 4 and (64 * 256) / (88 * 128) == pytest.approx(1.45, abs=0.005)
+    assert -(-257 // 88) * 88 == 264 and -(-257 // 64) * 64 == 320
+    tensor = "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed"
+    assert f"Tensor pipe {float(ws[tensor]):.1f}% against {float(cub[tensor]):.1f}%" in notes
+    assert f"stalled at barriers {float(ws['smsp__warp_issue_stalled_barrier_per_warp_active.pct']):.1f}%" in notes
+    assert f"(long scoreboard) {float(cub['smsp__warp_issue_stalled_long_scoreboard_per_warp_active.pct']):.1f}%" in notes
+    dc, dk = rows["nn-linear Llama-3.2-3B O M=33 bf16", "cuBLAS"], rows["nn-linear Llama-3.2-3B O M=33 bf16", "auto"]
+    assert (f"our kernel {float(dk['gpu__time_duration.sum']) / 1e3:.1f} us against cuBLAS's "
+            f"{float(dc['gpu__time_duration.sum']) / 1e3:.1f} ({int(float(dk['launch__grid_size']))} programs against "
+            f"{int(float(dc['launch__grid_size']))} CTAs") in notes
+    dram = "dram__throughput.avg.pct_of_peak_sustained_elapsed"
+    assert f"DRAM throughput {float(dk[dram]):.1f}% against {float(dc[dram]):.1f}%" in notes
+    assert f"`wait` (fixed-latency dependencies), {float(dk['smsp__warp_issue_stalled_wait_per_warp_active.pct']):.1f}%" in notes
+    # the hypothesis' arithmetic: same work per SM, cooperative rate 1.0 against ping-pong 64x256's 0.82
+    from gemm_kernels.models.tiles import WS_TILES
+    assert round(100 * (1 - WS_TILES["pingpong_64x256"][2] / WS_TILES["cooperative"][2])) == 18
