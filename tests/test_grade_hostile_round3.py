@@ -135,3 +135,118 @@ def test_the_notebooks_process_is_stopped_when_its_start_fails(tmp_path):
         _grade_judge.start_child(nb, {}, spec, str(tmp_path), emit)
     assert seen and all(proc.poll() is not None for proc in seen)
     assert not _grade_judge._STARTED
+
+
+# ----------------------------------------------------------------------------- the machine's disk, memory, processes
+#: 9 MiB, past the 8 MiB the tests give a file
+PAST_THE_CAP = 9 << 20
+WRITES_A_FILE = f"with open('big.bin', 'wb') as f:\n    f.write(b'x' * {PAST_THE_CAP})\n"
+WRITES_TO_STDERR = f"import sys\nsys.stderr.write('x' * {PAST_THE_CAP})\nsys.stderr.flush()\n"
+PRINTS = "import sys\nprint('a line', file=sys.stderr)\n"
+REPORTS_ITS_LIMITS = "import resource\nraise RuntimeError(f'limits {resource.getrlimit(resource.RLIMIT_NPROC)}')\n"
+
+
+def test_a_cell_writing_past_the_file_cap_fails_alone(tmp_path):
+    """With --memory-mb 1024 a cell wrote 512 MiB to stderr (the judge's log file, never read) and
+    could write a file as large as the disk allowed.  Every file the notebook's process writes is now
+    capped (RLIMIT_FSIZE, its log included): the cell that writes past it fails, the cells after it
+    (printing too: the log is emptied once past half the cap) and the answers are as ever."""
+    import json
+
+    nb = lean_notebook()
+    at = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code") + 1  # after the imports
+    cells = [WRITES_A_FILE, WRITES_TO_STDERR, PRINTS, REPORTS_ITS_LIMITS]
+    nb.cells[at:at] = [nbformat.v4.new_code_cell(source) for source in cells]
+    spec = {"memory_mb": grade.MEMORY_MB, "cell_timeout": 20, "notebook_timeout": 60, "hide": [], "sandbox": SANDBOX,
+            "file_mb": 8, "processes": 123}
+    child = _grade_judge.start_child(json.loads(nbformat.writes(nb)), {}, spec, str(tmp_path), lambda **_: None)
+    try:
+        assert child.alive(), child.failure
+        log = (tmp_path / "output.txt").stat().st_size
+        described = child.request({"op": "describe", "name": "launch_stats"}, 30)
+    finally:
+        child.stop()
+    too_large = [e for e in child.errors if "File too large" in e]
+    assert [e.split(" raised")[0] for e in too_large] == [f"cell {at}", f"cell {at + 1}"], child.errors
+    limits = [e for e in child.errors if "limits" in e]
+    assert len(child.errors) == 3 and limits, child.errors
+    assert log <= 8 << 20 and described.get("defined") and described.get("callable"), (log, described)
+    if SANDBOX:  # the judge gives a sandboxed process its task limit
+        assert "limits (123, 123)" in limits[0], limits
+
+
+def test_the_sandboxs_writable_folders_are_capped(tmp_path):
+    """A cell wrote 1.5 GiB to /dev/shm (a tmpfs without size=: memory the memory cap does not
+    count).  /tmp, /dev/shm, the home folder and /dev are tmpfs mounts with a size now."""
+    import json
+    import subprocess
+    import sys
+
+    from gemm_kernels.lab import _sandbox
+
+    if not SANDBOX:
+        pytest.skip("no sandbox on this machine")
+    script = '''
+import json, os
+out = {}
+for folder in ("/tmp", "/dev/shm", os.path.expanduser("~"), "/dev"):
+    out[folder] = 0
+    for i in range(16):  # 1 MiB files, 16 MiB at most
+        try:
+            with open(os.path.join(folder, f"fill{i}"), "wb") as f:
+                f.write(b"x" * (1 << 20))
+        except OSError:
+            break
+        out[folder] += 1 << 20
+print(json.dumps(out))
+'''
+    prefix = _sandbox.sandbox_prefix([], writable_mb=4)
+    done = subprocess.run([*prefix, sys.executable, "-c", script], capture_output=True, timeout=120,
+                          env=_sandbox.child_environment(), stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    written = json.loads(done.stdout)
+    assert all(size <= 4 << 20 for size in written.values()) and written["/dev"] < 1 << 20, written
+    assert written["/tmp"] == 4 << 20, written  # what the cap allows, it allows
+
+
+def test_a_fork_bomb_stops_at_the_task_limit():
+    """64 os.fork() children of a cell ran on after it returned: no RLIMIT_NPROC.  The notebook's
+    process caps its tasks (the judge gives a sandboxed one :func:`._sandbox.process_limit`); here the
+    cap as the worker sets it, in a process of an unprivileged user (the kernel applies RLIMIT_NPROC
+    to no process of root's, so run as root this test runs it as nobody)."""
+    import subprocess
+    import sys
+
+    script = '''
+import os, sys, time
+from gemm_kernels.lab._grade_worker import cap_resources
+cap_resources(0, 8, processes=40)
+children = []
+for _ in range(200):  # bounded, whatever the cap does
+    try:
+        pid = os.fork()
+    except OSError:
+        break
+    if pid == 0:
+        time.sleep(5)
+        os._exit(0)
+    children.append(pid)
+print(len(children))
+for pid in children:
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+'''
+    as_user = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--"] if os.geteuid() == 0 else []
+    package_parent = str(Path(grade.__file__).resolve().parents[2])
+    done = subprocess.run([*as_user, sys.executable, "-c", script], capture_output=True, timeout=120, cwd="/",
+                          env={"PYTHONPATH": package_parent, "PATH": os.environ.get("PATH", "")})
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    assert int(done.stdout) < 40, done.stdout
+
+
+def test_teaching_md_says_the_caps():
+    from gemm_kernels.lab import _grade_worker, _sandbox
+
+    text = " ".join((Path(grade.__file__).resolve().parents[2] / "notebooks" / "TEACHING.md").read_text().split())
+    assert f"home folder of its own, {_sandbox.WRITABLE_MB} MiB each" in text
+    assert f"its printing too, stops at {_grade_worker.FILE_MB} MiB" in text

@@ -40,8 +40,9 @@ import time
 from pathlib import Path
 
 from . import _grade_wire as wire
-from ._sandbox import child_environment, sandbox_available, sandbox_prefix, sandbox_problem  # noqa: F401
-from ._grade_worker import HIDDEN_MODULES, cap_memory, trimmed
+from ._sandbox import (WRITABLE_MB, child_environment, process_limit, sandbox_available,  # noqa: F401
+                       sandbox_prefix, sandbox_problem)
+from ._grade_worker import FILE_MB, HIDDEN_MODULES, cap_memory, trimmed
 from .gradebook import read_notebook
 
 #: seconds a notebook's process may take to start (imports) before its first cell
@@ -105,7 +106,8 @@ class Child:
 
     def __init__(self, notebook: dict, skip: set, spec: dict, workdir: str, cells_budget: float | None = None):
         command = [sys.executable, "-m", "gemm_kernels.lab._grade_worker"]
-        prefix = sandbox_prefix(spec.get("hide", [])) if spec.get("sandbox", True) else None
+        prefix = sandbox_prefix(spec.get("hide", []), spec.get("writable_mb", WRITABLE_MB)) \
+            if spec.get("sandbox", True) else None
         if spec.get("sandbox", True) and prefix is None:
             raise NoSandbox(sandbox_problem())
         # in the sandbox only its own /tmp is there to write in
@@ -120,7 +122,10 @@ class Child:
         self.buffer = bytearray()
         self.errors: list[str] = []
         self.failure: tuple[str, str] | None = None  # (status, message) once it stopped answering
+        # a file it writes (its log here too) is capped, and, sandboxed, the tasks it runs at once
+        processes = spec.get("processes", process_limit()) if prefix is not None else None
         self._send({"notebook": notebook, "skip": sorted(skip), "memory_mb": spec["memory_mb"],
+                    "file_mb": spec.get("file_mb", FILE_MB), "processes": processes,
                     "cell_timeout": spec["cell_timeout"],
                     "notebook_timeout": spec.get("notebook_timeout", NOTEBOOK_TIMEOUT_S),
                     **({} if cells_budget is None else {"cells_budget": cells_budget})})  # JSON has no inf

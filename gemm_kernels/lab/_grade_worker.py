@@ -49,6 +49,28 @@ def cap_memory(megabytes: int) -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 
+#: MiB one file the notebook's process writes may reach (RLIMIT_FSIZE): its log (the judge's file) too
+FILE_MB = 256
+
+
+def _lower(kind: int, value: int) -> None:
+    hard = resource.getrlimit(kind)[1]
+    value = value if hard == resource.RLIM_INFINITY else min(value, hard)
+    resource.setrlimit(kind, (value, value))
+
+
+def cap_resources(memory_mb: int, file_mb: int = FILE_MB, processes: int | None = None) -> None:
+    """:func:`cap_memory`, every file written at most ``file_mb`` MiB (0: no cap; the write past it
+    raises OSError "File too large", SIGXFSZ being ignored) and at most ``processes`` tasks of this
+    user at once, threads included (RLIMIT_NPROC, which the kernel does not apply to root)."""
+    cap_memory(memory_mb)
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    if file_mb > 0:
+        _lower(resource.RLIMIT_FSIZE, file_mb << 20)
+    if processes:
+        _lower(resource.RLIMIT_NPROC, processes)
+
+
 def trimmed(text: str, limit: int = MESSAGE_LIMIT) -> str:
     text = " ".join(str(text).split())
     return text if len(text) <= limit else text[:limit - 3] + "..."
@@ -347,6 +369,17 @@ def _where(exc: BaseException) -> str:
     return found
 
 
+def _room_in_the_log(file_mb: int) -> None:
+    """The log (stderr: the judge's file, capped at ``file_mb`` MiB) emptied once past half of it, so
+    a cell that printed up to the cap leaves the cells after it room to print."""
+    try:
+        sys.stderr.flush()
+        if file_mb > 0 and os.fstat(2).st_size > (file_mb << 20) // 2:
+            os.ftruncate(2, 0)
+    except (OSError, ValueError):
+        pass
+
+
 def main() -> int:
     requests = os.fdopen(os.dup(0), "rb")
     replies = os.fdopen(os.dup(1), "wb", buffering=0)
@@ -358,7 +391,8 @@ def main() -> int:
         replies.write(wire.dumps(message))
 
     setup = wire.loads(requests.readline())
-    cap_memory(int(setup.get("memory_mb", 0)))
+    file_mb = int(setup.get("file_mb", FILE_MB))
+    cap_resources(int(setup.get("memory_mb", 0)), file_mb, setup.get("processes"))
     install_standins()
     namespace = {"__name__": "__main__"}
     errors = []
@@ -376,6 +410,7 @@ def main() -> int:
             errors.append(f"cell {index} and those after it were left out: the notebook's cells used up their "
                           f"{setup.get('notebook_timeout', '')} s")
             break
+        _room_in_the_log(file_mb)
         send(cell=index, start=True)
         source = cell.get("source", "")
         limit = float(setup.get("cell_timeout", 30))

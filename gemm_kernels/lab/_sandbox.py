@@ -9,7 +9,8 @@ read-only, only what a notebook's process needs:
   bytecode), and in a checkout the ``images/`` beside it (the committed measurements lessons read);
 * the system: ``/usr``, ``/bin``, ``/sbin``, ``/lib*`` (links stay links), :data:`ETC` of ``/etc``, ``/sys``;
 * ``/dev``'s basics (:data:`DEVICES`, NVIDIA's devices where there are any), ``/proc`` of its own
-  process namespace; and, empty and writable, ``/tmp``, ``/dev/shm`` and the home folder.
+  process namespace; and, empty and writable, ``/tmp``, ``/dev/shm`` and the home folder, each a
+  tmpfs of at most :data:`WRITABLE_MB` (what is written there is memory).
 
 Nothing else is there: not the grader's home, the submissions, the course's folders, the
 repository's notebooks, nor any other path.  The shell then moves into that root with
@@ -22,6 +23,8 @@ fails stops the shell before the command runs.
 from __future__ import annotations
 
 import os
+import platform
+import re
 import shlex
 import shutil
 import site
@@ -44,6 +47,11 @@ ETC = ("passwd", "group", "hosts", "nsswitch.conf", "ld.so.cache", "ld.so.conf",
 DEVICES = ("null", "zero", "full", "random", "urandom")
 #: the programs that build it (util-linux's), looked up in PATH and the system's sbin folders
 TOOLS = ("unshare", "mount", "umount", "findmnt", "pivot_root", "setpriv")
+#: MiB each writable folder (``/tmp``, ``/dev/shm``, the home folder) may hold: a tmpfs is memory,
+#: which the notebook's memory cap does not count (Triton's cache, in ``/tmp``, takes a few MiB)
+WRITABLE_MB = 256
+#: KiB of ``/dev`` (a tmpfs too: device nodes and links only)
+DEV_KB = 256
 #: what the probe imports in the sandbox: a notebook's process needs them all
 PROBE_IMPORTS = "import numpy, torch, triton, gemm_kernels.lab._grade_worker"
 
@@ -151,12 +159,13 @@ class _Script:
                               f"mount -o remount,bind,ro {self.at(path)}")
         # (a socket, a FIFO or a device among them: not shown)
 
-    def empty(self, path, mode: str) -> None:
-        self.lines.append(f"mkdir -p {self.at(path)}; mount -t tmpfs -o mode={mode} tmpfs {self.at(path)}")
+    def empty(self, path, mode: str, size: str) -> None:
+        """An empty tmpfs at ``path`` of at most ``size`` (tmpfs's own units: ``256m``, ``64k``)."""
+        self.lines.append(f"mkdir -p {self.at(path)}; mount -t tmpfs -o mode={mode},size={size} tmpfs {self.at(path)}")
 
 
-def _devices(script: _Script) -> None:
-    script.empty("/dev", "0755")
+def _devices(script: _Script, writable_mb: int) -> None:
+    script.empty("/dev", "0755", f"{DEV_KB}k")
     names = [*DEVICES, *sorted(p.name for p in Path("/dev").glob("nvidia*"))]
     for name in names:
         device = Path("/dev") / name
@@ -167,13 +176,17 @@ def _devices(script: _Script) -> None:
     for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
                          ("stderr", "/proc/self/fd/2")):
         script.lines.append(f"ln -s {target} {script.at(Path('/dev') / name)}")
-    script.empty("/dev/shm", "1777")
+    script.empty("/dev/shm", "1777", f"{writable_mb}m")
 
 
-def sandbox_prefix(hide=()) -> list[str] | None:
+def sandbox_prefix(hide=(), writable_mb: int = WRITABLE_MB) -> list[str] | None:
     """The command prefix that runs a notebook's process in the sandbox (module docstring), or None
     where it cannot be built here (:func:`sandbox_problem` says why).  Building it runs nothing: a
-    step that fails when it runs stops the command (:func:`sandbox_available` tries it once)."""
+    step that fails when it runs stops the command (:func:`sandbox_available` tries it once).
+    ``writable_mb``: the MiB each of its writable folders may hold."""
+    writable_mb = int(writable_mb)
+    if writable_mb <= 0:
+        raise ValueError(f"writable_mb must be a positive number of MiB, not {writable_mb}")
     if not _env.flag(ENV, True) or sys.platform != "linux":
         return None
     found = tools()
@@ -199,8 +212,8 @@ def sandbox_prefix(hide=()) -> list[str] | None:
         if kind == "show":
             script.show(path)
         else:
-            script.empty(path, "1777" if kind == "tmp" else "0700")
-    _devices(script)
+            script.empty(path, "1777" if kind == "tmp" else "0700", f"{writable_mb}m")
+    _devices(script, writable_mb)
     script.lines.append(f"mkdir {script.at('/proc')}; mount --rbind /proc {script.at('/proc')}")
     ro = ('ro() { mount -o remount,bind,ro "$1"; mounts=$(findmnt -R -n -l -o TARGET -- "$1"); '
           'printf "%s\\n" "$mounts" | while IFS= read -r m; do mount -o remount,bind,ro "$m"; done; }')
@@ -218,6 +231,17 @@ def sandbox_prefix(hide=()) -> list[str] | None:
     # reaches); its own process ids too: when it ends, whatever it forked (setsid or not) ends with it
     return [found["unshare"], "--user", "--map-root-user", "--mount", "--net", "--pid", "--fork", "--kill-child",
             "--mount-proc", "--", "sh", "-c", "\n".join(lines), "sh"]
+
+
+def process_limit() -> int | None:
+    """The tasks (threads included: torch's, one a core, and Triton's compiler) a sandboxed notebook's
+    process may run at once, with room to spare: its RLIMIT_NPROC, so a fork bomb stops there.  None
+    before Linux 5.14, which counts every process of the grading user, not the sandbox's own; the
+    kernel applies it to no process of root's (a grader running as root: no bound)."""
+    release = tuple(int(n) for n in re.findall(r"\d+", platform.release())[:2])
+    if sys.platform != "linux" or release < (5, 14):
+        return None
+    return 256 + 4 * (os.cpu_count() or 1)
 
 
 def child_environment(extra: dict | None = None) -> dict:
