@@ -250,3 +250,69 @@ def test_teaching_md_says_the_caps():
     text = " ".join((Path(grade.__file__).resolve().parents[2] / "notebooks" / "TEACHING.md").read_text().split())
     assert f"home folder of its own, {_sandbox.WRITABLE_MB} MiB each" in text
     assert f"its printing too, stops at {_grade_worker.FILE_MB} MiB" in text
+
+
+# ----------------------------------------------------------------------------- the judge's writes, its words
+def test_a_message_the_notebooks_process_never_reads_does_not_stop_the_judge():
+    """The judge wrote to the notebook's process with no time limit: a callback's reply the answer
+    never reads (78 MB, past a pipe's 64 KiB) held the judge until --timeout.  A write has the call's
+    limit now; the process is stopped and its next read says why."""
+    import subprocess
+    import sys
+    import types
+
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(15)"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE)
+    os.set_blocking(proc.stdin.fileno(), False)  # as the judge has it
+    child = types.SimpleNamespace(proc=proc, buffer=bytearray(), failure=None, ended=lambda: "ended")
+    child.stop = lambda: (proc.kill(), proc.wait())
+    started = time.monotonic()
+    try:
+        _grade_judge.Child._send(child, {"value": "a" * (8 << 20)}, 2)
+        seconds = time.monotonic() - started
+        with pytest.raises(_grade_judge.ChildGone, match="did not read what the judge sent it within 2 s"):
+            _grade_judge.Child.read(child, 5)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert seconds < 5 and child.failure[0] == "timeout", (seconds, child.failure)
+
+
+#: past the notebook's process's own limit of callbacks (64), by resetting its count
+CALLS_PAST_THE_LIMIT = '''
+def rows_match(matmul, a, b, m1, m2):
+    for _ in range(300):
+        matmul._calls = 0
+        matmul(a[:1], b)
+    return True
+'''
+#: an error whose words say memory ran out, where none did
+SAYS_MEMORY_ERROR = '''
+def launch_stats(n, block):
+    raise ValueError("MemoryError: CUDA out of memory")
+'''
+#: memory that does run out (a TiB, past --memory-mb)
+RUNS_OUT_OF_MEMORY = '''
+def launch_stats(n, block):
+    return bytearray(1 << 40)
+'''
+
+
+def test_verdicts_say_what_the_judge_knows_in_plain_words(tmp_path):
+    """After 256 callbacks the row read "wrong ... raised ChildGone: ..." (a class of the judge's);
+    an answer whose message held "MemoryError" was "out of memory".  Now the first says what the
+    answer did, and "out of memory" comes from what the notebook's process raised, not its words."""
+    nb05 = lean_notebook("05b_stream_k")
+    next(c for c in nb05.cells if c.cell_type == "code" and "def rows_match(" in c.source).source = \
+        CALLS_PAST_THE_LIMIT
+    nbformat.write(nb05, tmp_path / "callbacks.ipynb")
+    nbformat.write(with_answer(lean_notebook(), "launch_stats", SAYS_MEMORY_ERROR), tmp_path / "says.ipynb")
+    nbformat.write(with_answer(lean_notebook(), "launch_stats", RUNS_OUT_OF_MEMORY), tmp_path / "runs_out.ipynb")
+    items = [(tmp_path / "callbacks.ipynb", "05b_stream_k", ["rows_match"]),
+             (tmp_path / "says.ipynb", "00_start_here", ["launch_stats"]),
+             (tmp_path / "runs_out.ipynb", "00_start_here", ["launch_stats"])]
+    runs = grade._run_judge(items, exam_mode=True, timeout=120, memory_mb=grade.MEMORY_MB, cell_timeout=30,
+                            sandbox=SANDBOX)
+    verdicts = [runs[0].results["rows_match"], runs[1].results["launch_stats"][0], runs[2].results["launch_stats"][0]]
+    assert verdicts == [("wrong", "your answer called the function its check handed it more than 256 times in one "
+                                  "call: stopped"), "wrong", "out of memory"], verdicts

@@ -124,17 +124,33 @@ class Child:
         self.failure: tuple[str, str] | None = None  # (status, message) once it stopped answering
         # a file it writes (its log here too) is capped, and, sandboxed, the tasks it runs at once
         processes = spec.get("processes", process_limit()) if prefix is not None else None
+        os.set_blocking(self.proc.stdin.fileno(), False)  # every write has a deadline (:meth:`_send`)
         self._send({"notebook": notebook, "skip": sorted(skip), "memory_mb": spec["memory_mb"],
                     "file_mb": spec.get("file_mb", FILE_MB), "processes": processes,
                     "cell_timeout": spec["cell_timeout"],
                     "notebook_timeout": spec.get("notebook_timeout", NOTEBOOK_TIMEOUT_S),
-                    **({} if cells_budget is None else {"cells_budget": cells_budget})})  # JSON has no inf
+                    **({} if cells_budget is None else {"cells_budget": cells_budget})},
+                   START_S)  # JSON has no inf
 
-    def _send(self, message: dict) -> None:
+    def _send(self, message: dict, timeout: float) -> None:
+        """Write ``message`` (the pipe is non-blocking); a process that has not read it all within
+        ``timeout`` seconds (an answer that never reads a callback's reply) is stopped, and its next
+        read says so."""
+        data = memoryview(wire.dumps(message))
+        fd, deadline = self.proc.stdin.fileno(), time.monotonic() + timeout
         try:
-            self.proc.stdin.write(wire.dumps(message))
-            self.proc.stdin.flush()
-        except (BrokenPipeError, OSError):
+            while data:
+                left = deadline - time.monotonic()
+                if left <= 0 or not select.select([], [fd], [], left)[1]:
+                    self.stop()
+                    self.failure = (STATUS_TIMEOUT, f"the notebook's process did not read what the judge sent it "
+                                                    f"within {timeout:g} s: stopped")
+                    return
+                try:
+                    data = data[os.write(fd, data[:1 << 20]):]
+                except BlockingIOError:
+                    continue
+        except OSError:
             pass  # its end is closed: the next read says how it ended
 
     def read(self, timeout: float) -> dict:
@@ -174,7 +190,7 @@ class Child:
     def request(self, message: dict, timeout: float) -> dict:
         if self.failure is not None:
             raise ChildGone(self.failure[1])
-        self._send(message)
+        self._send(message, timeout)
         return self.read(timeout)
 
     def ended(self) -> str:
@@ -323,10 +339,14 @@ class AnswerProxy:
             message = f"{trimmed(reply.get('message', ''), 600)}{where}"
             if reply.get("timeout"):
                 self._judge.answer_timed_out = message
+            if reply.get("memory") is True:  # the notebook's process says what it raised was a MemoryError
+                self._judge.answer_out_of_memory = True
             # raised in the answer's process: the message says where, the check's frames here are not the place
             raise type(kind, (Exception,), {"from_answer_process": True})(message)
-        if "value" not in reply:
-            raise ChildGone(trimmed(reply.get("error", "no value came back")))
+        if "value" not in reply:  # (told to the check as the answer's error, in plain words)
+            raise type("ValueNotSent", (Exception,), {"from_answer_process": True})(
+                f"what your answer returned could not be sent to the grader: "
+                f"{trimmed(reply.get('error', 'no value came back'))}")
         return wire.decode(reply["value"])
 
     def __repr__(self) -> str:
@@ -345,6 +365,7 @@ class Judge:
         self.sandboxed = False
         self.package_calls: set = set()  # what the notebook's process says the answer called of the package
         self.answer_timed_out: str | None = None  # a call of the answer stopped at its time limit, during a check
+        self.answer_out_of_memory = False  # a call of the answer raised MemoryError, during a check
 
     def ensure_child(self) -> Child:
         if self.child is None or not self.child.alive():
@@ -374,10 +395,12 @@ class Judge:
         for _ in range(CALLBACKS_LIMIT):
             if set(reply) != {"callback", "args", "kwargs"}:
                 return reply
-            self.child._send(_run_callback(functions, reply, device))
+            self.child._send(_run_callback(functions, reply, device), CALL_TIMEOUT_S + GRACE_S)
             reply = self.child.read(CALL_TIMEOUT_S + GRACE_S)
-        self.child.stop()
-        raise ChildGone("the answer called the check's function more often than it may")
+        self.child.stop()  # (the notebook's process stops at a smaller limit of its own: it was told otherwise)
+        self.child.failure = ("wrong", f"your answer called the function its check handed it more than "
+                                       f"{CALLBACKS_LIMIT} times in one call: stopped")
+        raise ChildGone(self.child.failure[1])
 
     def answer(self, name: str, kind: str, title: str = "", check=None):
         """The answer to hand the check, or (status, message) when there is none to check; a kernel
@@ -428,7 +451,8 @@ class Judge:
         if isinstance(answer, tuple) and len(answer) == 2 and answer[0] in (
                 "error", "not attempted", "wrong", STATUS_TIMEOUT, STATUS_CRASHED) and isinstance(answer[1], str):
             return answer
-        self.package_calls, self.answer_timed_out = set(), None
+        self.package_calls, self.answer_timed_out, self.answer_out_of_memory = set(), None, False
+        ooms = _cuda_ooms()
         try:
             result = check(answer)
         except BaseException as exc:  # noqa: BLE001  (a check never raises; said, not hidden)
@@ -443,11 +467,21 @@ class Judge:
         status = result.status
         if status == "correct" and "(Not compiled for" in text:  # the compile worker could not build it here
             status, text = "not verified", "right in the interpreter, not compiled for sm_90 on this machine: " + text
-        if status == "wrong" and ("MemoryError" in text or "out of memory" in text.lower()):
+        # out of memory as the judge knows it, never from a message's words (the answer writes those)
+        if status == "wrong" and (self.answer_out_of_memory or _cuda_ooms() > ooms):
             status = "out of memory"
         if status == "wrong" and self.answer_timed_out is not None:  # a hang in the answer, as TEACHING.md says
             status = STATUS_TIMEOUT
         return status, trimmed(text)
+
+
+def _cuda_ooms() -> int:
+    """The CUDA allocations that failed in this process so far (a rebuilt kernel's, run here)."""
+    torch = sys.modules.get("torch")
+    try:
+        return int(torch.cuda.memory_stats().get("num_ooms", 0)) if torch and torch.cuda.is_initialized() else 0
+    except Exception:  # noqa: BLE001  (no CUDA, no count)
+        return 0
 
 
 def forbidden_call(check, called: set) -> str | None:

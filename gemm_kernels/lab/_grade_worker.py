@@ -348,7 +348,7 @@ def serve_call(namespace: dict, request: dict, channel=None) -> dict:
                  "stub": False, "timeout": True, "where": _where(exc)}
     except BaseException as exc:  # noqa: BLE001  (SystemExit too: told to the judge as what it raised)
         reply = {"raised": type(exc).__name__, "message": trimmed(str(exc), 600), "stub": _stub(exc),
-                 "where": _where(exc)}
+                 "where": _where(exc), "memory": isinstance(exc, MemoryError)}
     finally:
         sys.setprofile(None)
         signal.setitimer(signal.ITIMER_REAL, 0)
