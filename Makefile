@@ -99,8 +99,10 @@ OLDEST_SKIP := $(addprefix --ignore=tests/,test_gradebook.py test_notebook_times
 test-triton-oldest: $(OLDEST_STAMP)  ## unit tests (no notebooks, no browser) on the oldest supported Triton, interpreted
 	$(OLDEST_VENV)/bin/python -m pytest -n 2 -p no:cacheprovider -m "not browser and not launch and not teach" tests $(OLDEST_SKIP) $(PYTEST_ARGS)
 
+# NO_TMA_NOTEBOOKS= runs the switch's tests alone (CI runs the notebooks without TMA in its book build instead)
+NO_TMA_NOTEBOOKS ?= notebooks
 test-no-tma: $(STAMP)  ## every notebook and the switch's tests as an Ampere/Ada learner runs them (GEMM_KERNELS_ARCH=sm_86)
-	GEMM_KERNELS_ARCH=sm_86 $(BIN)/python -m pytest -n 2 --nbmake --nbmake-timeout=600 -p no:cacheprovider notebooks tests/test_arch_switch.py $(PYTEST_ARGS)
+	GEMM_KERNELS_ARCH=sm_86 $(BIN)/python -m pytest -n 2 --nbmake --nbmake-timeout=600 -p no:cacheprovider $(NO_TMA_NOTEBOOKS) tests/test_arch_switch.py $(PYTEST_ARGS)
 
 # The GPU targets' Python: the venv's, or one that already has CUDA torch and the test tools
 # (`make test-gpu-smoke GPU_PYTHON=python3` on a machine without a network, wheels on PYTHONPATH).

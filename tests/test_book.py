@@ -617,3 +617,16 @@ def test_site_pages_in_chromium(site):
     finally:
         server.shutdown()
     assert not problems, "\n".join(problems)
+
+
+def test_execution_cache_follows_the_gpu_the_notebooks_are_told_of(tmp_path, monkeypatch):
+    """CI builds the book as a learner without TMA (GEMM_KERNELS_ARCH=sm_86): those outputs must never be
+    reused for a build with TMA, nor the other way round."""
+    root = tmp_path / "repo"
+    (root / "gemm_kernels").mkdir(parents=True)
+    (root / "images").mkdir()
+    (root / "gemm_kernels" / "kernel.py").write_text("A = 1\n")
+    monkeypatch.delenv("GEMM_KERNELS_ARCH", raising=False)
+    default = bb.fingerprint(root)
+    monkeypatch.setenv("GEMM_KERNELS_ARCH", "sm_86")
+    assert bb.fingerprint(root) != default

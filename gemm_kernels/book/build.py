@@ -208,8 +208,9 @@ def assemble(source: Path | str, *, repo_root: Path = REPO_ROOT, cache_path: Pat
 
 
 def fingerprint(repo_root: Path = REPO_ROOT) -> str:
-    """16 hex digits that change with the package's code, the committed results and the versions of
-    python, torch, triton and numpy: what a notebook's outputs depend on besides its own code."""
+    """16 hex digits that change with the package's code, the committed results, the versions of
+    python, torch, triton and numpy and the GPU the notebooks are told they run on
+    (``GEMM_KERNELS_ARCH``): what a notebook's outputs depend on besides its own code."""
     import numpy
     import torch
     import triton
@@ -220,7 +221,10 @@ def fingerprint(repo_root: Path = REPO_ROOT) -> str:
     files += sorted(p for p in (root / "images").rglob("*") if p.is_file())
     for path in files:
         digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
-    for version in (platform.python_version(), torch.__version__, triton.__version__, numpy.__version__):
+    from ..runtime import ARCH_ENV
+
+    for version in (platform.python_version(), torch.__version__, triton.__version__, numpy.__version__,
+                    os.environ.get(ARCH_ENV, "")):
         digest.update(version.encode() + b"\0")
     return digest.hexdigest()[:16]
 
