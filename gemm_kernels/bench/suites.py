@@ -808,6 +808,13 @@ def llm_linear_shapes(size_class: str) -> list[tuple[str, str, int, int, int, bo
     return shapes
 
 
+def _linear_inputs(M: int, N: int, K: int, dtype, row_major: bool, seed: int):
+    """x [M, K] and b [K, N] of a linear layer's product: b = W.t() (nn.Linear's layout) or row-major."""
+    gen = _generator(seed)
+    x = _randn((M, K), dtype, gen)
+    return x, (_randn((K, N), dtype, gen) if row_major else _randn((N, K), dtype, gen).t())
+
+
 def llm_linear_suite(settings: SuiteSettings) -> list[Case]:
     """``F.linear``'s product at token counts users call (not powers of two): cuBLAS vs every
     dense kernel of ours at default arguments; the target is on the best of ours per shape."""
@@ -816,9 +823,7 @@ def llm_linear_suite(settings: SuiteSettings) -> list[Case]:
     for dtype in _dtypes(settings, (torch.bfloat16,)):
         for model, projection, M, N, K, row_major in llm_linear_shapes(settings.size_class):
             def setup(M=M, N=N, K=K, dtype=dtype, row_major=row_major, seed=seeds()):
-                gen = _generator(seed)
-                x = _randn((M, K), dtype, gen)
-                b = _randn((K, N), dtype, gen) if row_major else _randn((N, K), dtype, gen).t()
+                x, b = _linear_inputs(M, N, K, dtype, row_major, seed)
 
                 def make(module, name, needs_tma):
                     def build():
@@ -886,9 +891,7 @@ def nn_linear_suite(settings: SuiteSettings) -> list[Case]:
     for dtype in _dtypes(settings, (torch.bfloat16,)):
         for model, projection, M, N, K, row_major in nn_linear_shapes(settings.size_class):
             def setup(M=M, N=N, K=K, dtype=dtype, row_major=row_major, seed=seeds()):
-                gen = _generator(seed)
-                x = _randn((M, K), dtype, gen)
-                b = _randn((K, N), dtype, gen) if row_major else _randn((N, K), dtype, gen).t()
+                x, b = _linear_inputs(M, N, K, dtype, row_major, seed)
                 providers = [Provider("cuBLAS", lambda: torch.matmul(x, b), ours=False), _auto_provider(x, b)]
                 return CaseData(providers, lambda: [_mm_ref(x, b)])
             layout = "b row-major" if row_major else "b = W.t()"
