@@ -462,9 +462,11 @@ def write_student_copies(src_dir: Path | str | None = None, dest_dir: Path | str
         except OSError as exc:  # one bad path costs its own copy only: the others are still written
             done.blocked[target] = " ".join(str(exc).split())
             continue
-        if raw is None and class_info is not None:  # new to a class release: a class copy (its wheel), never
+        if raw is None and class_info is not None:
+            # new to a class release: a class copy, installing the class's wheel (a public copy's set-up
+            # cell would install the package with every answer in it)
             text = nbformat.writes(as_class_copy(nbformat.reads(text, as_version=4), class_info)) + "\n"
-            done.added_to_class.append(target)  # one that installs the public package and its answers
+            done.added_to_class.append(target)
         if raw is not None and raw != text.encode("utf-8"):
             mine, fresh = _read_copy(target, raw), nbformat.reads(text, as_version=4)
             if isinstance(mine, str):
@@ -513,7 +515,7 @@ def _class_of(dest: Path) -> dict | None:
         except Exception:  # noqa: BLE001  (an unreadable copy is reported by the loop, not here)
             continue
         info = (copy_record(nb) or {}).get("class")
-        if isinstance(info, dict):
+        if isinstance(info, dict) and all(isinstance(info.get(k), str) for k in ("banner", "install", "colab")):
             return info
     return None
 
