@@ -17,13 +17,15 @@ from gemm_kernels.lab.exercises.start_here import check_launch_stats
 
 
 @pytest.mark.parametrize("value, expected", [(5, 5), (5.0, 5), (np.int64(3), 3), (torch.tensor(4), 4),
-                                             (torch.tensor([2]), 2), (True, 1), (np.float32(3.0), 3)])
+                                             (torch.tensor([2]), 2), (True, 1), (np.float32(3.0), 3),
+                                             (np.array(4), 4), (np.array([4]), 4), (np.array([[4.0]]), 4)])
 def test_whole_numbers_are_read(value, expected):
     assert whole(value) == expected and type(whole(value)) is int
 
 
 @pytest.mark.parametrize("value", [4.9, "5", torch.tensor(4.5), np.float64(2.5), None, [1], torch.tensor([1, 2]),
-                                   float("nan"), float("inf")])
+                                   float("nan"), float("inf"), np.array([1, 2]), np.array(2.5),
+                                   np.array(["5"])])
 def test_anything_else_is_refused(value):
     with pytest.raises((ValueError, TypeError)):
         whole(value)
@@ -46,6 +48,14 @@ def test_launch_stats_answers_that_int_would_round_are_wrong(name):
 def test_right_answers_in_other_integer_types_still_pass():
     assert check_launch_stats(lambda n, block: (np.int64(-(-n // block)), float(-n % block))).status == "correct"
     assert check_launch_stats(lambda n, block: (math.ceil(n / block), -n % block)).status == "correct"
+
+
+def test_a_right_answer_as_numpy_arrays_passes():
+    """An adversary's review: one-element numpy arrays were refused where one-element tensors passed."""
+    def launch_stats(n, block):
+        programs = np.array(-(-n // block))
+        return programs, programs * block - n
+    assert check_launch_stats(launch_stats).status == "correct"
 
 
 def test_other_counting_exercises_refuse_fractions():

@@ -685,11 +685,13 @@ def answer_array(value, shape, dtype=None) -> np.ndarray:
 
 def whole(value) -> int:
     """A count or an index from the learner's answer, as an int: a Python or numpy integer, a
-    one-element tensor or a float with no fraction (``np.ceil``'s 5.0).  ValueError for
+    one-element tensor or numpy array, or a float with no fraction (``np.ceil``'s 5.0).  ValueError for
     anything else: ``int()`` would truncate 4.9 (the float division the exercises warn of) to 4 and
     read the string "5" as 5."""
     if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_complex():
         value = value.item()
+    if isinstance(value, np.ndarray) and value.size == 1 and value.dtype.kind in "biuf":
+        value = value.reshape(()).item()
     if isinstance(value, np.generic):
         value = value.item()
     if isinstance(value, int):  # a bool too: a phase of 0 or 1
