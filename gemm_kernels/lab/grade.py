@@ -510,8 +510,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cell-timeout", type=float, default=CELL_TIMEOUT_S,
                         help=f"seconds one cell of a notebook may run (default {CELL_TIMEOUT_S})")
     parser.add_argument("--notebook-timeout", type=float, default=NOTEBOOK_TIMEOUT_S,
-                        help=f"seconds all the cells of a notebook may run together, over every run (default "
-                             f"{NOTEBOOK_TIMEOUT_S}); the cells left when they are spent are left out")
+                        help=f"seconds all the cells of a notebook may run together, over the runs that leave out a "
+                             f"stopped cell (default {NOTEBOOK_TIMEOUT_S}); the cells left when they are spent are "
+                             "left out. An answer that ends its process starts the notebook again, with a fresh "
+                             "budget, for the next exercise")
     parser.add_argument("--memory-mb", type=int, default=MEMORY_MB,
                         help=f"memory cap of each notebook's process in MiB, 0 for none (default {MEMORY_MB})")
     parser.add_argument("--jobs", type=int, default=1,
