@@ -229,7 +229,8 @@ def start_child(notebook: dict, skip: dict, spec: dict, workdir: str, emit) -> C
     """A notebook's process with every cell run: cells that outlive their limit from outside, or
     end the process, are left out (``skip``: cell -> (status, message)) and the cells run again (at
     most :data:`MAX_RUNS` times), all of them within the notebook's budget (``notebook_timeout``: the
-    cells' seconds over every run of this start; what is left when it is spent is left out; a later start, after an answer ended the process, gets a budget of its own).
+    cells' seconds over every run of this start; what is left when it is spent is left out; a later
+    start, after an answer ended the process, gets a budget of its own).
 
     Its deadlines are its own: a process's start-up (no cell of the notebook has run yet) gets
     :data:`START_S`; from its first message on, the cells end with the budget (and :data:`GRACE_S`),
