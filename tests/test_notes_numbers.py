@@ -1178,3 +1178,59 @@ def test_perf_notes_50_quotes_its_clocks_and_counters():
     # the hypothesis' arithmetic: same work per SM, cooperative rate 1.0 against ping-pong 64x256's 0.82
     from gemm_kernels.models.tiles import WS_TILES
     assert round(100 * (1 - WS_TILES["pingpong_64x256"][2] / WS_TILES["cooperative"][2])) == 18
+
+
+def test_perf_notes_51_quotes_its_tile_sweep():
+    """PERF_NOTES 51: the 128 x 128 cooperative tile on the nn-linear rows of matmul_ws (images/bench/entry51)."""
+    from gemm_kernels.models import tiles
+
+    notes = re.sub(r"\s+", " ", PERF_NOTES.read_text(encoding="utf-8"))
+    rows = list(csv.DictReader((BENCH / "entry51" / "tiles51.csv").open()))
+    shapes = {}
+    for r in rows:
+        shapes.setdefault((r["model"], r["projection"], int(r["M"]), int(r["N"]), int(r["K"])), {})[r["provider"]] = r
+    assert len(shapes) == 48 and all(len(p) == 8 for p in shapes.values())
+    assert max(float(r["rel_err"]) for r in rows) < 0.0017 and "none over 0.0017 relative error" in notes
+    spreads = sorted(float(r["spread"]) for r in rows)
+    assert f"median spread of a provider's three rounds was {100 * spreads[len(spreads) // 2]:.1f}%" in notes
+    ms = {k: {n: float(r["ms"]) for n, r in p.items()} for k, p in shapes.items()}
+    vs = {k: {n: t["cuBLAS"] / v for n, v in t.items()} for k, t in ms.items()}
+    ours = ("cooperative", "coop_128x128", "pingpong", "pingpong_64x256", "pingpong_64x128", "cooperative_256x128")
+    qwen_o = vs["Qwen3-32B", "O", 257, 5120, 8192]
+    assert (f"128 x 128 cooperative tile ran at {qwen_o['coop_128x128']:.3f}x cuBLAS, below the 64 x 256 ping-pong "
+            f"tile's {qwen_o['pingpong_64x256']:.3f}x") in notes
+    assert shapes["Qwen3-32B", "O", 257, 5120, 8192]["auto"]["rule_pick"] == "pingpong_64x256"
+    sides = {n: (tiles.WS_TILES.get(n) or {"coop_128x128": (128, 128), "pingpong": (128, 128),
+                                          "cooperative_256x128": (256, 128)}[n])[:2] for n in ours}
+
+    def work(name, M, N):  # the busiest SM's products, as tiles.ws_tile_cost counts them (rate 1)
+        r, c = sides[name]
+        return tiles.cdiv(tiles.cdiv(M, r) * tiles.cdiv(N, c), 132) * r * c
+
+    rate = sorted((work("coop_128x128", M, N) / t["coop_128x128"]) / (work("cooperative", M, N) / t["cooperative"])
+                  for (_, _, M, N, _), t in ms.items())
+    assert f"median {rate[len(rate) // 2]:.3f}, from {rate[0]:.3f} to {rate[-1]:.3f}" in notes
+    wins = [k for k, t in ms.items() if min(ours, key=t.get) == "coop_128x128"]
+    assert f"fastest of our tiles on {len(wins)} rows of 48" in notes
+    ds, qq = vs["DeepSeek-V3", "QKV (q_a+kv_a)", 777, 2112, 7168], vs["Qwen3-32B", "QKV", 127, 10240, 5120]
+    assert (f"{ds['coop_128x128']:.3f}x cuBLAS, against {ds['auto']:.3f}x for `matmul_auto` (64 x 256 ping-pong) and "
+            f"{ds['cooperative']:.3f}x for 128 x 256") in notes
+    assert f"5120): {qq['coop_128x128']:.3f}x against {qq['auto']:.3f}x" in notes
+
+    def geo(pick):
+        return _geomean([vs[k][pick(k)] for k in vs])
+
+    with_new = {**tiles.WS_TILES, "coop_128x128": (128, 128, round(rate[len(rate) // 2], 3))}
+    rule = geo(lambda k: tiles.ws_default_tile(k[2], k[3], num_sms=132))
+    rule_new = geo(lambda k: tiles.ws_default_tile(k[2], k[3], num_sms=132, tiles=with_new))
+    old_oracle = geo(lambda k: max((n for n in ours if n != "coop_128x128"), key=vs[k].get))
+    oracle = geo(lambda k: max(ours, key=vs[k].get))
+    changed = sum(tiles.ws_default_tile(k[2], k[3], num_sms=132) != tiles.ws_default_tile(k[2], k[3], num_sms=132,
+                                                                                          tiles=with_new) for k in vs)
+    low = min(vs[k][tiles.ws_default_tile(k[2], k[3], num_sms=132, tiles=with_new)] for k in vs)
+    assert (f"`matmul_auto` {geo(lambda k: 'auto'):.3f}x; the tile `ws_default_tile` picks, unsplit, {rule:.3f}x; the "
+            f"best of the old tiles per row (an oracle) {old_oracle:.3f}x; with the new tile too, {oracle:.3f}x") in notes
+    assert f"rule's picks reach {rule_new:.3f}x ({changed} picks change); the minimum stays {low:.3f}x" in notes
+    assert f"the cost rule is within {100 * (1 - rule / oracle):.1f}% of it" in notes
+    assert f"it would gain {100 * (rule_new / rule - 1):.1f}% in geomean" in notes
+    assert (tiles.cdiv(777, 128), tiles.cdiv(777, 64), tiles.cdiv(127, 128), tiles.cdiv(127, 64)) == (7, 13, 1, 2)
