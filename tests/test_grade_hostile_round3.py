@@ -316,3 +316,34 @@ def test_verdicts_say_what_the_judge_knows_in_plain_words(tmp_path):
     verdicts = [runs[0].results["rows_match"], runs[1].results["launch_stats"][0], runs[2].results["launch_stats"][0]]
     assert verdicts == [("wrong", "your answer called the function its check handed it more than 256 times in one "
                                   "call: stopped"), "wrong", "out of memory"], verdicts
+
+
+def test_the_memory_cap_counts_from_the_process_start_up():
+    """On an H200 every notebook of the grader's GPU tests read "failed to map segment from shared
+    object": the cap (1 GiB there) counted the CUDA context's own 1.4 GiB, so no library could load.
+    The cap is now what the process may take beyond its start-up (:func:`_grade_worker.start_cuda`
+    makes the context first where a GPU is visible); a notebook filling memory still stops at it."""
+    import subprocess
+    import sys
+
+    script = '''
+import resource, torch
+from gemm_kernels.lab._grade_worker import cap_memory, data_mb, start_cuda
+start_cuda()
+before = data_mb()
+cap_memory(256)
+print(before, resource.getrlimit(resource.RLIMIT_DATA)[0] >> 20)
+keep = bytearray(64 << 20)  # well inside the cap
+try:
+    more = bytearray(512 << 20)
+except MemoryError:
+    print("MemoryError")
+'''
+    package_parent = str(Path(grade.__file__).resolve().parents[2])
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=300, cwd="/",
+                          env={**os.environ, "PYTHONPATH": package_parent})
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    first, last = done.stdout.decode().split("\n")[:2]
+    before, limit = map(int, first.split())
+    assert before > 100 and before + 256 <= limit <= before + 256 + 8  # torch's own segment, then 256 MiB more
+    assert last == "MemoryError"

@@ -42,7 +42,7 @@ from pathlib import Path
 from . import _grade_wire as wire
 from ._sandbox import (WRITABLE_MB, child_environment, process_limit, sandbox_available,  # noqa: F401
                        sandbox_prefix, sandbox_problem)
-from ._grade_worker import FILE_MB, HIDDEN_MODULES, cap_memory, trimmed
+from ._grade_worker import FILE_MB, HIDDEN_MODULES, cap_memory, start_cuda, trimmed
 from .gradebook import read_notebook
 
 #: seconds a notebook's process may take to start (imports) before its first cell
@@ -544,6 +544,8 @@ def main(argv: list[str]) -> int:
     its own).  Each event names its notebook (``"notebook": index``)."""
     report = os.fdopen(int(argv[0]), "w", buffering=1)
     spec = json.loads(argv[1])
+    if int(spec.get("judge_memory_mb", 0)) > 0:
+        start_cuda()
     cap_memory(int(spec.get("judge_memory_mb", 0)))
     notebooks = spec.pop("notebooks", None) or [spec]
     try:

@@ -40,11 +40,43 @@ MESSAGE_LIMIT = 300
 HIDDEN_MODULES = ("gemm_kernels.lab.exercises", "gemm_kernels.lab.nbgrader_markup")
 
 
+def data_mb() -> int:
+    """MiB of this process's data segment now (``VmData``; 0 where ``/proc`` does not say)."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmData:"):
+                    return int(line.split()[1]) >> 10
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def start_cuda() -> None:
+    """Where a CUDA GPU is visible: its context, cuBLAS and Triton's launcher helpers, made now,
+    before :func:`cap_memory`, so the cap counts what the notebook takes and not what CUDA maps for
+    itself (about 1.4 GiB of data segment; under a 1 GiB cap counted from the start, no shared
+    library could load).  Anything that fails here is left for the cells to meet."""
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            return
+        x = torch.ones(8, 8, device="cuda")
+        (x @ x).sum().item()
+        import triton
+
+        triton.runtime.driver.active.utils  # noqa: B018  (compiles and loads Triton's CUDA helpers)
+    except Exception:  # noqa: BLE001
+        pass
+
+
 def cap_memory(megabytes: int) -> None:
     """Cap this process's data segment (RLIMIT_DATA; a CUDA context reserves far more address space
-    than it uses, so not RLIMIT_AS) at ``megabytes`` (0: none) and write no core files."""
+    than it uses, so not RLIMIT_AS) at ``megabytes`` (0: none) beyond what it holds now (Python,
+    torch, and a CUDA context made by :func:`start_cuda`), and write no core files."""
     if megabytes > 0:
-        limit = megabytes << 20
+        limit = (data_mb() + megabytes) << 20
         resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
@@ -392,6 +424,8 @@ def main() -> int:
 
     setup = wire.loads(requests.readline())
     file_mb = int(setup.get("file_mb", FILE_MB))
+    if int(setup.get("memory_mb", 0)) > 0:
+        start_cuda()
     cap_resources(int(setup.get("memory_mb", 0)), file_mb, setup.get("processes"))
     install_standins()
     namespace = {"__name__": "__main__"}

@@ -61,7 +61,8 @@ KERNEL_KINDS = {"axpy": "launcher", "transpose": "launcher", "my_matmul": "launc
 TIMEOUT_S = 300
 #: seconds one cell of the notebook may run (a top-level endless loop costs this, once)
 CELL_TIMEOUT_S = 30
-#: the worker's data segment, in MiB (torch and the checks take about 300, with a CUDA context about 1,400)
+#: MiB of data segment a notebook's process (and its judge) may take beyond its start-up: Python,
+#: torch (about 300 MiB) and, on a GPU, a CUDA context (about 1,400), made before the cap is set
 MEMORY_MB = 4096
 #: seconds a worker that reported everything may take to exit
 _EXIT_GRACE_S = 10
@@ -515,7 +516,8 @@ def main(argv: list[str] | None = None) -> int:
                              "left out. An answer that ends its process starts the notebook again, with a fresh "
                              "budget, for the next exercise")
     parser.add_argument("--memory-mb", type=int, default=MEMORY_MB,
-                        help=f"memory cap of each notebook's process in MiB, 0 for none (default {MEMORY_MB})")
+                        help=f"memory each notebook's process may take in MiB beyond its start-up (Python, torch, "
+                             f"a CUDA context), 0 for no cap (default {MEMORY_MB})")
     parser.add_argument("--jobs", type=int, default=1,
                         help="notebooks graded at once: one judge each, taking its share in turn (default 1)")
     parser.add_argument("--no-sandbox", action="store_true",
