@@ -54,9 +54,10 @@ def data_mb() -> int:
 
 def start_cuda() -> None:
     """Where a CUDA GPU is visible: its context, cuBLAS and Triton's launcher helpers, made now,
-    before :func:`cap_memory`, so the cap counts what the notebook takes and not what CUDA maps for
-    itself (about 1.4 GiB of data segment; under a 1 GiB cap counted from the start, no shared
-    library could load).  Anything that fails here is left for the cells to meet."""
+    before :func:`cap_memory`, so the cap counts what the notebook takes and not what torch's CUDA
+    build and the context hold (on an H100, 1350 MiB of data segment after importing torch and triton,
+    1472 with the context: ``images/bench/gpu_checks/``; a 1 GiB cap counted from the start let no
+    shared library load).  Anything that fails here is left for the cells to meet."""
     try:
         import torch
 

@@ -61,8 +61,8 @@ KERNEL_KINDS = {"axpy": "launcher", "transpose": "launcher", "my_matmul": "launc
 TIMEOUT_S = 300
 #: seconds one cell of the notebook may run (a top-level endless loop costs this, once)
 CELL_TIMEOUT_S = 30
-#: MiB of data segment a notebook's process (and its judge) may take beyond its start-up: Python,
-#: torch (about 300 MiB) and, on a GPU, a CUDA context (about 1,400), made before the cap is set
+#: MiB of data segment a notebook's process (and its judge) may take beyond its start-up, made before
+#: the cap is set: Python and torch (about 220 MiB with a CPU build, 1,470 with the CUDA build and context)
 MEMORY_MB = 4096
 #: seconds a worker that reported everything may take to exit
 _EXIT_GRACE_S = 10
