@@ -1234,3 +1234,30 @@ def test_perf_notes_51_quotes_its_tile_sweep():
     assert f"the cost rule is within {100 * (1 - rule / oracle):.1f}% of it" in notes
     assert f"it would gain {100 * (rule_new / rule - 1):.1f}% in geomean" in notes
     assert (tiles.cdiv(777, 128), tiles.cdiv(777, 64), tiles.cdiv(127, 128), tiles.cdiv(127, 64)) == (7, 13, 1, 2)
+
+
+def test_perf_notes_51_operand_term_moves_no_pick():
+    """PERF_NOTES 51's last paragraph: a cost term for the operand bytes, rates refitted, leaves the picks' geomean."""
+    from gemm_kernels.models import tiles
+
+    notes = re.sub(r"\s+", " ", PERF_NOTES.read_text(encoding="utf-8"))
+    ms = {}
+    for r in csv.DictReader((BENCH / "entry51" / "tiles51.csv").open()):
+        ms.setdefault((int(r["M"]), int(r["N"]), r["model"], r["projection"]), {})[r["provider"]] = float(r["ms"])
+    sides = {"cooperative": (128, 256), "pingpong_64x256": (64, 256), "pingpong_64x128": (64, 128),
+             "coop_128x128": (128, 128)}
+
+    def cost(name, M, N, w):
+        r, c = sides[name]
+        return tiles.cdiv(tiles.cdiv(M, r) * tiles.cdiv(N, c), 132) * (r * c + w * (r + c))
+
+    results = set()
+    for w in (0, 8, 16, 32, 64, 128):
+        rates = {}
+        for name in sides:
+            per_row = sorted((cost(name, M, N, w) / t[name]) / (cost("cooperative", M, N, w) / t["cooperative"])
+                             for (M, N, *_), t in ms.items())
+            rates[name] = per_row[len(per_row) // 2]
+        picks = [min(sides, key=lambda n: cost(n, M, N, w) / rates[n]) for (M, N, *_) in ms]
+        results.add(round(_geomean([t["cuBLAS"] / t[p] for t, p in zip(ms.values(), picks)]), 3))
+    assert len(results) == 1 and f"the same {results.pop():.3f}x" in notes
