@@ -348,3 +348,76 @@ except MemoryError:
     before, limit = map(int, first.split())
     assert before > 100 and before + 256 <= limit <= before + 256 + 8  # torch's own segment, then 256 MiB more
     assert last == "MemoryError"
+
+
+def test_a_notebooks_process_with_a_larger_start_up_can_set_its_cap():
+    """The judge caps itself soft only: a notebook's process it starts, holding more at its start-up
+    (a notebook with plots), then sets its own cap; in a user namespace, as for any user but root,
+    raising the inherited hard limit failed ("not allowed to raise maximum limit") and every
+    exercise read a set-up error.  A hard limit from outside is kept: the cap never goes above it."""
+    import subprocess
+    import sys
+
+    script = '''
+import resource, subprocess, sys
+from gemm_kernels.lab._grade_worker import cap_memory, data_mb
+child = """
+import resource
+from gemm_kernels.lab._grade_worker import cap_memory, data_mb
+held = bytearray(96 << 20)  # a larger start-up than the judge's
+base = data_mb()
+cap_memory(256)
+soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
+print(base, soft >> 20, hard >> 20)
+"""
+for soft_only in (True, False):
+    cap_memory(256, soft_only=soft_only) if soft_only else None
+    if not soft_only:
+        limit = resource.getrlimit(resource.RLIMIT_DATA)[0]
+        resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))  # a hard limit from outside
+    done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True)
+    print(done.returncode, done.stdout.strip(), done.stderr.strip()[-300:], flush=True)
+'''
+    from gemm_kernels.lab._sandbox import sandbox_available
+
+    if not sandbox_available():
+        pytest.skip("no user namespace here (the grader's sandbox needs one too)")
+    package_parent = str(Path(grade.__file__).resolve().parents[2])
+    done = subprocess.run(["unshare", "--user", "--map-root-user", "--", sys.executable, "-c", script],
+                          capture_output=True, timeout=300, cwd="/", env={**os.environ, "PYTHONPATH": package_parent})
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    first, second = done.stdout.decode().strip().split("\n")
+    rc, base, soft, hard = map(int, first.split()[:4])
+    assert rc == 0 and base + 256 <= soft == hard <= base + 256 + 8, first
+    rc, base, soft, hard = map(int, second.split()[:4])
+    assert rc == 0 and soft == hard < base + 256, second  # clamped to the hard limit it inherited
+
+
+def test_a_cell_freeing_the_notebooks_copy_gains_no_memory():
+    """The cap was measured after the notebook was read: a cell that emptied the worker's copy of a
+    large notebook (its own markdown) then had that much more room.  Now the start-up is measured
+    before the notebook arrives.  The worker alone, fed its set-up line as the judge sends it."""
+    import subprocess
+    import sys
+
+    from gemm_kernels.lab import _grade_wire as wire
+
+    free_then_take = '''
+import gc, sys
+frame = sys._getframe()
+while frame is not None and "setup" not in frame.f_locals:
+    frame = frame.f_back
+for cell in frame.f_locals["setup"]["notebook"]["cells"]:
+    cell["source"] = ""  # the 160 MiB of markdown, freed
+gc.collect()
+taken = bytearray(128 << 20)
+'''
+    notebook = {"cells": [{"cell_type": "markdown", "source": "x" * (160 << 20)},
+                          {"cell_type": "code", "source": free_then_take}]}
+    setup = {"notebook": notebook, "memory_mb": 96, "cell_timeout": 60, "cells_budget": 120, "skip": []}
+    package_parent = str(Path(grade.__file__).resolve().parents[2])
+    done = subprocess.run([sys.executable, "-m", "gemm_kernels.lab._grade_worker"], input=wire.dumps(setup),
+                          capture_output=True, timeout=300, cwd="/", env={**os.environ, "PYTHONPATH": package_parent})
+    replies = [wire.loads(line) for line in done.stdout.splitlines() if line.strip()]
+    ready = next(r for r in replies if r.get("ready"))
+    assert any("MemoryError" in e for e in ready["errors"]), (ready, done.stderr.decode()[-500:])

@@ -546,7 +546,7 @@ def main(argv: list[str]) -> int:
     spec = json.loads(argv[1])
     if int(spec.get("judge_memory_mb", 0)) > 0:
         start_cuda()
-    cap_memory(int(spec.get("judge_memory_mb", 0)))
+    cap_memory(int(spec.get("judge_memory_mb", 0)), soft_only=True)
     notebooks = spec.pop("notebooks", None) or [spec]
     try:
         for index, one in enumerate(notebooks):

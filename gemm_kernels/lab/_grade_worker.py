@@ -72,13 +72,18 @@ def start_cuda() -> None:
         pass
 
 
-def cap_memory(megabytes: int) -> None:
-    """Cap this process's data segment (RLIMIT_DATA; a CUDA context reserves far more address space
-    than it uses, so not RLIMIT_AS) at ``megabytes`` (0: none) beyond what it holds now (Python,
-    torch, and a CUDA context made by :func:`start_cuda`), and write no core files."""
+def cap_memory(megabytes: int, *, base_mb: int | None = None, soft_only: bool = False) -> None:
+    """Cap this process's data segment (RLIMIT_DATA: its private memory; a CUDA context reserves far
+    more address space than it uses, so not RLIMIT_AS) at ``megabytes`` (0: none) beyond ``base_mb``
+    (default: what it holds now: Python, torch, a CUDA context made by :func:`start_cuda`), never
+    above the hard limit it inherited; write no core files.  ``soft_only``: leave the hard limit as
+    it is (the judge's, so a notebook's process it starts, whose start-up may be larger, can set its
+    own: in a user namespace no process may raise a hard limit)."""
     if megabytes > 0:
-        limit = (data_mb() + megabytes) << 20
-        resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
+        limit = ((data_mb() if base_mb is None else base_mb) + megabytes) << 20
+        hard = resource.getrlimit(resource.RLIMIT_DATA)[1]
+        limit = limit if hard == resource.RLIM_INFINITY else min(limit, hard)
+        resource.setrlimit(resource.RLIMIT_DATA, (limit, hard if soft_only else limit))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 
@@ -92,11 +97,12 @@ def _lower(kind: int, value: int) -> None:
     resource.setrlimit(kind, (value, value))
 
 
-def cap_resources(memory_mb: int, file_mb: int = FILE_MB, processes: int | None = None) -> None:
+def cap_resources(memory_mb: int, file_mb: int = FILE_MB, processes: int | None = None, *,
+                  base_mb: int | None = None) -> None:
     """:func:`cap_memory`, every file written at most ``file_mb`` MiB (0: no cap; the write past it
     raises OSError "File too large", SIGXFSZ being ignored) and at most ``processes`` tasks of this
     user at once, threads included (RLIMIT_NPROC, which the kernel does not apply to root)."""
-    cap_memory(memory_mb)
+    cap_memory(memory_mb, base_mb=base_mb)
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     if file_mb > 0:
         _lower(resource.RLIMIT_FSIZE, file_mb << 20)
@@ -423,17 +429,18 @@ def main() -> int:
     def send(**message):
         replies.write(wire.dumps(message))
 
+    started = time.monotonic()  # the cells' budget counts the start-up, as the judge's does
+    start_cuda()
+    start_up_mb = data_mb()  # before the notebook is read: a cell freeing that copy gains no room
     setup = wire.loads(requests.readline())
     file_mb = int(setup.get("file_mb", FILE_MB))
-    if int(setup.get("memory_mb", 0)) > 0:
-        start_cuda()
-    cap_resources(int(setup.get("memory_mb", 0)), file_mb, setup.get("processes"))
+    cap_resources(int(setup.get("memory_mb", 0)), file_mb, setup.get("processes"), base_mb=start_up_mb)
     install_standins()
     namespace = {"__name__": "__main__"}
     errors = []
     skip = set(setup.get("skip", []))
     # all cells together: what the judge has left of the notebook's budget (its runs before this one spent the rest)
-    budget_end = time.monotonic() + float(setup.get("cells_budget", float("inf")))
+    budget_end = started + float(setup.get("cells_budget", float("inf")))
     for index, cell in enumerate(setup["notebook"]["cells"]):
         if cell.get("cell_type") != "code":
             continue

@@ -516,8 +516,9 @@ def main(argv: list[str] | None = None) -> int:
                              "left out. An answer that ends its process starts the notebook again, with a fresh "
                              "budget, for the next exercise")
     parser.add_argument("--memory-mb", type=int, default=MEMORY_MB,
-                        help=f"memory each notebook's process may take in MiB beyond its start-up (Python, torch, "
-                             f"a CUDA context), 0 for no cap (default {MEMORY_MB})")
+                        help=f"private memory (RLIMIT_DATA) in MiB that each notebook's process, and its judge, may "
+                             f"take beyond its start-up (Python, torch, a CUDA context), 0 for no cap "
+                             f"(default {MEMORY_MB})")
     parser.add_argument("--jobs", type=int, default=1,
                         help="notebooks graded at once: one judge each, taking its share in turn (default 1)")
     parser.add_argument("--no-sandbox", action="store_true",
