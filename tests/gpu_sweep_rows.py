@@ -1,5 +1,6 @@
 """What the GPU sweep scripts (``gpu_splitk_sweep.py``, ``gpu_ws_tiles_sweep.py``) share: one
-timed row, checked against float64 first, and the CSV they write after every shape."""
+timed row, checked against float64 first, and the CSV they write after every shape (which
+``gpu_ws_nn_linear_tiles.py`` writes with too)."""
 
 import csv
 

@@ -3,14 +3,19 @@
 ``OUT=DIR python tests/gpu_ws_nn_linear_tiles.py [SECONDS]``.  bf16, do_bench medians (L2 flushed)
 of 3 interleaved rounds, each output's error against float64 recorded; rows at 257, 777 and 2049
 tokens first, stopping after SECONDS.  Writes DIR/tiles51.csv; PERF_NOTES entry 51 reads it."""
-import csv, os, statistics, sys, time
+import os
+import statistics
+import sys
+import time
 
 import torch
 import triton
 
+from gemm_kernels import matmul_auto
 from gemm_kernels.bench import suites
 from gemm_kernels.kernels import matmul_ws as mw
-from gemm_kernels import matmul_auto
+from gemm_kernels.models.tiles import ws_default_tile
+from gpu_sweep_rows import write_rows
 
 OUT = os.environ.get("OUT", ".")
 CANDIDATES = {
@@ -58,7 +63,6 @@ for i, (model, proj, M, N, K, row_major) in enumerate(shapes):
         for n, f in fns.items():
             times[n].append(triton.testing.do_bench(f, warmup=10, rep=40, return_mode="median"))
     med = {n: statistics.median(t) for n, t in times.items()}
-    from gemm_kernels.models.tiles import ws_default_tile
     pick = ws_default_tile(M, N, num_sms=torch.cuda.get_device_properties(0).multi_processor_count)
     for n in fns:
         rows.append(dict(model=model, projection=proj, M=M, N=N, K=K, layout="row" if row_major else "Wt",
@@ -68,8 +72,5 @@ for i, (model, proj, M, N, K, row_major) in enumerate(shapes):
     print(f"{model[:12]:12} {proj[:7]:7} {M:5} {N:6} {K:6} auto {med['cuBLAS']/med['auto']:.3f} "
           f"best {best} {med['cuBLAS']/med[best]:.3f} coop128 {med['cuBLAS']/med.get('coop_128x128', 1e9):.3f} "
           f"pick {pick}", flush=True)
-    with open(os.path.join(OUT, "tiles51.csv"), "w", newline="") as fh:  # after every row: a timeout keeps them
-        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
+    write_rows(os.path.join(OUT, "tiles51.csv"), list(rows[0]), rows)  # after every row: a timeout keeps them
 print("rows", len(rows), "seconds", round(time.time() - start))

@@ -1180,31 +1180,41 @@ def test_perf_notes_50_quotes_its_clocks_and_counters():
     assert round(100 * (1 - WS_TILES["pingpong_64x256"][2] / WS_TILES["cooperative"][2])) == 18
 
 
+#: rows and columns of every tile PERF_NOTES 51 timed (matmul_ws.CONFIGS, and the 128 x 128 cooperative one)
+ENTRY51_SIDES = {"cooperative": (128, 256), "coop_128x128": (128, 128), "pingpong": (128, 128),
+                 "pingpong_64x256": (64, 256), "pingpong_64x128": (64, 128), "cooperative_256x128": (256, 128)}
+
+
+def _entry51_shapes() -> dict:
+    """images/bench/entry51/tiles51.csv by (model, projection, M, N, K), then provider: its CSV row."""
+    shapes = {}
+    for r in csv.DictReader((BENCH / "entry51" / "tiles51.csv").open()):
+        shapes.setdefault((r["model"], r["projection"], int(r["M"]), int(r["N"]), int(r["K"])), {})[r["provider"]] = r
+    return shapes
+
+
 def test_perf_notes_51_quotes_its_tile_sweep():
     """PERF_NOTES 51: the 128 x 128 cooperative tile on the nn-linear rows of matmul_ws (images/bench/entry51)."""
     from gemm_kernels.models import tiles
 
     notes = re.sub(r"\s+", " ", PERF_NOTES.read_text(encoding="utf-8"))
-    rows = list(csv.DictReader((BENCH / "entry51" / "tiles51.csv").open()))
-    shapes = {}
-    for r in rows:
-        shapes.setdefault((r["model"], r["projection"], int(r["M"]), int(r["N"]), int(r["K"])), {})[r["provider"]] = r
+    shapes = _entry51_shapes()
+    rows = [r for p in shapes.values() for r in p.values()]
     assert len(shapes) == 48 and all(len(p) == 8 for p in shapes.values())
     assert max(float(r["rel_err"]) for r in rows) < 0.0017 and "none over 0.0017 relative error" in notes
     spreads = sorted(float(r["spread"]) for r in rows)
     assert f"median spread of a provider's three rounds was {100 * spreads[len(spreads) // 2]:.1f}%" in notes
     ms = {k: {n: float(r["ms"]) for n, r in p.items()} for k, p in shapes.items()}
     vs = {k: {n: t["cuBLAS"] / v for n, v in t.items()} for k, t in ms.items()}
-    ours = ("cooperative", "coop_128x128", "pingpong", "pingpong_64x256", "pingpong_64x128", "cooperative_256x128")
+    ours = tuple(ENTRY51_SIDES)
     qwen_o = vs["Qwen3-32B", "O", 257, 5120, 8192]
     assert (f"128 x 128 cooperative tile ran at {qwen_o['coop_128x128']:.3f}x cuBLAS, below the 64 x 256 ping-pong "
             f"tile's {qwen_o['pingpong_64x256']:.3f}x") in notes
     assert shapes["Qwen3-32B", "O", 257, 5120, 8192]["auto"]["rule_pick"] == "pingpong_64x256"
-    sides = {n: (tiles.WS_TILES.get(n) or {"coop_128x128": (128, 128), "pingpong": (128, 128),
-                                          "cooperative_256x128": (256, 128)}[n])[:2] for n in ours}
+    assert all(tiles.WS_TILES[n][:2] == ENTRY51_SIDES[n] for n in tiles.WS_TILES)
 
     def work(name, M, N):  # the busiest SM's products, as tiles.ws_tile_cost counts them (rate 1)
-        r, c = sides[name]
+        r, c = ENTRY51_SIDES[name]
         return tiles.cdiv(tiles.cdiv(M, r) * tiles.cdiv(N, c), 132) * r * c
 
     rate = sorted((work("coop_128x128", M, N) / t["coop_128x128"]) / (work("cooperative", M, N) / t["cooperative"])
@@ -1242,11 +1252,8 @@ def test_perf_notes_51_operand_term_moves_no_pick():
     from gemm_kernels.models import tiles
 
     notes = re.sub(r"\s+", " ", PERF_NOTES.read_text(encoding="utf-8"))
-    ms = {}
-    for r in csv.DictReader((BENCH / "entry51" / "tiles51.csv").open()):
-        ms.setdefault((int(r["M"]), int(r["N"]), r["model"], r["projection"]), {})[r["provider"]] = float(r["ms"])
-    sides = {"cooperative": (128, 256), "pingpong_64x256": (64, 256), "pingpong_64x128": (64, 128),
-             "coop_128x128": (128, 128)}
+    ms = {k: {n: float(r["ms"]) for n, r in p.items()} for k, p in _entry51_shapes().items()}
+    sides = {n: ENTRY51_SIDES[n] for n in ("cooperative", "pingpong_64x256", "pingpong_64x128", "coop_128x128")}
 
     def cost(name, M, N, w):
         r, c = sides[name]
@@ -1257,8 +1264,8 @@ def test_perf_notes_51_operand_term_moves_no_pick():
         rates = {}
         for name in sides:
             per_row = sorted((cost(name, M, N, w) / t[name]) / (cost("cooperative", M, N, w) / t["cooperative"])
-                             for (M, N, *_), t in ms.items())
+                             for (_, _, M, N, _), t in ms.items())
             rates[name] = per_row[len(per_row) // 2]
-        picks = [min(sides, key=lambda n: cost(n, M, N, w) / rates[n]) for (M, N, *_) in ms]
+        picks = [min(sides, key=lambda n: cost(n, M, N, w) / rates[n]) for (_, _, M, N, _) in ms]
         results.add(round(_geomean([t["cuBLAS"] / t[p] for t, p in zip(ms.values(), picks)]), 3))
     assert len(results) == 1 and f"the same {results.pop():.3f}x" in notes
