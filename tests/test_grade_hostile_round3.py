@@ -7,6 +7,8 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -16,6 +18,16 @@ import pytest
 from gemm_kernels.lab import _grade_judge, grade
 
 from test_grade_hostile import SANDBOX, lean_notebook, with_answer
+
+#: the folder holding this checkout's gemm_kernels, for processes started from "/" (not the working directory's)
+PACKAGE_PARENT = str(Path(grade.__file__).resolve().parents[2])
+
+
+def run_with_package(argv: list[str], **kwargs) -> subprocess.CompletedProcess:
+    """``argv`` from ``/``, this checkout's package first on its path, output captured, 300 s at most."""
+    return subprocess.run(argv, capture_output=True, timeout=300, cwd="/",
+                          env={**os.environ, "PYTHONPATH": PACKAGE_PARENT}, **kwargs)
+
 
 #: the worker's pipe to the judge, found from an answer cell (the worker's ``main`` holds it)
 REPLIES = '''
@@ -179,8 +191,6 @@ def test_the_sandboxs_writable_folders_are_capped(tmp_path):
     """A cell wrote 1.5 GiB to /dev/shm (a tmpfs without size=: memory the memory cap does not
     count).  /tmp, /dev/shm, the home folder and /dev are tmpfs mounts with a size now."""
     import json
-    import subprocess
-    import sys
 
     from gemm_kernels.lab import _sandbox
 
@@ -214,8 +224,6 @@ def test_a_fork_bomb_stops_at_the_task_limit():
     process caps its tasks (the judge gives a sandboxed one :func:`._sandbox.process_limit`); here the
     cap as the worker sets it, in a process of an unprivileged user (the kernel applies RLIMIT_NPROC
     to no process of root's, so run as root this test runs it as nobody)."""
-    import subprocess
-    import sys
 
     script = '''
 import os, sys, time
@@ -237,9 +245,8 @@ for pid in children:
     os.waitpid(pid, 0)
 '''
     as_user = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--"] if os.geteuid() == 0 else []
-    package_parent = str(Path(grade.__file__).resolve().parents[2])
     done = subprocess.run([*as_user, sys.executable, "-c", script], capture_output=True, timeout=120, cwd="/",
-                          env={"PYTHONPATH": package_parent, "PATH": os.environ.get("PATH", "")})
+                          env={"PYTHONPATH": PACKAGE_PARENT, "PATH": os.environ.get("PATH", "")})
     assert done.returncode == 0, done.stderr.decode()[-2000:]
     assert int(done.stdout) < 40, done.stdout
 
@@ -257,8 +264,6 @@ def test_a_message_the_notebooks_process_never_reads_does_not_stop_the_judge():
     """The judge wrote to the notebook's process with no time limit: a callback's reply the answer
     never reads (78 MB, past a pipe's 64 KiB) held the judge until --timeout.  A write has the call's
     limit now; the process is stopped and its next read says why."""
-    import subprocess
-    import sys
     import types
 
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(15)"], stdin=subprocess.PIPE,
@@ -324,8 +329,6 @@ def test_the_memory_cap_counts_from_the_process_start_up():
     1.35 GiB of data segment (images/bench/gpu_checks/grader_gpu_9bf6341_h100.log).
     The cap is now what the process may take beyond its start-up (:func:`_grade_worker.start_cuda`
     makes the context first where a GPU is visible); a notebook filling memory still stops at it."""
-    import subprocess
-    import sys
 
     script = '''
 import resource, torch
@@ -340,9 +343,7 @@ try:
 except MemoryError:
     print("MemoryError")
 '''
-    package_parent = str(Path(grade.__file__).resolve().parents[2])
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=300, cwd="/",
-                          env={**os.environ, "PYTHONPATH": package_parent})
+    done = run_with_package([sys.executable, "-c", script])
     assert done.returncode == 0, done.stderr.decode()[-2000:]
     first, last = done.stdout.decode().split("\n")[:2]
     before, limit = map(int, first.split())
@@ -355,8 +356,6 @@ def test_a_notebooks_process_with_a_larger_start_up_can_set_its_cap():
     (a notebook with plots), then sets its own cap; in a user namespace, as for any user but root,
     raising the inherited hard limit failed ("not allowed to raise maximum limit") and every
     exercise read a set-up error.  A hard limit from outside is kept: the cap never goes above it."""
-    import subprocess
-    import sys
 
     script = '''
 import resource, subprocess, sys
@@ -382,9 +381,7 @@ for soft_only in (True, False):
 
     if not sandbox_available():
         pytest.skip("no user namespace here (the grader's sandbox needs one too)")
-    package_parent = str(Path(grade.__file__).resolve().parents[2])
-    done = subprocess.run(["unshare", "--user", "--map-root-user", "--", sys.executable, "-c", script],
-                          capture_output=True, timeout=300, cwd="/", env={**os.environ, "PYTHONPATH": package_parent})
+    done = run_with_package(["unshare", "--user", "--map-root-user", "--", sys.executable, "-c", script])
     assert done.returncode == 0, done.stderr.decode()[-2000:]
     first, second = done.stdout.decode().strip().split("\n")
     rc, base, soft, hard = map(int, first.split()[:4])
@@ -397,8 +394,6 @@ def test_a_cell_freeing_the_notebooks_copy_gains_no_memory():
     """The cap was measured after the notebook was read: a cell that emptied the worker's copy of a
     large notebook (its own markdown) then had that much more room.  Now the start-up is measured
     before the notebook arrives.  The worker alone, fed its set-up line as the judge sends it."""
-    import subprocess
-    import sys
 
     from gemm_kernels.lab import _grade_wire as wire
 
@@ -415,9 +410,7 @@ taken = bytearray(128 << 20)
     notebook = {"cells": [{"cell_type": "markdown", "source": "x" * (160 << 20)},
                           {"cell_type": "code", "source": free_then_take}]}
     setup = {"notebook": notebook, "memory_mb": 96, "cell_timeout": 60, "cells_budget": 120, "skip": []}
-    package_parent = str(Path(grade.__file__).resolve().parents[2])
-    done = subprocess.run([sys.executable, "-m", "gemm_kernels.lab._grade_worker"], input=wire.dumps(setup),
-                          capture_output=True, timeout=300, cwd="/", env={**os.environ, "PYTHONPATH": package_parent})
+    done = run_with_package([sys.executable, "-m", "gemm_kernels.lab._grade_worker"], input=wire.dumps(setup))
     replies = [wire.loads(line) for line in done.stdout.splitlines() if line.strip()]
     ready = next(r for r in replies if r.get("ready"))
     assert any("MemoryError" in e for e in ready["errors"]), (ready, done.stderr.decode()[-500:])

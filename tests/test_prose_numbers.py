@@ -830,8 +830,9 @@ def test_notebook_05b_batch_invariance_reveal_quotes_the_h100_run():
 
 def test_notebook_09b_bucket_reveal_reads_the_first_call_record():
     """09b: a new M in a tuned bucket (matmul_tma, 950 after 1000 x 4096 x 4096) took 0.584 ms with no
-    tuning run, 6.3x a repeated call; torch.matmul's first call at 950 took 5.3 ms; 20 of 24 bucket
-    picks within 2%, the worst 21% slower at 897 x 14336 x 4096 (its tile counts recomputed)."""
+    tuning run, 6.3x a repeated call; torch.matmul's first call at 950 took 5.3 ms; at the other Ms of
+    a bucket, 12 of 16 picks within 2%, the worst 21% slower at 897 x 14336 x 4096 (the same 896 tiles
+    of 128 x 128 at 897 and 1000 rows, recomputed)."""
     text = markdown_of("09b_measuring.ipynb")
     record = json.loads((ROOT / "images/bench/entry40/first_call_rerun.json").read_text())
     calls = {(r["launcher"], r["M"]): r for r in record["first_calls"] if r["N"] == 4096}
@@ -875,5 +876,5 @@ def test_notebook_05b_decode_reveal_reads_entry44():
     assert _squash(f"({float(zero_fill['us']):.1f} µs alone); unsplit it ran {float(split1['us']):.1f} µs "
                    f"({float(split1['vs_cublas']):.3f}×), still a miss") in text
     assert runs[1, 2048, "matmul_auto"]["config"] == runs[1, 2048, "matmul_decode split 4"]["config"]  # "4 pieces"
-    assert float(runs[1, 2048, "cuBLAS"]["us"]) < 7  # "an 8 MB read of about 6 µs for cuBLAS"
+    assert float(runs[1, 2048, "cuBLAS"]["us"]) < 7  # "an 8 MB read, about 6 µs for cuBLAS"
     assert float(runs[32, 4096, "matmul_auto"]["vs_cublas"]) < 0.95 < float(runs[16, 4096, "matmul_auto"]["vs_cublas"])
