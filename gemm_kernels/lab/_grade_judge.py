@@ -544,9 +544,10 @@ def main(argv: list[str]) -> int:
     its own).  Each event names its notebook (``"notebook": index``)."""
     report = os.fdopen(int(argv[0]), "w", buffering=1)
     spec = json.loads(argv[1])
-    if int(spec.get("judge_memory_mb", 0)) > 0:
-        start_cuda()
-    cap_memory(int(spec.get("judge_memory_mb", 0)), soft_only=True)
+    memory_mb = int(spec.get("judge_memory_mb", 0))
+    if memory_mb > 0:
+        start_cuda()  # the cap counts from after CUDA's start-up (see cap_memory)
+    cap_memory(memory_mb, soft_only=True)
     notebooks = spec.pop("notebooks", None) or [spec]
     try:
         for index, one in enumerate(notebooks):
