@@ -1269,3 +1269,67 @@ def test_perf_notes_51_operand_term_moves_no_pick():
         picks = [min(sides, key=lambda n: cost(n, M, N, w) / rates[n]) for (_, _, M, N, _) in ms]
         results.add(round(_geomean([t["cuBLAS"] / t[p] for t, p in zip(ms.values(), picks)]), 3))
     assert len(results) == 1 and f"the same {results.pop():.3f}x" in notes
+
+
+def test_perf_notes_52_quotes_its_clocks_and_counters():
+    """PERF_NOTES 52: clocks and counters on the decode misses, two fp8 rows and 777 tokens (images/bench/entry52)."""
+    notes = re.sub(r"\s+", " ", PERF_NOTES.read_text(encoding="utf-8"))
+    entry = notes[notes.index("## 52."):]
+    clocks = json.loads((BENCH / "entry52" / "clocks.json").read_text())["rows"]
+    assert {r["sm_mhz"] for r in clocks} == {1980.0} and {r["reasons"] for r in clocks} == {"none"}
+    watts = [r["watts"] for r in clocks]
+    assert f"({min(watts):.0f}-{max(watts):.0f} W of 700)" in entry
+    ours = {r["case"]: r for r in clocks if r["provider"] in ("auto", "scaled_mm")}
+    vendor = {r["case"]: r for r in clocks if r["provider"] in ("cuBLAS", "torch._scaled_mm")}
+    assert (f"`matmul_auto` ran at {ours['decode 2048^2 M=1 bf16']['speedup']:.3f}x cuBLAS at 2048² with M = 1, "
+            f"{ours['decode 2048^2 M=16 bf16']['speedup']:.3f}x with M = 16, and "
+            f"{ours['decode 4096^2 M=32 bf16']['speedup']:.3f}x at 4096² with M = 32") in entry
+    qkv, cube = "fp8 DeepSeek-V3 QKV M=1000 tensor", "fp8 2048^3 tensor"
+    assert (f"{ours[qkv]['speedup']:.3f}x `torch._scaled_mm` at DeepSeek-V3's QKV with 1000 tokens "
+            f"({ours[qkv]['us']:.1f} against {vendor[qkv]['us']:.1f} us)") in entry
+    assert f"at {ours[cube]['speedup']:.3f}x at 2048³" in entry
+    rows = {(r["case"], r["provider"]): r for r in csv.DictReader((BENCH / "entry52" / "counters.csv").open())}
+    num = lambda row, name: float(row[name])  # noqa: E731
+    ratios, times = [], []
+    for case in ("decode 2048^2 M=1 bf16", "decode 2048^2 M=16 bf16", "decode 4096^2 M=32 bf16"):
+        cub, auto = rows[case, "cuBLAS"], rows[case, "auto"]
+        t = [num(r, "gpu__time_duration.sum") / 1e3 for r in (auto, cub)]
+        ratios.append(f"{t[1] / t[0]:.3f}x")
+        times.append(f"{t[0]:.2f} against {t[1]:.2f}")
+        assert abs(num(auto, "dram__bytes_read.sum") / num(cub, "dram__bytes_read.sum") - 1) < 0.001  # the same bytes
+    assert f"kernels alone:* {', '.join(ratios[:2])} and {ratios[2]} ({times[0]} us, {times[1]}, {times[2]})" in entry
+    cub, auto = rows["decode 4096^2 M=32 bf16", "cuBLAS"], rows["decode 4096^2 M=32 bf16", "auto"]
+    dram = "dram__throughput.avg.pct_of_peak_sustained_elapsed"
+    assert f"DRAM throughput was {num(auto, dram):.1f}% against {num(cub, dram):.1f}% of peak" in entry
+    spread = [num(r, "sm__cycles_active.max") / num(r, "sm__cycles_active.avg") for r in (auto, cub)]
+    assert f"Our busiest SM ran {spread[0]:.2f}x our average SM's cycles; cuBLAS's ran {spread[1]:.2f}x" in entry
+    assert int(num(auto, "launch__grid_size")) == int(num(cub, "launch__grid_size")) == 128 == (4096 // 128) * 4
+    stall = "smsp__warp_issue_stalled_{}_per_warp_active.pct"
+    assert (f"(long scoreboard) {num(auto, stall.format('long_scoreboard')):.1f}% of the time and at barriers "
+            f"{num(auto, stall.format('barrier')):.1f}%; cuBLAS's stalled on memory "
+            f"{num(cub, stall.format('long_scoreboard')):.1f}%") in entry
+    cub, ws = rows["nn-linear DeepSeek-V3 QKV M=777 bf16", "cuBLAS"], rows["nn-linear DeepSeek-V3 QKV M=777 bf16", "ws"]
+    hit = "lts__t_sector_hit_rate.pct"
+    assert f"L2 hit rate was {num(ws, hit):.1f}% against {num(cub, hit):.1f}%" in entry
+    assert (f"DRAM read {num(ws, 'dram__bytes_read.sum') / 1e6:.2f} against "
+            f"{num(cub, 'dram__bytes_read.sum') / 1e6:.2f} MB") in entry
+    t = [num(r, "gpu__time_duration.sum") / 1e3 for r in (ws, cub)]
+    assert f"The kernels took {t[0]:.1f} and {t[1]:.1f} us ({t[1] / t[0]:.3f}x)" in entry
+    busiest = [num(r, "sm__cycles_active.max") for r in (ws, cub)]
+    assert (f"{busiest[0]:,.0f} against {busiest[1]:,.0f}: cuBLAS's busiest SM ran "
+            f"{busiest[1] / busiest[0]:.3f}x of ours") in entry
+    assert int(num(ws, "launch__grid_size")) == 117 == -(-777 // 64) * -(-2112 // 256)
+    assert int(num(cub, "launch__grid_size")) == 132 and int(num(cub, "launch__cluster_dim_x")) == 2
+    assert f"its busiest SM ran {busiest[0] / num(ws, 'sm__cycles_active.avg'):.2f}x its average" in entry
+    assert f"its busiest SM {busiest[1] / num(cub, 'sm__cycles_active.avg'):.2f}x its average" in entry
+    tensor = "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed"
+    assert f"Tensor pipe {num(ws, tensor):.1f}% against {num(cub, tensor):.1f}%" in entry
+    assert f"stalled at barriers {num(ws, stall.format('barrier')):.1f}%" in entry
+    # the spread arithmetic: every power-of-two tile leaves the busiest SM 64 x 256 products per K step
+    for rows_, cols in ((64, 256), (128, 128), (64, 128)):
+        tiles = -(-777 // rows_) * -(-2112 // cols)
+        assert -(-tiles // 132) * rows_ * cols == 64 * 256, (rows_, cols)
+    assert f"An even share over 132 SMs is {777 * 2112 / 132 / (64 * 256):.3f}x of that" in entry
+    assert -(-1000 // 128) * -(-2112 // 256) == 72 and -(-1000 // 128) * -(-2112 // 128) == 136
+    assert f"An even share is {1000 * 2112 / 132 / (128 * 256):.3f}x of a 128 x 256 tile" in entry
+    assert f"the time ratio is {ours[qkv]['speedup']:.3f}x" in entry
