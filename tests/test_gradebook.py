@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import nbformat
@@ -239,3 +240,17 @@ def test_a_symbolic_link_is_not_graded_as_the_students_work(tmp_path):
         assert notebook is None and "symbolic link" in why, (student, why)
     mallory = [p for s, p in grade.submissions(sub) if s == "mallory"]
     assert mallory and all(grade.identify(p, sub)[0] is None for p in mallory)
+
+
+def test_a_notebook_handed_in_but_unreadable_says_why_in_the_notes():
+    """A teacher's review: an empty 02 scored 0 with its reason in grades.csv only; the gradebook's
+    notes named the missing 01 and said nothing of 02."""
+    titles = [t for t, _ in grade.ANSWERS["02_naive_tiling"]]
+    why = "the notebook cannot be read: NotJSONError"
+    grades = [Grade("frank", "02_naive_tiling", t, "error", 0, why, "frank/02_naive_tiling.ipynb") for t in titles]
+    config = {"notebooks": ["01_pointer_arithmetic", "02_naive_tiling"]}
+    _, rows = gradebook.build(grades, config=config)
+    assert rows[0]["notes"] == f"01_pointer_arithmetic missing; 02_naive_tiling: {why}"
+    # one exercise in error among graded ones is a verdict of its own, not a note
+    mixed = [replace(g, status="wrong", message="wrong") if i else g for i, g in enumerate(grades)]
+    assert "02_naive_tiling:" not in gradebook.build(mixed, config=config)[1][0]["notes"]

@@ -283,11 +283,13 @@ def rebuild(report: dict, name: str, hands=(), forbid=()):
         if "function" in spec:
             continue
         namespace[global_name] = _global_value(global_name, spec, modules, hands, forbid)
-    for filename, text in files.items():
+    for filename in files:
         if not filename.startswith("<submission cell "):
             raise NotRebuilt(f"source from {filename[:60]}, not from a cell of the notebook")
-        linecache.cache[filename] = (len(text), None, text.splitlines(keepends=True), filename)
-    defined = []
+    # Triton re-reads a kernel's source through linecache (its interpreter from the *last* line that
+    # starts with `def `): so linecache holds the checked lines alone, every other line of the cell blank
+    checked_lines = {filename: [""] * len(text.splitlines()) for filename, text in files.items()}
+    checked = []
     for fn_name, filename, first, last in report["functions"]:
         lines = files[filename].splitlines(keepends=True)[int(first) - 1:int(last)]
         text = "".join(lines)
@@ -301,6 +303,20 @@ def rebuild(report: dict, name: str, hands=(), forbid=()):
         if len(tree.body) != 1 or not (isinstance(tree.body[0], ast.FunctionDef) or (
                 isinstance(tree.body[0], ast.Assign) and isinstance(tree.body[0].value, ast.Lambda))):
             raise NotRebuilt(f"{where}: expected one `def` (or `name = lambda ...`)")
+        own_def = tree.body[0].lineno if isinstance(tree.body[0], ast.FunctionDef) else None
+        stray = [i + 1 for i, line in enumerate(lines) if line.strip().startswith("def ") and i + 1 != own_def]
+        if stray:  # inside a string (a nested def is refused below): Triton would run the text from there
+            raise NotRebuilt(f"{where}: line {int(first) + stray[0] - 1} of the cell starts with `def ` inside the "
+                             "function (in a string?); Triton reads a kernel from its last such line, so the "
+                             "grader cannot tell what would run")
+        checked_lines[filename][int(first) - 1:int(first) - 1 + len(lines)] = [line.rstrip("\r\n") for line in lines]
+        checked.append((fn_name, filename, first, text, tree))
+    for filename, kept in checked_lines.items():
+        lines = [line + "\n" for line in kept]
+        linecache.cache[filename] = (sum(map(len, lines)), None, lines, filename)
+    defined = []
+    for fn_name, filename, first, text, tree in checked:
+        where = f"{fn_name} ({filename[1:-1]})"
         _Validator(where, modules, hands, forbid).visit(tree)
         # every global name it reads is one the report defines, a safe builtin or a function of the answer's:
         # Triton's interpreter copies its own globals (inspect, np, ...) into a kernel's, and those stay out
@@ -309,13 +325,37 @@ def rebuild(report: dict, name: str, hands=(), forbid=()):
         if unknown:
             raise NotRebuilt(f"{where}: it reads {', '.join(unknown[:3])}, which the notebook does not define "
                              "for it (a number, a tl.constexpr, a module or a function of yours)")
+        expected = ast.dump(tree)
+        node = tree.body[0]
+        defines = node.name if isinstance(node, ast.FunctionDef) else None
         ast.increment_lineno(tree, int(first) - 1)
         exec(compile(tree, filename, "exec"), namespace)  # noqa: S102  (validated above; restricted builtins)
+        if defines is not None:
+            _same_source_as_triton_reads(namespace.get(defines), expected, where)
         defined.append(fn_name)
     own = str(report["functions"][0][0]) if report["functions"] else name
     if own not in namespace:
         raise NotRebuilt(f"{name} was not rebuilt from its source")
     return namespace[own]
+
+
+def _same_source_as_triton_reads(obj, expected: str, where: str) -> None:
+    """Refuse a function whose source, as ``inspect`` reads it back (as Triton does, for its JIT and
+    its interpreter), is not the text that was checked."""
+    import inspect
+    import textwrap
+
+    fn = getattr(obj, "fn", obj)  # a JITFunction (or an Autotuner around one) wraps the Python function
+    fn = getattr(fn, "fn", fn)
+    if not isinstance(fn, types.FunctionType) or fn.__name__ == "<lambda>":
+        return
+    try:
+        source = textwrap.dedent("".join(inspect.getsourcelines(fn)[0]))
+        same = ast.dump(ast.parse(source)) == expected
+    except (OSError, TypeError, SyntaxError, ValueError):
+        same = False
+    if not same:
+        raise NotRebuilt(f"{where}: its source, read back as Triton reads it, is not the text that was checked")
 
 
 def is_function(obj) -> bool:

@@ -198,6 +198,22 @@ def _last_line(log: Path) -> str:
     return f"; its last output: {lines[-1][:200]}" if lines else ""
 
 
+def _event(line: bytes, notebooks: int) -> dict | None:
+    """One event of the judge's report, or None where the line is not one (not JSON, a notebook index
+    out of range, fields of the wrong type)."""
+    try:
+        event = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(event, dict) or type(event.get("notebook")) is not int or not 0 <= event["notebook"] < notebooks:
+        return None
+    if "result" in event and not all(isinstance(event.get(k), str) for k in ("result", "status", "message")):
+        return None
+    if "start" in event and not (event["start"] is None or isinstance(event["start"], str)):
+        return None
+    return event
+
+
 def _run_judge(items: list, *, exam_mode: bool, timeout: float, memory_mb: int, cell_timeout: float = CELL_TIMEOUT_S,
                hide=(), sandbox: bool = True, notebook_timeout: float = NOTEBOOK_TIMEOUT_S) -> list[_Run]:
     """One judge (:mod:`._grade_judge`) for ``items``, (path, course notebook, exercises to check)
@@ -220,7 +236,7 @@ def _run_judge(items: list, *, exam_mode: bool, timeout: float, memory_mb: int, 
                                     stdout=out, stderr=subprocess.STDOUT, pass_fds=(write_end,),
                                     start_new_session=True)
         os.close(write_end)
-        where, current, buffer, killed = 0, None, b"", False
+        where, current, buffer, killed, garbled = 0, None, b"", False, False
         deadline = _Deadline(timeout, cell_timeout, notebook_timeout, time.monotonic())
         try:
             while True:
@@ -234,7 +250,10 @@ def _run_judge(items: list, *, exam_mode: bool, timeout: float, memory_mb: int, 
                 buffer += chunk
                 *lines, buffer = buffer.split(b"\n")
                 for line in lines:
-                    event = json.loads(line)
+                    event = _event(line, len(runs))
+                    if event is None:  # not the judge's own report: what wrote it is not to be trusted
+                        garbled = True
+                        break
                     where, run = event["notebook"], runs[event["notebook"]]
                     if "start" in event:
                         current = event["start"]
@@ -247,7 +266,9 @@ def _run_judge(items: list, *, exam_mode: bool, timeout: float, memory_mb: int, 
                         run.finished, run.sandbox = True, bool(event.get("sandbox"))
                         run.cell_errors = list(event.get("cell_errors") or [])
                         deadline.start(time.monotonic())
-            if not killed:
+                if garbled:
+                    break
+            if not killed and not garbled:
                 try:
                     proc.wait(timeout=_EXIT_GRACE_S)
                 except subprocess.TimeoutExpired:
@@ -261,7 +282,10 @@ def _run_judge(items: list, *, exam_mode: bool, timeout: float, memory_mb: int, 
             return runs
         run = runs[where] if not runs[where].finished else next(r for r in runs if not r.finished)
         run.failed = current if run is runs[where] else None
-        if killed:
+        if garbled:
+            run.status, run.message = "error", ("the judge's report held a line that is no verdict (what the answer "
+                                                "ran reached the judge?): this notebook is not graded")
+        elif killed:
             run.status, run.message = "timeout", deadline.why()
         else:
             code = proc.returncode

@@ -268,6 +268,10 @@ def build(grades, *, roster: list[Student] | None = None, config: dict | None = 
             line[nb] = _number(got)
             if not handed_in:
                 notes.append(f"{nb} missing")
+            else:  # handed in, but nothing of it could be graded (an empty or broken file): say why once
+                rows_of = [r for key, r in mine.items() if key[0] == nb]
+                if all(r.status == "error" for r in rows_of) and len({r.message for r in rows_of}) == 1:
+                    notes.append(f"{nb}: {rows_of[0].message}")
             total, top = total + got, top + out_of
         errors = [r for r in by_student.get(s.folder, []) if not r.notebook]
         notes += [f"{Path(r.file).name}: {r.message}" for r in errors]

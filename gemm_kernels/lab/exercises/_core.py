@@ -221,6 +221,41 @@ class ReturnedNone(AnswerRaised):
         self.what, self.exc = what, self
 
 
+class ChangedInput(AnswerRaised):
+    """The learner's function wrote into a tensor it was given to read: the check's reference would
+    then be computed from what the answer left there (an answer zeroing ``a`` matched ``0 @ b``)."""
+
+    def __init__(self, what: str, name: str):
+        Exception.__init__(self, f"{what} changed its input {name}: an answer reads its inputs and returns a new "
+                                 "tensor; check the stores (and their pointers) in your kernel")
+        self.what, self.exc = what, self
+
+
+def _snapshots(answer, args, kwargs) -> list:
+    """(name, tensor, copy) of every tensor argument, to tell afterwards whether the answer wrote into it."""
+    import inspect
+
+    try:
+        params = [p.name for p in inspect.signature(answer).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):
+        params = []
+    named = [(params[i] if i < len(params) else f"argument {i + 1}", a) for i, a in enumerate(args)]
+    named += list(kwargs.items())
+    return [(name, t, t.detach().clone()) for name, t in named if isinstance(t, torch.Tensor) and t.numel()]
+
+
+def _changed(snapshots) -> str | None:
+    """The first argument whose bytes differ from its copy (bytes: a NaN left alone is no change)."""
+    def raw(t):
+        return t.detach().contiguous().reshape(-1).view(torch.uint8)
+
+    for name, tensor, before in snapshots:
+        if tensor.shape != before.shape or tensor.dtype != before.dtype or not torch.equal(raw(tensor), raw(before)):
+            return name
+    return None
+
+
 def learner_location(exc: BaseException) -> str:
     """Where ``exc`` came from, in the learner's terms: `` (line 4 of f: code)``, their innermost
     line in its traceback.  When a library's function that line called raised it (the package's
@@ -360,18 +395,24 @@ def is_stub_error(exc: BaseException) -> bool:
     return False
 
 
-def call(answer, *args, what: str | None = None, none_ok: bool = False, **kwargs):
+def call(answer, *args, what: str | None = None, none_ok: bool = False, inputs_checked: bool = False, **kwargs):
     """Call the learner's ``answer``: a stub -> not attempted, an exception -> AnswerRaised, None
-    -> :class:`ReturnedNone` (``none_ok``: returned, for a check that explains None itself)."""
+    -> :class:`ReturnedNone` (``none_ok``: returned, for a check that explains None itself), a
+    tensor argument it wrote into -> :class:`ChangedInput` (``inputs_checked``: the check compares its
+    inputs itself, case by case)."""
     what = what or f"{getattr(answer, '__name__', 'your answer')}{_fmt_args(args)}"
     if not callable(answer):
         raise AnswerRaised(what, TypeError(f"expected a function, got {type(answer).__name__} {answer!r}"))
+    snapshots = [] if inputs_checked else _snapshots(answer, args, kwargs)
     try:
         value = answer(*args, **kwargs)
     except (Exception, SystemExit) as exc:  # noqa: BLE001  (anything the learner's code does is reported, not raised)
         if is_stub_error(exc):
             raise _NotAttempted from None
         raise AnswerRaised(what, exc) from None
+    changed = _changed(snapshots)
+    if changed is not None:
+        raise ChangedInput(what, changed)
     if value is None and not none_ok:
         raise ReturnedNone(what)
     if value is Ellipsis:  # a stub left as `...`

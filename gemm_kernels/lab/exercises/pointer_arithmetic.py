@@ -119,7 +119,7 @@ def _transpose_inputs():
 
 def _transpose_case(transpose, desc: str, x: torch.Tensor) -> list[str]:
     before = x.clone()
-    out = call(transpose, x)
+    out = call(transpose, x, inputs_checked=True)
     case = f"x {desc}"
     if not isinstance(out, torch.Tensor):
         return [f"{case}: expected a tensor, got {type(out).__name__}"]

@@ -60,7 +60,7 @@ def _axpy_case(axpy, n: int, alpha: float, seed: int) -> list[str]:
     x = torch.randn(n, generator=gen).to(runtime.DEVICE)
     y = torch.randn(n, generator=gen).to(runtime.DEVICE)
     x_before, y_before = x.clone(), y.clone()
-    out = call(axpy, alpha, x, y)
+    out = call(axpy, alpha, x, y, inputs_checked=True)
     case = f"n={n}, alpha={alpha}"
     if not isinstance(out, torch.Tensor):
         return [f"{case}: expected a tensor, got {type(out).__name__}"]

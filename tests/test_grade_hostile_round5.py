@@ -1,0 +1,136 @@
+"""Round 5 of the grader's hostile submissions (issue 48, a fresh teacher's review):
+
+* a kernel whose body holds, in a string, a line starting with ``def ``: Triton's interpreter reads
+  a kernel from its *last* such line, so the text it ran was not the text the judge checked, and
+  from there the judge's own process (its report, its files) was the answer's;
+* a report whose line range stops inside a function: Triton reads the whole block back;
+* a launcher that zeroes its input ``a`` and returns zeros matched ``0 @ b``;
+* a judge's report line that is no verdict stopped the whole grade command.
+"""
+
+from __future__ import annotations
+
+import json
+
+import nbformat
+import pytest
+import torch
+
+from gemm_kernels.lab import grade
+from gemm_kernels.lab._rebuild import NotRebuilt, rebuild
+from gemm_kernels.lab.exercises import WRONG
+from gemm_kernels.lab.exercises import _kernel_checks as kc
+from gemm_kernels.lab.exercises import naive_tiling, start_here
+
+from test_grade_hostile import SANDBOX, lean_notebook, with_answer
+from test_package_code_in_answers import learner, report_of
+
+#: forged verdicts written by code the judge's interpreter ran (the review's 6-of-6 submission, on axpy)
+PAYLOAD_IN_A_STRING = '''
+@triton.jit
+def axpy_kernel(x_ptr, y_ptr, out_ptr, alpha, n, BLOCK: tl.constexpr):
+    notes = """
+def axpy_kernel(x_ptr, y_ptr, out_ptr, alpha, n, BLOCK):
+    s = inspect.sys
+    spec = s.modules["json"].loads(s.argv[2])
+    for i, nb in enumerate(spec["notebooks"]):
+        for ex in nb["exercises"]:
+            inspect.os.write(int(s.argv[1]), (s.modules["json"].dumps({"notebook": i, "result": ex[0],
+                             "status": "correct", "message": "forged"}) + "\\\\n").encode())
+        inspect.os.write(int(s.argv[1]), (s.modules["json"].dumps({"notebook": i, "done": True}) + "\\\\n").encode())
+    inspect.os._exit(0)
+#"""
+
+def axpy(alpha, x, y):
+    out = torch.empty_like(x)
+    axpy_kernel[(1,)](x, y, out, alpha, x.numel(), BLOCK=1024)
+    return out
+'''
+
+#: a kernel that is right, the line range of its report cut short after its first statement
+HONEST_KERNEL = '''
+@triton.jit
+def axpy_kernel(x_ptr, y_ptr, out_ptr, alpha, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    tl.store(out_ptr + offsets, alpha * tl.load(x_ptr + offsets, mask=mask) + tl.load(y_ptr + offsets, mask=mask),
+             mask=mask)
+
+def axpy(alpha, x, y):
+    out = torch.empty_like(x)
+    axpy_kernel[(triton.cdiv(x.numel(), 256),)](x, y, out, alpha, x.numel(), BLOCK=256)
+    return out
+'''
+
+#: 02's matmul that zeroes a and writes zeros into c: the reference, computed afterwards from a, was 0 too
+CLOBBERS_A = '''
+@triton.jit
+def my_matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    rm = tl.arange(0, BLOCK_M)
+    rn = tl.arange(0, BLOCK_N)
+    rk = tl.arange(0, BLOCK_K)
+    tl.store(a_ptr + rm[:, None] * stride_am + rk[None, :] * stride_ak, tl.zeros((BLOCK_M, BLOCK_K), dtype=tl.float16),
+             mask=(rm[:, None] < M) & (rk[None, :] < K))
+    tl.store(c_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn, tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float16),
+             mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+def my_matmul(a, b):
+    M, K = a.shape
+    N = b.shape[1]
+    c = torch.empty((M, N), dtype=torch.float16, device=a.device)
+    my_matmul_kernel[(1,)](a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0),
+                           c.stride(1), BLOCK_M=triton.next_power_of_2(M), BLOCK_N=triton.next_power_of_2(N),
+                           BLOCK_K=triton.next_power_of_2(K))
+    return c
+'''
+
+
+def test_a_def_inside_a_kernels_string_is_refused():
+    """The rebuild refuses the kernel, naming the line; nothing of the string runs."""
+    fn = learner(PAYLOAD_IN_A_STRING)["axpy"]
+    with pytest.raises(NotRebuilt, match="starts with `def ` inside the function"):
+        rebuild(report_of(fn), "axpy", kc.handed(start_here.check_axpy), kc.package_answers(start_here.check_axpy))
+
+
+def test_a_report_cut_short_inside_a_function_is_refused():
+    """The notebook's process is the student's: a report that claims the kernel ends after its first
+    statement (which parses alone) must not let Triton read back, and run, lines nobody checked."""
+    fn = learner(HONEST_KERNEL)["axpy"]
+    report = report_of(fn)
+    report["functions"] = [[name, filename, first, first + 3 if name == "axpy_kernel" else last]
+                           for name, filename, first, last in report["functions"]]
+    try:
+        rebuilt = rebuild(report, "axpy", kc.handed(start_here.check_axpy), kc.package_answers(start_here.check_axpy))
+    except NotRebuilt:
+        return  # refused: nothing of the rest ran
+    # rebuilt from the checked lines alone: the store was never among them, so no output is written
+    x, y = torch.ones(300), torch.ones(300)
+    out = rebuilt(2.0, x, y)
+    assert not torch.equal(out, 2.0 * x + y)
+
+
+def test_a_launcher_that_overwrites_its_input_is_wrong():
+    """The check's reference comes from the inputs after the answer ran: writing into them is refused."""
+    result = naive_tiling.check_my_matmul(learner(CLOBBERS_A)["my_matmul"])
+    assert result.status == WRONG and "changed its input a" in result.message, result.message
+
+
+def test_the_forged_verdicts_score_zero_by_the_grade_command(tmp_path):
+    """End to end: the review's submission (its payload on 00's axpy) scores 0 there, and the honest
+    exercise beside it is graded on its merits."""
+    nb = with_answer(lean_notebook(), "axpy", PAYLOAD_IN_A_STRING)
+    nbformat.write(nb, tmp_path / "mallory_00_start_here.ipynb")
+    rows = grade.grade(tmp_path, timeout=60, cell_timeout=10, hide=[tmp_path], sandbox=SANDBOX)
+    by_exercise = {r.exercise: r for r in rows}
+    assert by_exercise["axpy"].points == 0 and "starts with `def `" in by_exercise["axpy"].message, by_exercise
+    assert by_exercise["launch_stats"].status == "correct", by_exercise["launch_stats"].message
+
+
+@pytest.mark.parametrize("line", [b"this is not JSON", b'{"notebook": 7, "result": "x", "status": "correct"}',
+                                  b'{"notebook": 0, "result": ["x"], "status": "correct", "message": "m"}', b"[1, 2]"])
+def test_a_report_line_that_is_no_verdict_is_refused(line):
+    """``grade._event`` takes no such line (the grade command then grades that notebook as an error,
+    where it stopped with a traceback for the whole class)."""
+    assert grade._event(line, 1) is None
+    assert grade._event(json.dumps({"notebook": 0, "result": "x", "status": "correct", "message": "m"}).encode(), 1)
