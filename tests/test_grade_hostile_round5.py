@@ -134,3 +134,83 @@ def test_a_report_line_that_is_no_verdict_is_refused(line):
     where it stopped with a traceback for the whole class)."""
     assert grade._event(line, 1) is None
     assert grade._event(json.dumps({"notebook": 0, "result": "x", "status": "correct", "message": "m"}).encode(), 1)
+
+
+# ----------------------------------------------------------------------------- an adversary's review of the fix
+#: a way out of the language found by a search of attribute chains: tl.semantic.TritonSemantic.lang is
+#: triton.language.core, whose builtins hold exec (it graded a wrong axpy correct, from the judge)
+THROUGH_A_CLASS_ATTRIBUTE = HONEST_KERNEL.replace(
+    "def axpy(alpha, x, y):\n",
+    "def axpy(alpha, x, y):\n    b = (tl.semantic.TritonSemantic,)[0].lang.builtins\n    b.exec('x = 1', {})\n")
+
+
+def _rebuild_axpy(report):
+    return rebuild(report, "axpy", kc.handed(start_here.check_axpy), kc.package_answers(start_here.check_axpy))
+
+
+def test_the_way_out_through_a_class_attribute_is_refused():
+    with pytest.raises(NotRebuilt, match="the attribute .lang is not allowed"):
+        _rebuild_axpy(report_of(learner(THROUGH_A_CLASS_ATTRIBUTE)["axpy"]))
+
+
+def test_a_function_reported_under_another_name_is_refused():
+    """Claiming the name ``inspect`` for the kernel's lines let the launcher read the interpreter's
+    ``inspect`` (copied into the kernel's globals at its first launch)."""
+    report = report_of(learner(HONEST_KERNEL)["axpy"])
+    kernel = next(f for f in report["functions"] if f[0] == "axpy_kernel")
+    report["functions"].append(["inspect", *kernel[1:]])
+    with pytest.raises(NotRebuilt, match="defines axpy_kernel, not inspect"):
+        _rebuild_axpy(report)
+    report["functions"][-1] = list(kernel)
+    with pytest.raises(NotRebuilt, match="reported twice"):
+        _rebuild_axpy(report)
+    report["functions"][-1] = ["x", "<submission cell 1>", "1", 2]
+    with pytest.raises(NotRebuilt, match="not \\(name, cell, first line, last line\\)"):
+        _rebuild_axpy(report)
+
+
+def test_a_function_that_takes_a_modules_name_is_refused():
+    """A function named ``math`` (a module the report declares), decorated into a format string, read
+    the judge's environment through ``math.format``."""
+    source = HONEST_KERNEL + '''
+@(lambda f: "{0.__globals__}")
+def math():
+    pass
+'''
+    report = report_of(learner(source)["axpy"])
+    report["functions"].append(["math", report["functions"][0][1], source.count("\n") - 3, source.count("\n")])
+    report["globals"]["math"] = {"module": "math"}
+    with pytest.raises(NotRebuilt, match="both a function and another global"):
+        _rebuild_axpy(report)
+
+
+GUARDED = """
+import builtins, os, sys
+from gemm_kernels.lab._grade_judge import guard_answers
+guard_answers()
+namespace = {}
+exec(compile("def answer(b, os):\\n    return b.exec('x = 1', {})\\n", "<submission cell 1>", "exec"), namespace)
+exec(compile("def answer2(os):\\n    return os.system('true')\\n", "<submission cell 2>", "exec"), namespace)
+for call in (lambda: namespace["answer"](builtins, os), lambda: namespace["answer2"](os)):
+    try:
+        call()
+        print("ran")
+    except RuntimeError as exc:
+        print(exc)
+print(os.system("true"))  # the judge's own calls go on
+"""
+
+
+def test_the_judge_refuses_what_an_answers_own_code_asks_of_python():
+    """The second wall (``_grade_judge.guard_answers``): should a way out be found again, exec, compile,
+    os.system ... called from a notebook cell's code fail in the judge; the judge's own do not."""
+    import subprocess
+    import sys
+
+    from test_grade_hostile_round3 import run_with_package
+
+    out = run_with_package([sys.executable, "-c", GUARDED], text=True)
+    lines = out.stdout.split("\n")
+    assert lines[:3] == ["the grader does not let an answer do this (compile)",
+                         "the grader does not let an answer do this (os.system)", "0"], (out.stdout, out.stderr)
+    assert isinstance(out, subprocess.CompletedProcess)

@@ -538,6 +538,46 @@ def judge_notebook(spec: dict, emit) -> None:
     emit(done=True, sandbox=judge.sandboxed, cell_errors=judge.child.errors if judge.child else [])
 
 
+#: audit events a rebuilt answer may not cause itself (``sys.addaudithook``'s names, by prefix)
+GUARDED_EVENTS = ("exec", "compile", "open", "import", "os.", "subprocess.", "socket.", "ctypes.", "sys._getframe",
+                  "sys._current_frames", "sys.settrace", "sys.setprofile", "sys.addaudithook", "gc.get_", "marshal.",
+                  "pickle.", "shutil.", "code.__new__", "function.__new__", "object.__setattr__", "object.__delattr__",
+                  "builtins.input", "builtins.breakpoint", "_posixsubprocess", "signal.", "resource.", "mmap.",
+                  "cpython.")
+ANSWER_FILES = "<submission cell "
+
+
+def guard_answers() -> None:
+    """A second wall behind :mod:`._rebuild`'s checks: refuse every audited action (``exec``, ``open``,
+    ``os.system``, an import, ``ctypes`` ...) whose nearest caller outside the standard library is a
+    rebuilt answer (its code's file is a notebook cell).  Triton's own compiling and interpreting,
+    called by an answer, are Triton's frames and go on.  An audit hook cannot be removed."""
+    import sysconfig
+    import threading
+
+    stdlib = tuple({sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib")})
+
+    busy = threading.local()
+
+    def hook(event, args):
+        if not event.startswith(GUARDED_EVENTS) or getattr(busy, "on", False):
+            return
+        busy.on = True  # sys._getframe below is an audited event too
+        try:
+            frame = sys._getframe(1)
+        finally:
+            busy.on = False
+        while frame is not None:
+            name = frame.f_code.co_filename
+            if name.startswith(ANSWER_FILES):
+                raise RuntimeError(f"the grader does not let an answer do this ({event})")
+            if not (name.startswith(stdlib) or name.startswith("<frozen")) or name == __file__:
+                return
+            frame = frame.f_back
+
+    sys.addaudithook(hook)
+
+
 def main(argv: list[str]) -> int:
     """SPEC: the limits, and ``"notebooks"``: one notebook's spec after another, judged in turn by this
     one process (its imports and its compile worker serve them all; each notebook has processes of
@@ -548,6 +588,7 @@ def main(argv: list[str]) -> int:
     if memory_mb > 0:
         start_cuda()  # the cap counts from after CUDA's start-up (see cap_memory)
     cap_memory(memory_mb, soft_only=True)
+    guard_answers()
     notebooks = spec.pop("notebooks", None) or [spec]
     try:
         for index, one in enumerate(notebooks):

@@ -47,7 +47,11 @@ DENIED_ATTRIBUTES = frozenset({"numpy", "tofile", "dump", "dumps", "save", "load
                                "rewritten_fn", "rewriter", "get_capture_scope", "pre_run_hooks", "jit_function",
                                # mutators of a shared list or dict (tl.float32.SINT_TYPES, a cache)
                                "append", "extend", "insert", "pop", "remove", "clear", "update", "setdefault",
-                               "popitem", "sort", "reverse"})
+                               "popitem", "sort", "reverse",
+                               # ways out of the language (an adversary's search: tl.semantic.TritonSemantic.lang
+                               # is triton.language.core, whose builtins hold exec)
+                               "lang", "semantic", "builtins", "exec", "eval", "compile", "open", "system", "popen",
+                               "os", "sys", "inspect", "importlib", "subprocess", "ctypes", "environ"})
 #: what a launcher may take from torch and triton
 TORCH_NAMES = frozenset({"empty", "empty_like", "empty_strided", "zeros", "zeros_like", "ones", "ones_like", "full",
                          "full_like", "float16", "float32", "float64", "bfloat16", "half", "float", "int8", "int16",
@@ -76,7 +80,7 @@ def _module_allows(module: str, chain: list[str]) -> bool:
     for part in chain:  # every object on the way is the open modules' own (no tl.core.os, no tl.extra.modules)
         obj = getattr(obj, part, None)
         if obj is None:
-            return True  # no such name: Triton says so when it runs
+            return False  # no such name (or one the module binds to None): nothing to check it against
         if not _open_object(obj):
             return False
     return True
@@ -290,7 +294,16 @@ def rebuild(report: dict, name: str, hands=(), forbid=()):
     # starts with `def `): so linecache holds the checked lines alone, every other line of the cell blank
     checked_lines = {filename: [""] * len(text.splitlines()) for filename, text in files.items()}
     checked = []
+    if not all(isinstance(f, (list, tuple)) and len(f) == 4 and all(isinstance(v, str) for v in f[:2])
+               and all(type(v) is int and v > 0 for v in f[2:]) for f in report["functions"]):
+        raise NotRebuilt("the report's functions are not (name, cell, first line, last line)")
+    names = [f[0] for f in report["functions"]]
+    if len(set(names)) != len(names):
+        raise NotRebuilt("a function is reported twice")
     for fn_name, filename, first, last in report["functions"]:
+        spec = report["globals"].get(fn_name)
+        if spec is not None and "function" not in spec:
+            raise NotRebuilt(f"{str(fn_name)[:40]} is both a function and another global")
         lines = files[filename].splitlines(keepends=True)[int(first) - 1:int(last)]
         text = "".join(lines)
         where = f"{fn_name} ({filename[1:-1]})"
@@ -303,7 +316,12 @@ def rebuild(report: dict, name: str, hands=(), forbid=()):
         if len(tree.body) != 1 or not (isinstance(tree.body[0], ast.FunctionDef) or (
                 isinstance(tree.body[0], ast.Assign) and isinstance(tree.body[0].value, ast.Lambda))):
             raise NotRebuilt(f"{where}: expected one `def` (or `name = lambda ...`)")
-        own_def = tree.body[0].lineno if isinstance(tree.body[0], ast.FunctionDef) else None
+        node = tree.body[0]
+        defines = node.name if isinstance(node, ast.FunctionDef) else (
+            node.targets[0].id if len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) else None)
+        if defines != fn_name:
+            raise NotRebuilt(f"{where}: its source defines {defines}, not {fn_name}")
+        own_def = node.lineno if isinstance(node, ast.FunctionDef) else None
         stray = [i + 1 for i, line in enumerate(lines) if line.strip().startswith("def ") and i + 1 != own_def]
         if stray:  # inside a string (a nested def is refused below): Triton would run the text from there
             raise NotRebuilt(f"{where}: line {int(first) + stray[0] - 1} of the cell starts with `def ` inside the "
@@ -320,19 +338,19 @@ def rebuild(report: dict, name: str, hands=(), forbid=()):
         _Validator(where, modules, hands, forbid).visit(tree)
         # every global name it reads is one the report defines, a safe builtin or a function of the answer's:
         # Triton's interpreter copies its own globals (inspect, np, ...) into a kernel's, and those stay out
-        known = set(namespace) | set(SAFE_BUILTINS) | {str(f[0]) for f in report["functions"]}
+        known = set(namespace) | set(SAFE_BUILTINS) | set(names)  # each name one its own source defines
         unknown = sorted(_free_names(text, filename) - known)
         if unknown:
             raise NotRebuilt(f"{where}: it reads {', '.join(unknown[:3])}, which the notebook does not define "
                              "for it (a number, a tl.constexpr, a module or a function of yours)")
         expected = ast.dump(tree)
-        node = tree.body[0]
-        defines = node.name if isinstance(node, ast.FunctionDef) else None
         ast.increment_lineno(tree, int(first) - 1)
         exec(compile(tree, filename, "exec"), namespace)  # noqa: S102  (validated above; restricted builtins)
-        if defines is not None:
-            _same_source_as_triton_reads(namespace.get(defines), expected, where)
+        _same_source_as_triton_reads(namespace.get(fn_name), expected, where)
         defined.append(fn_name)
+    for alias, module in modules.items():  # no function of the answer's took a module's name
+        if namespace.get(alias) is not importlib.import_module(module):
+            raise NotRebuilt(f"{alias} is no longer the module {module}")
     own = str(report["functions"][0][0]) if report["functions"] else name
     if own not in namespace:
         raise NotRebuilt(f"{name} was not rebuilt from its source")
