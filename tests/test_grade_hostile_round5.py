@@ -22,6 +22,7 @@ from gemm_kernels.lab.exercises import WRONG
 from gemm_kernels.lab.exercises import _kernel_checks as kc
 from gemm_kernels.lab.exercises import naive_tiling, start_here
 
+from _hostile import AXPY_AUTOTUNED
 from test_grade_hostile import SANDBOX, lean_notebook, with_answer
 from test_package_code_in_answers import learner, report_of
 
@@ -47,20 +48,8 @@ def axpy(alpha, x, y):
     return out
 '''
 
-#: a kernel that is right, the line range of its report cut short after its first statement
-HONEST_KERNEL = '''
-@triton.jit
-def axpy_kernel(x_ptr, y_ptr, out_ptr, alpha, n, BLOCK: tl.constexpr):
-    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offsets < n
-    tl.store(out_ptr + offsets, alpha * tl.load(x_ptr + offsets, mask=mask) + tl.load(y_ptr + offsets, mask=mask),
-             mask=mask)
-
-def axpy(alpha, x, y):
-    out = torch.empty_like(x)
-    axpy_kernel[(triton.cdiv(x.numel(), 256),)](x, y, out, alpha, x.numel(), BLOCK=256)
-    return out
-'''
+#: a kernel that is right (Triton's tutorial 03's, autotuned), for the reports cut short and renamed below
+HONEST_KERNEL = AXPY_AUTOTUNED
 
 #: 02's matmul that zeroes a and writes zeros into c: the reference, computed afterwards from a, was 0 too
 CLOBBERS_A = '''
