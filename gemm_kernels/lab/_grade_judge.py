@@ -42,7 +42,7 @@ from pathlib import Path
 from . import _grade_wire as wire
 from ._sandbox import (WRITABLE_MB, child_environment, process_limit, sandbox_available,  # noqa: F401
                        sandbox_prefix, sandbox_problem)
-from ._grade_worker import FILE_MB, HIDDEN_MODULES, cap_memory, start_cuda, trimmed
+from ._grade_worker import CELL_FILES, FILE_MB, HIDDEN_MODULES, cap_memory, start_cuda, trimmed
 from .gradebook import read_notebook
 
 #: seconds a notebook's process may take to start (imports) before its first cell
@@ -544,7 +544,6 @@ GUARDED_EVENTS = ("exec", "compile", "open", "import", "os.", "subprocess.", "so
                   "pickle.", "shutil.", "code.__new__", "function.__new__", "object.__setattr__", "object.__delattr__",
                   "builtins.input", "builtins.breakpoint", "_posixsubprocess", "signal.", "resource.", "mmap.",
                   "cpython.")
-ANSWER_FILES = "<submission cell "
 
 
 def guard_answers() -> None:
@@ -569,7 +568,7 @@ def guard_answers() -> None:
             busy.on = False
         while frame is not None:
             name = frame.f_code.co_filename
-            if name.startswith(ANSWER_FILES):
+            if name.startswith(CELL_FILES):
                 raise RuntimeError(f"the grader does not let an answer do this ({event})")
             if not (name.startswith(stdlib) or name.startswith("<frozen")) or name == __file__:
                 return

@@ -38,6 +38,8 @@ from . import _grade_wire as wire
 MESSAGE_LIMIT = 300
 #: modules of the package the learner's cells never get (stand-ins take their place)
 HIDDEN_MODULES = ("gemm_kernels.lab.exercises", "gemm_kernels.lab.nbgrader_markup")
+#: the file name a notebook cell's code runs under (as IPython registers it with linecache), less the index
+CELL_FILES = "<submission cell "
 
 
 def data_mb() -> int:
@@ -177,7 +179,7 @@ def _on_alarm(signum, frame):
 def run_cell(index: int, source: str, namespace: dict, timeout: float) -> str | None:
     """Run one cell (as ``<submission cell N>``, registered with linecache as IPython does, so
     ``@triton.jit`` and the judge read its source); None, or what went wrong (a line)."""
-    filename = f"<submission cell {index}>"
+    filename = f"{CELL_FILES}{index}>"
     source = plain_python(source)
     linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
     try:
@@ -270,7 +272,7 @@ def answer_code(obj) -> dict:
             value = scope[ref]
             inner = _function(value)
             if inner is not None and not os.path.abspath(inner.__code__.co_filename).startswith(_package_dir()) \
-                    and inner.__code__.co_filename.startswith("<submission cell"):
+                    and inner.__code__.co_filename.startswith(CELL_FILES):
                 globals_[ref] = {"function": inner.__name__}
                 add(inner)
             else:
@@ -401,7 +403,7 @@ def _where(exc: BaseException) -> str:
     tb, found = exc.__traceback__, ""
     while tb is not None:
         filename = tb.tb_frame.f_code.co_filename
-        if filename.startswith("<submission cell"):
+        if filename.startswith(CELL_FILES):
             line = linecache.getline(filename, tb.tb_lineno).strip()
             found = f"{filename[12:-1]}, line {tb.tb_lineno}: {line}"[:200]
         tb = tb.tb_next

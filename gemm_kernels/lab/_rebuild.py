@@ -28,6 +28,8 @@ import importlib
 import linecache
 import types
 
+from ._grade_worker import CELL_FILES
+
 SAFE_BUILTINS = ("abs", "all", "any", "bool", "divmod", "enumerate", "float", "int", "isinstance", "len", "list",
                  "max", "min", "pow", "print", "range", "reversed", "round", "sorted", "str", "sum", "tuple", "zip",
                  "dict", "set", "slice", "True", "False", "None", "ValueError", "TypeError", "RuntimeError",
@@ -288,7 +290,7 @@ def rebuild(report: dict, name: str, hands=(), forbid=()):
             continue
         namespace[global_name] = _global_value(global_name, spec, modules, hands, forbid)
     for filename in files:
-        if not filename.startswith("<submission cell "):
+        if not filename.startswith(CELL_FILES):
             raise NotRebuilt(f"source from {filename[:60]}, not from a cell of the notebook")
     # Triton re-reads a kernel's source through linecache (its interpreter from the *last* line that
     # starts with `def `): so linecache holds the checked lines alone, every other line of the cell blank
@@ -332,7 +334,6 @@ def rebuild(report: dict, name: str, hands=(), forbid=()):
     for filename, kept in checked_lines.items():
         lines = [line + "\n" for line in kept]
         linecache.cache[filename] = (sum(map(len, lines)), None, lines, filename)
-    defined = []
     for fn_name, filename, first, text, tree in checked:
         where = f"{fn_name} ({filename[1:-1]})"
         _Validator(where, modules, hands, forbid).visit(tree)
@@ -347,7 +348,6 @@ def rebuild(report: dict, name: str, hands=(), forbid=()):
         ast.increment_lineno(tree, int(first) - 1)
         exec(compile(tree, filename, "exec"), namespace)  # noqa: S102  (validated above; restricted builtins)
         _same_source_as_triton_reads(namespace.get(fn_name), expected, where)
-        defined.append(fn_name)
     for alias, module in modules.items():  # no function of the answer's took a module's name
         if namespace.get(alias) is not importlib.import_module(module):
             raise NotRebuilt(f"{alias} is no longer the module {module}")
