@@ -177,6 +177,32 @@ def test_gpu_decode_against_float64(shape, autotune, monkeypatch):
             assert_close(matmul_decode(a, b, split_k=3), ref, torch.bfloat16, what="split 3")
 
 
+@pytest.mark.gpu
+@pytest.mark.usefixtures("seed")
+def test_gpu_split_decode_in_a_cuda_graph_replays_right_with_no_memset(tmp_path):
+    """A split decode call captured in a CUDA graph: its arrival counts are a slice of a pool zeroed
+    before the capture (runtime._captured_zeros), so the graph holds no memset node, and replays with
+    new inputs stay right (each launch leaves its counts zero for the next replay)."""
+    M, N, K = 4, 2048, 2048
+    a, b = random_matrix(M, K, torch.bfloat16), _weight_t(N, K, torch.bfloat16)
+    assert_close(matmul_decode(a, b, split_k=4), _ref(a, b), torch.bfloat16)  # compile, and the pool
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    graph.enable_debug_mode()
+    with torch.cuda.graph(graph):
+        out = matmul_decode(a, b, split_k=4)
+    dump = tmp_path / "graph.dot"
+    graph.debug_dump(str(dump))
+    nodes = dump.read_text().lower()  # cudaGraphDebugDotPrint's DOT: a node per kernel, memset, copy...
+    assert "decode" in nodes and "memset" not in nodes, nodes[:3000]
+    for replay in range(3):
+        a.copy_(random_matrix(M, K, torch.bfloat16))
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert_close(out, _ref(a, b), torch.bfloat16, what=f"replay {replay}")
+
+
 # ------------------------------------------------------------------------------ the committed GPU runs
 
 def test_perf_notes_44_quotes_the_committed_runs():

@@ -139,6 +139,9 @@ def fake_streams(monkeypatch):
 
     monkeypatch.setattr(runtime, "_fresh_buffer", fresh)
     monkeypatch.setattr(runtime, "_STREAM_BUFFERS", {})
+    monkeypatch.setattr(runtime, "_CAPTURE_ZEROS", {})
+    monkeypatch.setattr(runtime, "_capture_zeros_pool",
+                        lambda index: torch.zeros(runtime._CAPTURE_ZEROS_BYTES, dtype=torch.uint8))
     return state
 
 
@@ -173,6 +176,32 @@ def test_stream_buffers_are_fresh_while_a_graph_is_captured(fake_streams):
     assert int(first[1].abs().sum()) == 0 and fake_streams["streams"] == 0
     assert runtime.stream_buffer("test flags", 5, torch.int32, 0, zeroed=True) is not kept[1]
     assert {id(t) for t in runtime._STREAM_BUFFERS.values()} == {id(t) for t in kept}  # none kept for the capture
+
+
+def test_a_capture_takes_its_zeroed_buffers_from_a_pool_zeroed_before_it(fake_streams, monkeypatch):
+    """Under capture, a zeroed request is a fresh slice of the device's pool (zero, so the graph records
+    no memset node): one slice per call, never handed out twice.  Before any uncaptured call made the
+    pool, or once it is spent, the capture gets torch.zeros (correct, with a memset node)."""
+    import torch
+
+    requests = (("test partials", 8, torch.float32, False), ("test counts", 5, torch.int32, True))
+    fake_streams["capturing"] = True
+    before = runtime.stream_buffers(0, requests)[1]
+    assert 0 not in runtime._CAPTURE_ZEROS and int(before.abs().sum()) == 0  # no pool yet: torch.zeros
+    fake_streams["capturing"] = False
+    runtime.stream_buffers(0, requests)  # an uncaptured call makes device 0's pool
+    pool = runtime._CAPTURE_ZEROS[0][0]
+    fake_streams["capturing"] = True
+    first, second = runtime.stream_buffers(0, requests)[1], runtime.stream_buffers(0, requests)[1]
+    for counts in (first, second):
+        assert counts.dtype == torch.int32 and counts.numel() == 5 and int(counts.abs().sum()) == 0
+        assert pool.data_ptr() <= counts.data_ptr() < pool.data_ptr() + pool.numel()
+    assert second.data_ptr() - first.data_ptr() == 256  # its own aligned slice
+    assert runtime.stream_buffers(0, requests)[0].data_ptr() != runtime.stream_buffers(0, requests)[0].data_ptr()
+    runtime._CAPTURE_ZEROS[0][1] = pool.numel() - 16  # spent
+    spent = runtime.stream_buffers(0, requests)[1]
+    assert not pool.data_ptr() <= spent.data_ptr() < pool.data_ptr() + pool.numel()
+    assert int(spent.abs().sum()) == 0
 
 
 def test_tma_scratch_keys_on_the_stream_triton_hands_it(fake_streams):
