@@ -28,6 +28,13 @@ OLDEST_TRITON ?= 3.6.0
 OLDEST_VENV ?= .venv-triton36
 OLDEST_STAMP := $(OLDEST_VENV)/.installed
 
+# uv, where installed, builds a venv in seconds where pip takes minutes (.ci/run installs it); UV= uses pip.
+# It reads no pip.conf, so pip's find-links (PIP_FIND_LINKS: a local CPU torch, say) are handed to it.
+UV ?= $(shell command -v uv 2>/dev/null)
+# $(call new_venv,DIR): a fresh venv with pip in it;  $(call pip_in,DIR): the command that installs into it
+new_venv = $(if $(UV),$(UV) venv -q --seed --python $(PYTHON) $(1),$(PYTHON) -m venv $(1))
+pip_in = $(if $(UV),$(UV) pip install -q --python $(1)/bin/python $(foreach l,$(PIP_FIND_LINKS),--find-links $(l)),$(1)/bin/python -m pip install -q)
+
 .PHONY: setup lab lab-student lab-solutions test fuzz test-launch test-teach test-triton-oldest test-no-tma test-gpu test-gpu-fast test-gpu-smoke test-gpu-notebooks sanitize sanitize-ws student grade images bench bench-quick clean
 
 setup: $(STAMP)
@@ -35,13 +42,13 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml
 	@if $(PYTHON) -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then \
 	  echo ">> CUDA torch found in $(PYTHON): the venv reuses it"; \
-	  $(PYTHON) -m venv --system-site-packages $(VENV); \
+	  $(PYTHON) -m venv --system-site-packages $(VENV) && \
+	  $(BIN)/python -m pip install -q -e ".[lab,test]"; \
 	else \
 	  echo ">> no CUDA torch: installing the CPU build ($(TORCH_CPU_SPEC))"; \
-	  $(PYTHON) -m venv $(VENV) && \
-	  $(BIN)/python -m pip install -q $(TORCH_PIP_ARGS) "$(TORCH_CPU_SPEC)"; \
+	  $(call new_venv,$(VENV)) && \
+	  $(call pip_in,$(VENV)) $(TORCH_PIP_ARGS) "$(TORCH_CPU_SPEC)" -e ".[lab,test]"; \
 	fi
-	$(BIN)/python -m pip install -q -e ".[lab,test]"
 	@touch $(STAMP)
 
 lab: $(STAMP)  ## JupyterLab on your student copies in student/: makes the missing ones, never overwrites one (prints the URL)
@@ -72,16 +79,16 @@ TEACH_VENV ?= .venv-teach
 TEACH_STAMP := $(TEACH_VENV)/.installed
 
 $(TEACH_STAMP): pyproject.toml
-	$(PYTHON) -m venv $(TEACH_VENV)
-	$(TEACH_VENV)/bin/python -m pip install -q $(TORCH_PIP_ARGS) "$(TORCH_CPU_SPEC)" -e ".[test,teach]"
+	$(call new_venv,$(TEACH_VENV))
+	$(call pip_in,$(TEACH_VENV)) $(TORCH_PIP_ARGS) "$(TORCH_CPU_SPEC)" -e ".[test,teach]"
 	@touch $(TEACH_STAMP)
 
 test-teach: $(TEACH_STAMP)  ## the course under nbgrader: generate_assignment, then autograde solved, blank and spoofed submissions
 	$(TEACH_VENV)/bin/python -m pytest -n 2 -p no:cacheprovider -m teach tests/test_teach.py $(PYTEST_ARGS)
 
 $(OLDEST_STAMP): pyproject.toml
-	$(PYTHON) -m venv $(OLDEST_VENV)
-	$(OLDEST_VENV)/bin/python -m pip install -q $(TORCH_PIP_ARGS) "$(TORCH_CPU_SPEC)" "triton==$(OLDEST_TRITON)" "numpy>=2.4" -e ".[lab,test]"
+	$(call new_venv,$(OLDEST_VENV))
+	$(call pip_in,$(OLDEST_VENV)) $(TORCH_PIP_ARGS) "$(TORCH_CPU_SPEC)" "triton==$(OLDEST_TRITON)" "numpy>=2.4" -e ".[lab,test]"
 	@touch $(OLDEST_STAMP)
 
 # what does not touch Triton (files, gradebooks, the bench's and notebooks' tooling, the class build) and the
@@ -164,7 +171,7 @@ BOOK_STAMP := $(VENV)/.installed-book
 .PHONY: book test-book
 
 $(BOOK_STAMP): $(STAMP) pyproject.toml
-	$(BIN)/python -m pip install -q -e ".[book]"
+	$(call pip_in,$(VENV)) -e ".[book]"
 	@touch $(BOOK_STAMP)
 
 book: $(BOOK_STAMP)  ## the course as a website in build/book (open build/book/index.html; SOLUTIONS=0: without solutions); fails on any notebook error or broken link
