@@ -187,7 +187,7 @@ def test_gpu_split_decode_in_a_cuda_graph_replays_right_with_no_memset(tmp_path)
     a, b = random_matrix(M, K, torch.bfloat16), _weight_t(N, K, torch.bfloat16)
     assert_close(matmul_decode(a, b, split_k=4), _ref(a, b), torch.bfloat16)  # compile, and the pool
     torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
+    graph = torch.cuda.CUDAGraph(keep_graph=True)  # its nodes kept for debug_dump (instantiated at the first replay)
     graph.enable_debug_mode()
     with torch.cuda.graph(graph):
         out = matmul_decode(a, b, split_k=4)

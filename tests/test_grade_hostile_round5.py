@@ -16,6 +16,7 @@ import nbformat
 import pytest
 import torch
 
+from gemm_kernels import runtime
 from gemm_kernels.lab import grade
 from gemm_kernels.lab._rebuild import NotRebuilt, rebuild
 from gemm_kernels.lab.exercises import WRONG
@@ -94,7 +95,7 @@ def test_a_report_cut_short_inside_a_function_is_refused():
     except NotRebuilt:
         return  # refused: nothing of the rest ran
     # rebuilt from the checked lines alone: the store was never among them, so no output is written
-    x, y = torch.ones(300), torch.ones(300)
+    x, y = torch.ones(300, device=runtime.DEVICE), torch.ones(300, device=runtime.DEVICE)
     out = rebuilt(2.0, x, y)
     assert not torch.equal(out, 2.0 * x + y)
 

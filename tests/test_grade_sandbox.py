@@ -137,3 +137,16 @@ def test_without_a_sandbox_nothing_is_graded_unless_asked(tmp_path, monkeypatch,
     out = capsys.readouterr().out
     assert "--no-sandbox: each notebook runs as this user, unsandboxed" in out and "solved: 2 of 2 points" in out
     assert json.loads((tmp_path / "g.json").read_text())["sandbox"] is False
+
+
+def test_a_notebooks_process_imports_the_judges_own_package(monkeypatch):
+    """A judge run from a checkout that is not installed (its folder on no path, as on a GPU machine's
+    bare image) still starts notebooks: their process gets the package's parent first on its path."""
+    parent = str(_sandbox.package_dir().parent)
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    assert _sandbox.child_environment()["PYTHONPATH"] == parent
+    monkeypatch.setenv("PYTHONPATH", "/elsewhere")
+    assert _sandbox.child_environment()["PYTHONPATH"].split(os.pathsep) == [parent, "/elsewhere"]
+    done = subprocess.run([sys.executable, "-c", "import gemm_kernels, sys; print(gemm_kernels.__file__)"],
+                          cwd="/", env=_sandbox.child_environment(), capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip().startswith(parent), done

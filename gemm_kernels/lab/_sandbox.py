@@ -251,6 +251,8 @@ def child_environment(extra: dict | None = None) -> dict:
            if key in ("PATH", "HOME", "LANG", "LC_ALL", "PYTHONPATH", "TRITON_INTERPRET", "GEMM_KERNELS_ARCH",
                       "CUDA_VISIBLE_DEVICES", "GEMM_KERNELS_EXAM", "GEMM_KERNELS_PROGRESS", "MPLBACKEND")}
     env.update(TMPDIR="/tmp", MPLBACKEND="Agg", PYTHONDONTWRITEBYTECODE="1", **(extra or {}))
+    # this judge's own package first, installed or not (a checkout run from its folder has it on no path)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(package_dir().parent), env.get("PYTHONPATH")) if p)
     return env
 
 
@@ -277,9 +279,7 @@ def sandbox_available() -> bool:
     if prefix is None:
         return False
     if not _PROBED:
-        package_parent = str(package_dir().parent)
         env = child_environment()
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH")) if p)
         try:
             done = subprocess.run([*prefix, sys.executable, "-c", PROBE_IMPORTS], capture_output=True, timeout=120,
                                   env=env, stdin=subprocess.DEVNULL)
