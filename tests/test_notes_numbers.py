@@ -1333,3 +1333,18 @@ def test_perf_notes_52_quotes_its_clocks_and_counters():
     assert -(-1000 // 128) * -(-2112 // 256) == 72 and -(-1000 // 128) * -(-2112 // 128) == 136
     assert f"An even share is {1000 * 2112 / 132 / (128 * 256):.3f}x of a 128 x 256 tile" in entry
     assert f"the time ratio is {ours[qkv]['speedup']:.3f}x" in entry
+
+
+def test_entry_53_quotes_its_graph_run():
+    """Entry 53 (its README until PERF_NOTES takes it): the same-run A/B of a split decode call in a
+    CUDA graph, pool against memset (images/bench/entry53/graph_ab.log)."""
+    entry = re.sub(r"\s+", " ", (BENCH / "entry53" / "README.md").read_text(encoding="utf-8"))
+    log = (BENCH / "entry53" / "graph_ab.log").read_text()
+    us = {(int(m), int(n), name): float(t) for m, n, name, t in re.findall(r"^(\d+) (\d+) (\w+) ([\d.]+)$", log, re.M)}
+    for M, N in ((1, 2048), (16, 2048), (32, 4096)):
+        vendor = (us[M, N, "torch"] + us[M, N, "torch2"]) / 2
+        pool, memset = vendor / us[M, N, "ours"], vendor / us[M, N, "ours_memset"]
+        assert abs(vendor / us[M, N, "ours2"] - pool) < 0.01  # the two timings of ours agree
+        shape = f"{N}² with M = {M}"
+        assert f"{shape}: {pool:.3f}x | {memset:.3f}x" in entry, shape
+        assert f"ratio ({M}, {N}) pool {pool:.3f}" in log
