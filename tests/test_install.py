@@ -14,7 +14,7 @@ def test_triton_36_scalars_index_with_numpy_24():
     """Triton 3.6/3.7's interpreter converted a scalar's 1-element array with int(), which numpy >= 2.4
     refuses (``range(0, K, BLOCK)`` in a kernel failed): the package installs an ``__index__`` that
     reads the element, in interpreting processes and for checked runs on a GPU.  `make
-    test-triton-oldest` runs the whole suite on Triton 3.6 with numpy >= 2.4."""
+    test-triton-oldest` runs this file and the others Triton's version can change on 3.6 with numpy >= 2.4."""
     import numpy as np
     import triton.language as tl
 
