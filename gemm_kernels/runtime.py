@@ -29,6 +29,7 @@ import math
 import os
 import sys
 import threading
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -245,13 +246,14 @@ def stream_buffer(purpose: str, numel: int, dtype: torch.dtype, device_index: in
     ``grouped_mm``'s default call, PERF_NOTES 22).  It is allocated while its stream is current,
     so torch's caching allocator orders its reuse on that stream if it is ever replaced.  While
     a CUDA graph is being captured the buffer is fresh, from the graph's pool: a graph may be
-    replayed on another stream, at the same time as eager launches on this one (a zeroed one is a
-    slice of a pool zeroed before the capture, so a replay runs no memset).  Two cases the
+    replayed on another stream, at the same time as eager launches on this one (one whose
+    ``zeroed`` is :data:`ALWAYS_LEFT_ZERO` is a slice of a pool zeroed before the capture, so a
+    replay runs no memset).  Two cases the
     key cannot tell apart, so kernels using it must not do them: programmatic dependent launch
     (a kernel starting before the previous one on its stream ends), and a stream destroyed
     while its work is pending whose handle a new stream then reuses.  ``zeroed``: a new buffer
-    starts at zero (the kernels that ask for it leave it at zero).  :func:`stream_buffers` gets
-    several at once."""
+    starts at zero (the kernels that ask for it leave it at zero; :data:`ALWAYS_LEFT_ZERO`: even
+    after an error).  :func:`stream_buffers` gets several at once."""
     return stream_buffers(device_index, ((purpose, numel, dtype, zeroed),))[0]
 
 
@@ -260,30 +262,43 @@ def stream_buffers(device_index: int, requests) -> tuple:
     device ``device_index``'s current stream, in order: one capture check and one stream look-up
     for all of them (a Stream-K or split-K call needs two buffers per launch)."""
     if torch._C._cuda_isCurrentStreamCapturing():
-        return tuple([_captured_zeros(numel, dtype, device_index) if zeroed else
-                      _fresh_buffer(numel, dtype, device_index, False) for _, numel, dtype, zeroed in requests])
-    if device_index not in _CAPTURE_ZEROS and any(request[3] for request in requests):
-        _CAPTURE_ZEROS[device_index] = [_capture_zeros_pool(device_index), 0]
+        return tuple([_captured_zeros(numel, dtype, device_index) if zeroed == ALWAYS_LEFT_ZERO else
+                      _fresh_buffer(numel, dtype, device_index, bool(zeroed)) for _, numel, dtype, zeroed in requests])
+    if device_index not in _CAPTURE_ZEROS and any(request[3] == ALWAYS_LEFT_ZERO for request in requests):
+        _make_capture_zeros(device_index)
     stream = torch._C._cuda_getCurrentRawStream(device_index)  # as Triton's launcher reads it (faster than torch.cuda's)
     return tuple([_kept_buffer(device_index, stream, purpose, numel, dtype, zeroed)
                   for purpose, numel, dtype, zeroed in requests])
 
 
-#: zeroed buffers for CUDA graph captures, per device: [bytes kept zero, first free byte].  A zeroed
-#: buffer made under capture (torch.zeros) records a memset node that every replay runs (most of a
-#: decode call's miss in a graph, PERF_NOTES 52); a slice of this pool is zero already, and the
-#: kernels asking for zeroed buffers leave them zero.  Each captured call gets its own slice, never
-#: handed out again (a graph may live as long as the process); when the pool is spent, or before
-#: any uncaptured call made it, a capture falls back to torch.zeros.
+#: ``zeroed`` of a request whose kernels leave it zero on every path, an error's included (split-K's
+#: arrival counts: every piece arrives, the last one zeroes the count).  Under a CUDA graph capture it
+#: is a slice of a pool zeroed before the capture: plain ``True`` gets ``torch.zeros`` there, a memset
+#: node that every replay runs (Stream-K's flags ask for that: a wait that ran out leaves one raised,
+#: and only the memset clears it for the next replay).
+ALWAYS_LEFT_ZERO = "always left zero"
+
+#: the pool per device: [bytes kept zero, first free byte].  The memset node was most of a split
+#: decode call's miss in a graph (PERF_NOTES 52, images/bench/entry53).  Each captured call gets its
+#: own slice, never handed out again, and the pool is never freed or replaced: graphs point into it
+#: and may live as long as the process.  4 MiB (a thousand captured calls of 1024 counts; the caching
+#: allocator keeps it in a 20 MiB segment that empty_cache cannot release); when it is spent, or
+#: before any uncaptured call made it, a capture falls back to torch.zeros, with one warning.
 _CAPTURE_ZEROS: dict = {}
-_CAPTURE_ZEROS_BYTES = 1 << 22  # 4 MiB: a thousand captured calls of 1024 counts each
+_CAPTURE_ZEROS_BYTES = 1 << 22
 _CAPTURE_ZEROS_LOCK = threading.Lock()
 
 
+def _make_capture_zeros(device_index: int) -> None:
+    with _CAPTURE_ZEROS_LOCK:  # made once: two threads' first calls must not make two
+        if device_index not in _CAPTURE_ZEROS:
+            # no host sync (it would break another thread's capture in global mode): torch.cuda.graph
+            # synchronizes the device before it captures, so the memset ends before any replay
+            _CAPTURE_ZEROS[device_index] = [_capture_zeros_pool(device_index), 0]
+
+
 def _capture_zeros_pool(device_index: int) -> torch.Tensor:
-    pool = torch.zeros(_CAPTURE_ZEROS_BYTES, dtype=torch.uint8, device=torch.device("cuda", device_index))
-    torch.cuda.current_stream(device_index).synchronize()  # zero before a graph captured later replays
-    return pool
+    return torch.zeros(_CAPTURE_ZEROS_BYTES, dtype=torch.uint8, device=torch.device("cuda", device_index))
 
 
 def _captured_zeros(numel: int, dtype: torch.dtype, device_index: int) -> torch.Tensor:
@@ -292,6 +307,10 @@ def _captured_zeros(numel: int, dtype: torch.dtype, device_index: int) -> torch.
     nbytes = -(-numel * size // 256) * 256  # 256-byte aligned slices, as torch's own allocations
     with _CAPTURE_ZEROS_LOCK:  # captures in two threads get two slices
         if pool is None or pool[1] + nbytes > pool[0].numel():
+            if pool is not None and not pool[2:]:
+                pool.append("warned")
+                warnings.warn("gemm_kernels: the zeroed buffers kept for CUDA graph captures are spent; "
+                              "later captures of split-K calls each record a memset node", stacklevel=3)
             return _fresh_buffer(numel, dtype, device_index, True)
         start, pool[1] = pool[1], pool[1] + nbytes
     return pool[0][start:start + numel * size].view(dtype)

@@ -1335,10 +1335,11 @@ def test_perf_notes_52_quotes_its_clocks_and_counters():
     assert f"the time ratio is {ours[qkv]['speedup']:.3f}x" in entry
 
 
-def test_entry_53_quotes_its_graph_run():
-    """Entry 53 (its README until PERF_NOTES takes it): the same-run A/B of a split decode call in a
-    CUDA graph, pool against memset (images/bench/entry53/graph_ab.log)."""
-    entry = re.sub(r"\s+", " ", (BENCH / "entry53" / "README.md").read_text(encoding="utf-8"))
+def test_perf_notes_53_quotes_its_graph_run():
+    """PERF_NOTES 53: the same-run A/B of a split decode call in a CUDA graph, pool against memset
+    (images/bench/entry53/graph_ab.log)."""
+    notes = re.sub(r"\s+", " ", PERF_NOTES.read_text(encoding="utf-8"))
+    entry = notes[notes.index("## 53."):]
     log = (BENCH / "entry53" / "graph_ab.log").read_text()
     us = {(int(m), int(n), name): float(t) for m, n, name, t in re.findall(r"^(\d+) (\d+) (\w+) ([\d.]+)$", log, re.M)}
     for M, N in ((1, 2048), (16, 2048), (32, 4096)):

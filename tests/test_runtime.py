@@ -179,29 +179,52 @@ def test_stream_buffers_are_fresh_while_a_graph_is_captured(fake_streams):
 
 
 def test_a_capture_takes_its_zeroed_buffers_from_a_pool_zeroed_before_it(fake_streams, monkeypatch):
-    """Under capture, a zeroed request is a fresh slice of the device's pool (zero, so the graph records
-    no memset node): one slice per call, never handed out twice.  Before any uncaptured call made the
-    pool, or once it is spent, the capture gets torch.zeros (correct, with a memset node)."""
+    """Under capture, a request whose kernels always leave it zero is a fresh slice of the device's pool
+    (zero, so the graph records no memset node): one slice per call, never handed out twice.  Before any
+    uncaptured call made the pool, or once it is spent (one warning), the capture gets torch.zeros; so
+    does a plain zeroed request (Stream-K's flags: a wait that ran out leaves one raised)."""
     import torch
 
-    requests = (("test partials", 8, torch.float32, False), ("test counts", 5, torch.int32, True))
+    requests = (("test partials", 8, torch.float32, False), ("test counts", 5, torch.int32, runtime.ALWAYS_LEFT_ZERO),
+                ("test flags", 3, torch.int32, True))
     fake_streams["capturing"] = True
     before = runtime.stream_buffers(0, requests)[1]
     assert 0 not in runtime._CAPTURE_ZEROS and int(before.abs().sum()) == 0  # no pool yet: torch.zeros
     fake_streams["capturing"] = False
-    runtime.stream_buffers(0, requests)  # an uncaptured call makes device 0's pool
+    runtime.stream_buffers(0, requests[2:])  # a plain zeroed request makes no pool
+    assert 0 not in runtime._CAPTURE_ZEROS
+    runtime.stream_buffers(0, requests)  # an uncaptured call makes device 0's pool, once
     pool = runtime._CAPTURE_ZEROS[0][0]
+    runtime.stream_buffers(0, requests)
+    assert runtime._CAPTURE_ZEROS[0][0] is pool
     fake_streams["capturing"] = True
-    first, second = runtime.stream_buffers(0, requests)[1], runtime.stream_buffers(0, requests)[1]
-    for counts in (first, second):
-        assert counts.dtype == torch.int32 and counts.numel() == 5 and int(counts.abs().sum()) == 0
-        assert pool.data_ptr() <= counts.data_ptr() < pool.data_ptr() + pool.numel()
-    assert second.data_ptr() - first.data_ptr() == 256  # its own aligned slice
-    assert runtime.stream_buffers(0, requests)[0].data_ptr() != runtime.stream_buffers(0, requests)[0].data_ptr()
+    inside = lambda t: pool.data_ptr() <= t.data_ptr() < pool.data_ptr() + pool.numel()  # noqa: E731
+    first, second = runtime.stream_buffers(0, requests), runtime.stream_buffers(0, requests)
+    for _, counts, flags in (first, second):
+        assert counts.dtype == torch.int32 and counts.numel() == 5 and int(counts.abs().sum()) == 0 and inside(counts)
+        assert flags.numel() == 3 and int(flags.abs().sum()) == 0 and not inside(flags)
+    assert second[1].data_ptr() - first[1].data_ptr() == 256  # its own aligned slice
+    assert first[0].data_ptr() != second[0].data_ptr()
     runtime._CAPTURE_ZEROS[0][1] = pool.numel() - 16  # spent
-    spent = runtime.stream_buffers(0, requests)[1]
-    assert not pool.data_ptr() <= spent.data_ptr() < pool.data_ptr() + pool.numel()
-    assert int(spent.abs().sum()) == 0
+    with pytest.warns(UserWarning, match="are spent"):
+        spent = runtime.stream_buffers(0, requests)[1]
+    assert not inside(spent) and int(spent.abs().sum()) == 0
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        runtime.stream_buffers(0, requests)  # warned once
+
+
+def test_split_k_counts_are_the_ones_a_capture_may_take_from_the_pool():
+    """The kernels whose arrival counts are left zero on every path ask for the pool; Stream-K's flags,
+    which a wait that ran out leaves raised, do not."""
+    import inspect
+
+    from gemm_kernels.kernels import matmul_ws, splitk, streamk
+
+    assert "runtime.ALWAYS_LEFT_ZERO" in inspect.getsource(splitk._workspace)
+    assert "runtime.ALWAYS_LEFT_ZERO" in inspect.getsource(matmul_ws._split_workspace)
+    assert "ALWAYS_LEFT_ZERO" not in inspect.getsource(streamk)
 
 
 def test_tma_scratch_keys_on_the_stream_triton_hands_it(fake_streams):

@@ -764,12 +764,14 @@ class _Plan:
 def _split_workspace(M, N, config, splits, device) -> tuple[torch.Tensor, torch.Tensor]:
     """Split-K units' fp32 slots, ``splits`` per warpgroup tile (WG_M x BLOCK_N, padding included,
     so no store is masked), and an int32 arrival count per warpgroup tile (zero, and left zero by
-    every launch).  Kept per stream (fresh under a CUDA graph capture)."""
+    every launch).  Kept per stream (under a CUDA graph capture: fresh slots, counts from
+    ``runtime``'s pool)."""
     wg_m, bn, tile_m = config["WG_M"], config["BLOCK_N"], _tile_m(config)
     part_tiles = cdiv(M, tile_m) * cdiv(N, bn) * (tile_m // wg_m)  # every consumer's rows, past M too
     index = device.index if device.index is not None else torch.cuda.current_device()
     return runtime.stream_buffers(index, (("ws split-k pieces", splits * part_tiles * wg_m * bn, torch.float32, False),
-                                          ("ws split-k counts", part_tiles, torch.int32, True)))
+                                          ("ws split-k counts", part_tiles, torch.int32,
+                                           runtime.ALWAYS_LEFT_ZERO)))
 
 
 def _keep(key, plan):

@@ -194,4 +194,4 @@ def _workspace(slots: int, tiles: int, device: torch.device, owner: str = "split
                 torch.zeros(tiles, dtype=torch.int32, device=device))
     index = device.index if device.index is not None else torch.cuda.current_device()
     return runtime.stream_buffers(index, ((f"{owner} partials", slots, torch.float32, False),
-                                          (f"{owner} counts", tiles, torch.int32, True)))
+                                          (f"{owner} counts", tiles, torch.int32, runtime.ALWAYS_LEFT_ZERO)))
