@@ -4,8 +4,6 @@ pass a solved one, and never reach a student copy.  nbgrader itself runs in test
 
 from __future__ import annotations
 
-import re
-
 import nbformat
 import pytest
 
@@ -126,7 +124,7 @@ def test_make_test_leaves_nbgrader_to_make_test_teach_and_ci_runs_it():
     project = tomllib.loads((student.REPO_ROOT / "pyproject.toml").read_text())
     assert any(r.startswith("nbgrader") for r in project["project"]["optional-dependencies"]["teach"])
     assert any(m.startswith("teach:") for m in project["tool"]["pytest"]["ini_options"]["markers"])
-    assert re.search(r"^(step )?make test-teach$", (student.REPO_ROOT / ".ci" / "run").read_text(), re.M)
+    assert '|make test-teach"' in (student.REPO_ROOT / ".ci" / "run").read_text()
 
 
 @pytest.mark.parametrize("magic", ["%timeit sum(range(10))", "!pip install numpy", "%%time\nx = 1",

@@ -154,3 +154,47 @@ print(len(names), "modules;", results.BENCH_DIR)
                           env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "share/gemm-kernels/bench" in proc.stdout
+
+
+def test_ci_runs_make_test_then_the_other_targets_in_turn_within_its_budget(tmp_path):
+    """.ci/run with make replaced by a stub that sleeps as each target's estimate says: `make test`
+    always; the rotation's first extra target whatever the clock; the rest while the budget holds; the
+    next commit starts one further along; CI_ALL=1 runs them all."""
+    import os
+    import shutil
+    import subprocess
+
+    ci = tmp_path / "repo" / ".ci"
+    ci.mkdir(parents=True)
+    shutil.copy(ROOT / ".ci" / "run", ci / "run")
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    log = tmp_path / "calls.txt"
+    for tool in ("make", "chromium", "uv"):
+        (bin_ / tool).write_text(f"#!/bin/sh\necho \"{tool} $*\" >> {log}\n")
+        (bin_ / tool).chmod(0o755)
+    repo = ci.parent
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+
+    def run(commits: int, **env) -> tuple[list[str], str]:
+        while int(subprocess.run(["git", "-C", str(repo), "rev-list", "--count", "--all"], capture_output=True,
+                                 text=True).stdout.strip() or 0) < commits:
+            subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q",
+                            "--allow-empty", "-m", "c"], check=True)
+        log.write_text("")
+        done = subprocess.run(["bash", str(ci / "run")], capture_output=True, text=True, timeout=60,
+                              env={**os.environ, "PATH": f"{bin_}{os.pathsep}{os.environ['PATH']}", **env})
+        assert done.returncode == 0, done.stderr
+        calls = [line.split(" ", 1)[1] for line in log.read_text().splitlines() if line.startswith("make")]
+        return calls, done.stdout
+
+    calls, out = run(1, CI_BUDGET_S="0")  # no time left after make test: the rotation's first alone
+    assert calls[0] == "test" and calls[1:] == ["test-triton-oldest"], calls  # one commit: starts at the 2nd
+    assert "left for the next commits" in out and "launch" in out
+    calls, _ = run(2, CI_BUDGET_S="0")
+    assert calls == ["test", "test-launch"], calls
+    calls, _ = run(2, CI_ALL="1")
+    assert calls == ["test", "test-launch", "test-teach", "book", "test-book", "test-no-tma NO_TMA_NOTEBOOKS=",
+                     "test-triton-oldest"], calls
+    calls, _ = run(2, CI_BUDGET_S="100000")  # a budget that holds them all
+    assert len(calls) == 7
