@@ -47,7 +47,8 @@ $(STAMP): pyproject.toml
 	else \
 	  echo ">> no CUDA torch: installing the CPU build ($(TORCH_CPU_SPEC))"; \
 	  $(call new_venv,$(VENV)) && \
-	  $(call pip_in,$(VENV)) $(TORCH_PIP_ARGS) "$(TORCH_CPU_SPEC)" -e ".[lab,test]"; \
+	  $(call pip_in,$(VENV)) $(TORCH_PIP_ARGS) "$(TORCH_CPU_SPEC)" && \
+	  $(call pip_in,$(VENV)) -e ".[lab,test]"; \
 	fi
 	@touch $(STAMP)
 
