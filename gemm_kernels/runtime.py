@@ -248,8 +248,8 @@ def stream_buffer(purpose: str, numel: int, dtype: torch.dtype, device_index: in
     a CUDA graph is being captured the buffer is fresh, from the graph's pool: a graph may be
     replayed on another stream, at the same time as eager launches on this one (one whose
     ``zeroed`` is :data:`ALWAYS_LEFT_ZERO` is a slice of a pool zeroed before the capture, so a
-    replay runs no memset).  Two cases the
-    key cannot tell apart, so kernels using it must not do them: programmatic dependent launch
+    replay runs no memset).  Two cases the key cannot tell apart, so kernels using it must not
+    do them: programmatic dependent launch
     (a kernel starting before the previous one on its stream ends), and a stream destroyed
     while its work is pending whose handle a new stream then reuses.  ``zeroed``: a new buffer
     starts at zero (the kernels that ask for it leave it at zero; :data:`ALWAYS_LEFT_ZERO`: even
@@ -278,7 +278,7 @@ def stream_buffers(device_index: int, requests) -> tuple:
 #: and only the memset clears it for the next replay).
 ALWAYS_LEFT_ZERO = "always left zero"
 
-#: the pool per device: [bytes kept zero, first free byte].  The memset node was most of a split
+#: the pool per device (a :class:`_ZeroPool`).  The memset node was most of a split
 #: decode call's miss in a graph (PERF_NOTES 52, images/bench/entry53).  Each captured call gets its
 #: own slice, never handed out again, and the pool is never freed or replaced: graphs point into it
 #: and may live as long as the process.  4 MiB (a thousand captured calls of 1024 counts; the caching
@@ -289,12 +289,19 @@ _CAPTURE_ZEROS_BYTES = 1 << 22
 _CAPTURE_ZEROS_LOCK = threading.Lock()
 
 
+@dataclass
+class _ZeroPool:
+    zeros: torch.Tensor  # bytes kept zero
+    free: int = 0  # the first byte not handed out
+    warned: bool = False  # that it is spent
+
+
 def _make_capture_zeros(device_index: int) -> None:
     with _CAPTURE_ZEROS_LOCK:  # made once: two threads' first calls must not make two
         if device_index not in _CAPTURE_ZEROS:
             # no host sync (it would break another thread's capture in global mode): torch.cuda.graph
             # synchronizes the device before it captures, so the memset ends before any replay
-            _CAPTURE_ZEROS[device_index] = [_capture_zeros_pool(device_index), 0]
+            _CAPTURE_ZEROS[device_index] = _ZeroPool(_capture_zeros_pool(device_index))
 
 
 def _capture_zeros_pool(device_index: int) -> torch.Tensor:
@@ -306,14 +313,14 @@ def _captured_zeros(numel: int, dtype: torch.dtype, device_index: int) -> torch.
     size = dtype.itemsize
     nbytes = -(-numel * size // 256) * 256  # 256-byte aligned slices, as torch's own allocations
     with _CAPTURE_ZEROS_LOCK:  # captures in two threads get two slices
-        if pool is None or pool[1] + nbytes > pool[0].numel():
-            if pool is not None and not pool[2:]:
-                pool.append("warned")
+        if pool is None or pool.free + nbytes > pool.zeros.numel():
+            if pool is not None and not pool.warned:
+                pool.warned = True
                 warnings.warn("gemm_kernels: the zeroed buffers kept for CUDA graph captures are spent; "
                               "later captures of split-K calls each record a memset node", stacklevel=3)
             return _fresh_buffer(numel, dtype, device_index, True)
-        start, pool[1] = pool[1], pool[1] + nbytes
-    return pool[0][start:start + numel * size].view(dtype)
+        start, pool.free = pool.free, pool.free + nbytes
+    return pool.zeros[start:start + numel * size].view(dtype)
 
 
 def _fresh_buffer(numel: int, dtype: torch.dtype, device_index: int, zeroed: bool) -> torch.Tensor:

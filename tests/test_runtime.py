@@ -194,9 +194,9 @@ def test_a_capture_takes_its_zeroed_buffers_from_a_pool_zeroed_before_it(fake_st
     runtime.stream_buffers(0, requests[2:])  # a plain zeroed request makes no pool
     assert 0 not in runtime._CAPTURE_ZEROS
     runtime.stream_buffers(0, requests)  # an uncaptured call makes device 0's pool, once
-    pool = runtime._CAPTURE_ZEROS[0][0]
+    pool = runtime._CAPTURE_ZEROS[0].zeros
     runtime.stream_buffers(0, requests)
-    assert runtime._CAPTURE_ZEROS[0][0] is pool
+    assert runtime._CAPTURE_ZEROS[0].zeros is pool
     fake_streams["capturing"] = True
     inside = lambda t: pool.data_ptr() <= t.data_ptr() < pool.data_ptr() + pool.numel()  # noqa: E731
     first, second = runtime.stream_buffers(0, requests), runtime.stream_buffers(0, requests)
@@ -205,7 +205,7 @@ def test_a_capture_takes_its_zeroed_buffers_from_a_pool_zeroed_before_it(fake_st
         assert flags.numel() == 3 and int(flags.abs().sum()) == 0 and not inside(flags)
     assert second[1].data_ptr() - first[1].data_ptr() == 256  # its own aligned slice
     assert first[0].data_ptr() != second[0].data_ptr()
-    runtime._CAPTURE_ZEROS[0][1] = pool.numel() - 16  # spent
+    runtime._CAPTURE_ZEROS[0].free = pool.numel() - 16  # spent
     with pytest.warns(UserWarning, match="are spent"):
         spent = runtime.stream_buffers(0, requests)[1]
     assert not inside(spent) and int(spent.abs().sum()) == 0
