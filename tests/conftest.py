@@ -12,6 +12,12 @@ import gemm_kernels  # noqa: F401  (decides interpreter vs GPU before any kernel
 from gemm_kernels import runtime
 from gemm_kernels.kernels import tuning_cache
 
+# A child process a test starts (a sanitizer run, a notebook, a worker) imports the package under
+# test, also from a checkout that is not installed, as on the GPU machines.
+_PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(gemm_kernels.__file__)))
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    [_PACKAGE_PARENT, *[p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != _PACKAGE_PARENT]])
+
 _real_empty = torch.empty
 
 
