@@ -262,8 +262,13 @@ def stream_buffers(device_index: int, requests) -> tuple:
     device ``device_index``'s current stream, in order: one capture check and one stream look-up
     for all of them (a Stream-K or split-K call needs two buffers per launch)."""
     if torch._C._cuda_isCurrentStreamCapturing():
-        return tuple([_captured_zeros(numel, dtype, device_index) if zeroed == ALWAYS_LEFT_ZERO else
-                      _fresh_buffer(numel, dtype, device_index, bool(zeroed)) for _, numel, dtype, zeroed in requests])
+        capture = None
+        if any(request[3] == ALWAYS_LEFT_ZERO for request in requests):
+            stream = torch._C._cuda_getCurrentRawStream(device_index)
+            capture = (device_index, stream, _capture_id(stream))
+        return tuple([_captured_zeros(purpose, numel, dtype, capture) if zeroed == ALWAYS_LEFT_ZERO else
+                      _fresh_buffer(numel, dtype, device_index, bool(zeroed))
+                      for purpose, numel, dtype, zeroed in requests])
     if device_index not in _CAPTURE_ZEROS and any(request[3] == ALWAYS_LEFT_ZERO for request in requests):
         _make_capture_zeros(device_index)
     stream = torch._C._cuda_getCurrentRawStream(device_index)  # as Triton's launcher reads it (faster than torch.cuda's)
@@ -279,12 +284,16 @@ def stream_buffers(device_index: int, requests) -> tuple:
 ALWAYS_LEFT_ZERO = "always left zero"
 
 #: the pool per device (a :class:`_ZeroPool`).  The memset node was most of a split
-#: decode call's miss in a graph (PERF_NOTES 52, images/bench/entry53).  Each captured call gets its
-#: own slice, never handed out again, and the pool is never freed or replaced: graphs point into it
-#: and may live as long as the process.  4 MiB (a thousand captured calls of 1024 counts; the caching
-#: allocator keeps it in a 20 MiB segment that empty_cache cannot release); when it is spent, or
-#: before any uncaptured call made it, a capture falls back to torch.zeros, with one warning.
+#: decode call's miss in a graph (PERF_NOTES 52, images/bench/entry53).  A slice is never handed to
+#: another capture, and the pool is never freed or replaced: graphs point into it and may live as
+#: long as the process.  Within one capture, the calls on one stream run one after another, so they
+#: share one slice per purpose (:data:`_CAPTURE_SLICES`, PERF_NOTES 54): a capture holds a few
+#: slices, however many calls it records.  4 MiB (the caching allocator keeps it in a 20 MiB segment
+#: that empty_cache cannot release); when it is spent, or before any uncaptured call made it, a
+#: capture falls back to torch.zeros, with one warning.
 _CAPTURE_ZEROS: dict = {}
+#: per (device, stream): (the id of the capture under way on it, {purpose: its slice of the pool})
+_CAPTURE_SLICES: dict = {}
 _CAPTURE_ZEROS_BYTES = 1 << 22
 _CAPTURE_ZEROS_LOCK = threading.Lock()
 
@@ -308,11 +317,22 @@ def _capture_zeros_pool(device_index: int) -> torch.Tensor:
     return torch.zeros(_CAPTURE_ZEROS_BYTES, dtype=torch.uint8, device=torch.device("cuda", device_index))
 
 
-def _captured_zeros(numel: int, dtype: torch.dtype, device_index: int) -> torch.Tensor:
-    pool = _CAPTURE_ZEROS.get(device_index)
-    size = dtype.itemsize
-    nbytes = -(-numel * size // 256) * 256  # 256-byte aligned slices, as torch's own allocations
+def _captured_zeros(purpose: str, numel: int, dtype: torch.dtype, capture: tuple) -> torch.Tensor:
+    """A zeroed buffer for a captured call: the slice this capture already holds on this stream for
+    ``purpose`` when it is large enough (the earlier call ended before this one starts and left it
+    zero), else a new slice of the pool; ``capture`` is (device, stream, capture id or None)."""
+    device_index, stream, capture_id = capture
+    nbytes = -(-numel * dtype.itemsize // 256) * 256  # 256-byte aligned slices, as torch's own allocations
     with _CAPTURE_ZEROS_LOCK:  # captures in two threads get two slices
+        held = None
+        if capture_id is not None:  # a stream is in one capture at a time: the last one's slices are done
+            held = _CAPTURE_SLICES.get((device_index, stream))
+            if held is None or held[0] != capture_id:
+                held = _CAPTURE_SLICES[device_index, stream] = (capture_id, {})
+            kept = held[1].get(purpose)
+            if kept is not None and kept.numel() >= nbytes:
+                return kept[:numel * dtype.itemsize].view(dtype)
+        pool = _CAPTURE_ZEROS.get(device_index)
         if pool is None or pool.free + nbytes > pool.zeros.numel():
             if pool is not None and not pool.warned:
                 pool.warned = True
@@ -320,7 +340,50 @@ def _captured_zeros(numel: int, dtype: torch.dtype, device_index: int) -> torch.
                               "later captures of split-K calls each record a memset node", stacklevel=3)
             return _fresh_buffer(numel, dtype, device_index, True)
         start, pool.free = pool.free, pool.free + nbytes
-    return pool.zeros[start:start + numel * size].view(dtype)
+        piece = pool.zeros[start:start + nbytes]
+        if held is not None:
+            held[1][purpose] = piece
+    return piece[:numel * dtype.itemsize].view(dtype)
+
+
+#: cuStreamGetCaptureInfo of the CUDA driver (ctypes), once looked up; False where it cannot be had
+_GET_CAPTURE_INFO = None
+
+
+def _capture_id(stream: int) -> int | None:
+    """The id CUDA gives the capture under way on ``stream`` (unique in the process; the calls on a
+    side stream joined to it share it), or None where the driver cannot tell (each captured call then
+    takes a slice of its own)."""
+    global _GET_CAPTURE_INFO
+    if _GET_CAPTURE_INFO is None:
+        _GET_CAPTURE_INFO = _driver_capture_info()
+    if not _GET_CAPTURE_INFO:
+        return None
+    import ctypes
+
+    status, capture_id = ctypes.c_int(0), ctypes.c_uint64(0)
+    if _GET_CAPTURE_INFO(stream, ctypes.byref(status), ctypes.byref(capture_id)) != 0 or status.value != 1:
+        return None  # an error, or no capture active on it (1: cudaStreamCaptureStatusActive)
+    return capture_id.value or None
+
+
+def _driver_capture_info():
+    """``f(stream, status*, id*) -> CUresult`` through the driver's versioned entry points (their
+    first three parameters are v1's; the later out-pointers are passed as NULL), or False."""
+    import ctypes
+
+    try:
+        driver = ctypes.CDLL("nvcuda.dll" if sys.platform == "win32" else "libcuda.so.1")
+    except OSError:
+        return False
+    for name, extra in (("cuStreamGetCaptureInfo_v3", 4), ("cuStreamGetCaptureInfo_v2", 3)):
+        fn = getattr(driver, name, None)
+        if fn is not None:
+            fn.restype = ctypes.c_int
+            fn.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_uint64)] + \
+                [ctypes.c_void_p] * extra
+            return lambda stream, status, capture_id, fn=fn, nulls=(None,) * extra: fn(stream, status, capture_id, *nulls)
+    return False
 
 
 def _fresh_buffer(numel: int, dtype: torch.dtype, device_index: int, zeroed: bool) -> torch.Tensor:

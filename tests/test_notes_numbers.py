@@ -1349,3 +1349,31 @@ def test_perf_notes_53_quotes_its_graph_run():
         shape = f"{N}² with M = {M}"
         assert f"{shape}: {pool:.3f}x | {memset:.3f}x" in entry, shape
         assert f"ratio ({M}, {N}) pool {pool:.3f}" in log
+
+
+def test_perf_notes_54_quotes_its_runs():
+    """PERF_NOTES 54: the capture-id probe, the graph timings before the change
+    (images/bench/entry54/) and the fp8 suite's targets and lowest rows (images/bench/fp8.csv)."""
+    import json
+
+    from gemm_kernels.bench import report
+
+    notes = re.sub(r"\s+", " ", PERF_NOTES.read_text(encoding="utf-8"))
+    entry = notes[notes.index("## 54."):]
+    probe = (BENCH / "entry54" / "capture_id_probe.log").read_text()
+    ids = re.findall(r"'cuStreamGetCaptureInfo_v3': \(0, (\d), (\d+)\)", probe)
+    assert ids[0] == ("0", "0") and {i for i in ids[1:4]} == {("1", "1")} and {i for i in ids[4:]} == {("1", "4")}
+    assert "the next capture's id differs (1, then 4)" in entry
+    rows = {(r["M"], r["N"]): r for r in json.loads((BENCH / "entry54" / "decode_graphs_c2cef1d.json").read_text())}
+    for M, N in rows:
+        ratio = rows[M, N]["cublas_us"] / rows[M, N]["default_us"]
+        assert abs(ratio - rows[M, N]["ratio"]) < 1e-3
+        assert re.search(rf"{N}²: [^;]*{ratio:.3f}x \((M = )?{M}\)", entry), (M, N)
+    fp8 = report.read_csv(BENCH / "fp8.csv", suite_csv=True)
+    measured = {t["target"]: t["measured"] for t in report.targets({"fp8": fp8})}
+    for panel, name in (("row", "row-wise"), ("tensor", "per-tensor")):
+        geo = re.search(r"geomean ([\d.]+x) over (\d+) rows, min ([\d.]+x)", measured[f"fp8 scaled_mm {panel}-wise, every shape"])
+        assert f"{name}: geomean {geo[1]} over {geo[2]} rows, min {geo[3]}" in entry
+    tensor = sorted((float(r["speedup"]), r["case"]) for r in fp8 if r["panel"] == "tensor" and r["provider"] == "scaled_mm")
+    assert [c for _, c in tensor[:2]] == ["DeepSeek-V3 QKV (q_a+kv_a) M=1000", "DeepSeek-V3 QKV (q_a+kv_a) M=4096"]
+    assert f"(0.657x and {tensor[1][0]:.3f}x)" in entry and f"{tensor[0][0]:.3f}" == "0.657"

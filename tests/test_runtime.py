@@ -121,7 +121,7 @@ def fake_streams(monkeypatch):
     they answer), CPU buffers for "cuda" ones, an empty set of kept buffers."""
     import torch
 
-    state = {"capturing": False, "stream": 11, "device": 0, "captures": 0, "streams": 0}
+    state = {"capturing": False, "stream": 11, "device": 0, "captures": 0, "streams": 0, "capture_id": None}
 
     def capturing():
         state["captures"] += 1
@@ -140,6 +140,8 @@ def fake_streams(monkeypatch):
     monkeypatch.setattr(runtime, "_fresh_buffer", fresh)
     monkeypatch.setattr(runtime, "_STREAM_BUFFERS", {})
     monkeypatch.setattr(runtime, "_CAPTURE_ZEROS", {})
+    monkeypatch.setattr(runtime, "_CAPTURE_SLICES", {})
+    monkeypatch.setattr(runtime, "_capture_id", lambda stream: state["capture_id"])
     monkeypatch.setattr(runtime, "_capture_zeros_pool",
                         lambda index: torch.zeros(runtime._CAPTURE_ZEROS_BYTES, dtype=torch.uint8))
     return state
@@ -213,6 +215,48 @@ def test_a_capture_takes_its_zeroed_buffers_from_a_pool_zeroed_before_it(fake_st
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         runtime.stream_buffers(0, requests)  # warned once
+
+
+def test_the_calls_of_one_capture_on_one_stream_share_their_slice_of_the_pool(fake_streams):
+    """With the driver's capture id, a capture's calls on one stream (which run one after another and
+    leave the counts zero) share one slice per purpose, so a graph of thousands of split calls holds a
+    few slices; a larger request, another purpose, another stream or another capture gets its own."""
+    import torch
+
+    counts = ("test counts", 5, torch.int32, runtime.ALWAYS_LEFT_ZERO)
+    runtime.stream_buffers(0, (counts,))  # makes the pool
+    pool = runtime._CAPTURE_ZEROS[0]
+    fake_streams["capturing"], fake_streams["capture_id"] = True, 7
+    first = runtime.stream_buffers(0, (counts,))[0]
+    for _ in range(1000):
+        again = runtime.stream_buffers(0, (("test partials", 8, torch.float32, False), counts))
+        assert again[1].data_ptr() == first.data_ptr() and again[1].numel() == 5
+        assert int(again[1].abs().sum()) == 0
+    assert pool.free == 256  # one slice for 1001 calls
+    fewer = runtime.stream_buffers(0, (("test counts", 3, torch.int32, runtime.ALWAYS_LEFT_ZERO),))[0]
+    assert fewer.data_ptr() == first.data_ptr() and fewer.numel() == 3
+    larger = runtime.stream_buffers(0, (("test counts", 100, torch.int32, runtime.ALWAYS_LEFT_ZERO),))[0]
+    assert larger.data_ptr() != first.data_ptr() and larger.numel() == 100 and pool.free == 256 + 512
+    assert runtime.stream_buffers(0, (counts,))[0].data_ptr() == larger.data_ptr()  # the larger one from now on
+    other_purpose = runtime.stream_buffers(0, (("test other counts", 5, torch.int32, runtime.ALWAYS_LEFT_ZERO),))[0]
+    assert other_purpose.data_ptr() not in (first.data_ptr(), larger.data_ptr())
+    fake_streams["stream"] = 12  # a side stream of the same capture: its calls may run beside these
+    side = runtime.stream_buffers(0, (counts,))[0]
+    assert side.data_ptr() not in (first.data_ptr(), larger.data_ptr(), other_purpose.data_ptr())
+    fake_streams["stream"], fake_streams["capture_id"] = 11, 8  # the next capture (graphs may run at once)
+    taken = {first.data_ptr(), larger.data_ptr(), other_purpose.data_ptr(), side.data_ptr()}
+    assert runtime.stream_buffers(0, (counts,))[0].data_ptr() not in taken
+    assert len(runtime._CAPTURE_SLICES) == 2  # one entry per stream, the last capture's
+
+
+def test_the_capture_id_is_none_where_the_driver_cannot_tell(monkeypatch):
+    """No CUDA driver (this CPU machine, or a driver without the entry point): no id, so each captured
+    call takes a slice of its own, as before the ids."""
+    monkeypatch.setattr(runtime, "_GET_CAPTURE_INFO", None)
+    monkeypatch.setattr(runtime, "_driver_capture_info", lambda: False)
+    assert runtime._capture_id(11) is None and runtime._GET_CAPTURE_INFO is False
+    monkeypatch.setattr(runtime, "_GET_CAPTURE_INFO", lambda stream, status, capture_id: 1)  # an error
+    assert runtime._capture_id(11) is None
 
 
 def test_split_k_counts_are_the_ones_a_capture_may_take_from_the_pool():
