@@ -205,34 +205,38 @@ def test_gpu_split_decode_in_a_cuda_graph_replays_right_with_no_memset(tmp_path)
 
 @pytest.mark.gpu
 def test_gpu_a_captures_split_calls_share_one_slice_and_replay_right():
-    """The driver's capture id: none outside a capture, one per capture (a joined side stream shares
-    it).  A graph of many split decode calls on one stream holds one slice of the pool for them all,
-    the next graph another, and both replay right, one after the other, with new inputs."""
-    stream = torch.cuda.current_stream().cuda_stream
-    assert runtime._capture_id(stream) is None
+    """The driver's capture id: none outside a capture, one per capture (a side stream forked into it
+    shares it).  A graph of many split decode calls on one stream takes as much of the pool as a graph
+    of one call; a call on a forked side stream, which may run beside them, takes a slice of its own;
+    and the graphs replay right, one after the other, with new inputs."""
+    assert runtime._capture_id(torch.cuda.current_stream().cuda_stream) is None
     M, N, K, calls = 4, 2048, 2048, 50
     a = random_matrix(M, K, torch.bfloat16)
     weights = [_weight_t(N, K, torch.bfloat16) for _ in range(3)]
     assert_close(matmul_decode(a, weights[0], split_k=4), _ref(a, weights[0]), torch.bfloat16)  # compile; the pool
     torch.cuda.synchronize()
     pool = runtime._CAPTURE_ZEROS[torch.cuda.current_device()]
-    graphs, outs, ids = [], [], []
-    for _ in range(2):
+    graphs, outs, ids, taken = [], [], [], []
+    for n_calls, on_side in ((1, False), (calls, False), (calls, True)):
         free = pool.free
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             capturing = torch.cuda.current_stream()
             ids.append(runtime._capture_id(capturing.cuda_stream))
-            side = torch.cuda.Stream()
-            side.wait_stream(capturing)
-            with torch.cuda.stream(side):
-                assert runtime._capture_id(side.cuda_stream) == ids[-1]
-            capturing.wait_stream(side)
-            out = [matmul_decode(a, weights[i % 3], split_k=4) for i in range(calls)]
-        assert 0 < pool.free - free <= 1024, (free, pool.free)  # one slice, not one per call
+            out = [matmul_decode(a, weights[i % 3], split_k=4) for i in range(n_calls)]
+            if on_side:
+                side = torch.cuda.Stream()
+                side.wait_stream(capturing)  # forked into the capture
+                with torch.cuda.stream(side):
+                    assert runtime._capture_id(side.cuda_stream) == ids[-1]
+                    out.append(matmul_decode(a, weights[1], split_k=4))  # beside the main stream's calls
+                    out.append(matmul_decode(a, weights[2], split_k=4))
+                capturing.wait_stream(side)
+        taken.append(pool.free - free)
         graphs.append(graph)
         outs.append(out)
-    assert None not in ids and ids[0] != ids[1]
+    assert None not in ids and len(set(ids)) == 3
+    assert taken[0] > 0 and taken[1] == taken[0] and taken[2] == 2 * taken[0], taken  # a slice per capture and stream
     for replay in range(2):
         a.copy_(random_matrix(M, K, torch.bfloat16))
         for out in outs:
@@ -242,8 +246,9 @@ def test_gpu_a_captures_split_calls_share_one_slice_and_replay_right():
             graph.replay()
         torch.cuda.synchronize()
         for g, out in enumerate(outs):
-            for i in (0, 1, 2, calls - 1):
-                assert_close(out[i], _ref(a, weights[i % 3]), torch.bfloat16, what=f"graph {g} call {i} replay {replay}")
+            for i, o in enumerate(out):
+                w = weights[i % 3] if i < len(out) - 2 or g < 2 else weights[1 + (i - (len(out) - 2))]
+                assert_close(o, _ref(a, w), torch.bfloat16, what=f"graph {g} call {i} replay {replay}")
 
 
 # ------------------------------------------------------------------------------ the committed GPU runs
