@@ -286,7 +286,8 @@ ALWAYS_LEFT_ZERO = "always left zero"
 #: the pool per device (a :class:`_ZeroPool`).  The memset node was most of a split
 #: decode call's miss in a graph (PERF_NOTES 52, images/bench/entry53).  A slice is never handed to
 #: another capture, and the pool is never freed or replaced: graphs point into it and may live as
-#: long as the process.  Within one capture, the calls on one stream run one after another, so they
+#: long as the process.  Within one capture, the calls on one stream run one after another (each
+#: node depends on the stream's last; nothing here rewrites a capture's dependencies), so they
 #: share one slice per purpose (:data:`_CAPTURE_SLICES`, PERF_NOTES 54): a capture holds a few
 #: slices, however many calls it records.  4 MiB (the caching allocator keeps it in a 20 MiB segment
 #: that empty_cache cannot release); when it is spent, or before any uncaptured call made it, a
@@ -351,8 +352,8 @@ _GET_CAPTURE_INFO = None
 
 
 def _capture_id(stream: int) -> int | None:
-    """The id CUDA gives the capture under way on ``stream`` (unique in the process; the calls on a
-    side stream joined to it share it), or None where the driver cannot tell (each captured call then
+    """The id CUDA gives the capture under way on ``stream`` (unique in the process; a side stream
+    forked into the capture shares it), or None where the driver cannot tell (each captured call then
     takes a slice of its own)."""
     global _GET_CAPTURE_INFO
     if _GET_CAPTURE_INFO is None:
