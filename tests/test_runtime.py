@@ -258,6 +258,16 @@ def test_the_capture_id_is_none_where_the_driver_cannot_tell(monkeypatch):
     monkeypatch.setattr(runtime, "_GET_CAPTURE_INFO", lambda stream, status, capture_id: 1)  # an error
     assert runtime._capture_id(11) is None
 
+    def driver(state, capture, result=0):  # what cuStreamGetCaptureInfo writes through its out-pointers
+        def get(stream, status, capture_id):
+            status._obj.value, capture_id._obj.value = state, capture
+            return result
+        return get
+
+    for state, capture, expected in ((1, 5, 5), (0, 5, None), (2, 5, None), (1, 0, None)):  # 2: invalidated
+        monkeypatch.setattr(runtime, "_GET_CAPTURE_INFO", driver(state, capture))
+        assert runtime._capture_id(11) == expected, (state, capture)
+
 
 def test_split_k_counts_are_the_ones_a_capture_may_take_from_the_pool():
     """The kernels whose arrival counts are left zero on every path ask for the pool; Stream-K's flags,
