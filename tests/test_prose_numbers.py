@@ -878,3 +878,7 @@ def test_notebook_05b_decode_reveal_reads_entry44():
     assert runs[1, 2048, "matmul_auto"]["config"] == runs[1, 2048, "matmul_decode split 4"]["config"]  # "4 pieces"
     assert float(runs[1, 2048, "cuBLAS"]["us"]) < 7  # "an 8 MB read, about 6 µs for cuBLAS"
     assert float(runs[32, 4096, "matmul_auto"]["vs_cublas"]) < 0.95 < float(runs[16, 4096, "matmul_auto"]["vs_cublas"])
+    # the same call in a graph with its counts from the capture pool: entry 53's A/B (cuBLAS's two timings' mean)
+    log = (ROOT / "images/bench/entry53/graph_ab.log").read_text()
+    pool = float(re.search(r"^ratio \(1, 2048\) pool ([\d.]+)", log, re.M)[1])
+    assert _squash(f"the same call in a graph ran at {pool:.3f}× in a later run") in text
