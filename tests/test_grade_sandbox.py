@@ -84,6 +84,29 @@ def test_the_sandbox_shows_only_what_a_notebook_needs(tmp_path):
 
 
 @needs_sandbox
+def test_a_package_under_tmp_is_shown_read_only(tmp_path, monkeypatch):
+    """A checkout under /tmp (the sandbox's /tmp is a writable tmpfs of its own): the package's folders
+    that hold hidden files are rebuilt entry by entry there, and stay read-only all the same; what is
+    hidden stays hidden."""
+    package = tmp_path / "gemm_kernels"
+    (package / "lab" / "exercises").mkdir(parents=True)
+    for name in ("__init__.py", "lab/__init__.py", "lab/teaching.py", "lab/nbgrader_markup.py", "lab/exercises/ref.py"):
+        (package / name).write_text("x = 1\n")
+    monkeypatch.setattr(_sandbox, "package_dir", lambda: package)
+    code = ("import json, os, sys; p = sys.argv[1]; wrote = []\n"
+            "for f in ('planted.py', 'lab/planted.py'):\n"
+            "    try:\n        open(os.path.join(p, f), 'w').close(); wrote.append(f)\n"
+            "    except OSError:\n        pass\n"
+            "print(json.dumps([wrote, sorted(os.listdir(os.path.join(p, 'lab'))), open(os.path.join(p, 'lab/teaching.py')).read()]))")
+    done = _in_sandbox(_sandbox.sandbox_prefix([]), "-c", code, str(package))
+    assert done.returncode == 0, done.stderr[-3000:]
+    wrote, listed, read = json.loads(done.stdout)
+    assert wrote == [] and read == "x = 1\n", (wrote, read)
+    assert listed == ["__init__.py", "teaching.py"], listed  # no exercises/, no markup
+    assert not (package / "planted.py").exists() and not (package / "lab" / "planted.py").exists()
+
+
+@needs_sandbox
 def test_a_home_under_tmp_is_there_empty_and_its_own(tmp_path, monkeypatch):
     """With HOME under /tmp (a hub's, a container's) the sandbox starts: the home is an empty folder
     of its own, where the process may write; what the real one holds stays out of sight."""

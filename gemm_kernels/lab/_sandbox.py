@@ -152,6 +152,8 @@ class _Script:
             self.lines.append(f"mkdir -p {self.at(path)}")
             for entry in sorted(path.iterdir()):
                 self.show(entry)
+            # read-only too where it lies in a writable place (a checkout under /tmp: the sandbox's own /tmp)
+            self.lines.append(f"mount --rbind {self.at(path)} {self.at(path)}; ro {self.at(path)}")
         elif path.is_dir():
             self.lines.append(f"mkdir -p {self.at(path)}; mount --rbind {_q(path)} {self.at(path)}; ro {self.at(path)}")
         elif path.is_file():
