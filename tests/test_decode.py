@@ -223,14 +223,13 @@ def test_gpu_a_captures_split_calls_share_one_slice_and_replay_right():
         with torch.cuda.graph(graph):
             capturing = torch.cuda.current_stream()
             ids.append(runtime._capture_id(capturing.cuda_stream))
-            out = [matmul_decode(a, weights[i % 3], split_k=4) for i in range(n_calls)]
+            out = [(matmul_decode(a, weights[i % 3], split_k=4), weights[i % 3]) for i in range(n_calls)]
             if on_side:
                 side = torch.cuda.Stream()
                 side.wait_stream(capturing)  # forked into the capture
                 with torch.cuda.stream(side):
                     assert runtime._capture_id(side.cuda_stream) == ids[-1]
-                    out.append(matmul_decode(a, weights[1], split_k=4))  # beside the main stream's calls
-                    out.append(matmul_decode(a, weights[2], split_k=4))
+                    out += [(matmul_decode(a, w, split_k=4), w) for w in weights[1:]]  # beside the main stream's
                 capturing.wait_stream(side)
         taken.append(pool.free - free)
         graphs.append(graph)
@@ -240,14 +239,13 @@ def test_gpu_a_captures_split_calls_share_one_slice_and_replay_right():
     for replay in range(2):
         a.copy_(random_matrix(M, K, torch.bfloat16))
         for out in outs:
-            for o in out:
+            for o, _ in out:
                 o.fill_(float("nan"))
         for graph in graphs:
             graph.replay()
         torch.cuda.synchronize()
         for g, out in enumerate(outs):
-            for i, o in enumerate(out):
-                w = weights[i % 3] if i < len(out) - 2 or g < 2 else weights[1 + (i - (len(out) - 2))]
+            for i, (o, w) in enumerate(out):
                 assert_close(o, _ref(a, w), torch.bfloat16, what=f"graph {g} call {i} replay {replay}")
 
 
