@@ -95,10 +95,17 @@ def _statuses(graded, student, notebook="00_start_here"):
     return [by_key[(student, notebook, title)].status for title, _ in grade.ANSWERS[notebook]]
 
 
+def _rows(graded, student, notebook="00_start_here"):
+    """What a failed assertion should show: each exercise's status and message."""
+    return [(title, graded[0][(student, notebook, title)].status, graded[0][(student, notebook, title)].message)
+            for title, _ in grade.ANSWERS[notebook]]
+
+
 def test_solved_notebooks_get_full_points_and_blank_ones_none(graded):
-    assert _statuses(graded, "solved") == ["correct", "correct"]
-    assert _statuses(graded, "solved", "01_pointer_arithmetic") == ["correct"] * 3
-    assert _statuses(graded, "blank") == ["not attempted", "not attempted"]
+    assert _statuses(graded, "solved") == ["correct", "correct"], _rows(graded, "solved")
+    assert _statuses(graded, "solved", "01_pointer_arithmetic") == ["correct"] * 3, \
+        _rows(graded, "solved", "01_pointer_arithmetic")
+    assert _statuses(graded, "blank") == ["not attempted", "not attempted"], _rows(graded, "blank")
     points = grade.totals(graded[1])
     assert points["solved"]["points"] == points["solved"]["max"] == 5
     assert points["blank"]["points"] == 0 and points["blank"]["max"] == 2
