@@ -383,7 +383,8 @@ def _driver_capture_info():
             fn.restype = ctypes.c_int
             fn.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_uint64)] + \
                 [ctypes.c_void_p] * extra
-            return lambda stream, status, capture_id, fn=fn, nulls=(None,) * extra: fn(stream, status, capture_id, *nulls)
+            nulls = (None,) * extra
+            return lambda stream, status, capture_id: fn(stream, status, capture_id, *nulls)
     return False
 
 
