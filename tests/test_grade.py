@@ -90,15 +90,15 @@ def graded(tmp_path_factory):
     return {(row.student, row.notebook, row.exercise): row for row in rows}, rows
 
 
-def _statuses(graded, student, notebook="00_start_here"):
-    by_key, _ = graded
-    return [by_key[(student, notebook, title)].status for title, _ in grade.ANSWERS[notebook]]
-
-
 def _rows(graded, student, notebook="00_start_here"):
-    """What a failed assertion should show: each exercise's status and message."""
-    return [(title, graded[0][(student, notebook, title)].status, graded[0][(student, notebook, title)].message)
+    """Each exercise's (title, status, message): what a failed assertion should show."""
+    by_key, _ = graded
+    return [(title, by_key[(student, notebook, title)].status, by_key[(student, notebook, title)].message)
             for title, _ in grade.ANSWERS[notebook]]
+
+
+def _statuses(graded, student, notebook="00_start_here"):
+    return [status for _, status, _ in _rows(graded, student, notebook)]
 
 
 def test_solved_notebooks_get_full_points_and_blank_ones_none(graded):

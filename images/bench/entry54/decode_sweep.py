@@ -1,7 +1,7 @@
 """Decode configs x K pieces in CUDA graphs (L2-warm, as the decode suite), against cuBLAS; one forced config at a time."""
 import sys, json, torch, triton
 from gemm_kernels import runtime
-from gemm_kernels.kernels import decode, configs, launches
+from gemm_kernels.kernels import decode, configs
 rows_out = []
 CFGS = [(64, 128, 4, 4), (32, 256, 3, 4), (128, 128, 3, 4), (64, 256, 3, 4), (16, 256, 4, 4),
         (32, 128, 4, 4), (64, 64, 6, 4), (128, 64, 6, 4), (32, 512, 2, 4), (64, 128, 6, 4)]
