@@ -40,9 +40,10 @@ while 'replies' not in _f.f_locals:
 replies = _f.f_locals['replies']
 signal.signal(signal.SIGALRM, signal.SIG_IGN)
 '''
-#: "cell 99 starts" every 3 s (bounded: 60 s at most, past every limit the test sets)
+#: "cell 99 starts" every 3 s (bounded: 120 s at most, well past every limit the test sets, so a
+#: grade that the forger kept running shows as such even on a loaded machine)
 FORGED_STARTS = REPLIES + '''
-for _ in range(20):
+for _ in range(40):
     replies.write(b'{"cell": 99, "start": true}\\n')
     time.sleep(3)
 '''
@@ -65,7 +66,9 @@ def test_forged_cell_starts_do_not_keep_grading_running(tmp_path):
     assert {status for status, _ in forged.values()} == {"timeout"}, forged
     assert all("used up their 10 s (--notebook-timeout)" in message for _, message in forged.values()), forged
     assert {status for status, _ in solved.values()} == {"correct"}, solved
-    assert seconds < 50, seconds  # the forger's 10 s, a grace, two starts of its process; the solved notebook
+    # the forger's 10 s, a grace, two starts of its process and the solved notebook: 58 s once on a GPU
+    # machine running other test sessions beside it, against the forger's 120 s
+    assert seconds < 100, seconds
 
 
 def test_the_grade_commands_deadline_has_a_bound_of_its_own():

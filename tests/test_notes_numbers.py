@@ -1377,3 +1377,30 @@ def test_perf_notes_54_quotes_its_runs():
     tensor = sorted((float(r["speedup"]), r["case"]) for r in fp8 if r["panel"] == "tensor" and r["provider"] == "scaled_mm")
     assert [c for _, c in tensor[:2]] == ["DeepSeek-V3 QKV (q_a+kv_a) M=1000", "DeepSeek-V3 QKV (q_a+kv_a) M=4096"]
     assert f"(0.657x and {tensor[1][0]:.3f}x)" in entry and f"{tensor[0][0]:.3f}" == "0.657"
+
+
+def test_perf_notes_55_quotes_its_counters():
+    """PERF_NOTES 55: the per-tensor fp8 counters (images/bench/entry55/counters.csv)."""
+    notes = re.sub(r"\s+", " ", PERF_NOTES.read_text(encoding="utf-8"))
+    entry = notes[notes.index("## 55."):]
+    rows = {(r["case"], r["provider"]): r for r in csv.DictReader((BENCH / "entry55" / "counters.csv").open())}
+    f = lambda case, provider, metric: float(rows[case, provider][metric])  # noqa: E731
+    qkv, big = "fp8 DeepSeek-V3 QKV M=1000 tensor", "fp8 8192^3 tensor"
+    time, avg, top = "gpu__time_duration.sum", "sm__cycles_active.avg", "sm__cycles_active.max"
+    pipe = "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed"
+    for case, ours_us, theirs_us in ((qkv, "51.0", "31.1"), (big, "830.0", "782.1")):
+        assert f"{f(case, 'scaled_mm', time) / 1e3:.1f}" == ours_us and f"{f(case, 'torch._scaled_mm', time) / 1e3:.1f}" == theirs_us
+        assert f"{ours_us} against {theirs_us} us ({f(case, 'torch._scaled_mm', time) / f(case, 'scaled_mm', time):.3f}x)" in entry
+    spread = {(c, p): f"{f(c, p, avg) / f(c, p, top):.3f}" for c in (qkv, big) for p in ("scaled_mm", "torch._scaled_mm")}
+    assert "at 0.542 of the busiest one's cycles, cuBLAS's 120 CTAs (clusters of 4) at 0.898" in entry
+    assert (spread[qkv, "scaled_mm"], spread[qkv, "torch._scaled_mm"]) == ("0.542", "0.898")
+    assert f"{spread[big, 'scaled_mm']} against {spread[big, 'torch._scaled_mm']}" in entry
+    assert f(qkv, "scaled_mm", "launch__grid_size") == 72 and f(qkv, "torch._scaled_mm", "launch__grid_size") == 120
+    assert f"{(f(big, 'scaled_mm', avg) / f(big, 'torch._scaled_mm', avg) - 1) * 100:.1f}% more cycles" in entry
+    for case in (qkv, big):
+        assert f"{f(case, 'scaled_mm', pipe):.1f}% against {f(case, 'torch._scaled_mm', pipe):.1f}%" in entry
+    stall = "smsp__warp_issue_stalled_barrier_per_warp_active.pct"
+    assert f"{f(big, 'scaled_mm', stall):.1f}% of their active time, cuBLAS's {f(big, 'torch._scaled_mm', stall):.1f}%" in entry
+    dram = "dram__bytes_read.sum"
+    assert f"DRAM read {f(big, 'scaled_mm', dram) / 1e6:.1f} against {f(big, 'torch._scaled_mm', dram) / 1e6:.1f} MB" in entry
+    assert f"DRAM read {f(qkv, 'scaled_mm', dram) / 1e6:.2f} MB on both sides" in entry
