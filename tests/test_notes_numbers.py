@@ -1396,11 +1396,18 @@ def test_perf_notes_55_quotes_its_counters():
     assert (spread[qkv, "scaled_mm"], spread[qkv, "torch._scaled_mm"]) == ("0.542", "0.898")
     assert f"{spread[big, 'scaled_mm']} against {spread[big, 'torch._scaled_mm']}" in entry
     assert f(qkv, "scaled_mm", "launch__grid_size") == 72 and f(qkv, "torch._scaled_mm", "launch__grid_size") == 120
-    assert f"{(f(big, 'scaled_mm', avg) / f(big, 'torch._scaled_mm', avg) - 1) * 100:.1f}% more cycles" in entry
+    extra = f(big, "scaled_mm", avg) / f(big, "torch._scaled_mm", avg)
+    assert f"({(extra - 1) * 100:.1f}% more)" in entry and f"{extra:.3f} is our average SM's extra" in entry
+    spread_ratio = (f(big, "torch._scaled_mm", avg) / f(big, "torch._scaled_mm", top)) / (f(big, "scaled_mm", avg) / f(big, "scaled_mm", top))
+    assert f"and {spread_ratio:.3f} the spread" in entry
+    assert -(-2112 // 144) * -(-1000 // 128) == f(qkv, "torch._scaled_mm", "launch__grid_size") and "15 x 8 tiles" in entry
+    hit = "lts__t_sector_hit_rate.pct"
+    assert f"({f(big, 'torch._scaled_mm', hit):.1f}% against {f(big, 'scaled_mm', hit):.1f}%)" in entry
     for case in (qkv, big):
         assert f"{f(case, 'scaled_mm', pipe):.1f}% against {f(case, 'torch._scaled_mm', pipe):.1f}%" in entry
     stall = "smsp__warp_issue_stalled_barrier_per_warp_active.pct"
     assert f"{f(big, 'scaled_mm', stall):.1f}% of their active time, cuBLAS's {f(big, 'torch._scaled_mm', stall):.1f}%" in entry
+    assert f"({f(qkv, 'scaled_mm', stall):.1f}% against {f(qkv, 'torch._scaled_mm', stall):.1f}%)" in entry
     dram = "dram__bytes_read.sum"
     assert f"DRAM read {f(big, 'scaled_mm', dram) / 1e6:.1f} against {f(big, 'torch._scaled_mm', dram) / 1e6:.1f} MB" in entry
     assert f"DRAM read {f(qkv, 'scaled_mm', dram) / 1e6:.2f} MB on both sides" in entry
