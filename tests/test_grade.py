@@ -93,8 +93,8 @@ def graded(tmp_path_factory):
 def _rows(graded, student, notebook="00_start_here"):
     """Each exercise's (title, status, message): what a failed assertion should show."""
     by_key, _ = graded
-    return [(title, by_key[(student, notebook, title)].status, by_key[(student, notebook, title)].message)
-            for title, _ in grade.ANSWERS[notebook]]
+    rows = (by_key[(student, notebook, title)] for title, _ in grade.ANSWERS[notebook])
+    return [(row.exercise, row.status, row.message) for row in rows]
 
 
 def _statuses(graded, student, notebook="00_start_here"):
