@@ -1411,3 +1411,39 @@ def test_perf_notes_55_quotes_its_counters():
     dram = "dram__bytes_read.sum"
     assert f"DRAM read {f(big, 'scaled_mm', dram) / 1e6:.1f} against {f(big, 'torch._scaled_mm', dram) / 1e6:.1f} MB" in entry
     assert f"DRAM read {f(qkv, 'scaled_mm', dram) / 1e6:.2f} MB on both sides" in entry
+
+
+def test_perf_notes_56_quotes_its_suite_run_and_sweep():
+    """PERF_NOTES 56: the decode suite's partial run against the committed one, and the config sweep
+    (images/bench/entry56/)."""
+    import json
+
+    notes = re.sub(r"\s+", " ", PERF_NOTES.read_text(encoding="utf-8"))
+    entry = notes[notes.index("## 56."):]
+    read = lambda path: {(r["case"], r["provider"]): r for r in csv.DictReader(path.open())}  # noqa: E731
+    old, new = read(BENCH / "decode.csv"), read(BENCH / "entry56" / "decode_suite_7fc846d.csv")
+    assert len({case for case, _ in new}) == 19 and "It ran 19 of its 30 cases" in entry
+    auto = lambda rows, M, n: float(rows[f"M={M} {n}x{n}", "auto"]["speedup"])  # noqa: E731
+    for n in (2048, 4096):
+        moves = ", ".join(f"{auto(old, M, n):.3f} -> {auto(new, M, n):.3f}" for M in (1, 8, 16))
+        assert f"{n}² at M = 1, 8, 16: {moves}" in entry, n
+    small = [auto(new, M, n) for n in (2048, 4096) for M in (32, 64)]
+    assert "2048² and 4096²: {:.3f}, {:.3f}, {:.3f} and {:.3f}".format(*small) in entry and max(small) < 0.85
+    big = [(auto(new, M, n) / auto(old, M, n) - 1, M, n) for n in (8192, 16384) for M in (1, 8, 16, 32, 64)
+           if (f"M={M} {n}x{n}", "auto") in new]
+    worst = max(big, key=lambda t: abs(t[0]))
+    assert max(abs(m) for m, _, _ in big) < 0.03 and worst[1:] == (8, 16384) and f"{-worst[0] * 100:.1f}%" == "2.0%"
+    assert "splitK_TNT + cublasLt::splitKreduce_kernel" in new["M=1 4096x4096", "cuBLAS"]["vendor_kernel"]
+    sweep = json.loads((BENCH / "entry56" / "decode_sweep.json").read_text())
+    for M, n, pieces in ((64, 4096, "one piece"), (32, 4096, "4 pieces"), (64, 2048, "one piece"), (32, 2048, "4 pieces")):
+        timed = [r for r in sweep if r.get("M") == M and r.get("N") == n and "us" in r]
+        assert all(r["err"] < 0.01 for r in timed)
+        best = min(timed, key=lambda r: r["us"])
+        assert f"{n}², M = {M}: {best['ratio']:.3f}x with {pieces}" in entry and (best["split"] == 1) == (pieces == "one piece")
+        base = next(r for r in sweep if r.get("M") == M and r.get("N") == n and "cublas_us" in r)
+        assert best["ratio"] - base["cublas_us"] / base["default_us"] <= 0.04 + 1e-9
+    split64 = min((r for r in sweep if r.get("M") == 64 and r.get("N") == 4096 and r.get("split", 1) > 1), key=lambda r: r["us"])
+    assert f"the best split config reached {split64['ratio']:.3f}x" in entry
+    cub32 = float(new["M=32 4096x4096", "cuBLAS"]["time_ms"]) * 1e3
+    assert f"in {cub32:.2f} us: {4096 * 4096 * 2 / cub32 / 1e6:.1f} TB/s" in entry
+    assert new["M=32 4096x4096", "cuBLAS"]["vendor_kernel"] == "nvjet_sm90_tst_64x16_64x16_1x2_h_bz_TNT"
