@@ -1447,3 +1447,42 @@ def test_perf_notes_56_quotes_its_suite_run_and_sweep():
     cub32 = float(new["M=32 4096x4096", "cuBLAS"]["time_ms"]) * 1e3
     assert f"in {cub32:.2f} us: {4096 * 4096 * 2 / cub32 / 1e6:.1f} TB/s" in entry
     assert new["M=32 4096x4096", "cuBLAS"]["vendor_kernel"] == "nvjet_sm90_tst_64x16_64x16_1x2_h_bz_TNT"
+
+
+def test_entry56_readme_quotes_its_counters_and_clocks():
+    """images/bench/entry56/README.md: PERF_NOTES 56's measured graph timings, clocks and counters
+    (decode_l2_time.json, decode_l2_ncu.json)."""
+    import json
+
+    entry = BENCH / "entry56"
+    text = re.sub(r"\s+", " ", (entry / "README.md").read_text(encoding="utf-8"))
+    timed = {(r["M"], r["N"], r["provider"]): r for r in json.loads((entry / "decode_l2_time.json").read_text())}
+    ratio = lambda M, N: timed[M, N, "cuBLAS"]["us"] / timed[M, N, "auto"]["us"]  # noqa: E731
+    assert f"4096² at M = 32 and 64: {ratio(32, 4096):.3f}x and {ratio(64, 4096):.3f}x" in text
+    assert f"2048²: {ratio(32, 2048):.3f}x and {ratio(64, 2048):.3f}x" in text and f"M = 16: {ratio(16, 4096):.3f}x" in text
+    assert {r["sm_mhz_min"] for r in timed.values()} == {1980.0} and {r["reasons"] for r in timed.values()} == {"none"}
+    watts = [r["watts_median"] for r in timed.values()]
+    assert f"({min(watts):.0f}-{max(watts):.0f} W)" in text
+    assert all(r["rel_err"] < 0.01 for r in timed.values())
+    ncu = {(r["M"], r["N"], r["provider"]): r for r in json.loads((entry / "decode_l2_ncu.json").read_text())}
+    cells = {}
+    for M, N in ((32, 4096), (64, 4096), (32, 2048), (64, 2048)):
+        c, o = ncu[M, N, "cuBLAS"], ncu[M, N, "auto"]
+        pair = lambda key, scale, fmt: f"{c[key] / scale:{fmt}} / {o[key] / scale:{fmt}}"  # noqa: E731
+        t, b = "gpu__time_duration.sum", "lts__t_bytes.sum"
+        spread = lambda r: r["sm__cycles_active.avg"] / r["sm__cycles_active.max"]  # noqa: E731
+        stall = lambda kind: f"{c[f'smsp__warp_issue_stalled_{kind}_per_warp_active.pct']:.1f} / {o[f'smsp__warp_issue_stalled_{kind}_per_warp_active.pct']:.1f}"  # noqa: E731
+        cells[M, N] = [f"{pair(t, 1e3, '.2f')} ({c[t] / o[t]:.3f}x)", pair("dram__bytes_read.sum", 1e6, ".1f"),
+                       f"{pair(b, 1e6, '.1f')} ({o[b] / c[b]:.2f}x)", f"{spread(c):.3f} / {spread(o):.3f}",
+                       f"{o['sm__cycles_active.avg'] / c['sm__cycles_active.avg']:.2f}x",
+                       pair("smsp__inst_executed.sum", 1e6, ".2f"), stall("long_scoreboard"), stall("barrier")]
+    for row in range(8):
+        assert " | ".join(cells[k][row] for k in cells) in text, row
+    dram = [ncu[M, 4096, p]["dram__bytes_read.sum"] / 1e6 for M in (32, 64) for p in ("cuBLAS", "auto")]
+    assert f"read {min(dram):.1f}-{max(dram):.1f} MB of the {4096 * 4096 * 2 / 1e6:.1f} MB weight" in text
+    assert min(dram) > 0.1 * 4096 * 4096 * 2 / 1e6  # the prediction (under 10%) was wrong, as the text says
+    inst = lambda M, N: ncu[M, N, "auto"]["smsp__inst_executed.sum"] / ncu[M, N, "cuBLAS"]["smsp__inst_executed.sum"]  # noqa: E731
+    assert f"(1.53x at 4096², 2.53x at 2048²)" in text and (f"{inst(64, 4096):.2f}", f"{inst(64, 2048):.2f}") == ("1.53", "2.53")
+    waits = [ncu[k]["smsp__warp_issue_stalled_long_scoreboard_per_warp_active.pct"] for k in ncu]
+    assert f"({min(w for k, w in zip(ncu, waits) if k[2] == 'cuBLAS'):.1f}-{max(w for k, w in zip(ncu, waits) if k[2] == 'cuBLAS'):.1f}%)" in text
+    assert f"for {min(w for k, w in zip(ncu, waits) if k[2] == 'auto'):.1f}-{max(w for k, w in zip(ncu, waits) if k[2] == 'auto'):.1f}% of the time" in text
