@@ -3,9 +3,9 @@ wide side (swap A and B: `wgmma` of 64 or 128 weight rows by 16-64 tokens, where
 or 32 compile to `mma.sync`) and loads both operands by TMA; K split as `decode.py` splits it.
 
     python decode_tma_proto.py cpu            # interpreter: correctness at small ragged shapes
-    python decode_tma_proto.py gpu OUT.json   # graphs vs cuBLAS and matmul_auto, every config x split
+    python decode_tma_proto.py gpu OUT.json   # CUDA graphs (do_bench_cudagraph) vs cuBLAS and matmul_auto, configs x splits
 """
-import json, os, sys
+import json, sys
 import torch, triton
 import triton.language as tl
 from gemm_kernels import runtime
@@ -88,23 +88,10 @@ def cpu_check():
             assert err < 1e-2, err
 
 
-def graph_us(fn, calls=400, replays=10):
-    s = torch.cuda.Stream()
-    with torch.cuda.stream(s):
-        fn(); fn()
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(calls):
-            fn()
-    g.replay(); torch.cuda.synchronize()
-    ts = []
-    for _ in range(replays):
-        e0, e1 = torch.cuda.Event(True), torch.cuda.Event(True)
-        e0.record(); g.replay(); e1.record(); torch.cuda.synchronize()
-        ts.append(e0.elapsed_time(e1) * 1000 / calls)
-    ts.sort()
-    return ts[len(ts) // 2]
+def graph_us(fn):
+    """Median us per call, back-to-back calls replayed from a CUDA graph (the `decode` suite's timing)."""
+    from triton.testing import do_bench_cudagraph
+    return do_bench_cudagraph(fn, rep=50, return_mode="median") * 1e3
 
 
 def gpu_sweep(out_path):
