@@ -35,7 +35,7 @@ UV ?= $(shell command -v uv 2>/dev/null)
 new_venv = $(if $(UV),$(UV) venv -q --seed --python $(PYTHON) $(1),$(PYTHON) -m venv $(1))
 pip_in = $(if $(UV),$(UV) pip install -q --python $(1)/bin/python $(foreach l,$(PIP_FIND_LINKS),--find-links $(l)),$(1)/bin/python -m pip install -q)
 
-.PHONY: setup lab lab-student lab-solutions test fuzz test-launch test-teach test-triton-oldest test-no-tma test-gpu test-gpu-fast test-gpu-smoke test-gpu-notebooks sanitize sanitize-ws student grade images bench bench-quick clean
+.PHONY: setup lab lab-student lab-solutions test fuzz test-hostile test-launch test-teach test-triton-oldest test-no-tma test-gpu test-gpu-fast test-gpu-smoke test-gpu-notebooks sanitize sanitize-ws student grade images bench bench-quick clean
 
 setup: $(STAMP)
 
@@ -61,7 +61,7 @@ lab-solutions: $(STAMP)  ## JupyterLab on notebooks/, the solved notebooks: for 
 	$(BIN)/python -m gemm_kernels.lab.student --lab notebooks $(if $(LAB_PORT),--port $(LAB_PORT)) $(LAB_ARGS)
 
 test: $(STAMP)  ## unit tests + every notebook (nbmake), on the CPU interpreter unless a GPU is present
-	$(BIN)/python -m pytest -n 2 --nbmake --nbmake-timeout=600 -p no:cacheprovider -m "not launch and not teach" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n 2 --nbmake --nbmake-timeout=600 -p no:cacheprovider -m "not launch and not teach and not hostile" $(PYTEST_ARGS)
 
 # `make fuzz FUZZ_EXAMPLES=2000`: inputs per entry point (tests/test_fuzz.py; `make test` runs a few of each)
 FUZZ_EXAMPLES ?= 300
@@ -71,6 +71,9 @@ fuzz: $(STAMP)  ## the property-based fuzzer (Hypothesis) at length: random shap
 	GEMM_KERNELS_FUZZ=long GEMM_KERNELS_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) GEMM_KERNELS_FUZZ_REPORT=build/fuzz_counts.txt \
 	  $(BIN)/python -m pytest -n 2 -p no:cacheprovider tests/test_fuzz.py $(PYTEST_ARGS)
 	@cat build/fuzz_counts.txt
+
+test-hostile: $(STAMP)  ## forged submissions (and the honest ones beside them) graded end to end by both graders' processes: each forgery scores 0
+	$(BIN)/python -m pytest -n 2 -p no:cacheprovider -m hostile tests $(PYTEST_ARGS)
 
 test-launch: $(STAMP)  ## the ways in without make, each in a fresh venv (PyPI): a student copy's set-up cell as in Colab, .binder/ as Binder builds it, a plain pip install
 	$(BIN)/python -m pytest -n 2 -p no:cacheprovider -m launch tests/test_launch.py $(PYTEST_ARGS)

@@ -17,6 +17,9 @@ from gemm_kernels.lab.student import exercise_cells
 
 from _hostile import AXPY_AUTOTUNED, HOSTILE, NBGRADER_HOSTILE, PLANTED, RIGHT, WRONG
 
+#: minutes of end-to-end grading: `make test-hostile` (a CI extra), not `make test`
+pytestmark = pytest.mark.hostile
+
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
 #: needs the sandbox (the package's files out of reach): without it these are known gaps (TEACHING.md)
 NEEDS_SANDBOX = {"ref_from_source", "write_the_package", "solutions_on_disk"}

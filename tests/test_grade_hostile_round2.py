@@ -21,6 +21,9 @@ from gemm_kernels.lab import _grade_judge, grade
 from gemm_kernels.lab.exercises.pointer_arithmetic import check_transpose
 from gemm_kernels.lab.exercises.start_here import check_axpy
 
+#: minutes of end-to-end grading: `make test-hostile` (a CI extra), not `make test`
+pytestmark = pytest.mark.hostile
+
 SANDBOX = _grade_judge.sandbox_available()
 
 _FLAG_KERNEL = '''

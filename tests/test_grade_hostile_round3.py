@@ -19,6 +19,9 @@ from gemm_kernels.lab import _grade_judge, grade
 
 from test_grade_hostile import SANDBOX, lean_notebook, with_answer
 
+#: minutes of end-to-end grading: `make test-hostile` (a CI extra), not `make test`
+pytestmark = pytest.mark.hostile
+
 #: the folder holding this checkout's gemm_kernels, for processes started from "/" (not the working directory's)
 PACKAGE_PARENT = str(Path(grade.__file__).resolve().parents[2])
 

@@ -187,10 +187,12 @@ def test_make_test_leaves_the_launch_tests_to_make_test_launch_and_ci_runs_it():
         return subprocess.run(["make", "-n", "-s", "-C", str(REPO), target, "STAMP=", "BIN=/x/bin"],
                               capture_output=True, text=True, timeout=60, check=True).stdout
 
-    assert '-m "not launch and not teach"' in dry_run("test")
+    assert '-m "not launch and not teach and not hostile"' in dry_run("test")
+    assert "-m hostile tests" in dry_run("test-hostile")
     assert "-m launch tests/test_launch.py" in dry_run("test-launch")
     ci = (REPO / ".ci" / "run").read_text()
     assert '"launch|' in ci and ci.index("step make test\n") < ci.index("|make test-launch\"")
+    assert ci.index("step make test\n") < ci.index("|make test-hostile\"")
 
 
 # ----------------------------------------------------------------------------- fresh venvs (make test-launch)

@@ -195,9 +195,9 @@ def test_ci_runs_make_test_then_the_other_targets_in_turn_within_its_budget(tmp_
     calls, _ = run(1, CI_BUDGET_S="200")  # one commit: starts at the 2nd (triton-oldest, 300 s: left out)
     assert calls == ["test", "test-launch", "test-no-tma NO_TMA_NOTEBOOKS="], calls
     calls, _ = run(2, CI_ALL="1")
-    assert calls == ["test", "test-launch", "test-teach", "book", "test-book", "test-no-tma NO_TMA_NOTEBOOKS=",
-                     "test-triton-oldest"], calls
+    assert calls == ["test", "test-launch", "test-hostile", "test-teach", "book", "test-book",
+                     "test-no-tma NO_TMA_NOTEBOOKS=", "test-triton-oldest"], calls
     calls, _ = run(2, CI_BUDGET_S="100000")  # a budget that holds them all
-    assert len(calls) == 7
-    calls, _ = run(3, CI_BUDGET_S="200")  # three commits: from the 4th (book, 250 s: left out)
+    assert len(calls) == 8
+    calls, _ = run(3, CI_BUDGET_S="200")  # three commits: from the 4th (hostile, 300 s: left out)
     assert calls == ["test", "test-no-tma NO_TMA_NOTEBOOKS=", "test-launch"], calls
