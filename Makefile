@@ -32,7 +32,8 @@ OLDEST_STAMP := $(OLDEST_VENV)/.installed
 # It reads no pip.conf, so pip's find-links (PIP_FIND_LINKS: a local CPU torch, say) are handed to it.
 UV ?= $(shell command -v uv 2>/dev/null)
 # $(call new_venv,DIR): a fresh venv with pip in it;  $(call pip_in,DIR): the command that installs into it
-new_venv = $(if $(UV),$(UV) venv -q --seed --python $(PYTHON) $(1),$(PYTHON) -m venv $(1))
+# (--allow-existing: after a `git pull` that changed pyproject.toml, the venv is updated in place, not refused)
+new_venv = $(if $(UV),$(UV) venv -q --seed --allow-existing --python $(PYTHON) $(1),$(PYTHON) -m venv $(1))
 pip_in = $(if $(UV),$(UV) pip install -q --python $(1)/bin/python $(foreach l,$(PIP_FIND_LINKS),--find-links $(l)),$(1)/bin/python -m pip install -q)
 
 .PHONY: setup lab lab-student lab-solutions test fuzz test-hostile test-launch test-teach test-triton-oldest test-no-tma test-gpu test-gpu-fast test-gpu-smoke test-gpu-notebooks sanitize sanitize-ws student grade images bench bench-quick clean

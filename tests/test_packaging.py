@@ -7,6 +7,8 @@ import re
 import sys
 import tomllib
 
+import pytest
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
@@ -201,3 +203,17 @@ def test_ci_runs_make_test_then_the_other_targets_in_turn_within_its_budget(tmp_
     assert len(calls) == 8
     calls, _ = run(3, CI_BUDGET_S="200")  # three commits: from the 4th (hostile, 300 s: left out)
     assert calls == ["test", "test-no-tma NO_TMA_NOTEBOOKS=", "test-launch"], calls
+
+
+def test_a_changed_pyproject_updates_the_venv_in_place():
+    """After a `git pull` that changes pyproject.toml, `make test` rebuilds its stamp: `uv venv` on the
+    existing .venv must update it (--allow-existing), not stop with "virtual environment already exists"."""
+    import shutil
+    import subprocess
+
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    for venv in (".venv", ".venv-triton36"):
+        dry = subprocess.run(["make", "-n", "-s", "-C", str(ROOT), "-B", f"{venv}/.installed", "UV=uv", "PYTHON=python3"],
+                             capture_output=True, text=True, timeout=60).stdout
+        assert f"uv venv -q --seed --allow-existing --python python3 {venv}" in dry, dry
