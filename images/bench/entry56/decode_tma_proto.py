@@ -1,4 +1,5 @@
-"""PERF_NOTES 56's next lever, not yet run on a GPU: a decode kernel that puts the weight's rows on the MMA's
+"""PERF_NOTES 56's next lever, run on an H100 at tree d63235b (`decode_tma_sweep.{json,log}`; what it found and the
+change it led to: `../entry57/README.md`): a decode kernel that puts the weight's rows on the MMA's
 wide side (swap A and B: `wgmma` of 64 or 128 weight rows by 16-64 tokens, where `decode.py`'s `ROWS` of 16
 or 32 compile to `mma.sync`) and loads both operands by TMA; K split as `decode.py` splits it.  The same swap
 with `decode.py`'s pointer loads (`tma=False`) tells which half of the change pays.
