@@ -1,5 +1,5 @@
-"""The decode kernel on ragged shapes, both methods, both layouts of b, split and unsplit, each
-result checked against float64: the script to run under ``compute-sanitizer --tool memcheck``
+"""The decode kernel on ragged shapes, both methods, both tl.dot orientations (C's tile and C^T's),
+both layouts of b, split and unsplit, each result checked against float64: the script to run under ``compute-sanitizer --tool memcheck``
 (``tests/gpu_decode.py``'s request), where an out-of-bounds access is reported even when the
 numbers come out right.  Not a pytest module; exits non-zero when a result is wrong."""
 import sys
@@ -7,12 +7,19 @@ import sys
 import torch
 
 import gemm_kernels as gk
+from gemm_kernels.kernels import decode
 from gemm_kernels.kernels.decode import matmul_decode
 from gemm_kernels.testing import TOLERANCES, rel_err
 
+EVERY = decode.decode_configs
 torch.manual_seed(0)
 bad, count = [], 0
-for dtype in (torch.bfloat16,):  # fp16 runs the same code (tests/test_decode.py, interpreter)
+for dtype, swap in ((torch.bfloat16, True), (torch.bfloat16, False)):  # fp16: the same code (test_decode.py)
+    # the first config of one orientation (GEMM_KERNELS_AUTOTUNE=0 runs the first)
+    decode.decode_configs = lambda rows, method, gpu=None: sorted(EVERY(rows, method, gpu),
+                                                                  key=lambda c: c.kwargs["SWAP_AB"] != swap)
+    decode._TUNED.clear()
+    decode._KEPT = decode.launches.LaunchCache()  # no kept launch of the other orientation
     for M, N, K in ((1, 37, 45), (3, 130, 67), (5, 33, 300), (17, 70, 129), (64, 100, 260)):
         a = torch.randn(M, K, device=gk.DEVICE, dtype=dtype)
         w = torch.randn(N, K, device=gk.DEVICE, dtype=dtype)
@@ -25,7 +32,7 @@ for dtype in (torch.bfloat16,):  # fp16 runs the same code (tests/test_decode.py
                     err = rel_err(out, ref)
                     count += 1
                     if not err <= TOLERANCES[dtype]:
-                        bad.append(f"{dtype} {M}x{N}x{K} {layout} {method} split {split}: {err}")
+                        bad.append(f"{dtype} {M}x{N}x{K} {layout} {method} swap {swap} split {split}: {err}")
 torch.cuda.synchronize() if torch.cuda.is_available() else None
 print(f"{count} decode results checked, {len(bad)} wrong", *bad, sep="\n")
 sys.exit(1 if bad else 0)

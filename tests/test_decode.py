@@ -72,6 +72,49 @@ def test_any_strides():
         assert_close(matmul_decode(x, w), _ref(x, w))
 
 
+def only_orientation(monkeypatch, swap: bool):
+    """matmul_decode's tl.dot configs cut to one orientation (SWAP_AB), its tuned kernels forgotten."""
+    from gemm_kernels.kernels import decode
+    every = decode.decode_configs
+
+    def configs(rows, method, gpu=None):
+        kept = [c for c in every(rows, method, gpu) if c.kwargs["SWAP_AB"] == swap]
+        if not kept:  # the interpreter's one config: the same blocks, turned
+            kept = [decode._cfg(rows, c.kwargs["BLOCK_N"], c.kwargs["BLOCK_K"], c.num_stages, c.num_warps, swap=swap)
+                    for c in every(rows, method, gpu)]
+        return kept
+    monkeypatch.setattr(decode, "decode_configs", configs)
+    monkeypatch.setattr(decode, "_TUNED", {})
+    monkeypatch.setattr(decode, "_KEPT", decode.launches.LaunchCache())
+
+
+@pytest.mark.usefixtures("seed")
+@pytest.mark.parametrize("swap", [True, False], ids=["C^T tile", "C tile"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_both_dot_orientations(swap, dtype, monkeypatch):
+    """tl.dot as C's tile or as C^T's (SWAP_AB, the GPU's first configs): ragged shapes, both layouts
+    of b, a column-major a, split and unsplit, with bias and GELU."""
+    only_orientation(monkeypatch, swap)
+    for M, N, K in ((1, 37, 45), (5, 70, 130), (17, 33, 99), (64, 40, 64)):
+        a = random_matrix(M, K, dtype, transposed=M == 5)
+        bias = random_matrix(1, N, dtype)[0]
+        for b in (_weight_t(N, K, dtype), random_matrix(K, N, dtype)):
+            for split_k in (None, 3):
+                out = matmul_decode(a, b, split_k=split_k, bias=bias, activation="gelu")
+                assert_close(out, _ref(a, b, bias=bias, activation="gelu"), dtype, what=f"{M}x{N}x{K} split {split_k}")
+
+
+def test_the_gpu_tries_the_turned_tile_first():
+    """On a GPU the first dot configs (GEMM_KERNELS_AUTOTUNE=0 runs the first) compute C^T's tile with
+    64 weight columns on the MMA's wide side; the FMA configs never turn (PERF_NOTES 57)."""
+    from gemm_kernels.kernels.decode import decode_configs
+    for rows in (16, 32, 64):
+        dot = decode_configs(rows, "dot", gpu=True)
+        assert dot[0].kwargs["SWAP_AB"] and dot[0].kwargs["BLOCK_N"] == 64
+        assert {c.kwargs["SWAP_AB"] for c in dot} == {True, False}  # the tuner keeps whichever is faster
+    assert not any(c.kwargs["SWAP_AB"] for rows in (1, 2, 4) for c in decode_configs(rows, "fma", gpu=True))
+
+
 def test_empty_and_zero_k():
     a, b = random_matrix(0, 8), random_matrix(8, 5)
     assert matmul_decode(a, b).shape == (0, 5)
@@ -175,6 +218,29 @@ def test_gpu_decode_against_float64(shape, autotune, monkeypatch):
         for _ in range(2):
             assert_close(dispatch.matmul_auto(a, b), ref, torch.bfloat16, what="matmul_auto")
             assert_close(matmul_decode(a, b, split_k=3), ref, torch.bfloat16, what="split 3")
+
+
+@pytest.mark.gpu
+@pytest.mark.usefixtures("seed")
+@pytest.mark.parametrize("M", [5, 32, 64])
+def test_gpu_every_dot_config_against_float64(M, monkeypatch):
+    """Each tl.dot config on its own (both orientations, every block shape the tuner may keep),
+    compiled: both layouts of b, split by the rule and in 3, with bias and GELU; NaN-poisoned."""
+    from gemm_kernels.kernels import decode
+    every = decode.decode_configs(decode.decode_rows(M, "dot"), "dot", gpu=True)
+    N, K = 1000, 2050
+    a = random_matrix(M, K, torch.bfloat16)
+    bias = random_matrix(1, N, torch.bfloat16)[0]
+    weights = (_weight_t(N, K, torch.bfloat16), random_matrix(K, N, torch.bfloat16))
+    refs = [_ref(a, b, bias=bias, activation="gelu") for b in weights]
+    for config in every:
+        monkeypatch.setattr(decode, "decode_configs", lambda rows, method, gpu=None: [config])
+        monkeypatch.setattr(decode, "_TUNED", {})
+        monkeypatch.setattr(decode, "_KEPT", decode.launches.LaunchCache())
+        for b, ref in zip(weights, refs):
+            for split_k in (None, 3):
+                out = matmul_decode(a, b, split_k=split_k, bias=bias, activation="gelu")
+                assert_close(out, ref, torch.bfloat16, what=f"{config} split {split_k}")
 
 
 @pytest.mark.gpu

@@ -1546,3 +1546,33 @@ def test_entry57_readme_quotes_the_prototype_and_its_patch_applies():
                                           capture_output=True, text=True, timeout=60)
     forward, applied = check(), check("--reverse")
     assert forward.returncode == 0 or applied.returncode == 0, forward.stderr
+
+
+def test_perf_notes_57_quotes_the_turned_prototype():
+    """PERF_NOTES 57: the prototype's pointer-load (turned) timings against matmul_auto and cuBLAS, and
+    its TMA kernel slower than matmul_auto at every case (images/bench/entry56/decode_tma_sweep.json)."""
+    import json
+
+    notes = re.sub(r"\s+", " ", PERF_NOTES.read_text(encoding="utf-8"))
+    entry = notes[notes.index("## 57."):]
+    rows = json.loads((BENCH / "entry56" / "decode_tma_sweep.json").read_text())
+    base = {(r["M"], r["N"]): r for r in rows if "cublas_us" in r}
+    best = {}
+    for r in rows:
+        if "us" in r and r["ok"]:
+            key = (r["M"], r["N"], r["tma"])
+            if key not in best or r["us"] < best[key]["us"]:
+                best[key] = r
+    assert all(best[M, n, True]["us"] > base[M, n]["auto_us"] for M, n in base)  # TMA: slower at every case
+    turned = lambda M, n: best[M, n, False]["us"]  # noqa: E731
+    auto = lambda M, n: base[M, n]["auto_us"]  # noqa: E731
+    assert f"{turned(32, 4096):.2f} against {auto(32, 4096):.2f} us at 4096² with M = 32" in entry
+    assert f"({base[32, 4096]['cublas_us'] / turned(32, 4096):.3f}x cuBLAS, from " \
+           f"{base[32, 4096]['cublas_us'] / auto(32, 4096):.3f}x)" in entry
+    assert f"{turned(16, 4096):.2f} against {auto(16, 4096):.2f} at M = 16" in entry
+    assert f"{turned(1, 4096):.2f} against {auto(1, 4096):.2f} at M = 1" in entry
+    assert f"({turned(64, 4096):.2f} against {auto(64, 4096):.2f} us)" in entry
+    assert f"({turned(64, 2048):.2f} against {auto(64, 2048):.2f})" in entry
+    shape = lambda r: (r["bn"], r["bk"], r["stages"])  # noqa: E731
+    assert sum(shape(best[M, n, False]) == (64, 128, 4) for M, n in base) == 6 and "with 4 stages at 6 of the 8" in entry
+    assert all(best[M, n, False]["rule"] for M, n in base) and "split by the rule (`decode_splits`) at all 8" in entry

@@ -9,7 +9,9 @@ of C for *all* M rows (``ROWS``, M rounded up to a power of two) and one slice o
 
 * ``tl.dot`` on a tile of at least 16 rows (the tensor cores' smallest; padding rows masked, never
   read), the default: its loads are software-pipelined (``num_stages``), so one program per SM
-  keeps enough of the weight in flight;
+  keeps enough of the weight in flight.  Its first configs compute ``C^T = B^T A^T`` (``SWAP_AB``):
+  the weight's columns take the MMA's 64-row side and the few rows its narrow side, as cuBLAS does;
+  the tuner keeps whichever is faster;
 * or plain FMAs (``method="fma"``, up to ``FMA_MAX_ROWS`` rows: a ``ROWS x BLOCK_K x BLOCK_N``
   product summed over K), which multiply no padding but whose loads Triton does not pipeline.
   Measured on an H100 (PERF_NOTES 44): no faster at M = 1 (within 2% from 4096^2 up), 23% slower
@@ -79,6 +81,7 @@ def _decode_kernel(
     stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
     BLOCK_M: tl.constexpr,  # ROWS: M rounded up (named as the other kernels' rows, for the configs' checks)
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    SWAP_AB: tl.constexpr,  # tl.dot as C^T's tile (a config's choice; only with USE_DOT)
     USE_DOT: tl.constexpr, WIDEN: tl.constexpr, HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr,
 ):
     pid_n = tl.program_id(0)
@@ -95,17 +98,28 @@ def _decode_kernel(
     k_end = tl.minimum(k_start + per_split, K)
     a_ptrs = a_ptr + offs_m[:, None] * stride_am + (k_start + offs_k)[None, :] * stride_ak
     b_ptrs = b_ptr + (k_start + offs_k)[:, None] * stride_bk + offs_n[None, :] * stride_bn
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k in range(k_start, k_end, BLOCK_K):
-        k_ok = offs_k < k_end - k
-        a = tl.load(a_ptrs, mask=row_ok[:, None] & k_ok[None, :], other=0.0)  # padding rows read nothing
-        b = tl.load(b_ptrs, mask=k_ok[:, None], other=0.0)
-        if USE_DOT:
-            acc = tl.dot(mma_operand(a, WIDEN), mma_operand(b, WIDEN), acc)
-        else:  # each row's products with the weight block, summed over K in fp32
-            acc += tl.sum(a.to(tl.float32)[:, :, None] * b.to(tl.float32)[None, :, :], axis=1)
-        a_ptrs += BLOCK_K * stride_ak
-        b_ptrs += BLOCK_K * stride_bk
+    if SWAP_AB:  # C^T = B^T A^T: the weight's columns on the MMA's wide side (wgmma's 64 rows on Hopper)
+        acc_t = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+        for k in range(k_start, k_end, BLOCK_K):
+            k_ok = offs_k < k_end - k
+            a = tl.load(a_ptrs, mask=row_ok[:, None] & k_ok[None, :], other=0.0)
+            b = tl.load(b_ptrs, mask=k_ok[:, None], other=0.0)
+            acc_t = tl.dot(tl.trans(mma_operand(b, WIDEN)), tl.trans(mma_operand(a, WIDEN)), acc_t)
+            a_ptrs += BLOCK_K * stride_ak
+            b_ptrs += BLOCK_K * stride_bk
+        acc = tl.trans(acc_t)
+    else:
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for k in range(k_start, k_end, BLOCK_K):
+            k_ok = offs_k < k_end - k
+            a = tl.load(a_ptrs, mask=row_ok[:, None] & k_ok[None, :], other=0.0)  # padding rows read nothing
+            b = tl.load(b_ptrs, mask=k_ok[:, None], other=0.0)
+            if USE_DOT:
+                acc = tl.dot(mma_operand(a, WIDEN), mma_operand(b, WIDEN), acc)
+            else:  # each row's products with the weight block, summed over K in fp32
+                acc += tl.sum(a.to(tl.float32)[:, :, None] * b.to(tl.float32)[None, :, :], axis=1)
+            a_ptrs += BLOCK_K * stride_ak
+            b_ptrs += BLOCK_K * stride_bk
 
     if num_splits > 1:
         tile = offs_m[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
@@ -128,21 +142,25 @@ def _decode_kernel(
         store_tile_masked(acc, c_ptr, 0, pid_n * BLOCK_N, M, N, stride_cm, stride_cn, BLOCK_M, BLOCK_N)
 
 
-def _cfg(rows, bn, bk, stages, warps):
-    return triton.Config({"BLOCK_M": rows, "BLOCK_N": bn, "BLOCK_K": bk}, num_stages=stages, num_warps=warps)
+def _cfg(rows, bn, bk, stages, warps, swap=False):
+    return triton.Config({"BLOCK_M": rows, "BLOCK_N": bn, "BLOCK_K": bk, "SWAP_AB": swap}, num_stages=stages,
+                         num_warps=warps)
 
 
 def decode_configs(rows: int, method: str, gpu: bool | None = None):
     """The configs a ``ROWS``-row launch tunes over.  FMA: the product ``ROWS x BLOCK_K x BLOCK_N``
     is in registers, so its blocks shrink as rows grow (about 8K products per program); tl.dot: a
-    few column/K shapes, pipelined (``num_stages``) so each SM keeps tens of KB of weight in flight."""
+    few column/K shapes, pipelined (``num_stages``) so each SM keeps tens of KB of weight in flight,
+    first the swapped ones (``SWAP_AB``: 64 weight columns fill the MMA's 64-row side, where ``ROWS``
+    of 16 or 32 tokens would run Hopper's older ``mma.sync``; measured in PERF_NOTES 57)."""
     if not (runtime.on_gpu() if gpu is None else gpu):
-        return [_cfg(rows, 32, 32, 1, 4)]
+        return [_cfg(rows, 32, 32, 1, 4, swap=method == "dot")]
     if method == "fma":
         k_block = max(16, 128 // rows)
         return [_cfg(rows, 64, k_block, 3, 4), _cfg(rows, 32, 2 * k_block, 3, 4), _cfg(rows, 128, k_block, 3, 8),
                 _cfg(rows, 16, 4 * k_block, 3, 2)]
-    return [_cfg(rows, 64, 128, 4, 4), _cfg(rows, 32, 256, 3, 4), _cfg(rows, 128, 128, 3, 4),
+    return [_cfg(rows, 64, 128, 4, 4, swap=True), _cfg(rows, 64, 256, 3, 4, swap=True),
+            _cfg(rows, 64, 128, 4, 4), _cfg(rows, 32, 256, 3, 4), _cfg(rows, 128, 128, 3, 4),
             _cfg(rows, 64, 256, 3, 4), _cfg(rows, 16, 256, 4, 4)]
 
 
