@@ -71,6 +71,17 @@ def decode_splits(n_blocks: int, k_blocks: int, num_sms: int) -> int:
     return max(1, min(num_sms // max(n_blocks, 1), k_blocks // MIN_K_BLOCKS_PER_SPLIT))
 
 
+@triton.jit
+def _accumulate(acc, a, b, SWAP_AB: tl.constexpr, USE_DOT: tl.constexpr, WIDEN: tl.constexpr):
+    """One K block's products added to ``acc``: C^T's tile when ``SWAP_AB``, else C's."""
+    if SWAP_AB:
+        return tl.dot(tl.trans(mma_operand(b, WIDEN)), tl.trans(mma_operand(a, WIDEN)), acc)
+    elif USE_DOT:
+        return tl.dot(mma_operand(a, WIDEN), mma_operand(b, WIDEN), acc)
+    else:  # each row's products with the weight block, summed over K in fp32
+        return acc + tl.sum(a.to(tl.float32)[:, :, None] * b.to(tl.float32)[None, :, :], axis=1)
+
+
 @triton.jit(do_not_specialize=[*configs.ROWS, "split_request"])  # M only masks rows: one compile per ROWS
 def _decode_kernel(
     a_ptr, b_ptr, c_ptr, bias_ptr,
@@ -98,28 +109,17 @@ def _decode_kernel(
     k_end = tl.minimum(k_start + per_split, K)
     a_ptrs = a_ptr + offs_m[:, None] * stride_am + (k_start + offs_k)[None, :] * stride_ak
     b_ptrs = b_ptr + (k_start + offs_k)[:, None] * stride_bk + offs_n[None, :] * stride_bn
-    if SWAP_AB:  # C^T = B^T A^T: the weight's columns on the MMA's wide side (wgmma's 64 rows on Hopper)
-        acc_t = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
-        for k in range(k_start, k_end, BLOCK_K):
-            k_ok = offs_k < k_end - k
-            a = tl.load(a_ptrs, mask=row_ok[:, None] & k_ok[None, :], other=0.0)
-            b = tl.load(b_ptrs, mask=k_ok[:, None], other=0.0)
-            acc_t = tl.dot(tl.trans(mma_operand(b, WIDEN)), tl.trans(mma_operand(a, WIDEN)), acc_t)
-            a_ptrs += BLOCK_K * stride_ak
-            b_ptrs += BLOCK_K * stride_bk
-        acc = tl.trans(acc_t)
-    else:
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for k in range(k_start, k_end, BLOCK_K):
-            k_ok = offs_k < k_end - k
-            a = tl.load(a_ptrs, mask=row_ok[:, None] & k_ok[None, :], other=0.0)  # padding rows read nothing
-            b = tl.load(b_ptrs, mask=k_ok[:, None], other=0.0)
-            if USE_DOT:
-                acc = tl.dot(mma_operand(a, WIDEN), mma_operand(b, WIDEN), acc)
-            else:  # each row's products with the weight block, summed over K in fp32
-                acc += tl.sum(a.to(tl.float32)[:, :, None] * b.to(tl.float32)[None, :, :], axis=1)
-            a_ptrs += BLOCK_K * stride_ak
-            b_ptrs += BLOCK_K * stride_bk
+    # SWAP_AB: C^T = B^T A^T, the weight's columns on the MMA's wide side (wgmma's 64 rows on Hopper)
+    acc = tl.zeros((BLOCK_N, BLOCK_M) if SWAP_AB else (BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(k_start, k_end, BLOCK_K):
+        k_ok = offs_k < k_end - k
+        a = tl.load(a_ptrs, mask=row_ok[:, None] & k_ok[None, :], other=0.0)  # padding rows read nothing
+        b = tl.load(b_ptrs, mask=k_ok[:, None], other=0.0)
+        acc = _accumulate(acc, a, b, SWAP_AB, USE_DOT, WIDEN)
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
+    if SWAP_AB:
+        acc = tl.trans(acc)  # back to C's tile, once, before the epilogue
 
     if num_splits > 1:
         tile = offs_m[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
