@@ -1537,6 +1537,22 @@ def test_entry57_readme_quotes_the_prototype():
     assert f"ran {turned:.2f} µs against `matmul_auto`'s {auto:.2f} µs at 4096² with M = 32" in text
 
 
+def test_entry57_readme_quotes_the_one_loop_check():
+    """images/bench/entry57/README.md: the merged K loop compiles to the same PTX as the two loops, for
+    every config the GPU tunes over (same_ptx.log, one line per config and activation)."""
+    from gemm_kernels.kernels import decode
+
+    entry = BENCH / "entry57"
+    text = re.sub(r"\s+", " ", (entry / "README.md").read_text(encoding="utf-8"))
+    log = (entry / "same_ptx.log").read_text(encoding="utf-8").splitlines()
+    lines = [line for line in log if line.startswith("rows")]
+    configs = sum(len(decode.decode_configs(r, "dot", gpu=True)) for r in (16, 32, 64))
+    configs += sum(len(decode.decode_configs(r, "fma", gpu=True)) for r in (1, 4))
+    assert len(lines) == 2 * configs and all(": same (" in line for line in lines) and log[-1] == "0 differ"
+    assert f"the PTX of all {configs} configs the GPU tunes over" in text
+    assert f"the same code in all {len(lines)}" in text
+
+
 def test_perf_notes_57_quotes_the_turned_prototype():
     """PERF_NOTES 57: the prototype's pointer-load (turned) timings against matmul_auto and cuBLAS, and
     its TMA kernel slower than matmul_auto at every case (images/bench/entry56/decode_tma_sweep.json)."""
