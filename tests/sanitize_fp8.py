@@ -43,6 +43,13 @@ for M, N, K in [(1, 16, 128), (37, 53, 256), (130, 258, 384), (257, 129, 128), (
         odd = torch.zeros(M * (K + 1) + 1, dtype=a.dtype, device=dev)[1:].view(M, K + 1)[:, :K]  # not 16-byte aligned
         odd.copy_(a)
         check(f"scaled_mm {scaling} unaligned a (pointer loads) {M}x{N}x{K}", fp8.scaled_mm(odd, b, sa, sb), ref)
+        if gk.runtime.supports_wgmma() and K >= 384:  # split units, the last piece ending past K (3 of 3 blocks: 2 + 1)
+            from gemm_kernels.kernels import matmul_ws
+
+            for tile in ("128x128", "128x256"):
+                out = matmul_ws.scaled_mm_ws(a, b, sa, sb, scaling, out_dtype=torch.bfloat16, bias=None,
+                                             use_fast_accum=False, tile=tile, split_k=2)
+                check(f"scaled_mm_ws {scaling} {tile} 2 split units {M}x{N}x{K}", out, ref)
 
 for counts, tail in [] if only_block else [([5, 0, 33, 1], 3), ([0, 0, 70], 0), ([130, 1, 0, 257], 9)]:
     T, E, K, N = sum(counts) + tail, len(counts), 256, 200

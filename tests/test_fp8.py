@@ -424,3 +424,57 @@ def test_ws_fp8_k_loops_read_no_global_memory(ws_fp8_views, name):
     loads = _k_loop_global_loads(ws_fp8_views[name].asm["ptx"])
     assert len(loads) == 2 and loads == [0, 0], loads  # one K loop per consumer warpgroup
 
+
+
+@needs_fp8
+@pytest.mark.gpu
+@pytest.mark.parametrize("scaling,fast,tile", [("tensor", False, "128x256"), ("row", False, "128x256"),
+                                               ("tensor", True, "128x256"), ("tensor", False, "128x128"),
+                                               ("block", False, "128x128"), ("block", False, "128x256")])
+@pytest.mark.parametrize("splits", [2, 3, 5])
+def test_gpu_split_units_of_the_warp_specialized_kernel(scaling, fast, tile, splits):
+    """``scaled_mm_ws(split_k=...)``: each tile's K loop in ``splits`` units, the last of each
+    128-column piece adding them in piece order.  K = 1792 is 14 K blocks, so 3 and 5 pieces end past
+    K (block scales masked there); N = 520 ends in a tile whose second piece is mostly past N; a
+    bias.  As accurate as the unsplit launch, the same bits on a repeat, every element written
+    (conftest's NaN-filled torch.empty)."""
+    if not runtime.supports_wgmma():
+        pytest.skip("no wgmma on this GPU: the warp-specialized kernel is Hopper's")
+    from gemm_kernels.kernels import matmul_ws
+
+    a, b, sa, sb = operands(300, 520, 1792, scaling, outliers=True, seed=splits)
+    bias = torch.randn(520, device=DEVICE).to(torch.bfloat16)
+    ref = fp8.scaled_mm_ref(a, b, sa, sb, bias=bias, out_dtype=torch.float64)
+
+    def run(split_k):
+        return matmul_ws.scaled_mm_ws(a, b, sa, sb, scaling, out_dtype=torch.bfloat16, bias=bias,
+                                      use_fast_accum=fast, tile=tile, split_k=split_k)
+
+    whole, split = run(1), run(splits)
+    assert_close(split, ref, torch.bfloat16)
+    assert rel_err(split, ref) <= rel_err(whole, ref) * 1.05 + 1e-6
+    assert torch.equal(split, run(splits))
+
+
+@needs_fp8
+@pytest.mark.gpu
+@pytest.mark.parametrize("scaling", ["tensor", "row", "block"])
+def test_gpu_default_splits_few_long_tiles(scaling):
+    """scaled_mm's default at DeepSeek-V3's QKV shape with 1000 tokens (few tiles, a long K) runs
+    the split units ``tiles.fp8_ws_splits`` asks for, kept for the repeat, as accurate as torch."""
+    if not runtime.supports_wgmma():
+        pytest.skip("no wgmma on this GPU: the warp-specialized kernel is Hopper's")
+    from gemm_kernels.kernels import matmul_ws
+    from gemm_kernels.models import tiles
+
+    M, N, K = 1000, 2112, 7168
+    matmul_ws._PLANS.clear()
+    fp8._KEPT.clear()
+    a, b, sa, sb = operands(M, N, K, scaling, outliers=True)
+    out = check(a, b, sa, sb)
+    want = tiles.fp8_ws_splits(M, N, K, matmul_ws.fp8_tile(M, N, scaling), num_sms=runtime.num_sms())
+    assert [plan.splits for plan in matmul_ws._PLANS.values()] == [want]
+    assert torch.equal(out, fp8.scaled_mm(a, b, sa, sb))  # the kept launch: same units, same bits
+    if scaling != "block":
+        ref = fp8.scaled_mm_ref(a, b, sa, sb, out_dtype=torch.float64)
+        assert rel_err(out, ref) <= rel_err(_vendor_scaled_mm(a, b, sa, sb, scaling), ref) * 1.05 + 1e-6

@@ -1581,3 +1581,22 @@ def test_perf_notes_57_quotes_the_turned_prototype():
     shape = lambda r: (r["bn"], r["bk"], r["stages"])  # noqa: E731
     assert sum(shape(best[M, n, False]) == (64, 128, 4) for M, n in base) == 6 and "with 4 stages at 6 of the 8" in entry
     assert all(best[M, n, False]["rule"] for M, n in base) and "split by the rule (`decode_splits`) at all 8" in entry
+
+
+def test_perf_notes_58_prediction_counts_the_rule_s_splits():
+    """PERF_NOTES 58's prediction: which fp8 suite shapes ``tiles.fp8_ws_splits`` splits on an H100
+    (132 SMs), and into how many pieces."""
+    from gemm_kernels.bench.suites import fp8_shapes
+    from gemm_kernels.models import tiles
+
+    notes = re.sub(r"\s+", " ", PERF_NOTES.read_text(encoding="utf-8"))
+    entry = notes[notes.index("## 58."):]
+    shapes = fp8_shapes("full")
+    split = {label: tiles.fp8_ws_splits(M, N, K, tiles.ws_default_tile(M, N, num_sms=132, tiles=tiles.FP8_WS_TILES),
+                                        num_sms=132) for label, M, N, K in shapes}
+    cut = {label: s for label, s in split.items() if s > 1}
+    assert f"the rule splits {len(cut)} of the {len(shapes)} shapes" in entry
+    assert cut == {"1024^3": 2, "DeepSeek-V3 QKV (q_a+kv_a) M=4096": 2, "DeepSeek-V3 QKV (q_a+kv_a) M=1000": 3,
+                   "DeepSeek-V3 O M=1000": 4, "DeepSeek-V3 down M=1000": 4}
+    assert "with 1000 tokens, 3 pieces" in entry and "at 1024³ (64 tiles of 128 x 128, 8 K blocks) 2 pieces" in entry
+    assert "QKV at 4096 tokens 2 pieces, its O and down at 1000 tokens (224 tiles) 4" in entry

@@ -73,3 +73,25 @@ def test_mirror_rejects_bad_arguments():
         tile_coords_np(0, 2, 2, "grouped", 0)
     with pytest.raises(ValueError, match=">= 1"):
         tile_grid(0, 5, 16, 16)
+
+
+def test_fp8_split_rule_cuts_few_long_tiles_only():
+    """tiles.fp8_ws_splits on an H100's 132 SMs: DeepSeek-V3's QKV at 1000 tokens (72 tiles of 56 K
+    blocks) splits; a GPU full of tiles, a short K, or a side under 128 does not; every piece holds
+    a real K block; the count minimises the busiest SM's K blocks plus each unit's fixed cost."""
+    from gemm_kernels.models import tiles
+
+    sms = 132
+    split = tiles.fp8_ws_splits(1000, 2112, 7168, "128x256", num_sms=sms)
+    assert split > 1
+    k_tiles = 7168 // 128
+    assert (split - 1) * -(-k_tiles // split) < k_tiles  # no piece wholly past K
+    assert tiles.fp8_ws_splits(8192, 8192, 8192, "128x256", num_sms=sms) == 1
+    assert tiles.fp8_ws_splits(4096, 4096, 4096, "128x256", num_sms=sms) == 1
+    assert tiles.fp8_ws_splits(100, 2112, 7168, "128x256", num_sms=sms) == 1  # M under 128
+    assert tiles.fp8_ws_splits(1000, 2112, 128, "128x256", num_sms=sms) == 1  # one K block
+    assert tiles.fp8_ws_splits(1000, 2112, 0, "128x256", num_sms=sms) == 1
+    cost = lambda s: -(-72 * s // sms) * (-(-k_tiles // s) + tiles.FP8_SPLIT_UNIT_K_BLOCKS)  # noqa: E731
+    assert cost(split) == min(cost(s) for s in range(1, tiles.FP8_MAX_SPLITS + 1))
+    with pytest.raises(TypeError):
+        tiles.fp8_ws_splits(1000.0, 2112, 7168, "128x256", num_sms=sms)

@@ -49,7 +49,8 @@ _barrier = getattr(gl, "thread_barrier", None) or gl.barrier
 # --- the package helpers this module uses (one block, to re-point when the package moves) ---
 from .. import _triton_compat, runtime
 from . import launches
-from ..models.tiles import FP8_WS_TILES, cdiv, tile_coords_np, whole_pieces, ws_default_splits, ws_default_tile
+from ..models.tiles import (FP8_WS_TILES, cdiv, fp8_ws_splits, tile_coords_np, whole_pieces, ws_default_splits,
+                           ws_default_tile)
 from .checks import check_int, check_matmul_inputs as _check_matmul_inputs, resolve_lazy_views
 from .epilogue import _TAIL_COEFFS, LEAKY_RELU_SLOPE, activation_ref
 from .tma import tma_aligned, tma_layout
@@ -136,20 +137,23 @@ def _acc_layout(WG_M, BLOCK_N, dtype=gl.float16):
 
 # ----------------------------------------------------------------------------- partitions
 @gluon.jit
-def _load_block_scales(sa_ptr, sb_ptr, off_m, off_n, kk, M, N, stride_sam, stride_sak, stride_sbk, stride_sbn,
+def _load_block_scales(sa_ptr, sb_ptr, off_m, off_n, kk, M, N, K, stride_sam, stride_sak, stride_sbk, stride_sbn,
                        TILE_M: gl.constexpr, BLOCK_N: gl.constexpr):
     """One warp, block scales (fp8.py): K block kk's scales of the tile's rows (TILE_M of them) and of
     its one or two 128-column pieces of B, each b-scale copied to TILE_M rows (as the consumers
-    read them); the second piece's is the first's when there is one piece."""
+    read them); the second piece's is the first's when there is one piece.  Zero past K (the last
+    split piece may end there; TMA's zero fill makes its products zero, and 0 x 0 stays zero)."""
     rows: gl.constexpr = gl.BlockedLayout([TILE_M // 32], [32], [1], [0])
     offs_m = off_m + gl.arange(0, TILE_M, layout=rows)
-    sa = gl.load(sa_ptr + offs_m * stride_sam + kk * stride_sak, mask=offs_m < M, other=0.0)
+    k_ok = kk * 128 < K
+    sa = gl.load(sa_ptr + offs_m * stride_sam + kk * stride_sak, mask=(offs_m < M) & k_ok, other=0.0)
     col = off_n // 128
-    sb0 = gl.full([TILE_M], gl.load(sb_ptr + kk * stride_sbk + col * stride_sbn), gl.float32, rows)
+    sb0 = gl.full([TILE_M], gl.load(sb_ptr + kk * stride_sbk + col * stride_sbn, mask=k_ok, other=0.0), gl.float32,
+                  rows)
     sb1 = sb0
     if BLOCK_N == 256:
-        sb1 = gl.full([TILE_M], gl.load(sb_ptr + kk * stride_sbk + (col + 1) * stride_sbn, mask=(col + 1) * 128 < N,
-                                        other=0.0), gl.float32, rows)
+        sb1 = gl.full([TILE_M], gl.load(sb_ptr + kk * stride_sbk + (col + 1) * stride_sbn,
+                                        mask=((col + 1) * 128 < N) & k_ok, other=0.0), gl.float32, rows)
     return sa, sb0, sb1
 
 
@@ -182,18 +186,19 @@ def _producer(a_desc, b_desc, a_bufs, b_bufs, ready_bars, empty_bars, M, N, K,
         for kk in range(k_tiles):
             q = t * k_tiles + kk
             s = q % STAGES
+            if SPLIT:
+                k_block = k_first + kk
+            else:
+                k_block = kk
             if BLOCK_SCALES:  # loaded before the wait for the slot, so the wait hides their latency
-                sa, sb0, sb1 = _load_block_scales(sa_ptr, sb_ptr, off_m, off_n, kk, M, N, stride_sam, stride_sak,
+                sa, sb0, sb1 = _load_block_scales(sa_ptr, sb_ptr, off_m, off_n, k_block, M, N, K, stride_sam, stride_sak,
                                                   stride_sbk, stride_sbn, TILE_M, BLOCK_N)
             # Wait until the consumers gave slot s back.  A fresh barrier counts as having
             # completed phase "-1", so the first lap (parity 1) passes at once.
             mbarrier.wait(empty_bars.index(s), ((q // STAGES) & 1) ^ 1)
             ready = ready_bars.index(s)
             mbarrier.expect(ready, slot_bytes)
-            if SPLIT:
-                off_k = (k_first + kk) * BLOCK_K
-            else:
-                off_k = kk * BLOCK_K
+            off_k = k_block * BLOCK_K
             for part in gl.static_range(A_PARTS):
                 if A_COL_MAJOR:  # A^T is the contiguous one: described as [K, M]
                     _tma_load(a_desc, [off_k, off_m + part * WG_M], ready,
@@ -417,7 +422,7 @@ def _consumer(c_desc, a_bufs, b_bufs, c_bufs, s_bufs, ready_bars, empty_bars, tu
 
     pid, num_programs, num_pid_m, num_pid_n, k_tiles, my_tiles = _program_share(M, N, K, TILE_M, BLOCK_N, BLOCK_K,
                                                                                 SPLIT, splits)
-    gl.static_assert(not (SPLIT and (PROMOTE or TRACE or C_TMA)), "split-K units store C with pointer stores")
+    gl.static_assert(not (SPLIT and (TRACE or C_TMA)), "split-K units store C with pointer stores")
     c_smem = c_bufs.index(CONSUMER)
     for t in range(FIRST, my_tiles, STEP):
         if PINGPONG:
@@ -443,14 +448,26 @@ def _consumer(c_desc, a_bufs, b_bufs, c_bufs, s_bufs, ready_bars, empty_bars, tu
                                              PART, A_PARTS, WG_M, BLOCK_N, STAGES, SCALING == "block")
             if TRACE:
                 mainloop_end = _globaltimer()
+            # The scales are linear, so a split unit applies them to its own part of the sum.  Split
+            # units add up per 128-column piece: piece h of warpgroup tile p is split tile 2p + h.
             acc = _apply_scales(acc, sa_ptr, sb_ptr, off_m, off_n, M, N, stride_sam, stride_sbn, SCALING, WG_M, 128)
-            _epilogue(acc, c_desc, c_smem, c_ptr, bias_ptr, off_m, off_n,
-                      M, N, stride_cm, WG_M, 128, 1, C_TMA, HAS_BIAS, ACTIVATION)
+            if SPLIT:
+                _add_split_unit(acc, ws_ptr, count_ptr, c_ptr, bias_ptr, piece, (tile * A_PARTS + PART) * EPI_SPLIT,
+                                num_pid_m * num_pid_n * A_PARTS * EPI_SPLIT, splits, off_m, off_n, M, N, stride_cm,
+                                WG_M, 128, HAS_BIAS, ACTIVATION)
+            else:
+                _epilogue(acc, c_desc, c_smem, c_ptr, bias_ptr, off_m, off_n,
+                          M, N, stride_cm, WG_M, 128, 1, C_TMA, HAS_BIAS, ACTIVATION)
             if EPI_SPLIT == 2:
                 acc = _apply_scales(acc_hi, sa_ptr, sb_ptr, off_m, off_n + 128, M, N, stride_sam, stride_sbn,
                                     SCALING, WG_M, 128)
-                _epilogue(acc, c_desc, c_smem, c_ptr, bias_ptr, off_m, off_n + 128,
-                          M, N, stride_cm, WG_M, 128, 1, C_TMA, HAS_BIAS, ACTIVATION)
+                if SPLIT:
+                    _add_split_unit(acc, ws_ptr, count_ptr, c_ptr, bias_ptr, piece, (tile * A_PARTS + PART) * EPI_SPLIT + 1,
+                                    num_pid_m * num_pid_n * A_PARTS * EPI_SPLIT, splits, off_m, off_n + 128, M, N,
+                                    stride_cm, WG_M, 128, HAS_BIAS, ACTIVATION)
+                else:
+                    _epilogue(acc, c_desc, c_smem, c_ptr, bias_ptr, off_m, off_n + 128,
+                              M, N, stride_cm, WG_M, 128, 1, C_TMA, HAS_BIAS, ACTIVATION)
         else:
             acc = _mainloop(a_bufs, b_bufs, ready_bars, empty_bars, turn_bars.index(1 - CONSUMER), t * k_tiles,
                             k_tiles, PART, A_PARTS, WG_M, BLOCK_N, STAGES, A_COL_MAJOR, B_COL_MAJOR, PINGPONG)
@@ -769,8 +786,9 @@ def _split_workspace(M, N, config, splits, device) -> tuple[torch.Tensor, torch.
     wg_m, bn, tile_m = config["WG_M"], config["BLOCK_N"], _tile_m(config)
     part_tiles = cdiv(M, tile_m) * cdiv(N, bn) * (tile_m // wg_m)  # every consumer's rows, past M too
     index = device.index if device.index is not None else torch.cuda.current_device()
+    # a count per 128 columns: fp8's promoted tiles add their 128-column pieces up one by one
     return runtime.stream_buffers(index, (("ws split-k pieces", splits * part_tiles * wg_m * bn, torch.float32, False),
-                                          ("ws split-k counts", part_tiles, torch.int32,
+                                          ("ws split-k counts", part_tiles * cdiv(bn, 128), torch.int32,
                                            runtime.ALWAYS_LEFT_ZERO)))
 
 
@@ -859,12 +877,17 @@ def matmul_ws(a, b, *, activation=None, bias=None, split_k=None):
     return _launch(a, b, activation=activation, bias=bias, split_k=split_k)
 
 
+def fp8_tile(M, N, scaling) -> str:
+    """The FP8_CONFIGS tile ``scaled_mm_ws`` runs an ``M x N`` product in: the waves rule's; block
+    scales run 128 x 128 (128 x 256 spills registers and ran at half its speed, PERF_NOTES 34; it
+    still spills, entry 35)."""
+    return "128x128" if scaling == "block" else ws_default_tile(M, N, num_sms=runtime.num_sms(), tiles=FP8_WS_TILES)
+
+
 def fp8_config(M, N, scaling, *, use_fast_accum, out_bytes, tile=None):
     """``scaled_mm_ws``'s config for an ``M x N`` fp8 product and whether it promotes (block scales
-    always do): ``tile`` (an FP8_CONFIGS name) or by the waves rule; block scales run 128 x 128
-    (128 x 256 spills registers and ran at half its speed, PERF_NOTES 34; it still spills, entry 35)."""
-    if tile is None:
-        tile = "128x128" if scaling == "block" else ws_default_tile(M, N, num_sms=runtime.num_sms(), tiles=FP8_WS_TILES)
+    always do): ``tile`` (an FP8_CONFIGS name) or ``fp8_tile``'s."""
+    tile = tile or fp8_tile(M, N, scaling)
     return (_fit_stages(FP8_CONFIGS[tile], 1, out_bytes, block_scales=scaling == "block"),
             scaling == "block" or not use_fast_accum)
 
@@ -881,21 +904,27 @@ def tma_readable(a, b) -> bool:
 
 
 def scaled_mm_ws(a, b, scale_a, scale_b, scaling, *, out_dtype, bias, use_fast_accum, key=None, strided_bias=False,
-                 tile=None):
+                 tile=None, split_k=None):
     """``fp8.scaled_mm`` on Hopper, for inputs ``fp8.check_scaled_mm_inputs`` passed (a row-major,
     b column-major, both TMA-readable): the same warp-specialized kernel, with fp8 operands, the
     promotion every 128 (``_mainloop_promoted``; block scales always promote) and the scales.
     Keeps the plan under ``key`` (``fp8.scaled_mm``'s call key) for ``run_kept_scaled_mm``;
     ``strided_bias``: the caller's bias was strided (``bias`` is its contiguous copy); ``tile``: an
-    FP8_CONFIGS name for every M (the batch-invariant mode), else the waves rule's pick for this M."""
+    FP8_CONFIGS name for every M (the batch-invariant mode: one K loop per tile), else the waves
+    rule's pick for this M; ``split_k``: pieces per tile's K loop (None: ``tiles.fp8_ws_splits``
+    for the rule's tile, 1 for a given one), added in piece order."""
     _require_hopper()
-    M, N = a.shape[0], b.shape[1]
+    (M, K), N = a.shape, b.shape[1]
     c = torch.empty((M, N), device=a.device, dtype=out_dtype)
     config, promote = fp8_config(M, N, scaling, use_fast_accum=use_fast_accum, out_bytes=c.element_size(), tile=tile)
-    num_tiles = cdiv(M, _tile_m(config)) * cdiv(N, config["BLOCK_N"])
+    if split_k is not None:
+        splits = whole_pieces(cdiv(K, config["BLOCK_K"]), check_int(split_k, "split_k"))
+    else:
+        splits = 1 if tile is not None else fp8_ws_splits(M, N, K, fp8_tile(M, N, scaling), num_sms=runtime.num_sms())
+    num_units = cdiv(M, _tile_m(config)) * cdiv(N, config["BLOCK_N"]) * splits
     plan = _keep(None if key is None else ("scaled_mm", *key),
-                 _Plan(a, b, c, bias, None, config, None, min(num_tiles, runtime.num_sms()),
-                       bias_contiguous=not strided_bias, scales=(scale_a, scale_b, scaling, promote)))
+                 _Plan(a, b, c, bias, None, config, None, min(num_units, runtime.num_sms()),
+                       bias_contiguous=not strided_bias, scales=(scale_a, scale_b, scaling, promote), splits=splits))
     return plan(a, b, bias, None, scale_a, scale_b)
 
 

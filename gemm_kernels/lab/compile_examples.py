@@ -217,10 +217,11 @@ def ws_example(*, dtype=torch.float16, schedule=matmul_ws.DEFAULT_SCHEDULE, a_co
 
 
 def ws_fp8_example(scaling="tensor", *, use_fast_accum=False, out_dtype=torch.bfloat16, tile=None, size=512,
-                   name=None) -> KernelExample:
+                   splits=1, name=None) -> KernelExample:
     """``scaled_mm`` as it runs on Hopper: the warp-specialized kernel with e4m3 operands (b
     column-major), promoting every 128 (or never, ``use_fast_accum``), the scales of ``scaling``,
-    in ``tile`` (a ``matmul_ws.FP8_CONFIGS`` name; None: 128 x 128 block-wise, else 128 x 256)."""
+    in ``tile`` (a ``matmul_ws.FP8_CONFIGS`` name; None: 128 x 128 block-wise, else 128 x 256);
+    ``splits`` > 1: split-K units, as ``ws_example``'s."""
     x = torch.zeros(size, size)
     ga, gb = fp8.granularities(scaling)
     a, sa = fp8.quantize_fp8(x, ga)
@@ -229,8 +230,13 @@ def ws_fp8_example(scaling="tensor", *, use_fast_accum=False, out_dtype=torch.bf
     tile = tile or ("128x128" if scaling == "block" else "128x256")
     config, promote = matmul_ws.fp8_config(size, size, scaling, use_fast_accum=use_fast_accum,
                                            out_bytes=c.element_size(), tile=tile)
-    args = matmul_ws._kernel_args(a, b, c, None, None, config, activation=None, scales=(sa, sb, scaling, promote))
-    name = name or f"scaled_mm[warp-specialized {tile}, e4m3, {scaling}, {'promote 128' if promote else 'fast'}]"
+    workspace = None
+    if splits > 1:  # sizes do not enter the compile
+        workspace = (torch.zeros(8, dtype=torch.float32), torch.zeros(8, dtype=torch.int32))
+    args = matmul_ws._kernel_args(a, b, c, None, None, config, activation=None, scales=(sa, sb, scaling, promote),
+                                  splits=splits, workspace=workspace)
+    name = name or (f"scaled_mm[warp-specialized {tile}, e4m3, {scaling}, {'promote 128' if promote else 'fast'}"
+                    f"{', split units' if splits > 1 else ''}]")
     return KernelExample(name, matmul_ws._matmul_ws_kernel, args, triton.Config({}, num_warps=4), targets=(90,),
                          expect={90: ("wgmma", "cp.async.bulk.tensor", "mbarrier")},
                          options={"maxnreg": matmul_ws.MAXNREG})

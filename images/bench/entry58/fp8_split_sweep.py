@@ -1,0 +1,68 @@
+"""PERF_NOTES 58: fp8 `scaled_mm` (promoting every 128) with each tile's K loop cut into 1-6 split
+units, against torch._scaled_mm, at every shape of the fp8 suite, per-tensor and row-wise scales.
+do_bench medians (L2 flushed), 3 interleaved rounds; each split checked against float64 first.
+
+    python fp8_split_sweep.py OUT.json        # writes after every case
+"""
+import json
+import sys
+
+import torch
+import triton
+from triton.testing import do_bench
+
+from gemm_kernels import runtime
+from gemm_kernels.bench.suites import fp8_shapes
+from gemm_kernels.kernels import fp8, matmul_ws
+from gemm_kernels.models import tiles
+from gemm_kernels.testing import rel_err
+
+SPLITS = (1, 2, 3, 4, 6)
+
+
+def main(out_path, scalings=("tensor", "row")):
+    meta = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
+                num_sms=runtime.num_sms(), splits=SPLITS)
+    rows = []
+    for scaling in scalings:
+        for label, M, N, K in fp8_shapes("full"):
+            g = torch.Generator(device="cuda").manual_seed(M * 7 + N * 3 + K)
+            x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16, generator=g)
+            w = torch.randn(N, K, device="cuda", dtype=torch.bfloat16, generator=g)
+            x[:, :: max(1, K // 8)] *= 20
+            ga, gb = fp8.granularities(scaling)
+            a, sa = fp8.quantize_fp8(x, ga)
+            b, sb = fp8.quantize_fp8(w.t(), gb)
+            ref = fp8.scaled_mm_ref(a, b, sa, sb, out_dtype=torch.float64)
+            vsb = sb if scaling == "tensor" else sb.reshape(1, N)
+            fns = {"torch": lambda: torch._scaled_mm(a, b, sa, vsb, out_dtype=torch.bfloat16)}
+            row = dict(scaling=scaling, case=label, M=M, N=N, K=K)
+            row["tile"] = matmul_ws.fp8_tile(M, N, scaling)
+            row["rule"] = tiles.fp8_ws_splits(M, N, K, row["tile"], num_sms=runtime.num_sms())
+            for s in SPLITS:
+                def f(s=s):
+                    return matmul_ws.scaled_mm_ws(a, b, sa, sb, scaling, out_dtype=torch.bfloat16, bias=None,
+                                                  use_fast_accum=False, split_k=s)
+                out = f()
+                row[f"err_{s}"] = rel_err(out, ref)
+                out2 = f()
+                row[f"same_bits_{s}"] = bool(torch.equal(out, out2))
+                fns[f"split_{s}"] = f
+            row["err_torch"] = rel_err(fns["torch"](), ref)
+            times = {k: [] for k in fns}
+            for _ in range(3):
+                for k, fn in fns.items():
+                    times[k].append(do_bench(fn, warmup=25, rep=100, return_mode="median"))
+            for k, t in times.items():
+                row[f"{k}_us"] = round(sorted(t)[1] * 1e3, 2)
+            best = min(SPLITS, key=lambda s: row[f"split_{s}_us"])
+            row["best"] = best
+            row["vs_torch_1"] = round(row["torch_us"] / row["split_1_us"], 3)
+            row["vs_torch_best"] = round(row["torch_us"] / row[f"split_{best}_us"], 3)
+            rows.append(row)
+            print({k: v for k, v in row.items() if not k.startswith(("err", "same"))}, flush=True)
+            json.dump(dict(meta, rows=rows), open(out_path, "w"), indent=1)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], tuple(sys.argv[2:]) or ("tensor", "row"))
