@@ -703,6 +703,13 @@ def test_notebook_10_results_in_words():
     (counted,) = [r for r in csv.DictReader((ROOT / "images/bench/entry35/counters_fp8_small.csv").open())
                   if r["case"] == "fp8 DeepSeek-V3 QKV M=1000 tensor" and r["provider"] == "torch._scaled_mm"]
     assert float(counted["launch__grid_size"]) == 120 and float(counted["launch__cluster_dim_x"]) == 4
+    from gemm_kernels.bench.suites import fp8_shapes
+    from gemm_kernels.models.tiles import fp8_ws_splits
+
+    (K,) = [k for label, m, n, k in fp8_shapes("full") if label == worst["case"] and (m, n) == (M, N)]
+    splits = fp8_ws_splits(M, N, K, "128x256", num_sms=132)
+    assert _squash(f"the default now cuts each of those 72 tiles' K loops into {splits} pieces, {72 * splits} units "
+                   "that the 132 SMs share") in text
     assert all(r["ratio"] < 1 for r in rows if r["panel"] == "block")
     clusters = {int(m) * int(n) for r in rows if "Ablk128" in r["vendor_kernel"]
                 for m, n in re.findall(r"_(\d)x(\d)_h_", r["vendor_kernel"])}
