@@ -374,7 +374,10 @@ def test_ws_route_needs_operands_a_descriptor_can_describe():
 
 WS_FP8 = {"tensor": dict(scaling="tensor"), "row fp32": dict(scaling="row", out_dtype=torch.float32),
           "fast": dict(scaling="tensor", use_fast_accum=True), "tensor 128x128": dict(scaling="tensor", tile="128x128"),
-          "block": dict(scaling="block"), "block 128x256": dict(scaling="block", tile="128x256")}
+          "block": dict(scaling="block"), "block 128x256": dict(scaling="block", tile="128x256"),
+          "tensor split": dict(scaling="tensor", splits=3), "row split": dict(scaling="row", splits=3),
+          "block split": dict(scaling="block", splits=3), "fast split": dict(scaling="tensor", use_fast_accum=True,
+                                                                               splits=3)}
 
 
 @pytest.fixture(scope="module")
@@ -389,15 +392,34 @@ def ws_fp8_views():
 def test_ws_fp8_compiles_for_sm90_within_shared_memory(ws_fp8_views, name):
     """What scaled_mm launches on Hopper compiles for sm_90: e4m3 wgmma (m64n128 pieces when it
     promotes, m64n256 when it never does), within 227 KiB of shared memory, and without spilling
-    registers, except block scales at 128 x 256 (why scaled_mm runs those at 128 x 128)."""
+    registers, except block scales at 128 x 256 (why scaled_mm runs those at 128 x 128) and the split
+    units of a promoted 128 x 256 tile: a few words to 104 bytes (Triton 3.6), stored and reloaded
+    outside the K loops, where one 128-column piece is added up while the other's sum waits in
+    registers (per unit, not per K block; PERF_NOTES 58)."""
     from gemm_kernels.kernels import matmul_ws
 
     view = ws_fp8_views[name]
-    width = 256 if name == "fast" else 128
+    width = 256 if name.startswith("fast") else 128
     assert re.search(rf"wgmma\.mma_async\.sync\.aligned\.m64n{width}k32\.f32\.e4m3\.e4m3", view.asm["ptx"])
     assert view.shared <= matmul_ws._SMEM_BYTES + 1024
     if view.spill_bytes is not None:
-        assert (view.spill_bytes > 0) == (name == "block 128x256"), view.spill_bytes
+        if name in ("tensor split", "row split"):
+            assert view.spill_bytes <= 128, view.spill_bytes
+        else:
+            assert (view.spill_bytes > 0) == (name == "block 128x256"), view.spill_bytes
+
+
+@pytest.mark.parametrize("name", [name for name, kw in WS_FP8.items() if kw.get("splits", 1) > 1])
+def test_ws_fp8_split_units_add_each_piece(ws_fp8_views, name):
+    """Split units: one arrival and one count reset per 128-column piece and consumer (a promoted
+    128 x 256 tile has two pieces; fast accumulation adds the whole tile at once), the slots read
+    past L1, C through pointer stores."""
+    ptx = ws_fp8_views[name].asm["ptx"]
+    promoted_wide = name in ("tensor split", "row split")
+    arrivals = 2 * (2 if promoted_wide else 1)
+    assert ptx.count("atom.global.gpu.acq_rel.add") == arrivals
+    assert ptx.count("atom.global.gpu.relaxed.exch") == arrivals
+    assert "ld.global.cg" in ptx and "cp.async.bulk.tensor.2d.global.shared" not in ptx
 
 
 def _k_loop_global_loads(ptx: str) -> list[int]:
@@ -435,46 +457,73 @@ def test_ws_fp8_k_loops_read_no_global_memory(ws_fp8_views, name):
 def test_gpu_split_units_of_the_warp_specialized_kernel(scaling, fast, tile, splits):
     """``scaled_mm_ws(split_k=...)``: each tile's K loop in ``splits`` units, the last of each
     128-column piece adding them in piece order.  K = 1792 is 14 K blocks, so 3 and 5 pieces end past
-    K (block scales masked there); N = 520 ends in a tile whose second piece is mostly past N; a
-    bias.  As accurate as the unsplit launch, the same bits on a repeat, every element written
-    (conftest's NaN-filled torch.empty)."""
+    K (block scales masked there; memcheck in sanitize_fp8.py sees a stray read); N = 520 ends in a
+    128 x 256 tile whose first piece is mostly past N and whose second is wholly past it; a bias.
+    The plan ran that many units, as accurate as the unsplit launch, the same bits on a repeat,
+    every element written (conftest's NaN-filled torch.empty)."""
     if not runtime.supports_wgmma():
         pytest.skip("no wgmma on this GPU: the warp-specialized kernel is Hopper's")
     from gemm_kernels.kernels import matmul_ws
+    from gemm_kernels.models.tiles import whole_pieces
 
     a, b, sa, sb = operands(300, 520, 1792, scaling, outliers=True, seed=splits)
     bias = torch.randn(520, device=DEVICE).to(torch.bfloat16)
     ref = fp8.scaled_mm_ref(a, b, sa, sb, bias=bias, out_dtype=torch.float64)
 
     def run(split_k):
-        return matmul_ws.scaled_mm_ws(a, b, sa, sb, scaling, out_dtype=torch.bfloat16, bias=bias,
-                                      use_fast_accum=fast, tile=tile, split_k=split_k)
+        key = ("split test", scaling, fast, tile, split_k)
+        out = matmul_ws.scaled_mm_ws(a, b, sa, sb, scaling, out_dtype=torch.bfloat16, bias=bias,
+                                     use_fast_accum=fast, tile=tile, split_k=split_k, key=key)
+        assert matmul_ws._PLANS[("scaled_mm", *key)].splits == whole_pieces(14, split_k)
+        return out
 
-    whole, split = run(1), run(splits)
-    assert_close(split, ref, torch.bfloat16)
-    assert rel_err(split, ref) <= rel_err(whole, ref) * 1.05 + 1e-6
-    assert torch.equal(split, run(splits))
+    try:
+        whole, split = run(1), run(splits)
+        assert whole_pieces(14, splits) == splits
+        assert_close(split, ref, torch.bfloat16)
+        assert rel_err(split, ref) <= rel_err(whole, ref) * 1.05 + 1e-6
+        assert torch.equal(split, run(splits))
+    finally:
+        matmul_ws._PLANS.clear()
 
 
 @needs_fp8
 @pytest.mark.gpu
 @pytest.mark.parametrize("scaling", ["tensor", "row", "block"])
 def test_gpu_default_splits_few_long_tiles(scaling):
-    """scaled_mm's default at DeepSeek-V3's QKV shape with 1000 tokens (few tiles, a long K) runs
-    the split units ``tiles.fp8_ws_splits`` asks for, kept for the repeat, as accurate as torch."""
+    """scaled_mm's default at DeepSeek-V3's QKV shape with 1000 tokens (fewer tiles than SMs, a long
+    K) runs the split units ``tiles.fp8_ws_splits`` asks for, kept for the repeat, as accurate as
+    torch; ``batch_invariant=True`` runs one K loop per tile (a row's bits may not depend on M); a
+    CUDA graph of the split call replays it."""
     if not runtime.supports_wgmma():
         pytest.skip("no wgmma on this GPU: the warp-specialized kernel is Hopper's")
     from gemm_kernels.kernels import matmul_ws
     from gemm_kernels.models import tiles
 
     M, N, K = 1000, 2112, 7168
+    want = tiles.fp8_ws_splits(M, N, K, matmul_ws.fp8_tile(M, N, scaling), num_sms=runtime.num_sms())
+    if want == 1:
+        pytest.skip(f"{runtime.num_sms()} SMs: the rule does not split this shape here")
     matmul_ws._PLANS.clear()
     fp8._KEPT.clear()
-    a, b, sa, sb = operands(M, N, K, scaling, outliers=True)
-    out = check(a, b, sa, sb)
-    want = tiles.fp8_ws_splits(M, N, K, matmul_ws.fp8_tile(M, N, scaling), num_sms=runtime.num_sms())
-    assert [plan.splits for plan in matmul_ws._PLANS.values()] == [want]
-    assert torch.equal(out, fp8.scaled_mm(a, b, sa, sb))  # the kept launch: same units, same bits
-    if scaling != "block":
-        ref = fp8.scaled_mm_ref(a, b, sa, sb, out_dtype=torch.float64)
-        assert rel_err(out, ref) <= rel_err(_vendor_scaled_mm(a, b, sa, sb, scaling), ref) * 1.05 + 1e-6
+    try:
+        a, b, sa, sb = operands(M, N, K, scaling, outliers=True)
+        out = check(a, b, sa, sb)
+        assert [plan.splits for plan in matmul_ws._PLANS.values()] == [want]
+        assert torch.equal(out, fp8.scaled_mm(a, b, sa, sb))  # the kept launch: same units, same bits
+        if scaling != "block":
+            ref = fp8.scaled_mm_ref(a, b, sa, sb, out_dtype=torch.float64)
+            assert rel_err(out, ref) <= rel_err(_vendor_scaled_mm(a, b, sa, sb, scaling), ref) * 1.05 + 1e-6
+        matmul_ws._PLANS.clear()
+        check(a, b, sa, sb, batch_invariant=True)
+        assert [plan.splits for plan in matmul_ws._PLANS.values()] == [1]
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            captured = fp8.scaled_mm(a, b, sa, sb)
+        a.copy_(operands(M, N, K, scaling, seed=1)[0])  # new values in the captured input
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(captured, fp8.scaled_mm(a, b, sa, sb)) and not torch.equal(captured, out)
+    finally:
+        matmul_ws._PLANS.clear()
+        fp8._KEPT.clear()

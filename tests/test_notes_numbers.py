@@ -1596,7 +1596,7 @@ def test_perf_notes_58_prediction_counts_the_rule_s_splits():
                                         num_sms=132) for label, M, N, K in shapes}
     cut = {label: s for label, s in split.items() if s > 1}
     assert f"the rule splits {len(cut)} of the {len(shapes)} shapes" in entry
-    assert cut == {"1024^3": 2, "DeepSeek-V3 QKV (q_a+kv_a) M=4096": 2, "DeepSeek-V3 QKV (q_a+kv_a) M=1000": 3,
-                   "DeepSeek-V3 O M=1000": 4, "DeepSeek-V3 down M=1000": 4}
+    assert cut == {"1024^3": 2, "DeepSeek-V3 QKV (q_a+kv_a) M=1000": 3}
     assert "with 1000 tokens, 3 pieces" in entry and "at 1024³ (64 tiles of 128 x 128, 8 K blocks) 2 pieces" in entry
-    assert "QKV at 4096 tokens 2 pieces, its O and down at 1000 tokens (224 tiles) 4" in entry
+    assert "each piece at least 4 K blocks long" in entry and tiles.FP8_MIN_PIECE_K_BLOCKS == 4
+    assert "(`FP8_SPLIT_UNIT_K_BLOCKS`, 4 blocks:" in entry and tiles.FP8_SPLIT_UNIT_K_BLOCKS == 4

@@ -76,22 +76,27 @@ def test_mirror_rejects_bad_arguments():
 
 
 def test_fp8_split_rule_cuts_few_long_tiles_only():
-    """tiles.fp8_ws_splits on an H100's 132 SMs: DeepSeek-V3's QKV at 1000 tokens (72 tiles of 56 K
-    blocks) splits; a GPU full of tiles, a short K, or a side under 128 does not; every piece holds
-    a real K block; the count minimises the busiest SM's K blocks plus each unit's fixed cost."""
+    """tiles.fp8_ws_splits: fewer tiles than SMs with a long K split, into pieces of at least
+    FP8_MIN_PIECE_K_BLOCKS K blocks and never one wholly past K; a GPU every SM has a tile of, a
+    short K, or a side under 128 does not; the count is the one with the least busiest-SM cost."""
     from gemm_kernels.models import tiles
 
-    sms = 132
-    split = tiles.fp8_ws_splits(1000, 2112, 7168, "128x256", num_sms=sms)
-    assert split > 1
-    k_tiles = 7168 // 128
-    assert (split - 1) * -(-k_tiles // split) < k_tiles  # no piece wholly past K
-    assert tiles.fp8_ws_splits(8192, 8192, 8192, "128x256", num_sms=sms) == 1
-    assert tiles.fp8_ws_splits(4096, 4096, 4096, "128x256", num_sms=sms) == 1
-    assert tiles.fp8_ws_splits(100, 2112, 7168, "128x256", num_sms=sms) == 1  # M under 128
-    assert tiles.fp8_ws_splits(1000, 2112, 128, "128x256", num_sms=sms) == 1  # one K block
-    assert tiles.fp8_ws_splits(1000, 2112, 0, "128x256", num_sms=sms) == 1
-    cost = lambda s: -(-72 * s // sms) * (-(-k_tiles // s) + tiles.FP8_SPLIT_UNIT_K_BLOCKS)  # noqa: E731
-    assert cost(split) == min(cost(s) for s in range(1, tiles.FP8_MAX_SPLITS + 1))
+    split = lambda M, N, K, tile="128x256", sms=132: tiles.fp8_ws_splits(M, N, K, tile, num_sms=sms)  # noqa: E731
+    assert split(1000, 2112, 7168) == 3  # DeepSeek-V3's QKV at 1000 tokens: 72 tiles of 56 K blocks
+    assert split(1024, 1024, 1024, "128x128") == 2  # 64 tiles of 8 K blocks
+    assert split(4096, 2112, 7168, "128x128") == 1  # 544 tiles: every SM has some
+    assert split(1000, 7168, 16384) == 1  # 224 tiles
+    assert split(8192, 8192, 8192) == 1 and split(4096, 4096, 4096) == 1
+    assert split(1000, 2112, 7 * 128) == 1  # 7 K blocks: no two pieces of 4
+    assert split(100, 2112, 7168) == 1 and split(1000, 100, 7168) == 1  # a side under 128
+    assert split(1000, 2112, 0) == 1 and split(128, 256, 256) == 1
+    for M, N, K, sms in [(1000, 2112, 7168, 114), (1000, 2112, 7168, 78), (300, 520, 1792, 132),
+                         (200, 300, 1792, 132), (2000, 1000, 30000, 132), (1000, 2112, 7168 + 1, 132)]:
+        s = split(M, N, K, sms=sms)
+        k_tiles = -(-K // 128)
+        piece = -(-k_tiles // s)
+        assert s == 1 or (piece >= tiles.FP8_MIN_PIECE_K_BLOCKS and (s - 1) * piece < k_tiles), (M, N, K, sms, s)
+        assert s == 1 or -(-M // 128) * -(-N // 256) < sms
+    assert split(1000, 2112, 7168, sms=72) == 1  # 72 tiles on 72 SMs: one wave already
     with pytest.raises(TypeError):
-        tiles.fp8_ws_splits(1000.0, 2112, 7168, "128x256", num_sms=sms)
+        tiles.fp8_ws_splits(1000.0, 2112, 7168, "128x256", num_sms=132)

@@ -298,7 +298,8 @@ def scaled_mm(a, b, scale_a, scale_b, *, out_dtype=torch.bfloat16, bias=None, us
             and matmul_ws.tma_readable(a, b)):
         tile = BATCH_INVARIANT_WS_TILE if batch_invariant and scaling != "block" else None
         return matmul_ws.scaled_mm_ws(a, b, scale_a, scale_b, scaling, out_dtype=out_dtype, bias=bias,
-                                      use_fast_accum=use_fast_accum, key=key, strided_bias=strided_bias, tile=tile)
+                                      use_fast_accum=use_fast_accum, key=key, strided_bias=strided_bias, tile=tile,
+                                      split_k=1 if batch_invariant else None)  # one K loop: a row's bits, any M
     c = torch.empty((M, N), device=a.device, dtype=out_dtype)
     if M == 0 or N == 0:
         return c

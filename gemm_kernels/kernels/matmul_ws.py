@@ -780,8 +780,8 @@ class _Plan:
 
 def _split_workspace(M, N, config, splits, device) -> tuple[torch.Tensor, torch.Tensor]:
     """Split-K units' fp32 slots, ``splits`` per warpgroup tile (WG_M x BLOCK_N, padding included,
-    so no store is masked), and an int32 arrival count per warpgroup tile (zero, and left zero by
-    every launch).  Kept per stream (under a CUDA graph capture: fresh slots, counts from
+    so no store is masked), and an int32 arrival count per 128 columns of a warpgroup tile (zero,
+    and left zero by every launch).  Kept per stream (under a CUDA graph capture: fresh slots, counts from
     ``runtime``'s pool)."""
     wg_m, bn, tile_m = config["WG_M"], config["BLOCK_N"], _tile_m(config)
     part_tiles = cdiv(M, tile_m) * cdiv(N, bn) * (tile_m // wg_m)  # every consumer's rows, past M too
@@ -916,11 +916,14 @@ def scaled_mm_ws(a, b, scale_a, scale_b, scaling, *, out_dtype, bias, use_fast_a
     _require_hopper()
     (M, K), N = a.shape, b.shape[1]
     c = torch.empty((M, N), device=a.device, dtype=out_dtype)
-    config, promote = fp8_config(M, N, scaling, use_fast_accum=use_fast_accum, out_bytes=c.element_size(), tile=tile)
     if split_k is not None:
-        splits = whole_pieces(cdiv(K, config["BLOCK_K"]), check_int(split_k, "split_k"))
+        splits = whole_pieces(cdiv(K, FP8_CONFIGS[tile or fp8_tile(M, N, scaling)]["BLOCK_K"]),
+                              check_int(split_k, "split_k"))
     else:
         splits = 1 if tile is not None else fp8_ws_splits(M, N, K, fp8_tile(M, N, scaling), num_sms=runtime.num_sms())
+    # split units store C with pointer stores: the ring gets C's staging buffers
+    out_bytes = 0 if splits > 1 else c.element_size()
+    config, promote = fp8_config(M, N, scaling, use_fast_accum=use_fast_accum, out_bytes=out_bytes, tile=tile)
     num_units = cdiv(M, _tile_m(config)) * cdiv(N, config["BLOCK_N"]) * splits
     plan = _keep(None if key is None else ("scaled_mm", *key),
                  _Plan(a, b, c, bias, None, config, None, min(num_units, runtime.num_sms()),

@@ -229,7 +229,7 @@ def ws_fp8_example(scaling="tensor", *, use_fast_accum=False, out_dtype=torch.bf
     c = torch.zeros(size, size, dtype=out_dtype)
     tile = tile or ("128x128" if scaling == "block" else "128x256")
     config, promote = matmul_ws.fp8_config(size, size, scaling, use_fast_accum=use_fast_accum,
-                                           out_bytes=c.element_size(), tile=tile)
+                                           out_bytes=0 if splits > 1 else c.element_size(), tile=tile)
     workspace = None
     if splits > 1:  # sizes do not enter the compile
         workspace = (torch.zeros(8, dtype=torch.float32), torch.zeros(8, dtype=torch.int32))

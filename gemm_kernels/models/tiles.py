@@ -362,27 +362,32 @@ def ws_default_splits(M: int, N: int, K: int, tile: str, *, num_sms: int, block_
 #: ring's first fill, its partial's round trip through L2, the last piece's adds (PERF_NOTES 58)
 FP8_BLOCK_K = 128
 FP8_SPLIT_UNIT_K_BLOCKS = 4
-#: the most pieces ``fp8_ws_splits`` cuts a tile's K loop into
+#: the most pieces ``fp8_ws_splits`` cuts a tile's K loop into, and the fewest K blocks a piece
+#: holds (512 values of K, as :data:`SPLITK_MIN_K_TILES` blocks of 64 for fp16)
 FP8_MAX_SPLITS = 8
+FP8_MIN_PIECE_K_BLOCKS = 4
 
 
 def fp8_ws_splits(M: int, N: int, K: int, tile: str, *, num_sms: int) -> int:
     """Pieces per tile's K loop for fp8 ``scaled_mm`` on Hopper in ``tile`` (an FP8_WS_TILES name):
     the count that makes the busiest SM's work least, that work being its units (the waves of
     ``tiles x splits`` over ``num_sms``, a partly filled one counting whole) times each unit's K
-    blocks plus :data:`FP8_SPLIT_UNIT_K_BLOCKS`.  A few tiles with a long K (DeepSeek-V3's QKV at
-    1000 tokens: 72 tiles of 56 K blocks on 132 SMs) split; a GPU already full of tiles does not.
-    1 when M or N is under :data:`WS_SPLIT_MIN_SIDE`, as ``ws_default_splits``."""
+    blocks plus :data:`FP8_SPLIT_UNIT_K_BLOCKS`, each piece at least :data:`FP8_MIN_PIECE_K_BLOCKS`
+    long.  Fewer tiles than SMs with a long K split (DeepSeek-V3's QKV at 1000 tokens: 72 tiles of
+    56 K blocks on 132 SMs); a GPU that every SM has a tile of does not (each unit's partial is a
+    round trip of M x N x 4 bytes through L2 that this cost leaves out).  1 when M or N is under
+    :data:`WS_SPLIT_MIN_SIDE`, as ``ws_default_splits``."""
     _check_ints(M=M, N=N, K=K, num_sms=num_sms)
-    if min(M, N) < WS_SPLIT_MIN_SIDE or K < 1:
-        return 1
     rows, cols = FP8_WS_TILES[tile][:2]
     tiles, k_tiles = cdiv(M, rows) * cdiv(N, cols), cdiv(K, FP8_BLOCK_K)
+    if min(M, N) < WS_SPLIT_MIN_SIDE or tiles >= num_sms or k_tiles < 2 * FP8_MIN_PIECE_K_BLOCKS:
+        return 1
 
     def busiest(splits):
         return cdiv(tiles * splits, num_sms) * (cdiv(k_tiles, splits) + FP8_SPLIT_UNIT_K_BLOCKS)
 
-    best = min(range(1, min(FP8_MAX_SPLITS, k_tiles) + 1), key=lambda s: (busiest(s), s))
+    most = min(FP8_MAX_SPLITS, k_tiles // FP8_MIN_PIECE_K_BLOCKS)
+    best = min(range(1, most + 1), key=lambda s: (busiest(s), s))
     return whole_pieces(k_tiles, best)
 
 
