@@ -1600,3 +1600,62 @@ def test_perf_notes_58_prediction_counts_the_rule_s_splits():
     assert "with 1000 tokens, 3 pieces" in entry and "at 1024³ (64 tiles of 128 x 128, 8 K blocks) 2 pieces" in entry
     assert "each piece at least 4 K blocks long" in entry and tiles.FP8_MIN_PIECE_K_BLOCKS == 4
     assert "(`FP8_SPLIT_UNIT_K_BLOCKS`, 4 blocks:" in entry and tiles.FP8_SPLIT_UNIT_K_BLOCKS == 4
+
+
+def test_entry57_readme_quotes_its_measurement():
+    """images/bench/entry57/README.md: the table and the comparison with PERF_NOTES 57's prediction,
+    from decode_swap.json (the turned tile's before/after run in CUDA graphs)."""
+    import json
+
+    entry = BENCH / "entry57"
+    text = (entry / "README.md").read_text(encoding="utf-8")
+    flat = re.sub(r"\s+", " ", text)
+    rows = {(r["M"], r["N"]): r for r in json.loads((entry / "decode_swap.json").read_text())["rows"]}
+    for (M, N), r in rows.items():
+        line = (f"| {M} | {N}² | {r['cublas_us']:.2f} | {r['turned_us']:.2f} ({r['turned_vs_cublas']:.3f}x) | "
+                f"{r['turned_pick']} | {r['former_us']:.2f} ({r['former_vs_cublas']:.3f}x) | {r['former_pick']} |")
+        assert line in text, line
+        assert max(r["turned_err"], r["former_err"]) < 0.0017
+    ratio = lambda M, N, k="turned": rows[M, N][f"{k}_vs_cublas"]  # noqa: E731
+    assert (f"0.878x and 0.864x cuBLAS (from 0.798x and 0.719x)" in flat and ratio(32, 2048) == 0.878
+            and ratio(32, 4096) == 0.864 and ratio(32, 2048, "former") == 0.798 and ratio(32, 4096, "former") == 0.719)
+    assert all(rows[M, N]["turned_us"] < rows[M, N]["former_us"] for M in (1, 8, 16) for N in (2048, 4096, 8192))
+    cut = [1 - rows[M, 4096]["turned_us"] / rows[M, 4096]["former_us"] for M in (1, 8, 16)]
+    assert f"{min(cut) * 100:.1f}-{max(cut) * 100:.1f}% less time" in flat
+    assert all("turned" not in rows[64, N]["turned_pick"] for N in (2048, 4096, 8192))
+    change = {M: rows[M, 8192]["turned_us"] / rows[M, 8192]["former_us"] - 1 for M in (1, 8, 16, 32, 64)}
+    assert min(change, key=change.get) == 32 and max(change, key=change.get) == 64
+    assert f"from {-change[32] * 100:.1f}% less time (M = 32) to {change[64] * 100:.1f}% more (M = 64)" in flat
+    assert all(ratio(M, N) >= 0.95 for M in (1, 8, 16) for N in (2048, 4096, 8192))
+    assert all(ratio(M, 8192) >= 0.95 for M in (32, 64))
+    m32 = [ratio(32, N) for N in (2048, 4096)]
+    m64 = [ratio(64, N) for N in (2048, 4096)]
+    assert f"M = 32 ({min(m32):.2f}-{max(m32):.2f}x) and M = 64 ({min(m64):.2f}-{max(m64):.2f}x)" in flat
+    assert "49 passed, 1 skipped" in flat and "49 passed, 1 skipped" in (
+        BENCH / "gpu_checks" / "gpu_tests_e7226d9_h100.log").read_text()
+    assert "84 decode results checked, 0 wrong" in (BENCH / "gpu_checks" / "memcheck_decode_e7226d9_h100.log").read_text()
+
+
+def test_entry58_readme_quotes_its_sweeps():
+    """images/bench/entry58/README.md: how many cases each sweep holds, their errors against
+    float64 beside torch's, the same bits on a repeat, and the shortest time of ours (host-bound)."""
+    import json
+
+    entry = BENCH / "entry58"
+    text = re.sub(r"\s+", " ", (entry / "README.md").read_text(encoding="utf-8"))
+    runs = {name: json.loads((entry / f"{name}.json").read_text())
+            for name in ("fp8_split_sweep_first_run", "fp8_split_sweep_plan_per_call")}
+    first, second = (runs[n]["rows"] for n in runs)
+    assert f"`fp8_split_sweep_first_run.json` ({len(first)} cases" in text
+    assert f"`fp8_split_sweep_plan_per_call.json` ({len(second)} cases" in text
+    rows = first + second
+    splits = runs["fp8_split_sweep_first_run"]["splits"]
+    assert all(r[f"same_bits_{s}"] for r in rows for s in splits)
+    assert all(abs(r[f"err_{s}"] / r["err_1"] - 1) < 1e-5 for r in rows for s in splits)
+    ours = max(r[f"err_{s}"] for r in rows for s in splits)
+    torch_err = max(r["err_torch"] for r in rows)
+    assert f"the largest {ours:.5f}, torch's own {torch_err:.5f}" in text
+    fastest = min(r[f"split_{s}_us"] for r in rows for s in splits)
+    assert f"no timing of ours was under {int(fastest)} µs" in text
+    (cube,) = [r for r in first if r["case"] == "1024^3" and r["scaling"] == "tensor"]
+    assert f"torch's 1024³ took {cube['torch_us']:.1f} µs" in text

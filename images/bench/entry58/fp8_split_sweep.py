@@ -1,8 +1,9 @@
 """PERF_NOTES 58: fp8 `scaled_mm` (promoting every 128) with each tile's K loop cut into 1-6 split
 units, against torch._scaled_mm, at the fp8 suite's shapes with few tiles (all with --every-shape),
 per-tensor and row-wise scales.
-do_bench medians (L2 flushed), 3 interleaved rounds, each launch through a kept plan (as a user's
-repeated call); each split checked against float64 first.
+do_bench medians (L2 flushed), 3 interleaved rounds, each call the kept plan's launch
+(``run_kept_scaled_mm``, as a user's repeated ``scaled_mm`` call; ``scaled_mm_ws`` builds a plan every
+call, whose host time the first two runs timed); each split checked against float64 first.
 
     python fp8_split_sweep.py OUT.json [tensor] [row] [--every-shape]   # writes after every case
 """
@@ -47,10 +48,13 @@ def main(out_path, scalings=("tensor", "row"), every_shape=False):
             row["tile"] = matmul_ws.fp8_tile(M, N, scaling)
             row["rule"] = tiles.fp8_ws_splits(M, N, K, row["tile"], num_sms=runtime.num_sms())
             for s in SPLITS:
-                def f(s=s, key=("entry58", scaling, label, s)):  # a kept plan: one launch per call, as users get
-                    return matmul_ws.scaled_mm_ws(a, b, sa, sb, scaling, out_dtype=torch.bfloat16, bias=None,
-                                                  use_fast_accum=False, split_k=s, key=key)
-                out = f()
+                key = ("entry58", scaling, label, s)
+                out = matmul_ws.scaled_mm_ws(a, b, sa, sb, scaling, out_dtype=torch.bfloat16, bias=None,
+                                             use_fast_accum=False, split_k=s, key=key)  # builds and keeps the plan
+
+                def f(key=key):  # the kept plan's launch, as a user's repeated scaled_mm call runs it
+                    return matmul_ws.run_kept_scaled_mm(key, a, b, sa, sb, None)
+
                 row[f"err_{s}"] = rel_err(out, ref)
                 out2 = f()
                 row[f"same_bits_{s}"] = bool(torch.equal(out, out2))
