@@ -916,14 +916,14 @@ def scaled_mm_ws(a, b, scale_a, scale_b, scaling, *, out_dtype, bias, use_fast_a
     _require_hopper()
     (M, K), N = a.shape, b.shape[1]
     c = torch.empty((M, N), device=a.device, dtype=out_dtype)
+    name = tile or fp8_tile(M, N, scaling)
     if split_k is not None:
-        splits = whole_pieces(cdiv(K, FP8_CONFIGS[tile or fp8_tile(M, N, scaling)]["BLOCK_K"]),
-                              check_int(split_k, "split_k"))
+        splits = whole_pieces(cdiv(K, FP8_CONFIGS[name]["BLOCK_K"]), check_int(split_k, "split_k"))
     else:
-        splits = 1 if tile is not None else fp8_ws_splits(M, N, K, fp8_tile(M, N, scaling), num_sms=runtime.num_sms())
+        splits = 1 if tile is not None else fp8_ws_splits(M, N, K, name, num_sms=runtime.num_sms())
     # split units store C with pointer stores: the ring gets C's staging buffers
     out_bytes = 0 if splits > 1 else c.element_size()
-    config, promote = fp8_config(M, N, scaling, use_fast_accum=use_fast_accum, out_bytes=out_bytes, tile=tile)
+    config, promote = fp8_config(M, N, scaling, use_fast_accum=use_fast_accum, out_bytes=out_bytes, tile=name)
     num_units = cdiv(M, _tile_m(config)) * cdiv(N, config["BLOCK_N"]) * splits
     plan = _keep(None if key is None else ("scaled_mm", *key),
                  _Plan(a, b, c, bias, None, config, None, min(num_units, runtime.num_sms()),
