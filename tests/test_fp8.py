@@ -491,8 +491,8 @@ def test_gpu_split_units_of_the_warp_specialized_kernel(scaling, fast, tile, spl
 @pytest.mark.gpu
 @pytest.mark.parametrize("scaling", ["tensor", "row", "block"])
 def test_gpu_default_splits_few_long_tiles(scaling):
-    """scaled_mm's default at DeepSeek-V3's QKV shape with 1000 tokens (fewer tiles than SMs, a long
-    K) runs the split units ``tiles.fp8_ws_splits`` asks for, kept for the repeat, as accurate as
+    """scaled_mm's default at DeepSeek-V3's q_a projection with 256 tokens (12 tiles, 56 K blocks) runs
+    the split units ``tiles.fp8_ws_splits`` asks for, kept for the repeat, as accurate as
     torch; ``batch_invariant=True`` runs one K loop per tile (a row's bits may not depend on M); a
     CUDA graph of the split call replays it."""
     if not runtime.supports_wgmma():
@@ -500,7 +500,7 @@ def test_gpu_default_splits_few_long_tiles(scaling):
     from gemm_kernels.kernels import matmul_ws
     from gemm_kernels.models import tiles
 
-    M, N, K = 1000, 2112, 7168
+    M, N, K = 256, 1536, 7168
     want = tiles.fp8_ws_splits(M, N, K, matmul_ws.fp8_tile(M, N, scaling), num_sms=runtime.num_sms())
     if want == 1:
         pytest.skip(f"{runtime.num_sms()} SMs: the rule does not split this shape here")

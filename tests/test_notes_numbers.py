@@ -1584,22 +1584,95 @@ def test_perf_notes_57_quotes_the_turned_prototype():
 
 
 def test_perf_notes_58_prediction_counts_the_rule_s_splits():
-    """PERF_NOTES 58's prediction: which fp8 suite shapes ``tiles.fp8_ws_splits`` splits on an H100
-    (132 SMs), and into how many pieces."""
+    """PERF_NOTES 58's first prediction: which fp8 suite shapes the former rule (a unit cost of 4
+    K blocks, no partials) split on an H100, as the sweep recorded its count on the GPU."""
     from gemm_kernels.bench.suites import fp8_shapes
-    from gemm_kernels.models import tiles
 
     notes = re.sub(r"\s+", " ", PERF_NOTES.read_text(encoding="utf-8"))
     entry = notes[notes.index("## 58."):]
+    rows = [r for name in ("fp8_split_sweep_first_run", "fp8_split_sweep_plan_per_call")
+            for r in json.loads((BENCH / "entry58" / f"{name}.json").read_text())["rows"] if r["scaling"] == "tensor"]
     shapes = fp8_shapes("full")
-    split = {label: tiles.fp8_ws_splits(M, N, K, tiles.ws_default_tile(M, N, num_sms=132, tiles=tiles.FP8_WS_TILES),
-                                        num_sms=132) for label, M, N, K in shapes}
-    cut = {label: s for label, s in split.items() if s > 1}
+    tiles = tiles_module()
+    for label, M, N, K in shapes:  # a shape neither run reached has a tile per SM: the former rule kept it whole
+        rows_, cols = tiles.FP8_WS_TILES[tiles.ws_default_tile(M, N, num_sms=132, tiles=tiles.FP8_WS_TILES)][:2]
+        assert label in {r["case"] for r in rows} or tiles.cdiv(M, rows_) * tiles.cdiv(N, cols) >= 132, label
+    cut = {r["case"]: r["rule"] for r in rows if r["rule"] > 1}
     assert f"the rule splits {len(cut)} of the {len(shapes)} shapes" in entry
     assert cut == {"1024^3": 2, "DeepSeek-V3 QKV (q_a+kv_a) M=1000": 3}
     assert "with 1000 tokens, 3 pieces" in entry and "at 1024³ (64 tiles of 128 x 128, 8 K blocks) 2 pieces" in entry
     assert "each piece at least 4 K blocks long" in entry and tiles.FP8_MIN_PIECE_K_BLOCKS == 4
-    assert "(`FP8_SPLIT_UNIT_K_BLOCKS`, 4 blocks:" in entry and tiles.FP8_SPLIT_UNIT_K_BLOCKS == 4
+    assert "(`FP8_SPLIT_UNIT_K_BLOCKS`, 4 blocks:" in entry and "The guess was 4" in entry.replace("the guess", "The guess")
+
+
+def tiles_module():
+    from gemm_kernels.models import tiles
+
+    return tiles
+
+
+def test_perf_notes_58_measurement_and_the_refitted_rule():
+    """PERF_NOTES 58's measurement (fp8_split_sweep.json, timed through the kept plans), the fit
+    (fit_split_cost.py) whose constants the rule holds, and the refitted rule's predictions."""
+    import importlib.util
+
+    import numpy as np
+
+    from gemm_kernels.bench.suites import fp8_shapes
+    from gemm_kernels.kernels.matmul_ws import fp8_tile
+
+    tiles = tiles_module()
+    notes = re.sub(r"\s+", " ", PERF_NOTES.read_text(encoding="utf-8"))
+    entry = notes[notes.index("## 58."):]
+    path = BENCH / "entry58" / "fp8_split_sweep.json"
+    sweep = json.loads(path.read_text())
+    rows = {(r["scaling"], r["case"]): r for r in sweep["rows"]}
+    splits = sweep["splits"]
+    assert "H100" in sweep["device"] and sweep["triton"] == "3.6.0" and len(rows) == 14
+    assert "No count of pieces beat one K loop at any of the 14 cases" in entry
+    assert all(r["best"] == 1 for r in rows.values())
+    qkv = rows["tensor", "DeepSeek-V3 QKV (q_a+kv_a) M=1000"]
+    assert (f"3 pieces took {qkv['split_3_us']:.1f} µs where one K loop took {qkv['split_1_us']:.1f} µs "
+            f"(torch {qkv['torch_us']:.1f} µs): per tensor it stays at {qkv['vs_torch_1']:.3f}x") in entry
+    cube = rows["tensor", "1024^3"]
+    assert f"2 pieces took {cube['split_2_us']:.1f} µs against {cube['split_1_us']:.1f} µs" in entry
+    per_piece = [(rows["tensor", f"Llama-3-8B {p} M=1000"]["split_6_us"]
+                  - rows["tensor", f"Llama-3-8B {p} M=1000"]["split_2_us"]) / 4 for p in ("O", "down")]
+    assert f"each piece added {per_piece[0]:.1f} and {per_piece[1]:.1f} µs" in entry
+    assert f"({1000 * 4096 * 4 / 1e6:.1f} MB there)" in entry
+    assert all(r[f"same_bits_{s}"] and abs(r[f"err_{s}"] / r["err_1"] - 1) < 1e-5 for r in rows.values() for s in splits)
+    assert f"(the largest {max(r[f'err_{s}'] for r in rows.values() for s in splits):.5f}, torch's " \
+           f"{max(r['err_torch'] for r in rows.values()):.5f})" in entry
+    # the fit, and the constants the rule holds
+    spec = importlib.util.spec_from_file_location("fit_split_cost", BENCH / "entry58" / "fit_split_cost.py")
+    fit = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fit)
+    _, (t_block, unit, per_mb, c0), rel = fit.fit(path)
+    assert len(rel) == 70 and "fits the 70 timings" in entry
+    assert (f"{t_block:.3f} µs per K block of a 128 x 256 tile, {unit:.2f} µs per wave of split units, "
+            f"{per_mb:.3f} µs per MB of partials, {c0:.2f} µs fixed (median error {np.median(rel):.0%}, "
+            f"the largest {rel.max():.0%} at 1024³") in entry
+    assert round(unit / t_block) == tiles.FP8_SPLIT_UNIT_K_BLOCKS == 13
+    assert round(per_mb / t_block, 1) == tiles.FP8_SPLIT_K_BLOCKS_PER_PARTIAL_MB == 0.3
+    assert "`FP8_SPLIT_UNIT_K_BLOCKS` becomes 13" in entry and "`FP8_SPLIT_K_BLOCKS_PER_PARTIAL_MB` is 0.3" in entry
+    shapes = fp8_shapes("full")
+    assert all(tiles.fp8_ws_splits(M, N, K, fp8_tile(M, N, sc), num_sms=132) == 1
+               for _, M, N, K in shapes for sc in ("tensor", "row", "block"))
+    assert f"keeps one K loop at all {len(shapes)} suite shapes" in entry
+    # the refitted rule's predictions, from the fitted model
+    model = lambda M, N, K, s: float(np.dot(fit.features(M, N, K, fp8_tile(M, N, "tensor"), s, 132),  # noqa: E731
+                                            (t_block, unit, per_mb, c0)))
+    check = {label: (M, N, K) for label, M, N, K in fit.RULE_CHECK}
+    rule = {label: tiles.fp8_ws_splits(M, N, K, fp8_tile(M, N, "tensor"), num_sms=132) for label, (M, N, K) in check.items()}
+    saved = {label: 1 - model(*check[label], rule[label]) / model(*check[label], 1) for label in check}
+    for label, words in [("512x512 K=16384", "{} at 512 x 512 with K = 16384 ({} pieces)"),
+                         ("DeepSeek-V3 QKV (q_a+kv_a) M=512", "{} at DeepSeek-V3's QKV with 512 tokens ({} pieces)"),
+                         ("DeepSeek-V3 q_a M=256", "{} at its q_a projection with 256 tokens ({} pieces)")]:
+        assert words.format(f"{saved[label]:.0%}", rule[label]) in entry, label
+    down = [f"Llama-3-8B down M={m}" for m in (256, 384)]
+    assert (f"{saved[down[0]]:.0%} and {saved[down[1]]:.0%} at Llama-3-8B's down projection with 256 and 384 tokens "
+            f"({rule[down[0]]} and {rule[down[1]]} pieces)") in entry
+    assert [label for label in check if rule[label] == 1] == ["Llama-3-8B O M=512", "DeepSeek-V3 o_proj-like M=256"]
 
 
 def test_entry57_readme_quotes_its_measurement():

@@ -707,9 +707,14 @@ def test_notebook_10_results_in_words():
     from gemm_kernels.models.tiles import fp8_ws_splits
 
     (K,) = [k for label, m, n, k in fp8_shapes("full") if label == worst["case"] and (m, n) == (M, N)]
-    splits = fp8_ws_splits(M, N, K, "128x256", num_sms=132)
-    assert _squash(f"the default now cuts each of those 72 tiles' K loops into {splits} pieces, {72 * splits} units "
-                   "that the 132 SMs share") in text
+    # the split's measurement (PERF_NOTES 58's sweep, H100) and the rule fitted to it
+    (swept,) = [r for r in json.loads((ROOT / "images/bench/entry58/fp8_split_sweep.json").read_text())["rows"]
+                if r["scaling"] == "tensor" and r["case"] == worst["case"]]
+    assert (swept["M"], swept["N"], swept["K"]) == (M, N, K)
+    assert _squash(f"3 pieces took {swept['split_3_us']:.0f} µs where one K loop took {swept['split_1_us']:.0f} µs") in text
+    assert fp8_ws_splits(M, N, K, "128x256", num_sms=132) == 1
+    assert _squash("such as 8 tiles of 512 × 512 with K = 16384") in text
+    assert cdiv(512, 128) * cdiv(512, 256) == 8 and fp8_ws_splits(512, 512, 16384, "128x256", num_sms=132) > 1
     assert all(r["ratio"] < 1 for r in rows if r["panel"] == "block")
     clusters = {int(m) * int(n) for r in rows if "Ablk128" in r["vendor_kernel"]
                 for m, n in re.findall(r"_(\d)x(\d)_h_", r["vendor_kernel"])}

@@ -358,10 +358,14 @@ def ws_default_splits(M: int, N: int, K: int, tile: str, *, num_sms: int, block_
     return whole_pieces(k_tiles, splitk_default_splits(cdiv(M, rows) * cdiv(N, cols), k_tiles, num_sms))
 
 
-#: fp8's K block (``matmul_ws.FP8_CONFIGS``), and a split unit's fixed cost in such blocks: its
-#: ring's first fill, its partial's round trip through L2, the last piece's adds (PERF_NOTES 58)
+#: fp8's K block (``matmul_ws.FP8_CONFIGS``)
 FP8_BLOCK_K = 128
-FP8_SPLIT_UNIT_K_BLOCKS = 4
+#: what a split costs beside its pieces' K blocks, in K blocks of its tile (H100, fitted to PERF_NOTES
+#: 58's sweep by ``images/bench/entry58/fit_split_cost.py``): each wave of units pays one unit's fixed
+#: cost (the ring's first fill, the partial's store, the last piece's adds), and every piece's fp32
+#: partial (M x N x 4 bytes) goes out to memory and back, a cost per MB of it
+FP8_SPLIT_UNIT_K_BLOCKS = 13
+FP8_SPLIT_K_BLOCKS_PER_PARTIAL_MB = 0.3
 #: the most pieces ``fp8_ws_splits`` cuts a tile's K loop into, and the fewest K blocks a piece
 #: holds (512 values of K, as :data:`SPLITK_MIN_K_TILES` blocks of 64 for fp16)
 FP8_MAX_SPLITS = 8
@@ -370,21 +374,27 @@ FP8_MIN_PIECE_K_BLOCKS = 4
 
 def fp8_ws_splits(M: int, N: int, K: int, tile: str, *, num_sms: int) -> int:
     """Pieces per tile's K loop for fp8 ``scaled_mm`` on Hopper in ``tile`` (an FP8_WS_TILES name):
-    the count that makes the busiest SM's work least, that work being its units (the waves of
-    ``tiles x splits`` over ``num_sms``, a partly filled one counting whole) times each unit's K
-    blocks plus :data:`FP8_SPLIT_UNIT_K_BLOCKS`, each piece at least :data:`FP8_MIN_PIECE_K_BLOCKS`
-    long.  Fewer tiles than SMs with a long K split (DeepSeek-V3's QKV at 1000 tokens: 72 tiles of
-    56 K blocks on 132 SMs); a GPU that every SM has a tile of does not (each unit's partial is a
-    round trip of M x N x 4 bytes through L2 that this cost leaves out).  1 when M or N is under
-    :data:`WS_SPLIT_MIN_SIDE`, as ``ws_default_splits``."""
+    the count that makes the busiest SM's work least.  That work is its waves of ``tiles x splits``
+    units over ``num_sms`` (a partly filled one counting whole) times each unit's K blocks, and, for
+    a split, :data:`FP8_SPLIT_UNIT_K_BLOCKS` per wave plus every piece's partial round trip
+    (:data:`FP8_SPLIT_K_BLOCKS_PER_PARTIAL_MB`).  Each piece is at least
+    :data:`FP8_MIN_PIECE_K_BLOCKS` long, and only fewer tiles than SMs split.  The partials make a
+    split pay only with few tiles and a long K (8 tiles of 512 x 512 with K = 16384); the fp8
+    suite's shapes, DeepSeek-V3's QKV at 1000 tokens included, stay whole (PERF_NOTES 58).
+    1 when M or N is under :data:`WS_SPLIT_MIN_SIDE`, as ``ws_default_splits``."""
     _check_ints(M=M, N=N, K=K, num_sms=num_sms)
     rows, cols = FP8_WS_TILES[tile][:2]
     tiles, k_tiles = cdiv(M, rows) * cdiv(N, cols), cdiv(K, FP8_BLOCK_K)
     if min(M, N) < WS_SPLIT_MIN_SIDE or tiles >= num_sms or k_tiles < 2 * FP8_MIN_PIECE_K_BLOCKS:
         return 1
+    partial_mb = M * N * 4 / 1e6
 
     def busiest(splits):
-        return cdiv(tiles * splits, num_sms) * (cdiv(k_tiles, splits) + FP8_SPLIT_UNIT_K_BLOCKS)
+        waves = cdiv(tiles * splits, num_sms)
+        if splits == 1:
+            return waves * k_tiles
+        return (waves * (cdiv(k_tiles, splits) + FP8_SPLIT_UNIT_K_BLOCKS)
+                + splits * partial_mb * FP8_SPLIT_K_BLOCKS_PER_PARTIAL_MB)
 
     most = min(FP8_MAX_SPLITS, k_tiles // FP8_MIN_PIECE_K_BLOCKS)
     best = min(range(1, most + 1), key=lambda s: (busiest(s), s))

@@ -5,7 +5,10 @@ do_bench medians (L2 flushed), 3 interleaved rounds, each call the kept plan's l
 (``run_kept_scaled_mm``, as a user's repeated ``scaled_mm`` call; ``scaled_mm_ws`` builds a plan every
 call, whose host time the first two runs timed); each split checked against float64 first.
 
-    python fp8_split_sweep.py OUT.json [tensor] [row] [--every-shape]   # writes after every case
+    python fp8_split_sweep.py OUT.json [tensor] [row] [--every-shape | --rule-check]   # writes after every case
+
+--rule-check: the shapes of RULE_CHECK instead (none in the suite), where the rule refitted to the
+first timed sweep (``fit_split_cost.py``) splits, and two beside them where it does not.
 """
 import json
 import sys
@@ -21,13 +24,19 @@ from gemm_kernels.models import tiles
 from gemm_kernels.testing import rel_err
 
 SPLITS = (1, 2, 3, 4, 6)
+#: few tiles and a long K (prefill chunks of 128-512 tokens through LLM projections, a 512² output
+#: with K = 16384); the last two keep one K loop by the rule
+RULE_CHECK = [("512x512 K=16384", 512, 512, 16384), ("Llama-3-8B down M=256", 256, 4096, 14336),
+              ("Llama-3-8B down M=384", 384, 4096, 14336), ("DeepSeek-V3 QKV (q_a+kv_a) M=512", 512, 2112, 7168),
+              ("DeepSeek-V3 q_a M=256", 256, 1536, 7168), ("Llama-3-8B O M=512", 512, 4096, 4096),
+              ("DeepSeek-V3 o_proj-like M=256", 256, 7168, 2048)]
 
 
-def main(out_path, scalings=("tensor", "row"), every_shape=False):
+def main(out_path, scalings=("tensor", "row"), every_shape=False, rule_check=False):
     """every_shape: all of the fp8 suite's shapes; else those with fewer 128 x 256 tiles than SMs
     (where the rule may split) and two that fill the GPU (where it must not)."""
     sms = runtime.num_sms()
-    shapes = [s for s in fp8_shapes("full") if every_shape or s[0] in ("4096^3", "DeepSeek-V3 QKV (q_a+kv_a) M=4096")
+    shapes = RULE_CHECK if rule_check else [s for s in fp8_shapes("full") if every_shape or s[0] in ("4096^3", "DeepSeek-V3 QKV (q_a+kv_a) M=4096")
               or tiles.cdiv(s[1], 128) * tiles.cdiv(s[2], 256) <= sms]
     meta = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
                 num_sms=runtime.num_sms(), splits=SPLITS)
@@ -47,7 +56,7 @@ def main(out_path, scalings=("tensor", "row"), every_shape=False):
             row = dict(scaling=scaling, case=label, M=M, N=N, K=K)
             row["tile"] = matmul_ws.fp8_tile(M, N, scaling)
             row["rule"] = tiles.fp8_ws_splits(M, N, K, row["tile"], num_sms=runtime.num_sms())
-            for s in SPLITS:
+            for s in sorted({*SPLITS, row["rule"]}):  # the rule's count too (8 is not in SPLITS)
                 key = ("entry58", scaling, label, s)
                 out = matmul_ws.scaled_mm_ws(a, b, sa, sb, scaling, out_dtype=torch.bfloat16, bias=None,
                                              use_fast_accum=False, split_k=s, key=key)  # builds and keeps the plan
@@ -66,15 +75,16 @@ def main(out_path, scalings=("tensor", "row"), every_shape=False):
                     times[k].append(do_bench(fn, warmup=25, rep=100, return_mode="median"))
             for k, t in times.items():
                 row[f"{k}_us"] = round(sorted(t)[1] * 1e3, 2)
-            best = min(SPLITS, key=lambda s: row[f"split_{s}_us"])
+            best = min((s for s in SPLITS + (row["rule"],) if f"split_{s}_us" in row), key=lambda s: row[f"split_{s}_us"])
             row["best"] = best
             row["vs_torch_1"] = round(row["torch_us"] / row["split_1_us"], 3)
             row["vs_torch_best"] = round(row["torch_us"] / row[f"split_{best}_us"], 3)
+            row["vs_torch_rule"] = round(row["torch_us"] / row[f"split_{row['rule']}_us"], 3)
             rows.append(row)
             print({k: v for k, v in row.items() if not k.startswith(("err", "same"))}, flush=True)
             json.dump(dict(meta, rows=rows), open(out_path, "w"), indent=1)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], tuple(a for a in sys.argv[2:] if a != "--every-shape") or ("tensor", "row"),
-         every_shape="--every-shape" in sys.argv)
+    main(sys.argv[1], tuple(a for a in sys.argv[2:] if not a.startswith("--")) or ("tensor", "row"),
+         every_shape="--every-shape" in sys.argv, rule_check="--rule-check" in sys.argv)
