@@ -422,6 +422,26 @@ def test_ws_fp8_split_units_add_each_piece(ws_fp8_views, name):
     assert "ld.global.cg" in ptx and "cp.async.bulk.tensor.2d.global.shared" not in ptx
 
 
+def test_scaled_mm_ws_refuses_a_bad_tile_or_split_count_before_the_gpu():
+    """scaled_mm_ws's own options, checked before it asks for Hopper (so on any machine): a tile that
+    is no FP8_CONFIGS name, a split count over FP8_MAX_SPLITS (each piece an M x N fp32 slot of the
+    workspace) or not a whole number >= 1."""
+    from gemm_kernels.kernels import matmul_ws
+    from gemm_kernels.models.tiles import FP8_MAX_SPLITS
+
+    a = torch.zeros(4, 4)
+    call = lambda **kw: matmul_ws.scaled_mm_ws(a, a, a, a, "tensor", out_dtype=torch.bfloat16, bias=None,  # noqa: E731
+                                               use_fast_accum=False, **kw)
+    for kw, error, words in [(dict(tile="bogus"), ValueError, "tile must be one of"),
+                             (dict(tile="cooperative"), ValueError, "tile must be one of"),
+                             (dict(split_k=FP8_MAX_SPLITS + 1), ValueError, f"split_k must be at most {FP8_MAX_SPLITS}"),
+                             (dict(split_k=10**6), ValueError, "split_k must be at most"),
+                             (dict(split_k=0), ValueError, "split_k must be >= 1"),
+                             (dict(split_k=2.0), TypeError, "split_k must be an int")]:
+        with pytest.raises(error, match=words):
+            call(**kw)
+
+
 def _k_loop_global_loads(ptx: str) -> list[int]:
     """Per innermost loop that issues wgmma (a K loop), how many global loads it holds."""
     lines = ptx.splitlines()

@@ -103,6 +103,20 @@ def test_fp8_split_rule_cuts_few_long_tiles_only():
         assert s == 1 or (piece >= tiles.FP8_MIN_PIECE_K_BLOCKS and (s - 1) * piece < k_tiles), (M, N, K, sms, s)
         assert s == 1 or -(-M // 128) * -(-N // 256) < sms
         splits_seen.add(s)
-    assert len(splits_seen) > 2  # the loop checked split counts, not only 1    assert split(512, 512, 16384, sms=8) == 1  # 8 tiles on 8 SMs: one wave already
+    assert len(splits_seen) > 2  # the loop checked split counts, not only 1
+    assert split(512, 512, 16384, sms=8) == 1  # 8 tiles on 8 SMs: one wave already
+    # a 128 x 128 tile's K blocks weigh its share of a 128 x 256 one's (the fit's unit)
+    assert split(512, 512, 16384, "128x128") == 8 and split(256, 4096, 14336, "128x128") == 2
+    assert split(256, 1536, 7168, "128x128") == 5 and split(384, 4096, 14336, "128x128") == 1
+    # each constant decides somewhere: the unit cost per wave, the least gain
+    assert split(256, 2048, 4096) == 8 and split(256, 4096, 4096, "128x128") == 1
+    assert split(768, 2048, 32768, "128x128") == 1  # 4 pieces would save under FP8_SPLIT_MIN_GAIN
+    # numpy's fixed-width ints are taken as Python ints (uint64's negation would wrap in cdiv)
+    assert tiles.fp8_ws_splits(*map(np.uint64, (512, 512, 16384)), "128x256", num_sms=np.uint64(132)) == 8
+    assert type(tiles.fp8_ws_splits(np.int32(512), 512, 16384, "128x256", num_sms=132)) is int
+    for bad in [dict(tile="bogus"), dict(tile="cooperative"), dict(num_sms=0), dict(M=-5), dict(K=-1)]:
+        kwargs = dict(M=512, N=512, K=16384, tile="128x256", num_sms=132) | bad
+        with pytest.raises(ValueError, match="tile must be one of|must be >= 0"):
+            tiles.fp8_ws_splits(kwargs.pop("M"), kwargs.pop("N"), kwargs.pop("K"), kwargs.pop("tile"), **kwargs)
     with pytest.raises(TypeError):
         tiles.fp8_ws_splits(1000.0, 2112, 7168, "128x256", num_sms=132)

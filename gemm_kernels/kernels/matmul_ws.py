@@ -49,8 +49,8 @@ _barrier = getattr(gl, "thread_barrier", None) or gl.barrier
 # --- the package helpers this module uses (one block, to re-point when the package moves) ---
 from .. import _triton_compat, runtime
 from . import launches
-from ..models.tiles import (FP8_WS_TILES, cdiv, fp8_ws_splits, tile_coords_np, whole_pieces, ws_default_splits,
-                           ws_default_tile)
+from ..models.tiles import (FP8_MAX_SPLITS, FP8_WS_TILES, cdiv, fp8_ws_splits, tile_coords_np, whole_pieces,
+                           ws_default_splits, ws_default_tile)
 from .checks import check_int, check_matmul_inputs as _check_matmul_inputs, resolve_lazy_views
 from .epilogue import _TAIL_COEFFS, LEAKY_RELU_SLOPE, activation_ref
 from .tma import tma_aligned, tma_layout
@@ -913,12 +913,16 @@ def scaled_mm_ws(a, b, scale_a, scale_b, scaling, *, out_dtype, bias, use_fast_a
     FP8_CONFIGS name for every M (the batch-invariant mode: one K loop per tile), else the waves
     rule's pick for this M; ``split_k``: pieces per tile's K loop (None: ``tiles.fp8_ws_splits``
     for the rule's tile, 1 for a given one), added in piece order."""
+    if tile is not None and tile not in FP8_CONFIGS:
+        raise ValueError(f"tile must be one of {sorted(FP8_CONFIGS)}, got {tile!r}")
+    if split_k is not None and check_int(split_k, "split_k") > FP8_MAX_SPLITS:  # a slot of M x N fp32 each
+        raise ValueError(f"split_k must be at most {FP8_MAX_SPLITS}, got {split_k}")
     _require_hopper()
     (M, K), N = a.shape, b.shape[1]
     c = torch.empty((M, N), device=a.device, dtype=out_dtype)
     name = tile or fp8_tile(M, N, scaling)
     if split_k is not None:
-        splits = whole_pieces(cdiv(K, FP8_CONFIGS[name]["BLOCK_K"]), check_int(split_k, "split_k"))
+        splits = whole_pieces(cdiv(K, FP8_CONFIGS[name]["BLOCK_K"]), int(split_k))
     else:
         splits = 1 if tile is not None else fp8_ws_splits(M, N, K, name, num_sms=runtime.num_sms())
     # split units store C with pointer stores: the ring gets C's staging buffers

@@ -30,10 +30,10 @@ def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def _check_ints(**values) -> None:
-    """TypeError unless every value is an int (numpy's too): sizes, blocks and counts are whole."""
-    for name, value in values.items():
-        require_int(value, name)
+def _check_ints(**values) -> tuple:
+    """The values as Python ints, in order; TypeError unless every one is an int (numpy's too, whose
+    fixed width would wrap in this module's arithmetic): sizes, blocks and counts are whole."""
+    return tuple(require_int(value, name) for name, value in values.items())
 
 
 def _check_order(order: str, group_size_m: int) -> None:
@@ -350,7 +350,7 @@ def ws_default_splits(M: int, N: int, K: int, tile: str, *, num_sms: int, block_
     """How many pieces ``matmul_ws`` cuts each tile's K loop into when not told: the pieces of
     :func:`splitk_default_splits` for its ``tile``'s count, when M and N are both at least
     :data:`WS_SPLIT_MIN_SIDE`; else 1.  Never a piece wholly past K (see :func:`whole_pieces`)."""
-    _check_ints(M=M, N=N, K=K, num_sms=num_sms)
+    M, N, K, num_sms = _check_ints(M=M, N=N, K=K, num_sms=num_sms)
     if min(M, N) < WS_SPLIT_MIN_SIDE:
         return 1
     rows, cols = WS_TILES[tile][:2]
@@ -360,12 +360,14 @@ def ws_default_splits(M: int, N: int, K: int, tile: str, *, num_sms: int, block_
 
 #: fp8's K block (``matmul_ws.FP8_CONFIGS``)
 FP8_BLOCK_K = 128
-#: what a split costs beside its pieces' K blocks, in K blocks of its tile (H100, fitted to PERF_NOTES
-#: 58's sweep by ``images/bench/entry58/fit_split_cost.py``): each wave of units pays one unit's fixed
-#: cost (the ring's first fill, the partial's store, the last piece's adds), and every piece's fp32
-#: partial (M x N x 4 bytes) goes out to memory and back, a cost per MB of it
+#: what a split costs beside its pieces' K blocks, in K blocks of a 128 x 256 tile (H100, fitted to
+#: PERF_NOTES 58's sweep by ``images/bench/entry58/fit_split_cost.py``): each wave of units pays one
+#: unit's fixed cost (the ring's first fill, the partial's store, the last piece's adds), and every
+#: piece's fp32 partial (M x N x 4 bytes) goes out to memory and back, a cost per MB of it
 FP8_SPLIT_UNIT_K_BLOCKS = 13
 FP8_SPLIT_K_BLOCKS_PER_PARTIAL_MB = 0.3
+#: the least share of the busiest SM's work a split must save: the fit's median error is 8%
+FP8_SPLIT_MIN_GAIN = 0.1
 #: the most pieces ``fp8_ws_splits`` cuts a tile's K loop into, and the fewest K blocks a piece
 #: holds (512 values of K, as :data:`SPLITK_MIN_K_TILES` blocks of 64 for fp16)
 FP8_MAX_SPLITS = 8
@@ -374,30 +376,38 @@ FP8_MIN_PIECE_K_BLOCKS = 4
 
 def fp8_ws_splits(M: int, N: int, K: int, tile: str, *, num_sms: int) -> int:
     """Pieces per tile's K loop for fp8 ``scaled_mm`` on Hopper in ``tile`` (an FP8_WS_TILES name):
-    the count that makes the busiest SM's work least.  That work is its waves of ``tiles x splits``
-    units over ``num_sms`` (a partly filled one counting whole) times each unit's K blocks, and, for
-    a split, :data:`FP8_SPLIT_UNIT_K_BLOCKS` per wave plus every piece's partial round trip
-    (:data:`FP8_SPLIT_K_BLOCKS_PER_PARTIAL_MB`).  Each piece is at least
-    :data:`FP8_MIN_PIECE_K_BLOCKS` long, and only fewer tiles than SMs split.  The partials make a
-    split pay only with few tiles and a long K (8 tiles of 512 x 512 with K = 16384); the fp8
-    suite's shapes, DeepSeek-V3's QKV at 1000 tokens included, stay whole (PERF_NOTES 58).
-    1 when M or N is under :data:`WS_SPLIT_MIN_SIDE`, as ``ws_default_splits``."""
-    _check_ints(M=M, N=N, K=K, num_sms=num_sms)
-    rows, cols = FP8_WS_TILES[tile][:2]
+    the count that makes the busiest SM's work least, in K blocks of a 128 x 256 tile (a 128 x 128
+    block weighs its rate's share of one).  That work is its waves of ``tiles x splits`` units over
+    ``num_sms`` (a partly filled one counting whole) times each unit's K blocks, and, for a split,
+    :data:`FP8_SPLIT_UNIT_K_BLOCKS` per wave plus every piece's partial round trip
+    (:data:`FP8_SPLIT_K_BLOCKS_PER_PARTIAL_MB`).  A split must save :data:`FP8_SPLIT_MIN_GAIN` of
+    the unsplit work, each piece at least :data:`FP8_MIN_PIECE_K_BLOCKS` long, and only fewer tiles
+    than SMs split.  The fp8 suite's shapes, DeepSeek-V3's QKV at 1000 tokens included, stay whole,
+    as measured (PERF_NOTES 58); the model splits few tiles with a long K (a 512 x 512 output with
+    K = 16384), a prediction until that entry's rule check runs.  1 when M or N is under :data:`WS_SPLIT_MIN_SIDE`."""
+    M, N, K, num_sms = _check_ints(M=M, N=N, K=K, num_sms=num_sms)
+    if tile not in FP8_WS_TILES:
+        raise ValueError(f"tile must be one of {sorted(FP8_WS_TILES)}, got {tile!r}")
+    if min(M, N, K) < 0 or num_sms < 1:
+        raise ValueError(f"M, N, K must be >= 0 and num_sms >= 1, got {M}, {N}, {K} and {num_sms}")
+    rows, cols, rate = FP8_WS_TILES[tile]
     tiles, k_tiles = cdiv(M, rows) * cdiv(N, cols), cdiv(K, FP8_BLOCK_K)
     if min(M, N) < WS_SPLIT_MIN_SIDE or tiles >= num_sms or k_tiles < 2 * FP8_MIN_PIECE_K_BLOCKS:
         return 1
+    block = rows * cols / (128 * 256) / rate  # one of this tile's K blocks, in 128 x 256 blocks
     partial_mb = M * N * 4 / 1e6
 
     def busiest(splits):
         waves = cdiv(tiles * splits, num_sms)
         if splits == 1:
-            return waves * k_tiles
-        return (waves * (cdiv(k_tiles, splits) + FP8_SPLIT_UNIT_K_BLOCKS)
+            return waves * k_tiles * block
+        return (waves * (cdiv(k_tiles, splits) + FP8_SPLIT_UNIT_K_BLOCKS) * block
                 + splits * partial_mb * FP8_SPLIT_K_BLOCKS_PER_PARTIAL_MB)
 
     most = min(FP8_MAX_SPLITS, k_tiles // FP8_MIN_PIECE_K_BLOCKS)
     best = min(range(1, most + 1), key=lambda s: (busiest(s), s))
+    if busiest(best) > (1 - FP8_SPLIT_MIN_GAIN) * busiest(1):
+        return 1
     return whole_pieces(k_tiles, best)
 
 

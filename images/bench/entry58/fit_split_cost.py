@@ -58,12 +58,17 @@ def main(path=HERE / "fp8_split_sweep.json"):
               f"{T.fp8_ws_splits(r['M'], r['N'], r['K'], r['tile'], num_sms=data['num_sms'])}")
     model = lambda *f: float(np.dot(features(*f), (t_block, unit, per_mb, c0)))  # noqa: E731
     print("rule check (modelled µs):")
-    from gemm_kernels.kernels.matmul_ws import fp8_tile
-    for label, M, N, K in RULE_CHECK:
-        tile = fp8_tile(M, N, "tensor")
-        s = T.fp8_ws_splits(M, N, K, tile, num_sms=data["num_sms"])
-        one, cut = model(M, N, K, tile, 1, data["num_sms"]), model(M, N, K, tile, s, data["num_sms"])
+    for label, M, N, K, tile, s, one, cut in rule_check(data["num_sms"], model):
         print(f"  {label:36s} {tile} rule {s}: {one:.1f} -> {cut:.1f} µs ({1 - cut / one:+.0%} time saved)")
+
+
+def rule_check(sms, model):
+    """RULE_CHECK's shapes on ``sms`` SMs: (label, M, N, K, the tile scaled_mm picks there, the rule's
+    count, the modelled µs of one K loop and of the rule's count)."""
+    for label, M, N, K in RULE_CHECK:
+        tile = T.ws_default_tile(M, N, num_sms=sms, tiles=T.FP8_WS_TILES)  # fp8_tile's, on that GPU
+        s = T.fp8_ws_splits(M, N, K, tile, num_sms=sms)
+        yield label, M, N, K, tile, s, model(M, N, K, tile, 1, sms), model(M, N, K, tile, s, sms)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
-"""PERF_NOTES 58: fp8 `scaled_mm` (promoting every 128) with each tile's K loop cut into 1-6 split
-units, against torch._scaled_mm, at the fp8 suite's shapes with few tiles (all with --every-shape),
-per-tensor and row-wise scales.
+"""PERF_NOTES 58: fp8 `scaled_mm` (promoting every 128) with each tile's K loop cut into 1, 2, 3, 4
+or 6 split units (and the rule's count), against torch._scaled_mm, at the fp8 suite's shapes with
+few tiles (all with --every-shape), per-tensor and row-wise scales.
 do_bench medians (L2 flushed), 3 interleaved rounds, each call the kept plan's launch
 (``run_kept_scaled_mm``, as a user's repeated ``scaled_mm`` call; ``scaled_mm_ws`` builds a plan every
 call, whose host time the first two runs timed); each split checked against float64 first.
@@ -8,7 +8,7 @@ call, whose host time the first two runs timed); each split checked against floa
     python fp8_split_sweep.py OUT.json [tensor] [row] [--every-shape | --rule-check]   # writes after every case
 
 --rule-check: the shapes of RULE_CHECK instead (none in the suite), where the rule refitted to the
-first timed sweep (``fit_split_cost.py``) splits, and two beside them where it does not.
+first timed sweep (``fit_split_cost.py``) splits, and four beside them where it keeps one K loop.
 """
 import json
 import sys
@@ -24,8 +24,8 @@ from gemm_kernels.models import tiles
 from gemm_kernels.testing import rel_err
 
 SPLITS = (1, 2, 3, 4, 6)
-#: few tiles and a long K (prefill chunks of 128-512 tokens through LLM projections, a 512² output
-#: with K = 16384); the last two keep one K loop by the rule
+#: few tiles and a long K (prefill chunks of 256-512 tokens through LLM projections, a 512² output
+#: with K = 16384); on 132 SMs the rule splits the first, second and fifth
 RULE_CHECK = [("512x512 K=16384", 512, 512, 16384), ("Llama-3-8B down M=256", 256, 4096, 14336),
               ("Llama-3-8B down M=384", 384, 4096, 14336), ("DeepSeek-V3 QKV (q_a+kv_a) M=512", 512, 2112, 7168),
               ("DeepSeek-V3 q_a M=256", 256, 1536, 7168), ("Llama-3-8B O M=512", 512, 4096, 4096),
@@ -82,7 +82,8 @@ def main(out_path, scalings=("tensor", "row"), every_shape=False, rule_check=Fal
             row["vs_torch_rule"] = round(row["torch_us"] / row[f"split_{row['rule']}_us"], 3)
             rows.append(row)
             print({k: v for k, v in row.items() if not k.startswith(("err", "same"))}, flush=True)
-            json.dump(dict(meta, rows=rows), open(out_path, "w"), indent=1)
+            with open(out_path, "w") as f:  # after every case: a run cut short keeps what it timed
+                json.dump(dict(meta, rows=rows), f, indent=1)
 
 
 if __name__ == "__main__":
