@@ -1674,6 +1674,38 @@ def test_perf_notes_58_measurement_and_the_refitted_rule():
         assert saved > tiles.FP8_SPLIT_MIN_GAIN
 
 
+def test_perf_notes_58_rule_check_measured():
+    """PERF_NOTES 58's last paragraph: the refitted rule's check (fp8_split_rule_check.json, H100):
+    faster than one K loop where it splits, within 10% of the best count everywhere, the savings
+    beside the model's, the numbers as the entry quotes them."""
+    tiles = tiles_module()
+    notes = re.sub(r"\s+", " ", PERF_NOTES.read_text(encoding="utf-8"))
+    entry = notes[notes.index("## 58."):]
+    data = json.loads((BENCH / "entry58" / "fp8_split_rule_check.json").read_text())
+    assert "H100" in data["device"] and data["num_sms"] == 132 and len(data["rows"]) == 14
+    us = lambda r, s: r[f"split_{s}_us"]  # noqa: E731
+    rows = {(r["scaling"], r["case"]): r for r in data["rows"]}
+    for r in rows.values():
+        assert r["rule"] == tiles.fp8_ws_splits(r["M"], r["N"], r["K"], r["tile"], num_sms=132)  # the code that ran
+        assert us(r, r["rule"]) <= 1.10 * us(r, r["best"])
+        assert r["rule"] == 1 or us(r, r["rule"]) < us(r, 1)
+        assert all(r[k] for k in r if k.startswith("same_bits_"))
+    assert "one K loop was the fastest count in both scalings" in entry
+    assert all(r["best"] == 1 for r in rows.values() if r["rule"] == 1)
+    saved = lambda sc, case: 1 - us(rows[sc, case], rows[sc, case]["rule"]) / us(rows[sc, case], 1)  # noqa: E731
+    cube = rows["tensor", "512x512 K=16384"]
+    assert (f"{saved('tensor', '512x512 K=16384'):.0%} less time at 512 x 512 with K = 16384 (8 pieces: "
+            f"{us(cube, 8):.1f} µs against {us(cube, 1):.1f} µs per tensor, torch {cube['torch_us']:.1f} µs, so from "
+            f"{cube['vs_torch_1']:.3f}x to {cube['vs_torch_rule']:.3f}x torch)") in entry
+    assert round(saved("row", "512x512 K=16384"), 2) == round(saved("tensor", "512x512 K=16384"), 2)
+    down = sorted(saved(sc, "Llama-3-8B down M=256") for sc in ("tensor", "row"))
+    assert f"{down[0]:.0%}-{down[1]:.0%}".replace("%-", "-") + " at Llama-3-8B's" in entry
+    qa = {saved(sc, "DeepSeek-V3 q_a M=256") for sc in ("tensor", "row")}
+    assert {f"{q:.0%}" for q in qa} == {"20%"} and "20% at DeepSeek-V3's q_a projection" in entry
+    gap = max(us(r, r["rule"]) / us(r, r["best"]) - 1 for r in rows.values())
+    assert f"The best count was at most {gap:.1%} faster than the rule's" in entry
+
+
 def test_entry57_readme_quotes_its_measurement():
     """images/bench/entry57/README.md: the table and the comparison with PERF_NOTES 57's prediction,
     from decode_swap.json (the turned tile's before/after run in CUDA graphs)."""

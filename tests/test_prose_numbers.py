@@ -713,9 +713,14 @@ def test_notebook_10_results_in_words():
     assert (swept["M"], swept["N"], swept["K"]) == (M, N, K)
     assert _squash(f"3 pieces took {swept['split_3_us']:.0f} µs where one K loop took {swept['split_1_us']:.0f} µs") in text
     assert fp8_ws_splits(M, N, K, "128x256", num_sms=132) == 1
-    assert _squash("such as a 512 × 512 output with K = 16384: a prediction, until a GPU run measures it") in text
     tile = ws_default_tile(512, 512, num_sms=132, tiles=FP8_WS_TILES)
-    assert cdiv(512, 128) * cdiv(512, FP8_WS_TILES[tile][1]) < 132 and fp8_ws_splits(512, 512, 16384, tile, num_sms=132) > 1
+    tiles_512, pieces = cdiv(512, 128) * cdiv(512, FP8_WS_TILES[tile][1]), fp8_ws_splits(512, 512, 16384, tile, num_sms=132)
+    (checked,) = [r for r in json.loads((ROOT / "images/bench/entry58/fp8_split_rule_check.json").read_text())["rows"]
+                  if r["scaling"] == "tensor" and r["case"] == "512x512 K=16384"]
+    assert (checked["M"], checked["N"], checked["K"], checked["tile"], checked["rule"]) == (512, 512, 16384, tile, pieces)
+    assert _squash(f"for a 512 × 512 output with K = 16384 the default cuts {tiles_512} tiles' K loops into {pieces} "
+                   f"pieces, which took {checked[f'split_{pieces}_us']:.0f} µs where one K loop took "
+                   f"{checked['split_1_us']:.0f} µs") in text
     assert all(r["ratio"] < 1 for r in rows if r["panel"] == "block")
     clusters = {int(m) * int(n) for r in rows if "Ablk128" in r["vendor_kernel"]
                 for m, n in re.findall(r"_(\d)x(\d)_h_", r["vendor_kernel"])}

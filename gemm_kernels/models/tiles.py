@@ -383,8 +383,8 @@ def fp8_ws_splits(M: int, N: int, K: int, tile: str, *, num_sms: int) -> int:
     (:data:`FP8_SPLIT_K_BLOCKS_PER_PARTIAL_MB`).  A split must save :data:`FP8_SPLIT_MIN_GAIN` of
     the unsplit work, each piece at least :data:`FP8_MIN_PIECE_K_BLOCKS` long, and only fewer tiles
     than SMs split.  The fp8 suite's shapes, DeepSeek-V3's QKV at 1000 tokens included, stay whole,
-    as measured (PERF_NOTES 58); the model splits few tiles with a long K (a 512 x 512 output with
-    K = 16384), a prediction until that entry's rule check runs.  1 when M or N is under :data:`WS_SPLIT_MIN_SIDE`."""
+    as measured (PERF_NOTES 58); few tiles with a long K split (a 512 x 512 output with K = 16384
+    in 8 pieces took half the time of one K loop: that entry's rule check).  1 when M or N is under :data:`WS_SPLIT_MIN_SIDE`."""
     M, N, K, num_sms = _check_ints(M=M, N=N, K=K, num_sms=num_sms)
     if tile not in FP8_WS_TILES:
         raise ValueError(f"tile must be one of {sorted(FP8_WS_TILES)}, got {tile!r}")
