@@ -12,7 +12,7 @@ it paid.  fp16, b = W.t() (an nn.Linear weight); every output is checked against
     the best config for that M, every candidate timed from a CUDA graph (``core.median_ms``).
 (d) Host µs per repeated call at 192 x 192 x 320 (``core.host_ms``, 5 interleaved rounds),
     ``matmul_auto``, ``matmul_ws`` and ``torch.matmul``, with cProfile's top lines.
-(e) cProfile of 62 first calls of new Ms in one tuned bucket (``matmul_auto`` and torch's).
+(e) cProfile of 31 first calls of new Ms, each in a tuned bucket (``matmul_auto`` and torch's).
 Writes ``$OUT/first_call.json``; prints a summary last.
 """
 import json
@@ -219,33 +219,41 @@ def host_times() -> dict:
 
 
 def first_call_profile() -> dict:
-    """(e): cProfile of first calls of new Ms in one tuned bucket (few tiles, 1024 x 4096): where
-    the host time of a first call goes, by own time."""
+    """(e): cProfile of first calls of new Ms in tuned buckets (few tiles, 1024 x 4096): where the
+    host time of a first call goes, by own time.  Each profiled M (odd, 65..125) follows a call at
+    M + 1, which shares its bucket (a bucket's top is a multiple of its step, at least 16, so
+    never odd) and its launcher (M and M + 1 both under 128 rows, ``tiles.default_launcher``'s
+    line): the profile holds no tuning run, and says so (``tuning_runs``)."""
     import cProfile
     import pstats
 
     N, K = 1024, 4096
     _fresh_state("profile")
     a, b = _inputs(128, N, K)
+    profiled = range(65, 127, 2)
     out = {}
     for name in ("matmul_auto", "torch.matmul"):
         call = LAUNCHERS[name]
-        call(a, b)  # tunes the bucket (65..128) at M = 128
+        for M in profiled:  # tunes each bucket (and keeps each launch) at M + 1
+            call(a[:M + 1], b)
         torch.cuda.synchronize()
+        runs = _counting_tuning()
         profiler = cProfile.Profile()
         start = time.perf_counter()
         profiler.enable()
-        for M in range(65, 127):  # 62 new Ms of that bucket, row views of one A
+        for M in profiled:  # new Ms, each in a bucket tuned above: row views of one A
             call(a[:M], b)
         profiler.disable()
         torch.cuda.synchronize()
-        per_call_us = (time.perf_counter() - start) / 62 * 1e6
+        per_call_us = (time.perf_counter() - start) / len(profiled) * 1e6
         rows = sorted(pstats.Stats(profiler).stats.items(), key=lambda kv: -kv[1][2])[:16]
-        out[name] = {"us_per_call_profiled": round(per_call_us, 1),
-                     "top_own_time": [f"{own / 62 * 1e6:7.2f} us own, {cum / 62 * 1e6:7.2f} us cumulative: {fn} "
-                                      f"({file.rsplit('/', 2)[-1]}:{line})"
+        out[name] = {"us_per_call_profiled": round(per_call_us, 1), "calls": len(profiled), "tuning_runs": len(runs),
+                     "launchers": sorted({pick_launcher(a[:M], b)[0] for M in profiled}) if name != "torch.matmul" else [],
+                     "top_own_time": [f"{own / len(profiled) * 1e6:7.2f} us own, {cum / len(profiled) * 1e6:7.2f} us "
+                                      f"cumulative: {fn} ({file.rsplit('/', 2)[-1]}:{line})"
                                       for (file, line, fn), (_, _, own, cum, _) in rows]}
-        print(f"(e) {name}: {per_call_us:.1f} us per first call of a new M (under cProfile)", flush=True)
+        print(f"(e) {name}: {per_call_us:.1f} us per first call of a new M (under cProfile), "
+              f"{len(runs)} tuning runs", flush=True)
     return out
 
 

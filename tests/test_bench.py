@@ -1228,3 +1228,39 @@ def test_committed_tables_render_as_tables_with_their_marks():
     assert "**" not in html and "`" not in html
     assert "<b>1.00x</b>" in html and "<code>nvjet_" in html
     assert "<td>case</td>" not in html  # no header row among the data
+
+
+def test_host_first_call_rows_forget_every_kept_launch_and_stay_in_one_tuning():
+    """The host suite's "a new M each call" row: its Ms share the case's launcher and every tuning
+    bucket (``configs.row_bucket`` at granule 16 and above); before each timed call every kept
+    launch is forgotten (``launches.forget_kept``: each LaunchCache and ``matmul_ws``'s plans), so
+    each call is a first call; the check call is the full A's."""
+    from gemm_kernels.kernels import configs, dispatch, launches, matmul_ws
+
+    a, b = torch.randn(256, 320), torch.randn(320, 192)
+    rows = suites._rows_of_one_tuning(a, b)
+    assert rows[-1] == 256 and len(rows) > 8 and rows == list(range(rows[0], 257))
+    for granule in (16, 32, 64, 128):
+        assert {configs.row_bucket(m, granule) for m in rows} == {configs.row_bucket(256, granule)}
+    assert {dispatch.pick_launcher(a[:m], b)[0] for m in rows} == {dispatch.pick_launcher(a, b)[0]}
+    assert configs.row_bucket(rows[0] - 1, 16) != configs.row_bucket(256, 16)  # the bucket's first M
+
+    cache = launches.LaunchCache()
+    seen = []
+
+    def call(x, y):
+        seen.append((x.shape[0], len(cache), len(matmul_ws._PLANS)))
+        cache.keep(("k", x.shape[0]), object())
+        matmul_ws._PLANS[("test", x.shape[0])] = object()
+        return x @ y
+
+    try:
+        fn, check = suites._first_calls(call, a, b, rows)
+        seen.clear()  # on a GPU, the pass over every M that compiles outside the timing
+        for _ in range(len(rows) + 2):
+            fn()
+        assert [m for m, *_ in seen] == rows + rows[:2]  # cycling over the bucket's Ms
+        assert all(kept == 0 and plans == 0 for _, kept, plans in seen)  # each call found nothing kept
+        assert check().shape == (256, 192)
+    finally:
+        matmul_ws._PLANS.clear()

@@ -1096,6 +1096,39 @@ def _host_providers(name, make, vendor_name, vendor_make):
                           note="launches.set_keeping(False) around the call: the path before kept launches")]
 
 
+def _rows_of_one_tuning(a, b) -> list[int]:
+    """The Ms up to ``a``'s whose calls share ``a``'s tuning: the same launcher for ``matmul_auto``
+    and the same bucket of every tuning key (``configs.row_bucket`` with the smallest granule, 16:
+    a bucket of a larger power-of-two granule holds it whole)."""
+    from ..kernels import configs, dispatch
+
+    M = a.shape[0]
+    launcher = dispatch.pick_launcher(a, b)[0]
+    return [m for m in range(1, M + 1) if configs.row_bucket(m, 16) == configs.row_bucket(M, 16)
+            and dispatch.pick_launcher(a[:m], b)[0] == launcher]
+
+
+def _first_calls(call, a, b, rows):
+    """``call`` on row views ``a[:m]`` for m cycling over ``rows``, every kept launch forgotten
+    before each: each call is a first call of its M (its checks, its binding) in a bucket the
+    check call tuned.  One pass over ``rows`` first, so no compile is timed; the check call is
+    the full ``a``'s."""
+    from ..kernels import launches
+
+    views = [a[:m] for m in rows]
+    for view in views if runtime.on_gpu() else ():  # every M's compile outside the timing (GPU: timed)
+        call(view, b)
+    state = {"i": 0}
+
+    def fn():
+        launches.forget_kept()
+        view = views[state["i"] % len(views)]
+        state["i"] += 1
+        return call(view, b)
+
+    return fn, (lambda: call(a, b))
+
+
 def host_suite(settings: SuiteSettings) -> list[Case]:
     """Host time per call (enqueue µs, ``core.host_ms``) of every public launcher against torch's
     equivalent, on problems the GPU finishes faster than the host can launch them."""
@@ -1127,6 +1160,14 @@ def host_suite(settings: SuiteSettings) -> list[Case]:
                     raise Skip(str(exc).split(";")[0]) from None
                 return (lambda: module.matmul_ws(a, b)), None
             providers.append(lazy_provider("matmul_ws", ws, note="per-shape plans (WS_NOTES 6)"))
+            auto = kernel("dispatch", "matmul_auto")
+            providers += _host_providers("matmul_auto", lambda: ((lambda: auto(a, b)), None), "torch.matmul",
+                                         vendor)[1:]
+            rows = _rows_of_one_tuning(a, b)
+            providers.append(lazy_provider(
+                "matmul_auto, a new M each call", lambda: _first_calls(auto, a, b, rows),
+                note=f"M cycling over {rows[0]}..{rows[-1]} (one tuned bucket, one launcher), every kept launch "
+                     "forgotten before each call (launches.forget_kept): the first call of a new M in a known bucket"))
             return CaseData(providers, lambda: [_mm_ref(a, b)])
         cases.append(Case("host", "single GEMM", label, M, dtype, [(M, N, K)], "torch.matmul", setup,
                           {"M": M, "N": N, "K": K, "b": "W.t()" if linear else "row-major"}, host=True))

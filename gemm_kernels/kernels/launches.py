@@ -153,12 +153,30 @@ def kept_during(fn):
     return result, (launches[0] if len(launches) == 1 else None)
 
 
+#: every store of kept launches (each LaunchCache, ``matmul_ws``'s plans), for :func:`forget_kept`
+_STORES: list = []
+
+
+def register_store(store) -> None:
+    """Make :func:`forget_kept` clear ``store`` (anything with ``clear()``, e.g. a dict of plans)."""
+    _STORES.append(store)
+
+
+def forget_kept() -> None:
+    """Drop every kept launch: each call key's next call is a first call again (checks, binding),
+    while the tuned configs and the compiled kernels stay.  The ``host`` suite's first-call rows
+    time a new M in a tuned bucket so."""
+    for store in _STORES:
+        store.clear()
+
+
 class LaunchCache:
     """Kept launches of one launcher by call key; at most ``size`` (then it starts over)."""
 
     def __init__(self, size: int = 256):
         self._launches: dict = {}
         self.size = size
+        register_store(self)
 
     def get(self, key):
         if key is None:

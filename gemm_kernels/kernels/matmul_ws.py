@@ -698,6 +698,7 @@ def _check_ws_inputs(a, b, activation, bias):
 # (``SpecializedLaunch``).  Measured before/after: WS_NOTES.md, entry 6.
 
 _PLANS: dict = {}
+launches.register_store(_PLANS)
 #: plans kept (one per shape, layout, dtype, epilogue, schedule); the oldest goes first
 MAX_PLANS = 256
 _A, _B, _C, _C_PTR, _BIAS, _TRACE, _SA, _SB, _WS, _COUNT = range(10)  # positions of the kernel's first parameters
