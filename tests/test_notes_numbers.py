@@ -1763,3 +1763,21 @@ def test_entry58_readme_quotes_its_sweeps():
     assert f"no timing of ours was under {int(fastest)} µs" in text
     (cube,) = [r for r in first if r["case"] == "1024^3" and r["scaling"] == "tensor"]
     assert f"torch's 1024³ took {cube['torch_us']:.1f} µs" in text
+
+
+def test_perf_notes_59_prediction_quotes_entry_40():
+    """PERF_NOTES 59's prediction: a new M in a tuned bucket against the repeated call, and the
+    repeated call against torch's, as entry 40's two runs measured them."""
+    notes = re.sub(r"\s+", " ", PERF_NOTES.read_text(encoding="utf-8"))
+    entry = notes[notes.index("## 59."):]
+    run = json.loads((BENCH / "entry40" / "first_call.json").read_text())
+    rerun = json.loads((BENCH / "entry40" / "first_call_rerun.json").read_text())
+    seen = [r for r in run["first_calls"] if r["bucket_seen"] and r["launcher"] != "torch.matmul"]
+    assert len({r["launcher"] for r in seen}) == 4
+    over = [r["first_over_repeated"] for r in seen]
+    first, repeated = [r["first_ms"] for r in seen], [r["repeated_ms"] for r in seen]
+    assert f"costs {math.floor(min(over))}-{math.ceil(max(over))}x the repeated call, as entry 40's (a) measured over four launchers" in entry
+    assert f"({min(first):.2f}-{max(first):.2f} ms against {min(repeated):.2f}-{max(repeated):.2f} ms)" in entry
+    auto = sorted(r["host"]["over_torch"]["matmul_auto"] for r in (run, rerun))
+    assert "stays 1.3-1.5x torch's" in entry and 1.3 <= auto[0] and auto[1] <= 1.52
+    assert all(r["tuning_runs"] == 0 for r in seen)
