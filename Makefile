@@ -105,7 +105,7 @@ $(OLDEST_STAMP): pyproject.toml
 OLDEST_TESTS := $(addprefix tests/,test_triton_compat.py test_runtime.py test_install.py test_compile_view.py \
 	test_blackwell_view.py test_ptxas_advice.py test_blocks.py test_launchers_once.py test_launches.py test_watchdog.py \
 	test_checked.py test_exercises.py test_exercises_fp8.py test_exercises_ws.py test_package_code_in_answers.py \
-	test_grade_hostile_round5.py test_tuning_cache.py)
+	test_grade_hostile_round5.py test_tuning_cache.py test_multicast_gate.py)
 
 test-triton-oldest: $(OLDEST_STAMP)  ## the tests that Triton's version can change (OLDEST_TESTS), on the oldest supported Triton, interpreted
 	$(OLDEST_VENV)/bin/python -m pytest -n 2 -p no:cacheprovider -m "not browser and not launch and not teach" $(OLDEST_TESTS) $(PYTEST_ARGS)
