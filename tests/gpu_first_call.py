@@ -234,7 +234,7 @@ def first_call_profile() -> dict:
     out = {}
     for name in ("matmul_auto", "torch.matmul"):
         call = LAUNCHERS[name]
-        for M in profiled:  # tunes each bucket (and keeps each launch) at M + 1
+        for M in profiled:  # the first call tunes the bucket(s); each keeps its launch, at M + 1
             call(a[:M + 1], b)
         torch.cuda.synchronize()
         runs = _counting_tuning()

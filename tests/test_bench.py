@@ -1244,6 +1244,14 @@ def test_host_first_call_rows_forget_every_kept_launch_and_stay_in_one_tuning():
         assert {configs.row_bucket(m, granule) for m in rows} == {configs.row_bucket(256, granule)}
     assert {dispatch.pick_launcher(a[:m], b)[0] for m in rows} == {dispatch.pick_launcher(a, b)[0]}
     assert configs.row_bucket(rows[0] - 1, 16) != configs.row_bucket(256, 16)  # the bucket's first M
+    real_pick = dispatch.pick_launcher
+    try:  # a launcher that changes inside the bucket (as matmul_ws's line at M = 128 does) cuts the rows
+        dispatch.pick_launcher = lambda x, y, *args, **kw: (("matmul_ws" if x.shape[0] >= 240 else "matmul_splitk"), "")
+        assert suites._rows_of_one_tuning(a, b) == list(range(240, 257))
+    finally:
+        dispatch.pick_launcher = real_pick
+    with pytest.raises(suites.Skip, match="its bucket's first"):
+        suites._first_calls(lambda x, y: x @ y, a, b, [225])
 
     cache = launches.LaunchCache()
     seen = []
@@ -1262,5 +1270,12 @@ def test_host_first_call_rows_forget_every_kept_launch_and_stay_in_one_tuning():
         assert [m for m, *_ in seen] == rows + rows[:2]  # cycling over the bucket's Ms
         assert all(kept == 0 and plans == 0 for _, kept, plans in seen)  # each call found nothing kept
         assert check().shape == (256, 192)
+        # what a new M does not miss stays: the tuned picks (by bucket) of every TunedKernel
+        from gemm_kernels.kernels import matmul as matmul_module
+
+        tuned = matmul_module._matmul_tuned
+        tuned.chosen[("test", "bucket")] = "pick"
+        launches.forget_kept()
+        assert tuned.chosen.pop(("test", "bucket")) == "pick"
     finally:
         matmul_ws._PLANS.clear()

@@ -1110,13 +1110,16 @@ def _rows_of_one_tuning(a, b) -> list[int]:
 
 def _first_calls(call, a, b, rows):
     """``call`` on row views ``a[:m]`` for m cycling over ``rows``, every kept launch forgotten
-    before each: each call is a first call of its M (its checks, its binding) in a bucket the
-    check call tuned.  One pass over ``rows`` first, so no compile is timed; the check call is
-    the full ``a``'s."""
+    before each: each call is a first call of its M (its checks, its binding) in a tuned bucket.
+    Before the timing, a call with the full ``a`` tunes the bucket (it is also the check call), and
+    one at each M compiles whatever specialises on M (GPU only: the interpreter compiles nothing).
+    Skip when ``rows`` holds one M: no other M of the bucket to cycle over."""
     from ..kernels import launches
 
+    if len(rows) < 2:
+        raise Skip(f"M = {rows[-1]} is its bucket's first: no other M of the bucket up to it")
     views = [a[:m] for m in rows]
-    for view in views if runtime.on_gpu() else ():  # every M's compile outside the timing (GPU: timed)
+    for view in [a, *views] if runtime.on_gpu() else ():  # the tuning, then every M's compile
         call(view, b)
     state = {"i": 0}
 
@@ -1166,7 +1169,7 @@ def host_suite(settings: SuiteSettings) -> list[Case]:
             rows = _rows_of_one_tuning(a, b)
             providers.append(lazy_provider(
                 "matmul_auto, a new M each call", lambda: _first_calls(auto, a, b, rows),
-                note=f"M cycling over {rows[0]}..{rows[-1]} (one tuned bucket, one launcher), every kept launch "
+                note=f"M cycling over {rows[0]}..{rows[-1]} (its bucket's Ms up to the case's, one launcher), every kept launch "
                      "forgotten before each call (launches.forget_kept): the first call of a new M in a known bucket"))
             return CaseData(providers, lambda: [_mm_ref(a, b)])
         cases.append(Case("host", "single GEMM", label, M, dtype, [(M, N, K)], "torch.matmul", setup,

@@ -20,6 +20,7 @@ turns keeping off (the ``host`` bench suite's "checked every call" rows).  Measu
 from __future__ import annotations
 
 import threading
+import weakref
 
 import torch
 
@@ -153,20 +154,23 @@ def kept_during(fn):
     return result, (launches[0] if len(launches) == 1 else None)
 
 
-#: every store of kept launches (each LaunchCache, ``matmul_ws``'s plans), for :func:`forget_kept`
-_STORES: list = []
+#: every store of kept launches, for :func:`forget_kept`: each LaunchCache (weakly: a test or a
+#: script that replaces a module's cache lets the old one go) and plain dicts such as ``matmul_ws``'s plans
+_CACHES: weakref.WeakSet = weakref.WeakSet()
+_DICTS: list = []
 
 
-def register_store(store) -> None:
-    """Make :func:`forget_kept` clear ``store`` (anything with ``clear()``, e.g. a dict of plans)."""
-    _STORES.append(store)
+def register_store(store: dict) -> None:
+    """Make :func:`forget_kept` clear ``store``, a module's dict of kept launches (LaunchCaches
+    register themselves)."""
+    _DICTS.append(store)
 
 
 def forget_kept() -> None:
     """Drop every kept launch: each call key's next call is a first call again (checks, binding),
     while the tuned configs and the compiled kernels stay.  The ``host`` suite's first-call rows
     time a new M in a tuned bucket so."""
-    for store in _STORES:
+    for store in [*_CACHES, *_DICTS]:
         store.clear()
 
 
@@ -176,7 +180,7 @@ class LaunchCache:
     def __init__(self, size: int = 256):
         self._launches: dict = {}
         self.size = size
-        register_store(self)
+        _CACHES.add(self)
 
     def get(self, key):
         if key is None:
