@@ -1279,3 +1279,21 @@ def test_host_first_call_rows_forget_every_kept_launch_and_stay_in_one_tuning():
         assert tuned.chosen.pop(("test", "bucket")) == "pick"
     finally:
         matmul_ws._PLANS.clear()
+
+
+def test_nn_linear_holds_48_projections_and_keeps_the_committed_rows():
+    """Issue 51, item 4: at least 48 projections of at least 8 models, K-heavy ones included, odd
+    token counts from 1 to 8191, both layouts; the rows of the committed run (36 projections) keep
+    their token counts and layouts, the added models' rows coming after them."""
+    import csv
+
+    shapes = suites.nn_linear_shapes("full")
+    assert len({(model, name) for model, name, *_ in shapes}) >= 48 and len({s[0] for s in shapes}) >= 8
+    assert {m for _, _, m, *_ in shapes} == set(suites.NN_LINEAR_M) and all(m % 2 for m in suites.NN_LINEAR_M)
+    assert {row_major for *_, row_major in shapes} == {True, False}
+    assert max(k / n for _, _, _, n, k, _ in shapes) > 3  # K-heavy: Llama-3.1-405B's down, K = 53248
+    committed = {(r["panel"], r["case"]) for r in csv.DictReader((ROOT / "images/bench/nn-linear.csv").open())}
+    ours = {(model, f"{name} M={m}, {'b row-major' if rm else 'b = W.t()'}") for model, name, m, _, _, rm in shapes}
+    assert len(committed) == 72 and committed <= ours
+    added = {layer.model for layer in suites.NN_LINEAR_LAYERS_ADDED}
+    assert [s[0] in added for s in shapes] == [False] * 72 + [True] * (len(shapes) - 72)

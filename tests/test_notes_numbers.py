@@ -1783,3 +1783,22 @@ def test_perf_notes_59_prediction_quotes_entry_40():
     assert f"costs {math.floor(low)}-{math.ceil(high)}x `matmul_auto`'s repeated call in host time" in entry
     auto = sorted(run["host"]["over_torch"]["matmul_auto"] for run in runs)
     assert "stays 1.3-1.5x torch's" in entry and 1.3 <= auto[0] and auto[1] <= 1.52
+
+
+def test_perf_notes_61_quotes_the_committed_nn_linear_run():
+    """PERF_NOTES 61: the suite's counts, and the committed run's spread and geomean it predicts from."""
+    import statistics
+
+    from gemm_kernels.bench import suites
+
+    notes = re.sub(r"\s+", " ", PERF_NOTES.read_text(encoding="utf-8"))
+    entry = notes[notes.index("## 61."):]
+    shapes = suites.nn_linear_shapes("full")
+    projections, models = len({(m, p) for m, p, *_ in shapes}), len({m for m, *_ in shapes})
+    assert f"bring it to {projections} of {models}, {len(shapes)} rows" in entry
+    assert f"held {projections - 4 * len(suites.NN_LINEAR_LAYERS_ADDED)} projections of {models - 3} models" in entry
+    ratios = [float(r["speedup"]) for r in csv.DictReader((BENCH / "nn-linear.csv").open()) if r["ours"] == "True"]
+    assert len(ratios) == 72 and "(72 rows, entry 49)" in entry
+    assert f"({min(ratios):.3f}x to {max(ratios):.3f}x cuBLAS)" in entry
+    assert f"the 72 rows' {statistics.geometric_mean(ratios):.3f}x" in entry
+    assert max(k for *_, k, _ in shapes) == 53248 and "K = 53248" in entry

@@ -740,6 +740,7 @@ def llm_shapes(size_class: str) -> list[tuple[str, str, int, int, int]]:
     Llama-3-8B's also at 1024 and 16384 (small and large prefills)."""
     table = [(layer.model, name, n, k) for layer in LLM_LAYERS for name, (n, k) in layer.projections().items()]
     table += [("DeepSeek-V3", name, n, k) for name, (n, k) in DEEPSEEK_V3_DENSE.items()]
+    table += [(layer.model, name, n, k) for layer in NN_LINEAR_LAYERS_ADDED for name, (n, k) in layer.projections().items()]
     if size_class == "cpu":  # tiny stand-ins (same roles: QKV wider than hidden, down from a wider K)
         return [("tiny", "QKV", 40, 96, 64), ("tiny", "down", 40, 64, 160)]
     if size_class == "quick":
@@ -802,6 +803,7 @@ def llm_linear_shapes(size_class: str) -> list[tuple[str, str, int, int, int, bo
         return [("tiny", "down", 37, 48, 160, False), ("tiny", "down", 37, 48, 160, True)]
     table = [(layer.model, name, n, k) for layer in LLM_LAYERS for name, (n, k) in layer.projections().items()]
     table += [("DeepSeek-V3", name, n, k) for name, (n, k) in DEEPSEEK_V3_DENSE.items()]
+    table += [(layer.model, name, n, k) for layer in NN_LINEAR_LAYERS_ADDED for name, (n, k) in layer.projections().items()]
     shapes = [(model, name, m, n, k, False) for m in LLM_LINEAR_M[size_class] for model, name, n, k in table]
     if size_class == "full":
         shapes += [(model, name, 1000, n, k, True) for model, name, n, k in table if model == "Llama-3-8B"]
@@ -851,12 +853,21 @@ def llm_linear_suite(settings: SuiteSettings) -> list[Case]:
 
 #: models no other suite holds, from their config.json (hidden, intermediate, heads x head_dim, key/value
 #: heads x head_dim): Qwen2.5-72B 8192, 29568, 64x128, 8x128; Gemma-2-27B 4608, 36864, 32x128, 16x128;
-#: Phi-4 5120, 17920, 40x128, 10x128 (fused qkv and gate_up); Llama-3.2-3B 3072, 8192, 24x128, 8x128
+#: Phi-4 5120, 17920, 40x128, 10x128 (fused qkv and gate_up); Llama-3.2-3B 3072, 8192, 24x128, 8x128;
+#: Llama-3.1-405B 16384, 53248, 128x128, 8x128 (the K-heaviest down); Qwen2.5-7B 3584, 18944, 28x128,
+#: 4x128; Gemma-2-9B 3584, 14336, 16x256, 8x256
 NN_LINEAR_LAYERS = (
     LlmLayer("Qwen2.5-72B", 8192, 29568, 64 * 128, 8 * 128, fused_gate_up=False),
     LlmLayer("Gemma-2-27B", 4608, 36864, 32 * 128, 16 * 128, fused_gate_up=False),
     LlmLayer("Phi-4", 5120, 17920, 40 * 128, 10 * 128),
     LlmLayer("Llama-3.2-3B", 3072, 8192, 24 * 128, 8 * 128, fused_gate_up=False),
+)
+#: three more, for issue 51's 48 projections; after DeepSeek-V3's in the table, so that the rows
+#: before them keep their token counts (the committed run of 36 projections)
+NN_LINEAR_LAYERS_ADDED = (
+    LlmLayer("Llama-3.1-405B", 16384, 53248, 128 * 128, 8 * 128, fused_gate_up=False),
+    LlmLayer("Qwen2.5-7B", 3584, 18944, 28 * 128, 4 * 128, fused_gate_up=False),
+    LlmLayer("Gemma-2-9B", 3584, 14336, 16 * 256, 8 * 256, fused_gate_up=False),
 )
 #: odd token counts from decode to a long prefill; each projection meets two of them (:func:`nn_linear_shapes`)
 NN_LINEAR_M = (1, 7, 33, 127, 257, 777, 2049, 6001, 8191)
@@ -864,13 +875,14 @@ NN_LINEAR_M = (1, 7, 33, 127, 257, 777, 2049, 6001, 8191)
 
 def nn_linear_shapes(size_class: str) -> list[tuple[str, str, int, int, int, bool]]:
     """(model, projection, M, N, K, b row-major?) of the nn-linear suite (issue 51, item 4): every
-    projection of 9 models (the llm suites' 5 and 4 more), each at two token counts of NN_LINEAR_M
+    projection of 12 models (the llm suites' 5 and 7 more), each at two token counts of NN_LINEAR_M
     drawn by a fixed rule, with b = W.t() (nn.Linear) on one and b row-major on the other."""
     if size_class == "cpu":
         return [("tiny", "down", 5, 48, 160, False), ("tiny", "QKV", 37, 96, 64, True)]
     table = [(layer.model, name, n, k) for layer in LLM_LAYERS + NN_LINEAR_LAYERS
              for name, (n, k) in layer.projections().items()]
     table += [("DeepSeek-V3", name, n, k) for name, (n, k) in DEEPSEEK_V3_DENSE.items()]
+    table += [(layer.model, name, n, k) for layer in NN_LINEAR_LAYERS_ADDED for name, (n, k) in layer.projections().items()]
     if size_class == "quick":
         table = [row for row in table if row[0] in ("Gemma-2-27B", "Phi-4")]
     shapes = []
@@ -915,6 +927,7 @@ def fp8_shapes(size_class: str) -> list[tuple[str, int, int, int]]:
     shapes = [(f"{n}^3", n, n, n) for n in FP8_SQUARE[size_class]]
     table = [(layer.model, name, n, k) for layer in LLM_LAYERS[:2] for name, (n, k) in layer.projections().items()]
     table += [("DeepSeek-V3", name, n, k) for name, (n, k) in DEEPSEEK_V3_DENSE.items()]
+    table += [(layer.model, name, n, k) for layer in NN_LINEAR_LAYERS_ADDED for name, (n, k) in layer.projections().items()]
     for m in FP8_LLM_M[size_class]:
         shapes += [(f"{model} {name} M={m}", m, n, k) for model, name, n, k in table]
     return shapes
