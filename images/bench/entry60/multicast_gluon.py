@@ -1,7 +1,8 @@
 """PERF_NOTES 60: TMA multicast in Gluon, which Triton 3.7 added (issue 51, item 6).
 
 A two-CTA cluster computes a (2 * BM) x BN tile of C = A @ B: each CTA loads its own BM rows of A,
-and B's BK x BN tile is loaded once for both, by a multicast TMA load (Triton 3.6 has neither the
+and B's BK x BN tile is read once for both: each CTA loads half of it by a multicast TMA load into
+both CTAs' shared memory (Triton 3.6 has neither the
 ``multicast=`` argument nor layouts across a cluster's CTAs: ``cga_layout``).  Simple on purpose:
 one slot, and a cluster barrier after each K step, since the next multicast writes into the other
 CTA's shared memory, which must be done reading it.  Not persistent, not warp-specialized.
@@ -46,7 +47,7 @@ if available():
         for k in range(0, K, BK):
             mbarrier.expect(bar, a_desc.nbytes_per_cta + b_desc.nbytes_per_cta)
             tma.async_load(a_desc, [off_m, k], bar, a_s)
-            tma.async_load(b_desc, [k, off_n], bar, b_s, multicast=True)  # one load, both CTAs' b_s
+            tma.async_load(b_desc, [k, off_n], bar, b_s, multicast=True)  # each CTA half, into both b_s
             mbarrier.wait(bar, phase)
             phase ^= 1
             acc = warpgroup_mma(a_s, b_s, acc)
