@@ -1,5 +1,5 @@
 """PERF_NOTES 60: the version-gated multicast cluster kernel (images/bench/entry60/multicast_gluon.py).
-With Triton >= 3.7 it builds for sm_90 on this machine, with a multicast TMA load of (half of) B per CTA and the
+With Triton >= 3.7 it builds for sm_90 on this machine, with a plain TMA load of A and a multicast one of B (issued by cluster rank 0) and the
 cluster barriers around it; with Triton 3.6 the gate says no and the script refuses clearly."""
 import os
 import subprocess
@@ -35,8 +35,11 @@ def test_the_cluster_kernel_builds_with_one_multicast_load_or_refuses():
         return
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.splitlines()
-    loads = [line for line in lines if "cp.async.bulk.tensor" in line]
-    assert len(loads) == 1 and "multicast::cluster" in loads[0] and "shared::cluster" in loads[0]
+    loads = [line for line in lines if "cp.async.bulk.tensor" in line and ".global.shared" not in line]  # not C's store
+    multicast = [line for line in loads if "multicast::cluster" in line]
+    assert len(loads) == 2 and len(multicast) == 1, loads  # per K step: A's own rows, B's shared tile
+    assert "shared::cluster" in multicast[0] and "multicast" not in next(x for x in loads if x not in multicast)
+    assert any("%cluster_ctarank" in line for line in lines)  # who issues B's load depends on the CTA's rank
     # after the barriers' init, after each K step, and before the exit
     assert sum("barrier.cluster.wait" in line for line in lines) >= 2
 
@@ -50,5 +53,5 @@ def test_perf_notes_60_quotes_the_kernel_s_tile():
     notes = re.sub(r"\s+", " ", (SCRIPT.parents[3] / "gemm_kernels" / "bench" / "PERF_NOTES.md").read_text())
     entry = notes[notes.index("## 60."):]
     assert f"computes a {2 * bm} x {bn} tile of C: each CTA loads its own {bm} rows of A" in entry
-    assert f"B's {bk} x {bn} tile is read from L2 once for both: each CTA loads half of it" in entry
+    assert f"B's {bk} x {bn} tile is read from L2 once for both: CTA 0 loads it and multicasts it" in entry
     assert "MULTICAST_TRITON = (3, 7)" in source and "Triton 3.7 or newer" in entry

@@ -740,7 +740,6 @@ def llm_shapes(size_class: str) -> list[tuple[str, str, int, int, int]]:
     Llama-3-8B's also at 1024 and 16384 (small and large prefills)."""
     table = [(layer.model, name, n, k) for layer in LLM_LAYERS for name, (n, k) in layer.projections().items()]
     table += [("DeepSeek-V3", name, n, k) for name, (n, k) in DEEPSEEK_V3_DENSE.items()]
-    table += [(layer.model, name, n, k) for layer in NN_LINEAR_LAYERS_ADDED for name, (n, k) in layer.projections().items()]
     if size_class == "cpu":  # tiny stand-ins (same roles: QKV wider than hidden, down from a wider K)
         return [("tiny", "QKV", 40, 96, 64), ("tiny", "down", 40, 64, 160)]
     if size_class == "quick":
@@ -803,7 +802,6 @@ def llm_linear_shapes(size_class: str) -> list[tuple[str, str, int, int, int, bo
         return [("tiny", "down", 37, 48, 160, False), ("tiny", "down", 37, 48, 160, True)]
     table = [(layer.model, name, n, k) for layer in LLM_LAYERS for name, (n, k) in layer.projections().items()]
     table += [("DeepSeek-V3", name, n, k) for name, (n, k) in DEEPSEEK_V3_DENSE.items()]
-    table += [(layer.model, name, n, k) for layer in NN_LINEAR_LAYERS_ADDED for name, (n, k) in layer.projections().items()]
     shapes = [(model, name, m, n, k, False) for m in LLM_LINEAR_M[size_class] for model, name, n, k in table]
     if size_class == "full":
         shapes += [(model, name, 1000, n, k, True) for model, name, n, k in table if model == "Llama-3-8B"]
@@ -882,13 +880,14 @@ def nn_linear_shapes(size_class: str) -> list[tuple[str, str, int, int, int, boo
     table = [(layer.model, name, n, k) for layer in LLM_LAYERS + NN_LINEAR_LAYERS
              for name, (n, k) in layer.projections().items()]
     table += [("DeepSeek-V3", name, n, k) for name, (n, k) in DEEPSEEK_V3_DENSE.items()]
-    table += [(layer.model, name, n, k) for layer in NN_LINEAR_LAYERS_ADDED for name, (n, k) in layer.projections().items()]
+    table += [(layer.model, name, n, k) for layer in NN_LINEAR_LAYERS_ADDED
+              for name, (n, k) in layer.projections().items()]
     if size_class == "quick":
         table = [row for row in table if row[0] in ("Gemma-2-27B", "Phi-4")]
     shapes = []
     for i, (model, name, n, k) in enumerate(table):
-        # projection i meets token counts i and i + 4 (mod 9): every count is met by 8 projections, a small
-        # and a large one each; the layout alternates, so every model is timed in both
+        # projection i meets token counts i and i + 4 (mod 9): every count is met by 10 or 11 projections,
+        # a small and a large one each; the layout alternates, so every model is timed in both
         for j, m in enumerate((NN_LINEAR_M[i % 9], NN_LINEAR_M[(i + 4) % 9])):
             shapes.append((model, name, m, n, k, (i + j) % 2 == 1))
     return shapes
@@ -927,7 +926,6 @@ def fp8_shapes(size_class: str) -> list[tuple[str, int, int, int]]:
     shapes = [(f"{n}^3", n, n, n) for n in FP8_SQUARE[size_class]]
     table = [(layer.model, name, n, k) for layer in LLM_LAYERS[:2] for name, (n, k) in layer.projections().items()]
     table += [("DeepSeek-V3", name, n, k) for name, (n, k) in DEEPSEEK_V3_DENSE.items()]
-    table += [(layer.model, name, n, k) for layer in NN_LINEAR_LAYERS_ADDED for name, (n, k) in layer.projections().items()]
     for m in FP8_LLM_M[size_class]:
         shapes += [(f"{model} {name} M={m}", m, n, k) for model, name, n, k in table]
     return shapes

@@ -1,13 +1,13 @@
 """PERF_NOTES 60: TMA multicast in Gluon, which Triton 3.7 added (issue 51, item 6).
 
 A two-CTA cluster computes a (2 * BM) x BN tile of C = A @ B: each CTA loads its own BM rows of A,
-and B's BK x BN tile is read once for both: each CTA loads half of it by a multicast TMA load into
-both CTAs' shared memory (Triton 3.6 has neither the
+and B's BK x BN tile is read once for both: CTA 0 loads it by multicast TMA loads into both CTAs'
+shared memory (the compiler's choice of issuer; Triton 3.6 has neither the
 ``multicast=`` argument nor layouts across a cluster's CTAs: ``cga_layout``).  Simple on purpose:
 one slot, and a cluster barrier after each K step, since the next multicast writes into the other
 CTA's shared memory, which must be done reading it.  Not persistent, not warp-specialized.
 
-    python multicast_gluon.py ptx       # any machine with Triton >= 3.7: the PTX's multicast and cluster lines
+    python multicast_gluon.py ptx       # any machine with Triton >= 3.7: the PTX's TMA loads and cluster lines
     python multicast_gluon.py gpu OUT   # Hopper and Triton >= 3.7: checked against float64, timed (not run yet)
 """
 import sys
@@ -38,7 +38,8 @@ if available():
         b_s = gl.allocate_shared_memory(b_desc.dtype, b_desc.block_type.shape, b_desc.layout)
         bar = mbarrier.allocate_mbarrier()
         mbarrier.init(bar, count=1)
-        gl.barrier(cluster=True)  # both CTAs' barriers exist before a multicast signals them
+        gl.barrier(cluster=True)  # both CTAs' barriers exist before a multicast signals them (a release
+        # and acquire: an arrive.relaxed here would not make the init visible to the other CTA)
         # rows split between the CTAs (cga_layout [[1, 0]]): each CTA's accumulator is its BM rows
         acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                              instr_shape=[16, BN, 16], cga_layout=[[1, 0]])
@@ -47,7 +48,7 @@ if available():
         for k in range(0, K, BK):
             mbarrier.expect(bar, a_desc.nbytes_per_cta + b_desc.nbytes_per_cta)
             tma.async_load(a_desc, [off_m, k], bar, a_s)
-            tma.async_load(b_desc, [k, off_n], bar, b_s, multicast=True)  # each CTA half, into both b_s
+            tma.async_load(b_desc, [k, off_n], bar, b_s, multicast=True)  # CTA 0 issues it, into both b_s
             mbarrier.wait(bar, phase)
             phase ^= 1
             acc = warpgroup_mma(a_s, b_s, acc)
@@ -119,7 +120,8 @@ if __name__ == "__main__":
         sys.exit(f"Triton {triton.__version__}: Gluon's multicast load needs Triton >= 3.7")
     if sys.argv[1:2] == ["ptx"]:
         for line in compile_ptx().splitlines():
-            if ("multicast::cluster" in line or "barrier.cluster" in line) and not line.lstrip().startswith("."):
+            if (("cp.async.bulk.tensor" in line or "barrier.cluster" in line or "%cluster_ctarank" in line)
+                    and not line.lstrip().startswith(".")):
                 print(line.strip())
     else:
         gpu(sys.argv[2])
