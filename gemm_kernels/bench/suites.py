@@ -11,6 +11,7 @@ sizes in the interpreter on a CPU (correctness only: the interpreter is ~10^5x s
 from __future__ import annotations
 
 import importlib
+import itertools
 from dataclasses import dataclass
 from typing import Callable
 
@@ -1132,13 +1133,11 @@ def _first_calls(call, a, b, rows):
     views = [a[:m] for m in rows]
     for view in [a, *views] if runtime.on_gpu() else ():  # the tuning, then every M's compile
         call(view, b)
-    state = {"i": 0}
+    cycle = itertools.cycle(views)
 
     def fn():
         launches.forget_kept()
-        view = views[state["i"] % len(views)]
-        state["i"] += 1
-        return call(view, b)
+        return call(next(cycle), b)
 
     return fn, (lambda: call(a, b))
 

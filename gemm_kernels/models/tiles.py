@@ -374,6 +374,13 @@ FP8_MAX_SPLITS = 8
 FP8_MIN_PIECE_K_BLOCKS = 4
 
 
+def fp8_block_weight(tile: str) -> float:
+    """One K block of ``tile`` (an FP8_WS_TILES name) in K blocks of a 128 x 256 tile's time: its
+    products' share of one, over its rate (the unit of ``fp8_ws_splits``'s costs and their fit)."""
+    rows, cols, rate = FP8_WS_TILES[tile]
+    return rows * cols / (128 * 256) / rate
+
+
 def fp8_ws_splits(M: int, N: int, K: int, tile: str, *, num_sms: int) -> int:
     """Pieces per tile's K loop for fp8 ``scaled_mm`` on Hopper in ``tile`` (an FP8_WS_TILES name):
     the count that makes the busiest SM's work least, in K blocks of a 128 x 256 tile (a 128 x 128
@@ -384,17 +391,18 @@ def fp8_ws_splits(M: int, N: int, K: int, tile: str, *, num_sms: int) -> int:
     the unsplit work, each piece at least :data:`FP8_MIN_PIECE_K_BLOCKS` long, and only fewer tiles
     than SMs split.  The fp8 suite's shapes, DeepSeek-V3's QKV at 1000 tokens included, stay whole,
     as measured (PERF_NOTES 58); few tiles with a long K split (a 512 x 512 output with K = 16384
-    in 8 pieces took half the time of one K loop: that entry's rule check).  1 when M or N is under :data:`WS_SPLIT_MIN_SIDE`."""
+    in 8 pieces took half the time of one K loop: that entry's rule check).  1 when M or N is under
+    :data:`WS_SPLIT_MIN_SIDE`."""
     M, N, K, num_sms = _check_ints(M=M, N=N, K=K, num_sms=num_sms)
     if tile not in FP8_WS_TILES:
         raise ValueError(f"tile must be one of {sorted(FP8_WS_TILES)}, got {tile!r}")
     if min(M, N, K) < 0 or num_sms < 1:
         raise ValueError(f"M, N, K must be >= 0 and num_sms >= 1, got {M}, {N}, {K} and {num_sms}")
-    rows, cols, rate = FP8_WS_TILES[tile]
+    rows, cols = FP8_WS_TILES[tile][:2]
     tiles, k_tiles = cdiv(M, rows) * cdiv(N, cols), cdiv(K, FP8_BLOCK_K)
     if min(M, N) < WS_SPLIT_MIN_SIDE or tiles >= num_sms or k_tiles < 2 * FP8_MIN_PIECE_K_BLOCKS:
         return 1
-    block = rows * cols / (128 * 256) / rate  # one of this tile's K blocks, in 128 x 256 blocks
+    block = fp8_block_weight(tile)
     partial_mb = M * N * 4 / 1e6
 
     def busiest(splits):

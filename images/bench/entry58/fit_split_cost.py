@@ -24,8 +24,8 @@ from fp8_split_sweep import RULE_CHECK  # noqa: E402
 
 
 def features(M, N, K, tile, splits, sms):
-    rows, cols, rate = T.FP8_WS_TILES[tile]
-    weight = rows * cols / (128 * 256) / rate  # this tile's K block in 128 x 256 blocks' time
+    rows, cols = T.FP8_WS_TILES[tile][:2]
+    weight = T.fp8_block_weight(tile)
     k_tiles = T.cdiv(K, T.FP8_BLOCK_K)
     pieces = T.whole_pieces(k_tiles, splits)
     waves = T.cdiv(T.cdiv(M, rows) * T.cdiv(N, cols) * pieces, sms)
