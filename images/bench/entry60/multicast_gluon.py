@@ -91,10 +91,12 @@ def compile_ptx(size=512) -> str:
     return triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4, "num_ctas": 2}).asm["ptx"]
 
 
-def gpu(out_path, sizes=(2048, 4096)):  # not run yet: the GPUs this project was measured on run Triton 3.6
+def gpu(out_path, sizes=(2048, 4096)):  # needs Triton >= 3.7 on the GPU (PERF_NOTES 60: how it ran)
     import json
 
     from triton.testing import do_bench
+
+    import gemm_kernels as gk  # the package's TMA kernel under the same Triton, for comparison
 
     rows = []
     for n in sizes:
@@ -109,6 +111,7 @@ def gpu(out_path, sizes=(2048, 4096)):  # not run yet: the GPUs this project was
         ref = a.double() @ b.double()
         err = ((c.double() - ref).norm() / ref.norm()).item()
         rows.append(dict(n=n, rel_err=err, cluster_us=do_bench(run) * 1e3,
+                         matmul_tma_us=do_bench(lambda: gk.matmul_tma(a, b)) * 1e3,
                          torch_us=do_bench(lambda: torch.matmul(a, b)) * 1e3))
         print(rows[-1], flush=True)
     json.dump(dict(device=torch.cuda.get_device_name(), triton=triton.__version__, rows=rows), open(out_path, "w"),
