@@ -5,7 +5,9 @@
 Fresh Triton and tuning caches (temporary directories) at the start, so every number says what
 it paid.  fp16, b = W.t() (an nn.Linear weight); every output is checked against float64 first.
 (a) In-process first calls: ms of one synchronised call for a new bucket, then a new M in that
-    bucket (N, K, dtype and layout seen), against the launcher's repeated call and torch's.
+    bucket (N, K, dtype and layout seen), against the launcher's repeated call and torch's; with
+    the host's part (until the call returns, before the sync) and the caching allocator's new
+    segments (cudaMalloc calls) during the call, which a new size of C may need.
 (b) A fresh process with the tuning cache warm (a new M in a bucket tuned by (a)), and one with
     it empty (Triton's compile cache warm in both): first-call ms and tuning runs.
 (c) Per bucket, each M's time under the bucket's pick (tuned at the bucket's first M) against
@@ -63,6 +65,19 @@ def _sync_ms(fn) -> float:
     return (time.perf_counter() - start) * 1e3
 
 
+def _first_call_parts(fn) -> tuple[float, float, int]:
+    """ms of one synchronised call, ms until it returned (the host's part), and the segments the
+    caching allocator took from the driver meanwhile (each a cudaMalloc)."""
+    torch.cuda.synchronize()
+    segments = torch.cuda.memory_stats().get("segment.all.allocated", 0)
+    start = time.perf_counter()
+    fn()
+    host = time.perf_counter() - start
+    torch.cuda.synchronize()
+    wall = time.perf_counter() - start
+    return wall * 1e3, host * 1e3, torch.cuda.memory_stats().get("segment.all.allocated", 0) - segments
+
+
 def _counting_tuning():
     """Count tuning runs of every TunedKernel (a list that grows by one per run)."""
     runs = []
@@ -109,17 +124,19 @@ def first_calls(runs) -> list[dict]:
             for M in ms:
                 a, b = _inputs(M, N, K)
                 before = len(runs)
-                first = _sync_ms(lambda: call(a, b))
+                first, first_host, mallocs = _first_call_parts(lambda: call(a, b))
                 assert_close(call(a, b), matmul_ref(a, b, out_dtype=torch.float64), DTYPE)
                 repeated = statistics.median(_sync_ms(lambda: call(a, b)) for _ in range(20))
                 bucket = configs.row_bucket(M, 64)
                 rows.append({"family": family, "launcher": name, "M": M, "N": N, "K": K, "bucket_64": bucket,
                              "bucket_seen": bucket in seen_buckets, "first_ms": round(first, 3),
                              "repeated_ms": round(repeated, 4), "first_over_repeated": round(first / repeated, 2),
+                             "first_host_ms": round(first_host, 3), "cuda_mallocs": mallocs,
                              "tuning_runs": len(runs) - before})
                 seen_buckets.add(bucket)
                 print(f"(a) {family:20} {name:14} M={M:5} {'known' if rows[-1]['bucket_seen'] else 'new  '} bucket: "
-                      f"first {first:9.2f} ms, repeated {repeated:.4f} ms, tuned {rows[-1]['tuning_runs']}x", flush=True)
+                      f"first {first:9.2f} ms ({first_host:.3f} ms host, {mallocs} cudaMalloc), repeated {repeated:.4f} ms, "
+                      f"tuned {rows[-1]['tuning_runs']}x", flush=True)
     os.environ["GEMM_KERNELS_TUNING_CACHE"] = root
     return rows
 
@@ -288,7 +305,8 @@ def _summary(r) -> None:
     for row in r["first_calls"]:
         if row["bucket_seen"]:
             print(f"(a) new M, known bucket: {row['family']:20} {row['launcher']:14} M={row['M']:5} "
-                  f"{row['first_over_repeated']:8.2f}x its repeated call ({row['first_ms']:.2f} ms)")
+                  f"{row['first_over_repeated']:8.2f}x its repeated call ({row['first_ms']:.2f} ms, "
+                  f"{row['first_host_ms']:.2f} ms host, {row['cuda_mallocs']} cudaMalloc)")
     for row in r["fresh_processes"]:
         print(f"(b) fresh process, tuning cache {row['tuning_cache']:5}: {row['family']:20} {row['launcher']:14} "
               f"first {row['first_ms']:9.2f} ms, tuned {row['tuning_runs']}x")
