@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import secrets
 import stat
 from pathlib import Path
 
@@ -131,12 +132,14 @@ def _unformula(value):
 @contextlib.contextmanager
 def atomic_write(path, newline: str | None = None):
     """Open ``path`` for writing UTF-8 text: it goes to a temporary file beside it, flushed and
-    fsync'ed, then renamed over ``path``; on an error the temporary is removed, ``path`` kept."""
+    fsync'ed, then renamed over ``path``; on an error the temporary is removed, ``path`` kept.
+    The temporary's name is new for every write (exclusive creation), so two threads or processes
+    writing one file at once each replace it whole: a reader sees one of them, never a mix."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(6)}.tmp")
     try:
-        with tmp.open("w", newline=newline, encoding="utf-8") as f:
+        with tmp.open("x", newline=newline, encoding="utf-8") as f:  # "x": never another writer's file
             yield f
             f.flush()
             os.fsync(f.fileno())

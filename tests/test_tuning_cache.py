@@ -170,6 +170,73 @@ def test_a_corrupt_file_is_named_ignored_and_rewritten(content, cache_dir, monke
     assert runs == []
 
 
+def test_threads_tuning_at_once_never_tear_the_file_nor_lose_a_pick(cache_dir):
+    """Adversarial round 7: each thread's writes went through one temporary name per process, so
+    two threads wrote into one file (a reader saw invalid JSON; picks were lost).  Each write now
+    has its own temporary, and threads of a process merge and write one at a time."""
+    import threading
+
+    from gemm_kernels.kernels.persistent import _matmul_persistent_kernel
+
+    candidates = [_config(32), _config(16)]
+    path = tuning_cache.DiskPicks(_matmul_persistent_kernel, candidates).path()
+    stop, torn, failures = threading.Event(), [], []
+
+    def writer(i):
+        disk = tuning_cache.DiskPicks(_matmul_persistent_kernel, candidates)  # one per thread, as processes
+        try:
+            for j in range(40):
+                disk.put((i * 1000 + j,), candidates[j % 2])
+        except Exception as err:  # noqa: BLE001  (reported below)
+            failures.append(err)
+
+    def reader():
+        while not stop.is_set():
+            try:
+                json.loads(path.read_text())
+            except FileNotFoundError:
+                pass
+            except ValueError as err:
+                torn.append(err)
+
+    watcher = threading.Thread(target=reader)
+    watcher.start()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a write that failed would warn
+        threads = [threading.Thread(target=writer, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    stop.set()
+    watcher.join()
+    assert failures == [] and torn == []
+    assert len(json.loads(path.read_text())["picks"]) == 4 * 40
+    assert [p.name for p in cache_dir.iterdir()] == [path.name]  # no temporary left behind
+
+
+def test_an_entry_nested_deep_is_dropped_on_reading_and_the_next_write_works(cache_dir, monkeypatch):
+    """Adversarial round 7: an entry nested 940 deep was kept (a dict), and a later write from a
+    deep stack raised RecursionError out of the launch.  An entry that is not names to plain values
+    is no config: dropped with the others' warning."""
+    import sys
+
+    first, _ = _tuned([], monkeypatch)
+    path = first.disk.path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    depth = 940
+    path.write_text('{"picks": {"x": {"a": ' + "[" * depth + "]" * depth + "}}}")
+    with pytest.warns(RuntimeWarning, match=f"tuning cache entry of {path}"):
+        assert first.disk.get((1,), first.configs) is None
+
+    def nested(k):
+        return nested(k - 1) if k else _launch(first, 40)
+    limit = sys.getrecursionlimit()
+    nested(min(60, limit // 4))
+    picks = json.loads(path.read_text())["picks"]
+    assert "x" not in picks and len(picks) == 1
+
+
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
 def test_a_fifo_in_place_of_the_file_is_named_not_waited_on(cache_dir, monkeypatch):
     """A reader that opened a FIFO there would wait for a writer forever: refused by what it is."""

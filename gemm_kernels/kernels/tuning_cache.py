@@ -15,7 +15,8 @@ Where: ``GEMM_KERNELS_TUNING_CACHE`` (a directory, or ``off``; read at each miss
 ``$XDG_CACHE_HOME/gemm_kernels/tuning`` (``~/.cache/...``) on a GPU; off in the interpreter
 (nothing is timed there).  A file that cannot be read or parsed is named in a warning, ignored,
 and replaced at the next write (an entry that is not a config is dropped alone, the rest kept); a directory that cannot be written is named once, then left.
-Writes go through a temporary file and ``os.replace``: a reader never sees half a file, and two
+Writes go through a temporary file of their own and ``os.replace`` (``_files.atomic_write``): a
+reader never sees half a file; threads of one process read and write one at a time, and two
 processes tuning at once lose at most one pick (tuned again later).
 """
 
@@ -25,6 +26,7 @@ import hashlib
 import inspect
 import json
 import os
+import threading
 import warnings
 from pathlib import Path
 
@@ -33,6 +35,9 @@ from .. import _env, _files, runtime
 ENV = "GEMM_KERNELS_TUNING_CACHE"
 #: a file of picks is a few kB; a larger one at its place is not ours (and is never read whole)
 MAX_BYTES = 1 << 20
+#: one reader or writer of the picks at a time in a process (threads tuning at once): a put merges
+#: into the picks as read, and json.dumps must not see them change under it
+_LOCK = threading.RLock()
 
 
 def cache_directory() -> Path | None:
@@ -72,6 +77,12 @@ def _identity(kernel, config_list, variant: str) -> dict:
 
 def _pick_name(mode: str, key: tuple) -> str:
     return f"{mode} {key!r}"  # ints, bools, strings and None: a stable repr
+
+
+def _is_config(pick) -> bool:
+    """Whether a file's entry reads as a config's ``all_kwargs()``: names to plain values (a
+    hand-edited entry nested deep would also be too deep to write back)."""
+    return isinstance(pick, dict) and all(isinstance(v, (bool, int, float, str, type(None))) for v in pick.values())
 
 
 class DiskPicks:
@@ -126,12 +137,12 @@ class DiskPicks:
                                        "shapes it held are tuned again and the file is rewritten")
             return {}
         # one hand-edited entry costs that entry only: the others are kept (and written back by put)
-        bad = [name for name, pick in picks.items() if not isinstance(pick, dict)]
+        bad = [name for name, pick in picks.items() if not _is_config(pick)]
         if bad:
             self._warn(f"entries {path}", f"gemm_kernels: dropping {len(bad)} tuning cache entr"
                                           f"{'y' if len(bad) == 1 else 'ies'} of {path} that are not "
                                           f"configs ({', '.join(map(repr, bad[:5]))}); the other picks are kept")
-        return {name: pick for name, pick in picks.items() if isinstance(pick, dict)}
+        return {name: pick for name, pick in picks.items() if _is_config(pick)}
 
     def _refresh(self, path: Path) -> None:
         """Read the file again when it changed since the last read (another process tuned)."""
@@ -149,8 +160,9 @@ class DiskPicks:
         path = self.path()
         if path is None:
             return None
-        self._refresh(path)
-        kept = self._picks.get(_pick_name(runtime.autotune_mode(), key))
+        with _LOCK:
+            self._refresh(path)
+            kept = self._picks.get(_pick_name(runtime.autotune_mode(), key))
         if kept is None:
             return None
         return next((c for c in candidates if c.all_kwargs() == kept), None)
@@ -160,20 +172,18 @@ class DiskPicks:
         path = self.path()
         if path is None:
             return
-        self._refresh(path)
-        self._picks[_pick_name(runtime.autotune_mode(), key)] = config.all_kwargs()
-        data = {**_identity(self._kernel, self._configs, self._variant), "picks": self._picks}
-        temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            temporary.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-            os.replace(temporary, path)
-            stat = path.stat()
-            self._stamp = (stat.st_mtime_ns, stat.st_size)
-        except (OSError, TypeError, ValueError) as err:  # read-only home, full disk, an unserialisable value
-            self._warn(f"write {path}", f"gemm_kernels: cannot write the tuning cache file {path} ({err}); "
-                                        f"picks stay in memory only (set {ENV} to another directory, or off)")
+        with _LOCK:
+            self._refresh(path)
+            self._picks[_pick_name(runtime.autotune_mode(), key)] = config.all_kwargs()
+            data = {**_identity(self._kernel, self._configs, self._variant), "picks": self._picks}
             try:
-                temporary.unlink()
-            except OSError:
-                pass
+                text = json.dumps(data, indent=1, sort_keys=True) + "\n"
+                with _files.atomic_write(path) as f:
+                    f.write(text)
+                stat = path.stat()
+                self._stamp = (stat.st_mtime_ns, stat.st_size)
+            # read-only home, full disk, an unserialisable value; RecursionError: a deeply nested
+            # entry read from a hand-edited file, too deep for json.dumps from a deep stack
+            except (OSError, TypeError, ValueError, RecursionError) as err:
+                self._warn(f"write {path}", f"gemm_kernels: cannot write the tuning cache file {path} ({err}); "
+                                            f"picks stay in memory only (set {ENV} to another directory, or off)")

@@ -27,7 +27,6 @@ import json
 import os
 import re
 import stat
-import tempfile
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -176,16 +175,9 @@ def _locked(path: Path):
 
 def _write(path: Path, data: dict) -> None:
     """Replace ``path`` with ``data`` in one step: a reader sees the old record or the new one."""
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=1, sort_keys=True)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    with _files.atomic_write(path) as f:
+        json.dump(data, f, indent=1, sort_keys=True)
+        f.write("\n")
 
 
 def _now() -> str:
