@@ -466,6 +466,8 @@ def _suite_dirs(tmp_path):
     src.mkdir()
     dest.mkdir()
     (src / "fp8.csv").write_bytes((results.BENCH_DIR / "fp8.csv").read_bytes())
+    committed = json.loads((results.BENCH_DIR / "meta.json").read_text(encoding="utf-8"))
+    report.update_meta(src, "fp8", committed["suites"]["fp8"])  # publishing needs the run's provenance
     return report, src, dest
 
 

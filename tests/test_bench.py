@@ -4,6 +4,7 @@ The GPU-only paths (timing, ratios, plots, targets) are exercised here with a fa
 CPU machine proves the code the lead runs on the GPU at least adds up."""
 
 import json
+import re
 import math
 import os
 import shutil
@@ -421,6 +422,115 @@ def test_markdown_targets_plot_and_publish(tmp_path):
                      untimed / "moe.csv")
     with pytest.raises(ValueError, match="no timings"):
         report.publish(untimed, dest)
+
+
+def _published_run(tmp_path, meta=True):
+    """A timed square suite in ``tmp_path/run`` (with its meta.json entry unless ``meta`` is False)."""
+    cases = [("4096x4096x4096", 4096)]
+    rows = _synthetic_rows("square", cases, ["cuBLAS", "grouped"], "cuBLAS",
+                           {(cases[0][0], "cuBLAS"): 1.0, (cases[0][0], "grouped"): 0.9})
+    src = tmp_path / "run"
+    report.write_csv(rows, src / "square.csv")
+    if meta:
+        report.update_meta(src, "square", {"device": "NVIDIA H100 80GB HBM3", "date": "2026-11-22", "torch": "2.x",
+                                           "triton": "3.x", "command": "python -m gemm_kernels.bench"})
+    return src
+
+
+@pytest.mark.parametrize("entry, what", [
+    (None, "no entry"), ({}, "no 'device'"),
+    ({"device": 5, "date": "d", "torch": "t", "triton": "t", "command": "c"}, "'device' is 5"),
+    ({"device": "g", "date": [1], "torch": "t", "triton": "t", "command": "c"}, "'date' is"),
+    ({"device": "g", "date": "d", "torch": "t", "triton": "t", "command": "c", "dtypes": "fp16"}, "'dtypes' is")])
+def test_publish_refuses_rows_without_their_provenance(tmp_path, entry, what):
+    """Adversarial round 7: a suite with no meta.json entry was published under the destination's
+    old entry (new numbers, an old GPU and date); a hand-edited entry overwrote a good one."""
+    src = _published_run(tmp_path, meta=False)
+    if entry is not None:
+        report.update_meta(src, "square", entry)
+    dest = _published_run(tmp_path / "committed")  # a good earlier publication
+    before = (dest / "square.csv").read_text(), (dest / "meta.json").read_text()
+    with pytest.raises(ValueError, match=f"square's entry: {re.escape(what)}"):
+        report.publish(src, dest)
+    assert ((dest / "square.csv").read_text(), (dest / "meta.json").read_text()) == before
+
+
+@pytest.mark.parametrize("value", ["nan", "-1", "0", "inf"])
+def test_publish_refuses_a_time_that_is_no_positive_number(tmp_path, value):
+    src = _published_run(tmp_path)
+    path = src / "square.csv"
+    rows = report.read_csv(path)
+    rows[1]["time_ms"] = float(value)
+    report.write_dict_csv(rows, path)
+    with pytest.raises(ValueError, match="time_ms = .* not a positive number"):
+        report.publish(src, tmp_path / "dest")
+    assert not (tmp_path / "dest").exists()
+
+
+def test_publish_names_a_missing_empty_or_same_directory(tmp_path, capsys, monkeypatch):
+    import gemm_kernels.bench as bench
+
+    main = bench.main
+    dest = tmp_path / "committed"
+    monkeypatch.setattr(bench, "BENCH_DIR", dest)  # read at import: never the repository's copy
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    src = _published_run(tmp_path)
+    for argv, said in (([str(tmp_path / "typo")], "is not a directory of results"),
+                       ([str(empty)], "holds no suite's results"),
+                       ([str(src / "square.csv")], "is not a directory of results")):
+        assert main(["--publish", *argv]) == 2
+        assert said in capsys.readouterr().out
+    assert main(["--publish", str(src)]) == 0
+    assert main(["--publish", str(dest)]) == 2
+    assert "is where results are published" in capsys.readouterr().out
+    (tmp_path / "a_file").write_text("")
+    monkeypatch.setattr(bench, "BENCH_DIR", tmp_path / "a_file")
+    assert main(["--publish", str(src)]) == 2
+    assert "is not a directory: results are published into one" in capsys.readouterr().out
+
+
+def test_a_folder_where_meta_json_should_be_is_named_before_anything_is_copied(tmp_path):
+    src = _published_run(tmp_path)
+    dest = tmp_path / "dest"
+    (dest / "meta.json").mkdir(parents=True)
+    with pytest.raises(ValueError, match="meta.json is corrupt .not a readable file"):
+        report.publish(src, dest)
+    assert not (dest / "square.csv").exists()
+
+
+@pytest.mark.parametrize("edit, what", [
+    ({"shard": [0]}, "'shard' is [0]"), ({"shard": [0.0, 2.0]}, "'shard' is [0.0, 2.0]"),
+    ({"shard": 5}, "'shard' is 5"), ({"shard": [-1, 2]}, "'shard' is [-1, 2]"),
+    ({"date": None}, "'date' is None"), ({"elapsed_s": "10"}, "'elapsed_s' is '10'"),
+    ({"dtypes": "fp16"}, "'dtypes' is 'fp16'"), ({"command": 3}, "'command' is 3")])
+def test_a_hand_edited_shard_entry_is_named(tmp_path, edit, what):
+    """Adversarial round 7: merge_shards read shard entries unchecked (IndexError, KeyError,
+    TypeError, or dtypes 'fp16' published as four one-letter dtypes)."""
+    for i in range(2):
+        src = _published_run(tmp_path / f"s{i}")
+        info = {"device": "g", "date": "2026-12-08", "torch": "t", "triton": "t", "command": f"shard {i}",
+                "shard": [i, 2], "elapsed_s": 1.0, "dtypes": ["fp16"]}
+        report.update_meta(src, "square", {**info, **(edit if i == 0 else {})})
+    with pytest.raises(ValueError, match=re.escape(what)):
+        report.merge_shards([tmp_path / "s0" / "run", tmp_path / "s1" / "run"], "square")
+
+
+def test_all_with_a_typo_names_the_typo(capsys):
+    from gemm_kernels.bench import main
+
+    with pytest.raises(SystemExit):
+        main(["--suite", "all,bogus", "--list"])
+    assert "unknown suite bogus" in capsys.readouterr().err
+
+
+def test_an_out_under_a_file_is_a_usage_error(tmp_path, capsys):
+    from gemm_kernels.bench import main
+
+    (tmp_path / "a_file").write_text("")
+    with pytest.raises(SystemExit):
+        main(["--quick", "--suite", "order", "--out", str(tmp_path / "a_file" / "sub")])
+    assert "is not a directory" in capsys.readouterr().err
 
 
 def test_moe_targets_geomean_and_floor():

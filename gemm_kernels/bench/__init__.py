@@ -33,6 +33,7 @@ error that poisons the context stopped the run (partial results are written).
 from __future__ import annotations
 
 import argparse
+import os
 import datetime as _dt
 import platform
 import shlex
@@ -43,7 +44,7 @@ from pathlib import Path
 import torch
 
 from .. import runtime
-from ..results import BENCH_DIR, META_JSON, extract_section, section_heading
+from ..results import BENCH_DIR, META_JSON, RESULTS_MD, extract_section, read_text, section_heading
 from . import report
 from .core import (DTYPES, FatalBenchError, Row, Skip, Stopwatch, TimingSettings, dense_peak_tflops, dtype_name,
                    gemm_flops, gemm_min_bytes, measure_ceilings, non_negative_int, number_arg, peak_entry,
@@ -66,12 +67,10 @@ def _parse_suites(text: str) -> list[str]:
     names = [s.strip() for s in text.split(",") if s.strip()]
     if not names:  # --suite '' ran nothing and reported success
         raise argparse.ArgumentTypeError(f"no suite given; choose from {', '.join(SUITES)}, all")
-    if "all" in names:
-        return list(SUITES)
-    unknown = [n for n in names if n not in SUITES]
+    unknown = [n for n in names if n not in SUITES and n != "all"]  # all,typo: the typo is still named
     if unknown:
         raise argparse.ArgumentTypeError(f"unknown suite {', '.join(unknown)}; choose from {', '.join(SUITES)}, all")
-    return names
+    return list(SUITES) if "all" in names else names
 
 
 def _parse_shard(text: str) -> tuple[int, int]:
@@ -206,24 +205,13 @@ def _cannot_resume(earlier: dict, run_info: dict, shard: tuple[int, int]) -> str
     return None
 
 
-#: what --resume reads from an earlier run's meta.json entry: key -> the types it may hold
-_ENTRY_TYPES = {"device": str, "torch": str, "triton": str, "timing": (dict, type(None)), "autotune": bool,
-                "seed": int, "date": str, "elapsed_s": (int, float), "resumed": int, "shard": list}
+#: what --resume needs of an earlier run's meta.json entry, to tell whether it was measured alike
 _ENTRY_REQUIRED = ("device", "torch", "triton", "timing", "autotune", "seed")
 
 
 def _entry_problem(entry: dict) -> str | None:
     """What is wrong with a meta.json suite entry that --resume reads (None: nothing)."""
-    missing = [k for k in _ENTRY_REQUIRED if k not in entry]
-    if missing:
-        return "no " + ", ".join(map(repr, missing))
-    for key, types in _ENTRY_TYPES.items():
-        if key in entry and not isinstance(entry[key], types):
-            return f"{key!r} is {entry[key]!r}"
-    shard = entry.get("shard", [0, 1])
-    if len(shard) != 2 or not all(isinstance(v, int) for v in shard):
-        return f"'shard' is {shard!r}"
-    return None
+    return report.entry_problem(entry, _ENTRY_REQUIRED)
 
 
 def _read_out(out: Path, suites: list[str], resume: bool, run_info: dict,
@@ -236,6 +224,11 @@ def _read_out(out: Path, suites: list[str], resume: bool, run_info: dict,
     for other in report.suites_present(out):
         if other not in suites:
             report.read_csv(out / f"{other}.csv", suite_csv=True)
+    if (out / "l2.md").exists():  # results.md takes it in: not UTF-8 text, it would fail after the work
+        read_text(out / "l2.md")
+    results_md = out / RESULTS_MD
+    if results_md.exists() and not results_md.is_file():
+        raise ValueError(f"{results_md} is not a file, and the run writes it: move it away")
     kept = {}
     for suite in suites if resume else []:
         csv_path = out / f"{suite}.csv"
@@ -256,6 +249,19 @@ def _read_out(out: Path, suites: list[str], resume: bool, run_info: dict,
     return kept
 
 
+def _unwritable_at(path: Path) -> str | None:
+    """Why a directory cannot be made at ``path`` (its first existing ancestor is a file or cannot
+    be written), or None."""
+    existing = path.absolute()
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"{existing} is not a directory"
+    if existing != path.absolute() and not os.access(existing, os.W_OK | os.X_OK):
+        return f"{existing} cannot be written"
+    return None
+
+
 def _list_cases(suites: list[str], settings: SuiteSettings) -> None:
     for suite in suites:
         cases = SUITES[suite](settings)
@@ -270,6 +276,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if Path(args.out).exists() and not Path(args.out).is_dir():  # found before any work, not as a traceback
         parser.error(f"--out {args.out} is an existing file; --out names a directory (created if missing)")
+    blocked = _unwritable_at(Path(args.out))
+    if blocked and not (args.publish or args.list):
+        parser.error(f"--out {args.out}: {blocked}")
     command = "python -m gemm_kernels.bench " + " ".join(shlex.quote(a) for a in (argv if argv is not None
                                                                                   else sys.argv[1:]))
     if args.publish:
@@ -278,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
                 copied = report.publish(Path(args.publish[0]), BENCH_DIR)
             else:
                 copied = report.publish_shards([Path(d) for d in args.publish], BENCH_DIR)
-        except ValueError as exc:
+        except (ValueError, OSError) as exc:  # OSError: a destination that cannot be written
             print(f"error: {exc}")
             return 2
         print(f"published {', '.join(copied) or 'nothing'} from {' '.join(args.publish)} into {BENCH_DIR}")
@@ -344,7 +353,8 @@ def main(argv: list[str] | None = None) -> int:
     shard = args.shard or (0, 1)
     try:
         resumed = _read_out(out, args.suite, args.resume, run_info, shard)
-    except ValueError as exc:  # a corrupt file or rows of another run: before any GPU time is spent
+        out.mkdir(parents=True, exist_ok=True)
+    except (ValueError, OSError) as exc:  # a corrupt file, rows of another run, no directory: before any GPU time
         print(f"error: {exc}")
         return 2
     if on_gpu:
@@ -354,7 +364,6 @@ def main(argv: list[str] | None = None) -> int:
         run_info["ceilings"] = measure_ceilings(timing)
         print(f"measured ceilings: {run_info['ceilings']}")
 
-    out.mkdir(parents=True, exist_ok=True)
     failures, fatal, incomplete = [], None, []
     deadline = time.monotonic() + args.time_budget if args.time_budget is not None else None
     for suite in args.suite:

@@ -436,16 +436,20 @@ def targets_markdown(all_rows: dict[str, list[dict]]) -> str:
 
 def read_meta(directory: Path) -> dict:
     """``directory``'s meta.json, ``{"suites": {suite: {...}}}`` (none there: no suites).
-    ValueError naming the file when it is not JSON or not of that shape."""
+    ValueError naming the file when it is not JSON or not of that shape, or not a file."""
     path = Path(directory) / META_JSON
-    if not path.is_file():
+    if not path.exists() and not path.is_symlink():
         return {"suites": {}}
     try:
-        meta = json.loads(path.read_text(encoding="utf-8"))
+        meta = json.loads(read_text(path))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         problem = f"not JSON: {exc}"
     except RecursionError:
         problem = "nested too deeply to be a record"
+    except ValueError as exc:  # json's own limits, e.g. an integer of more than 4300 digits
+        problem = f"not a record: {str(exc)[:200]}"
+    except OSError as exc:  # a folder, FIFO or broken link where the file should be
+        problem = f"not a readable file: {exc}"
     else:
         suites = meta.get("suites") if isinstance(meta, dict) else None
         bad = [s for s, entry in suites.items() if not isinstance(entry, dict)] if isinstance(suites, dict) else None
@@ -457,6 +461,38 @@ def read_meta(directory: Path) -> dict:
             return meta
     raise ValueError(f"{path} is corrupt ({problem}): delete it (the suites it describes lose their provenance: "
                      "run them again) or restore it")
+
+
+#: what a meta.json suite entry's keys hold, where present (read back by --resume, --publish and
+#: the shards' merge): key -> the types allowed
+ENTRY_TYPES = {"device": str, "torch": str, "triton": str, "timing": (dict, type(None)), "autotune": bool,
+               "seed": int, "date": str, "elapsed_s": (int, float, type(None)), "resumed": int, "shard": list,
+               "command": str, "dtypes": list}
+
+
+def entry_problem(entry: dict, required: tuple[str, ...]) -> str | None:
+    """What is wrong with a meta.json suite entry (None: nothing): a key of ``required`` missing,
+    a value of another type than :data:`ENTRY_TYPES` says, a shard other than two ints ``I/N``."""
+    missing = [k for k in required if k not in entry]
+    if missing:
+        return "no " + ", ".join(map(repr, missing))
+    for key, types in ENTRY_TYPES.items():
+        value = entry.get(key)
+        if key in entry and (not isinstance(value, types) or isinstance(value, bool) and bool not in
+                             (types if isinstance(types, tuple) else (types,))):
+            return f"{key!r} is {value!r}"
+    if isinstance(entry.get("elapsed_s"), float) and not math.isfinite(entry["elapsed_s"]):
+        return f"'elapsed_s' is {entry['elapsed_s']!r}"
+    if "dtypes" in entry and not all(isinstance(d, str) for d in entry["dtypes"]):
+        return f"'dtypes' is {entry['dtypes']!r}"
+    shard = entry.get("shard", [0, 1])
+    if len(shard) != 2 or not all(type(v) is int for v in shard) or not 0 <= shard[0] < shard[1]:
+        return f"'shard' is {shard!r}"
+    return None
+
+
+#: what publishing needs of a suite's entry: the provenance results.md shows
+PUBLISH_REQUIRED = ("device", "torch", "triton", "date", "command")
 
 
 def update_meta(directory: Path, suite: str, info: dict) -> dict:
@@ -501,14 +537,35 @@ def publish(src: Path, dest: Path, suites: list[str] | None = None) -> list[str]
     """Copy suites' CSV/PNG files and meta.json entries from ``src`` into ``dest`` (the committed
     copy) and rebuild ``dest/results.md``.  Returns the suites copied."""
     src, dest = Path(src), Path(dest)
+    if not src.is_dir():
+        raise ValueError(f"{src} is not a directory of results (what --out of a run names)")
+    if dest.exists() and not dest.is_dir():
+        raise ValueError(f"{dest} is not a directory: results are published into one")
+    if dest.exists() and src.resolve() == dest.resolve():
+        raise ValueError(f"{src} is where results are published: give the directory of a run (its --out)")
     src_meta = read_meta(src)
     read_meta(dest)  # a corrupt one refused now, not after the first suite is copied
     chosen = [s for s in suites or [p.stem for p in src.glob("*.csv")] if (src / f"{s}.csv").is_file()]
+    if not chosen:
+        raise ValueError(f"{src} holds no suite's results (no <suite>.csv)")
     for suite in chosen:  # every file read and checked before anything is copied
         csv_path = src / f"{suite}.csv"
         rows = read_csv(csv_path, suite_csv=suite != "l2")
-        if suite != "l2" and not any(r.get("time_ms") is not None for r in rows):
+        if suite == "l2":
+            continue
+        if not any(r.get("time_ms") is not None for r in rows):
             raise ValueError(f"{csv_path} holds no timings (a CPU or correctness-only run): not publishing it")
+        for r in rows:  # what results.md shows: a time, its TFLOP/s and speed-up, each a positive number
+            bad = [k for k in ("time_ms", "tflops", "speedup")
+                   if r.get(k) is not None and not (math.isfinite(r[k]) and r[k] > 0)]
+            if bad:
+                raise ValueError(f"{csv_path}: {r['case']} / {r['provider']} has {bad[0]} = {r[bad[0]]!r}, "
+                                 "not a positive number: not publishing it")
+        entry = src_meta["suites"].get(suite)
+        problem = "no entry" if entry is None else entry_problem(entry, PUBLISH_REQUIRED)
+        if problem:
+            raise ValueError(f"{src / META_JSON}: {suite}'s entry: {problem}; its rows would be published without "
+                             "their GPU, date and command: publish the directory a run wrote")
     if dest.is_dir():  # the suites kept there are rendered beside the new ones: each must be one
         for suite in set(suites_present(dest)) - set(chosen):
             read_csv(dest / f"{suite}.csv", suite_csv=True)
@@ -519,7 +576,7 @@ def publish(src: Path, dest: Path, suites: list[str] | None = None) -> list[str]
             f = src / f"{suite}.{ext}"
             if f.is_file():
                 shutil.copy2(f, dest / f.name)
-        if suite in src_meta.get("suites", {}):
+        if suite in src_meta["suites"]:
             update_meta(dest, suite, src_meta["suites"][suite])
         copied.append(suite)
     render_markdown(dest)
@@ -559,6 +616,9 @@ def merge_shards(sources: list[Path], suite: str) -> tuple[list[dict], dict]:
         shard = info.get("shard")
         if not shard:
             raise ValueError(f"{src}: its {suite} run was not a shard (--shard I/N): publish it alone")
+        problem = entry_problem(info, PUBLISH_REQUIRED)
+        if problem:
+            raise ValueError(f"{Path(src) / META_JSON}: {suite}'s entry: {problem}")
         if tuple(shard) in entries:
             raise ValueError(f"{src}: shard {shard[0]}/{shard[1]} of {suite} given twice")
         if info.get("incomplete"):

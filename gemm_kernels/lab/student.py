@@ -555,6 +555,14 @@ def free_port(start: int = 8888, tries: int = 50) -> int:
     raise RuntimeError(f"no free port in {start}..{start + tries - 1}: pass one with --port")
 
 
+def port_number(text: str) -> int:
+    """A TCP port, 1 to 65535 (argparse names the option when it is not)."""
+    port = int(text)
+    if not 1 <= port <= 65535:
+        raise ValueError(text)
+    return port
+
+
 def lab_command(root: Path, port: int, token: str, extra=(), uid: int | None = None) -> list[str]:
     """The JupyterLab command line for ``root``: ``--allow-root`` only when the user id is 0 (containers,
     Colab-style machines and classroom VMs run as root, and Jupyter refuses root without it)."""
@@ -592,7 +600,7 @@ def main(argv=None) -> int:
                         "JupyterLab on them (make lab)")
     parser.add_argument("--lab", action="store_true", help="open JupyterLab on the solved notebooks, no copies "
                         "(make lab-solutions: for teachers and CI)")
-    parser.add_argument("--port", type=int, default=None, help="JupyterLab's port (default: the first free from 8888)")
+    parser.add_argument("--port", type=port_number, default=None, help="JupyterLab's port (default: the first free from 8888)")
     args, extra = parser.parse_known_args(argv)
     src = Path(args.src) if args.src else REPO_ROOT / "notebooks"
     dest = Path(args.dest) if args.dest else REPO_ROOT / "student"
