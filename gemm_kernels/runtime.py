@@ -174,6 +174,8 @@ RUNTIME = _check_interpreter_numpy(_with_arch(_decide()))
 def _cap_memory() -> None:
     gb = _env.number(MEMORY_GB_ENV)  # not a number: a ValueError naming it, on a GPU or not
     value = os.environ.get(MEMORY_GB_ENV, "").strip()
+    if gb is not None and not gb > 0:  # also on a CPU: a course laptop says what a GPU would refuse
+        raise ValueError(f"{MEMORY_GB_ENV}={_env.shown(value)}: give a number of GB above 0")
     if gb is None or RUNTIME.interpreted:
         return
     total = torch.cuda.get_device_properties(0).total_memory
@@ -574,8 +576,9 @@ def default_autotune(mode: str) -> None:
 
 
 def autotune_enabled() -> bool:
-    """Autotuning happens only on a GPU, and only unless GEMM_KERNELS_AUTOTUNE=0."""
-    return on_gpu() and autotune_mode() != "off"
+    """Autotuning happens only on a GPU, and only unless GEMM_KERNELS_AUTOTUNE=0 (its value is
+    read on a CPU too: a bad one is named there, as on the GPU it was meant for)."""
+    return autotune_mode() != "off" and on_gpu()
 
 
 def gpu_name() -> str:

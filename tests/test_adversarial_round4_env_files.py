@@ -72,11 +72,29 @@ def test_a_blank_results_dir_is_unset(monkeypatch):
     assert results._bench_dir() == default
 
 
-@pytest.mark.parametrize("value", ["abc", "nan", "inf", "4GB"])
+@pytest.mark.parametrize("value", ["abc", "nan", "inf", "4GB", "-1", "0"])
 def test_a_memory_cap_that_is_no_number_is_refused_by_name(value, monkeypatch):
     monkeypatch.setenv(runtime.MEMORY_GB_ENV, value)
     with pytest.raises(ValueError, match=runtime.MEMORY_GB_ENV):
         runtime._cap_memory()
+
+
+@pytest.mark.parametrize("value", ["2", "-1", "maybe"])
+def test_a_bad_autotune_value_is_named_on_any_machine(value, monkeypatch):
+    """Adversarial round 7: on a CPU, GEMM_KERNELS_AUTOTUNE=2 and a memory cap of -1 passed
+    silently (autotuning is off there), and failed only once the notebook met a GPU."""
+    monkeypatch.setenv(runtime.AUTOTUNE_ENV, value)
+    with pytest.raises(ValueError, match=runtime.AUTOTUNE_ENV):
+        runtime.autotune_enabled()
+
+
+def test_jupyterlabs_port_is_checked(capsys):
+    from gemm_kernels.lab import student
+
+    for port in ("0", "65536", "99999", "http"):
+        with pytest.raises(SystemExit):
+            student.main(["--lab", "--port", port])
+        assert "argument --port" in capsys.readouterr().err
 
 
 def test_the_grade_sandbox_switch_is_a_flag(monkeypatch):
