@@ -516,6 +516,14 @@ def test_a_hand_edited_shard_entry_is_named(tmp_path, edit, what):
         report.merge_shards([tmp_path / "s0" / "run", tmp_path / "s1" / "run"], "square")
 
 
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
+def test_a_fifo_named_like_a_suite_csv_in_out_is_named_not_waited_on(tmp_path, capsys):
+    """Adversarial round 7: the CSV reader opened it and waited for a writer forever."""
+    os.mkfifo(tmp_path / "square.csv")
+    assert _quick("--suite", "order", "--out", tmp_path) == 2
+    assert f"{tmp_path / 'square.csv'} is a FIFO" in capsys.readouterr().out
+
+
 def test_all_with_a_typo_names_the_typo(capsys):
     from gemm_kernels.bench import main
 

@@ -18,6 +18,7 @@ import shutil
 from collections import OrderedDict
 from pathlib import Path
 
+from .. import _files
 from .._files import atomic_write  # the one way a file is replaced whole (vendor_kernels imports it here)
 from ..results import (META_JSON, RESULTS_MD, geomean, kernel_label, provenance_line, read_text, section_heading,
                        suite_meta)
@@ -93,8 +94,8 @@ def _read_csv(path: Path, suite_csv: bool, drop_cut_case: bool = False) -> tuple
         return ValueError(f"{path} is corrupt ({where}{what}): delete it and run its suite again")
 
     try:
-        with path.open(newline="", encoding="utf-8") as f:
-            text = f.read()
+        # the guarded reader: a FIFO or folder at its place is an OSError naming it, never waited on
+        text = _files.read_bytes(path).decode("utf-8")
         reader = csv.reader(io.StringIO(text, newline=""))
         records = [(reader.line_num, fields) for fields in reader]
     except (UnicodeDecodeError, csv.Error) as exc:
