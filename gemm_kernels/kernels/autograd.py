@@ -30,12 +30,15 @@ def grad_enabled_for(*tensors) -> bool:
 
 
 def activation_grad(dc: torch.Tensor, z: torch.Tensor, activation) -> torch.Tensor:
-    """``dC * act'(Z)`` in fp32 (the derivatives of ``epilogue.apply_activation``)."""
+    """``dC * act'(Z)`` in fp32 (the derivatives of ``epilogue.apply_activation``), by torch's own
+    backward ops: the same values as torch's (leaky_relu's slope at Z = 0 too), and Z stays in
+    the graph of a double backward (its derivative there is zero, which a ``torch.where`` on
+    ``Z > 0`` would cut off: a gradient of the bias "not used in the graph")."""
     dc, z = dc.float(), z.float()
     if activation == "relu":
-        return torch.where(z > 0, dc, 0.0)
+        return torch.ops.aten.threshold_backward(dc, z, 0.0)
     if activation == "leaky_relu":
-        return torch.where(z >= 0, dc, LEAKY_RELU_SLOPE * dc)
+        return torch.ops.aten.leaky_relu_backward(dc, z, LEAKY_RELU_SLOPE, False)
     if activation == "gelu":
         return torch.ops.aten.gelu_backward(dc, z)
     return dc

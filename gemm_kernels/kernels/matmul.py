@@ -103,7 +103,13 @@ def matmul(a, b, *, order="grouped", group_size_m=8, activation=None, bias=None)
     ``torch.compile`` traces without a graph break.
     """
     if grad_enabled_for(a, b, bias):
-        checks.check_options(order, group_size_m, activation)  # before the op's schema coerces them
+        # before the op's schema, which would coerce the options and name no argument for a list
+        group_size_m = checks.check_options(order, group_size_m, activation)
+        for x, name in ((a, "a"), (b, "b"), (bias, "bias")):
+            if x is not None or name != "bias":
+                checks.check_strided(x, name)
+        if a.dim() == 2:  # a taller group is the same order; an int64 holds it (the schema's type)
+            group_size_m = min(group_size_m, max(a.shape[0], 1))
         return torch.ops.gemm_kernels.matmul(a, b, order, group_size_m, activation, bias)
     return _matmul_forward(a, b, order, group_size_m, activation, bias)
 

@@ -682,8 +682,8 @@ def _check_ws_inputs(a, b, activation, bias):
     if bias is not None and bias.dtype != a.dtype:
         bias = bias.to(a.dtype)
     if min(a.shape[0], a.shape[1], b.shape[1]) > 0:
-        tma_layout(a, "a")
-        tma_layout(b, "b")
+        tma_layout(a, "a", "matmul_ws")
+        tma_layout(b, "b", "matmul_ws")
     return bias
 
 

@@ -124,12 +124,13 @@ def _persistent_args(a, b, c, bias, trace, *, order, group_size_m, num_programs,
     )
 
 
-def _tma_args(a, b, c, bias, trace, *, order, group_size_m, num_programs, activation):
-    """Every argument of ``_matmul_tma_kernel`` except the config's; checks TMA can read a and b."""
+def _tma_args(a, b, c, bias, trace, *, order, group_size_m, num_programs, activation, launcher="matmul_tma"):
+    """Every argument of ``_matmul_tma_kernel`` except the config's; checks TMA can read a and b
+    (an error names ``launcher``, the call that needs it)."""
     M, K = a.shape
     N = b.shape[1]
-    a_col_major, stride_a = tma.tma_layout(a, "a")
-    b_col_major, stride_b = tma.tma_layout(b, "b")
+    a_col_major, stride_a = tma.tma_layout(a, "a", launcher)
+    b_col_major, stride_b = tma.tma_layout(b, "b", launcher)
     # C is ours (contiguous, fresh allocation): TMA stores need its rows 16-byte aligned too.
     c_tma = c.stride(1) == 1 and c.data_ptr() % TMA_ALIGN_BYTES == 0 and (
         c.stride(0) * c.element_size() % TMA_ALIGN_BYTES == 0 or M == 1)
@@ -165,6 +166,9 @@ def _launch(kind, a, b, *, activation, bias, order, group_size_m, num_programs, 
         runtime.require_tma("matmul_tma", "Use matmul_persistent (same schedule, pointer loads) instead.")
     if M == 0 or N == 0 or K == 0:  # no tile or an empty sum: matmul already handles it like torch
         return matmul(a, b, activation=activation, bias=bias)
+    # more programs than C has elements only add idle ones (the grid is capped at the tiles): the
+    # same launch, and a NUM_PROGRAMS constexpr within 32 bits (10**30 would not compile)
+    num_programs = min(num_programs, M * N)
     c = torch.empty((M, N), device=a.device, dtype=a.dtype)
     make_args = _tma_args if kind == "tma" else _persistent_args
     args = make_args(a, b, c, bias, trace, order=order, group_size_m=group_size_m,

@@ -179,7 +179,9 @@ def _tma_layouts(a, b, use_tma):
     if not use_tma:
         return None
     runtime.require_tma("matmul_splitk(tma=True)", "Leave tma=False (pointer loads).")
-    return (*tma.tma_layout(a, "a"), *tma.tma_layout(b, "b"))  # raises saying which tensor and why
+    launcher, otherwise = "matmul_splitk(tma=True)", "leave tma=False (pointer loads, any strides)"
+    # raises saying which tensor and why
+    return (*tma.tma_layout(a, "a", launcher, otherwise), *tma.tma_layout(b, "b", launcher, otherwise))
 
 
 _KEPT = launches.LaunchCache()

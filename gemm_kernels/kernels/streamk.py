@@ -311,7 +311,7 @@ def _launch_streamk(a, b, *, activation, bias, order, group_size_m, num_programs
         return out.float() if reduction == "atomic" else out
     c = torch.empty((M, N), device=a.device, dtype=torch.float32 if reduction == "atomic" else a.dtype)
     args = _tma_args(a, b, c, bias, trace, order=order, group_size_m=group_size_m, num_programs=num_programs,
-                     activation=activation)
+                     activation=activation, launcher="matmul_streamk")
     tile_elements, device = _tile_elements(config), a.device
     partials, flags = _workspace(num_programs, tile_elements, device, reduction)
     # a mode without a buffer passes another tensor in its place: its kernel never touches it

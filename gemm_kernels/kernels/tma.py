@@ -163,12 +163,14 @@ def _describe_strides(x: torch.Tensor) -> str:
     return f"shape {tuple(x.shape)}, strides {tuple(x.stride())} (elements of {x.element_size()} bytes)"
 
 
-def tma_layout(x: torch.Tensor, name: str) -> tuple[bool, int]:
+def tma_layout(x: torch.Tensor, name: str, launcher: str = "matmul_tma",
+               otherwise: str = "use matmul_persistent (pointer loads, any strides)") -> tuple[bool, int]:
     """How a TMA descriptor sees the 2-D tensor ``x``: ``(col_major, outer_stride)``.
 
     Row-major (unit column stride) is described as ``[rows, cols]``; column-major (unit row
     stride, e.g. a ``.t()`` view) as ``[cols, rows]``.  ``outer_stride`` is the other stride in
-    elements.  Raises ValueError naming ``name``, the rule broken and a fix, when neither works.
+    elements.  Raises ValueError naming ``name``, the rule broken and a fix, when neither works
+    (``launcher``: the call that needs TMA; ``otherwise``: its way without TMA).
     """
     rows, cols = x.shape
     itemsize = x.element_size()
@@ -193,13 +195,13 @@ def tma_layout(x: torch.Tensor, name: str) -> tuple[bool, int]:
         else:
             return col_major, outer
     raise ValueError(f"{name} cannot be read by TMA: {'; '.join(problems)} [{name} has {_describe_strides(x)}]. "
-                     f"{_tma_fix_hint(x, name)}")
+                     f"{_tma_fix_hint(x, name, launcher, otherwise)}")
 
 
-def _tma_fix_hint(x: torch.Tensor, name: str) -> str:
-    rule = ("matmul_tma needs one unit stride and 16-byte aligned base address and other stride: "
+def _tma_fix_hint(x: torch.Tensor, name: str, launcher: str, otherwise: str) -> str:
+    rule = (f"{launcher} needs one unit stride and 16-byte aligned base address and other stride: "
             f"copy {name} into such storage with gemm_kernels.kernels.tma.tma_aligned({name}), "
-            "or use matmul_persistent (pointer loads, any strides).")
+            f"or {otherwise}.")
     # A fresh row-major copy is aligned when one row fills whole 16-byte units.
     if x.shape[1] * x.element_size() % TMA_ALIGN_BYTES == 0 or x.shape[0] == 1:
         copy = f"{name}.clone()" if x.is_contiguous() else f"{name}.contiguous()"
