@@ -137,7 +137,8 @@ def atomic_write(path, newline: str | None = None):
     writing one file at once each replace it whole: a reader sees one of them, never a mix."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(6)}.tmp")
+    # the name cut so that the temporary's stays within a file system's 255 bytes where path's does
+    tmp = path.with_name(f".{path.name[:200]}.{os.getpid()}.{secrets.token_hex(6)}.tmp")
     try:
         with tmp.open("x", newline=newline, encoding="utf-8") as f:  # "x": never another writer's file
             yield f

@@ -548,13 +548,13 @@ AUTOTUNE_MODES = ("full", "small", "off")
 
 
 def autotune_mode() -> str:
-    """``"full"`` (the default, or any yes value: ``1``, ``true``, ...), ``"small"``
+    """``"full"`` (the default, ``full``, or any yes value: ``1``, ``true``, ...), ``"small"``
     (``GEMM_KERNELS_AUTOTUNE=small``: a few tile shapes, shorter timing; what the notebooks ask
     for) or ``"off"`` (``0``, ``false``, ``no``, ``off``: each kernel's first config); any other
     value is a ValueError naming the variable (``_env.parse_flag``)."""
     value = os.environ.get(AUTOTUNE_ENV, "")
-    if value.strip().lower() == "small":
-        return "small"
+    if value.strip().lower() in ("small", "full"):  # the modes by name too (set_autotune's)
+        return value.strip().lower()
     try:
         return "full" if _env.parse_flag(value, AUTOTUNE_ENV, True) else "off"
     except ValueError as exc:

@@ -88,6 +88,16 @@ def test_a_bad_autotune_value_is_named_on_any_machine(value, monkeypatch):
         runtime.autotune_enabled()
 
 
+@pytest.mark.parametrize("value, mode", [("full", "full"), (" FULL ", "full"), ("small", "small"), ("off", "off"),
+                                         ("1", "full")])
+def test_the_autotune_modes_by_name_are_taken(value, mode, monkeypatch):
+    """``full`` is a mode's own name (``set_autotune("full")``): refused on a CPU by round 7's first
+    fix, which its review caught."""
+    monkeypatch.setenv(runtime.AUTOTUNE_ENV, value)
+    assert runtime.autotune_mode() == mode
+    runtime.autotune_enabled()
+
+
 def test_jupyterlabs_port_is_checked(capsys):
     from gemm_kernels.lab import student
 

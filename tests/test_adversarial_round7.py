@@ -47,6 +47,12 @@ def test_a_group_past_int64_with_gradients_on_is_the_group_of_every_row():
     assert torch.allclose(out, a @ b, atol=1e-4)
 
 
+def test_a_3d_a_with_a_huge_group_and_gradients_on_is_named_as_3d():
+    a = torch.randn(2, 8, 32, requires_grad=True)
+    with pytest.raises(ValueError, match="a must be 2-D"):
+        gk.matmul(a, torch.randn(32, 16), group_size_m=2**70)
+
+
 @pytest.mark.parametrize("which", ["b", "bias"])
 def test_a_list_for_a_tensor_with_gradients_on_is_named(which):
     a = torch.randn(8, 32, requires_grad=True)

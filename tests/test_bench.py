@@ -503,7 +503,9 @@ def test_a_folder_where_meta_json_should_be_is_named_before_anything_is_copied(t
     ({"shard": [0]}, "'shard' is [0]"), ({"shard": [0.0, 2.0]}, "'shard' is [0.0, 2.0]"),
     ({"shard": 5}, "'shard' is 5"), ({"shard": [-1, 2]}, "'shard' is [-1, 2]"),
     ({"date": None}, "'date' is None"), ({"elapsed_s": "10"}, "'elapsed_s' is '10'"),
-    ({"dtypes": "fp16"}, "'dtypes' is 'fp16'"), ({"command": 3}, "'command' is 3")])
+    ({"dtypes": "fp16"}, "'dtypes' is 'fp16'"), ({"command": 3}, "'command' is 3"),
+    ({"shard": [0, 10**12]}, "'shard' is [0, 1000000000000]"), ({"elapsed_s": 10**400}, "'elapsed_s' is 1000"),
+    ({"elapsed_s": -5}, "'elapsed_s' is -5"), ({"resumed": -3}, "'resumed' is -3")])
 def test_a_hand_edited_shard_entry_is_named(tmp_path, edit, what):
     """Adversarial round 7: merge_shards read shard entries unchecked (IndexError, KeyError,
     TypeError, or dtypes 'fp16' published as four one-letter dtypes)."""

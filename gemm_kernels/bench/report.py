@@ -482,16 +482,22 @@ def entry_problem(entry: dict, required: tuple[str, ...]) -> str | None:
         if key in entry and (not isinstance(value, types) or isinstance(value, bool) and bool not in
                              (types if isinstance(types, tuple) else (types,))):
             return f"{key!r} is {value!r}"
-    if isinstance(entry.get("elapsed_s"), float) and not math.isfinite(entry["elapsed_s"]):
-        return f"'elapsed_s' is {entry['elapsed_s']!r}"
+    elapsed = entry.get("elapsed_s")
+    if elapsed is not None and not (0 <= elapsed <= MAX_ELAPSED_S):  # NaN fails both; 10**400 too
+        return f"'elapsed_s' is {str(elapsed)[:40]}"
+    if entry.get("resumed", 0) < 0:
+        return f"'resumed' is {entry['resumed']!r}"
     if "dtypes" in entry and not all(isinstance(d, str) for d in entry["dtypes"]):
         return f"'dtypes' is {entry['dtypes']!r}"
     shard = entry.get("shard", [0, 1])
-    if len(shard) != 2 or not all(type(v) is int for v in shard) or not 0 <= shard[0] < shard[1]:
-        return f"'shard' is {shard!r}"
+    if len(shard) != 2 or not all(type(v) is int for v in shard) or not 0 <= shard[0] < shard[1] <= MAX_SHARDS:
+        return f"'shard' is {str(shard)[:40]}"
     return None
 
 
+#: bounds of a sane entry: a run of at most a year, split at most this many ways (a hand-edited
+#: 10**12 shards would have the merge list them all)
+MAX_ELAPSED_S, MAX_SHARDS = 365 * 24 * 3600, 4096
 #: what publishing needs of a suite's entry: the provenance results.md shows
 PUBLISH_REQUIRED = ("device", "torch", "triton", "date", "command")
 

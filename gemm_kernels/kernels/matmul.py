@@ -108,8 +108,8 @@ def matmul(a, b, *, order="grouped", group_size_m=8, activation=None, bias=None)
         for x, name in ((a, "a"), (b, "b"), (bias, "bias")):
             if x is not None or name != "bias":
                 checks.check_strided(x, name)
-        if a.dim() == 2:  # a taller group is the same order; an int64 holds it (the schema's type)
-            group_size_m = min(group_size_m, max(a.shape[0], 1))
+        # a taller group is the same order; an int64 holds it (the schema's type; the op names a bad a)
+        group_size_m = min(group_size_m, max(a.shape[0], 1) if a.dim() == 2 else 2**31)
         return torch.ops.gemm_kernels.matmul(a, b, order, group_size_m, activation, bias)
     return _matmul_forward(a, b, order, group_size_m, activation, bias)
 

@@ -16,12 +16,14 @@ Where: ``GEMM_KERNELS_TUNING_CACHE`` (a directory, or ``off``; read at each miss
 (nothing is timed there).  A file that cannot be read or parsed is named in a warning, ignored,
 and replaced at the next write (an entry that is not a config is dropped alone, the rest kept); a directory that cannot be written is named once, then left.
 Writes go through a temporary file of their own and ``os.replace`` (``_files.atomic_write``): a
-reader never sees half a file; threads of one process read and write one at a time, and two
-processes tuning at once lose at most one pick (tuned again later).
+reader never sees half a file.  A write merges into the file as it is then, one writer at a time:
+threads of a process under a lock, processes under an advisory lock on ``<file>.lock`` (``fcntl``;
+where there is none, two processes tuning at once may lose a pick, which is tuned again later).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import inspect
 import json
@@ -77,6 +79,24 @@ def _identity(kernel, config_list, variant: str) -> dict:
 
 def _pick_name(mode: str, key: tuple) -> str:
     return f"{mode} {key!r}"  # ints, bools, strings and None: a stable repr
+
+
+@contextlib.contextmanager
+def _across_processes(path: Path):
+    """Hold an advisory lock on ``<path>.lock`` (one process at a time merges into ``path``); no
+    lock where ``fcntl`` is missing.  An OSError taking it is the caller's (a directory that
+    cannot be written)."""
+    try:
+        import fcntl
+    except ImportError:  # not a POSIX system
+        yield
+        return
+    with open(path.with_name(path.name + ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def _is_config(pick) -> bool:
@@ -172,14 +192,21 @@ class DiskPicks:
         path = self.path()
         if path is None:
             return
+        pick = config.all_kwargs()
+        if not _is_config(pick):  # kept, it would make every later write of the file fail
+            self._warn(f"pick {path}", f"gemm_kernels: not keeping a pick whose values are not plain "
+                                       f"(int, float, str, bool, None) in {path}: {str(pick)[:200]}")
+            return
         with _LOCK:
-            self._refresh(path)
-            self._picks[_pick_name(runtime.autotune_mode(), key)] = config.all_kwargs()
-            data = {**_identity(self._kernel, self._configs, self._variant), "picks": self._picks}
             try:
-                text = json.dumps(data, indent=1, sort_keys=True) + "\n"
-                with _files.atomic_write(path) as f:
-                    f.write(text)
+                path.parent.mkdir(parents=True, exist_ok=True)
+                with _across_processes(path):
+                    self._refresh(path)
+                    self._picks[_pick_name(runtime.autotune_mode(), key)] = pick
+                    data = {**_identity(self._kernel, self._configs, self._variant), "picks": self._picks}
+                    text = json.dumps(data, indent=1, sort_keys=True) + "\n"
+                    with _files.atomic_write(path) as f:
+                        f.write(text)
                 stat = path.stat()
                 self._stamp = (stat.st_mtime_ns, stat.st_size)
             # read-only home, full disk, an unserialisable value; RecursionError: a deeply nested
