@@ -19,13 +19,15 @@ from gemm_kernels.kernels import dispatch, launches, splitk
 
 
 class StubBound:
-    """What ``KeptLaunch`` needs of a ``BoundLaunch``; ``launch`` does nothing."""
+    """What ``KeptLaunch`` (and ``launches.launch_and_keep``) needs of a ``BoundLaunch``, bound to
+    ``kwargs`` (by parameter name; others 0); launching does nothing.  Also used by
+    ``cpu_first_call_path.py``."""
 
-    takes_addresses, owns_scratch, scratch_allocator = True, False, None
+    takes_addresses, owns_scratch, scratch_allocator, fast = True, False, None, True
 
-    def __init__(self, kernel):
+    def __init__(self, kernel, kwargs=None):
         self.names = list(kernel.arg_names)
-        self.arguments = [0] * len(self.names)
+        self.arguments = [(kwargs or {}).get(n, 0) for n in self.names]
 
     def forget(self, *names):
         return self
@@ -34,6 +36,9 @@ class StubBound:
         return self.names.index(name)
 
     def launch(self, arguments):
+        pass
+
+    def __call__(self):
         pass
 
 
